@@ -1,0 +1,166 @@
+"""Devices: ``"cpu" | "cuda" | "cuda:N" | "auto"`` -> an array namespace.
+
+This is the only module that moves data between host and device. CuPy is imported lazily, the
+first time a CUDA device is asked for (or probed by ``"auto"``), so ``import gpuops`` needs NumPy only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceError
+
+log = logging.getLogger("gpuops")
+
+
+@dataclass(frozen=True)
+class Device:
+    """A resolved device: its kind (``"cpu"`` or ``"cuda"``), index and array namespace ``xp``."""
+
+    kind: str
+    index: int
+    xp: ModuleType = field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
+
+    def asarray(self, value: Any, dtype=None):
+        """Host (or DLPack-capable) value -> an array on this device."""
+        if self.kind == "cpu":
+            return np.asarray(to_host(value), dtype=dtype)
+        with self.xp.cuda.Device(self.index):
+            return self.xp.asarray(value, dtype=dtype)
+
+    def to_host(self, value: Any) -> np.ndarray:
+        return to_host(value)
+
+    def is_native(self, value: Any) -> bool:
+        """True when ``value`` is already an array of this device's namespace."""
+        return isinstance(value, self.xp.ndarray)
+
+
+def to_host(value: Any) -> np.ndarray:
+    """Any array (NumPy, CuPy, DLPack-capable) -> a NumPy array on the host."""
+    if isinstance(value, np.ndarray):
+        return value
+    get = getattr(value, "get", None)  # cupy.ndarray.get(): the explicit device -> host copy
+    if get is not None and type(value).__module__.startswith("cupy"):
+        return get()
+    if hasattr(value, "__dlpack__") and not isinstance(value, np.generic):
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, RuntimeError, TypeError):
+            pass
+    return np.asarray(value)
+
+
+@functools.lru_cache(maxsize=1)
+def _cupy() -> ModuleType | None:
+    try:
+        import cupy
+    except Exception:  # ImportError, or a CuPy whose CUDA libraries are missing
+        return None
+    return cupy
+
+
+def cuda_device_count() -> int:
+    cupy = _cupy()
+    if cupy is None:
+        return 0
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_device() -> Device:
+    import array_api_compat.numpy as xp
+
+    return Device("cpu", 0, xp)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_device(index: int) -> Device:
+    n = cuda_device_count()
+    if n == 0:
+        why = "CuPy is not installed" if _cupy() is None else "no CUDA GPU is visible"
+        raise DeviceError(f"device 'cuda:{index}' requested but {why} (pip install 'gpuops[cuda]')")
+    if not 0 <= index < n:
+        raise DeviceError(f"device 'cuda:{index}' requested but only {n} CUDA device(s) exist")
+    import array_api_compat.cupy as xp
+
+    return Device("cuda", index, xp)
+
+
+_auto_logged = False
+
+
+def get_device(spec: str | Device = "auto") -> Device:
+    """Resolve a device string (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"``) to a :class:`Device`."""
+    global _auto_logged
+    if isinstance(spec, Device):
+        return spec
+    s = str(spec).strip().lower()
+    if s == "cpu":
+        return _numpy_device()
+    if s == "auto":
+        if cuda_device_count() > 0:
+            return _cuda_device(0)
+        if not _auto_logged:
+            why = "CuPy is not installed" if _cupy() is None else "no CUDA GPU is visible"
+            log.info("gpuops: device='auto' uses the CPU (%s)", why)
+            _auto_logged = True
+        return _numpy_device()
+    if s == "cuda" or s.startswith("cuda:"):
+        idx = s.partition(":")[2] or "0"
+        if not idx.isdigit():
+            raise DeviceError(f"bad device string {spec!r}: expected 'cuda:N'")
+        return _cuda_device(int(idx))
+    raise DeviceError(f"unknown device {spec!r}: use 'cpu', 'cuda', 'cuda:N' or 'auto'")
+
+
+def devices() -> list[dict]:
+    """The usable devices, each a dict with ``name`` and what is known of it (NVML when present)."""
+    out = [{"name": "cpu", "kind": "cpu"}]
+    for i in range(cuda_device_count()):
+        out.append({"name": f"cuda:{i}", "kind": "cuda", **_cuda_info(i)})
+    return out
+
+
+def _cuda_info(index: int) -> dict:
+    info: dict[str, Any] = {}
+    cupy = _cupy()
+    try:
+        props = cupy.cuda.runtime.getDeviceProperties(index)
+        info["device_name"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        info["memory_total"] = int(props["totalGlobalMem"])
+        info["cuda_runtime"] = int(cupy.cuda.runtime.runtimeGetVersion())
+    except Exception:
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        info.update(
+            device_name=_text(pynvml.nvmlDeviceGetName(h)),
+            memory_total=int(mem.total),
+            memory_free=int(mem.free),
+            driver=_text(pynvml.nvmlSystemGetDriverVersion()),
+            cuda_driver=int(pynvml.nvmlSystemGetCudaDriverVersion()),
+        )
+    except Exception:
+        pass
+    return info
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,0 +1,28 @@
+"""Op families, one module each, written once against ``xp``. Importing this package registers them."""
+
+from . import (  # noqa: F401
+    activation,
+    cast,
+    control,
+    conv,
+    detection,
+    elementwise,
+    indexing,
+    legacy,
+    linalg,
+    loss,
+    ml,
+    norm,
+    pool,
+    quantize,
+    random,
+    reduce,
+    resize,
+    rnn,
+    sequence,
+    shape,
+    signal,
+    softmax,
+    text,
+    training,
+)

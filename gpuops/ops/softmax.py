@@ -1,0 +1,1 @@
+"""TODO: filled in by the op-family work."""

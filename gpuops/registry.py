@@ -1,0 +1,97 @@
+"""The op registry: ``@op(op_type, domain=..., since=N)`` registers a plain function.
+
+An op is written once against ``xp`` (the device's array namespace)::
+
+    @op("LeakyRelu", since=6)
+    def LeakyRelu(xp, X, *, alpha=0.01):
+        return xp.where(X >= 0, X, X * alpha)
+
+Inputs come positionally (``None`` for an omitted optional input), attributes as keyword arguments
+with the spec's defaults. An op with several outputs returns a tuple; a Python ``list`` is one
+sequence value. ``host_inputs`` names input positions that are shape-like (shape, axes, pads,
+repeats...): the executor hands them over as NumPy arrays, pulled from the device once per session
+when they are constant. ``n_outputs=True`` passes the node's output count as ``n_outputs=``.
+
+A node resolves to the implementation with the highest ``since`` <= the model's opset for the
+node's domain. A device override (``@op(..., device="cuda")``, kernel-backed) is chosen on that
+device when its ``since`` is at least that of the generic choice; the generic op stays as fallback
+and as test oracle.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import UnsupportedOpError
+
+ONNX_DOMAIN = ""
+
+
+def canonical_domain(domain: str) -> str:
+    return ONNX_DOMAIN if domain in ("", "ai.onnx") else domain
+
+
+@dataclass(frozen=True)
+class OpImpl:
+    op_type: str
+    domain: str
+    since: int
+    fn: Callable
+    device: str | None = None
+    host_inputs: frozenset[int] = frozenset()
+    n_outputs: bool = False
+
+    @property
+    def attributes(self) -> frozenset[str] | None:
+        """Keyword names the function accepts, or None if it takes ``**kwargs``."""
+        params = inspect.signature(self.fn).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return None
+        return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+
+
+_REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
+
+
+def op(op_type: str, *, domain: str = ONNX_DOMAIN, since: int = 1, device: str | None = None,
+       host_inputs: tuple[int, ...] = (), n_outputs: bool = False):
+    """Register the decorated function as ``domain::op_type`` from opset version ``since``."""
+
+    def register(fn: Callable) -> Callable:
+        impl = OpImpl(op_type, canonical_domain(domain), since, fn, device, frozenset(host_inputs), n_outputs)
+        impls = _REGISTRY.setdefault((impl.domain, op_type), [])
+        if any(i.since == since and i.device == device for i in impls):
+            raise ValueError(f"{domain or 'ai.onnx'}::{op_type} since {since} registered twice")
+        impls.append(impl)
+        impls.sort(key=lambda i: i.since)
+        return fn
+
+    return register
+
+
+def versions(domain: str, op_type: str) -> list[int]:
+    """The ``since`` versions registered for an op (generic implementations)."""
+    return [i.since for i in _REGISTRY.get((canonical_domain(domain), op_type), []) if i.device is None]
+
+
+def is_registered(domain: str, op_type: str) -> bool:
+    return (canonical_domain(domain), op_type) in _REGISTRY
+
+
+def resolve(domain: str, op_type: str, opset: int, device: str = "cpu", node: str = "") -> OpImpl:
+    """The implementation a node of ``domain::op_type`` runs with at ``opset`` on ``device``."""
+    domain = canonical_domain(domain)
+    impls = _REGISTRY.get((domain, op_type), [])
+    generic = [i for i in impls if i.device is None and i.since <= opset]
+    where = f"node {node!r}: " if node else ""
+    if not generic:
+        have = versions(domain, op_type)
+        what = f"versions {have}" if have else "no versions"
+        raise UnsupportedOpError(
+            f"{where}op {domain or 'ai.onnx'}::{op_type} at opset {opset} is not supported "
+            f"(gpuops has {what})")
+    best = generic[-1]
+    override = [i for i in impls if i.device == device and best.since <= i.since <= opset]
+    return override[-1] if override else best

@@ -1,0 +1,62 @@
+"""Shared helpers: run one onnx backend test case through gpuops and compare outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import gpuops
+
+
+def load_expected_failures(path: Path) -> dict[str, str]:
+    """``name  # reason`` lines -> {name: reason}; every entry must carry a reason."""
+    out: dict[str, str] = {}
+    if not path.exists():
+        return out
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, reason = line.partition("#")
+        if not sep or not reason.strip():
+            raise ValueError(f"{path.name}:{lineno}: entry {name.strip()!r} has no reason")
+        out[name.strip()] = reason.strip()
+    return out
+
+
+def check_case(case, device: str) -> None:
+    sess = gpuops.InferenceSession(case.model, device=device)
+    names = [i.name for i in case.model.graph.input]
+    out_names = [o.name for o in case.model.graph.output]
+    for inputs, expected in case.data_sets:
+        feeds = dict(zip(names, inputs))
+        got = sess.run(out_names, feeds)
+        assert len(got) == len(expected)
+        for name, g, e in zip(out_names, got, expected):
+            assert_close(g, e, case.rtol, case.atol, name)
+
+
+def assert_close(got, expected, rtol: float, atol: float, name: str = "") -> None:
+    if isinstance(expected, list):
+        assert isinstance(got, list), f"{name}: expected a sequence, got {type(got).__name__}"
+        assert len(got) == len(expected), f"{name}: sequence length {len(got)} != {len(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_close(g, e, rtol, atol, f"{name}[{i}]")
+        return
+    if expected is None:
+        assert got is None, f"{name}: expected an empty optional"
+        return
+    expected = np.asarray(expected)
+    got = np.asarray(got)
+    assert got.shape == expected.shape, f"{name}: shape {got.shape} != expected {expected.shape}"
+    if expected.dtype == object:
+        assert got.dtype == object or got.dtype.kind in "US", f"{name}: dtype {got.dtype} != {expected.dtype}"
+        np.testing.assert_array_equal(got.astype(object), expected, err_msg=name)
+        return
+    assert got.dtype == expected.dtype, f"{name}: dtype {got.dtype} != expected {expected.dtype}"
+    if expected.dtype.kind in "biu" or expected.dtype == bool:
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),
+                                   rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
