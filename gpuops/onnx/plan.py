@@ -104,10 +104,30 @@ def _host_xp():
 class PlanBuilder:
     """Builds a :class:`Plan` for a graph (and, recursively, for its subgraphs)."""
 
-    def __init__(self, opsets: dict[str, int], device: str, functions: dict[tuple[str, str], onnx.FunctionProto]):
+    def __init__(self, opsets: dict[str, int], device: str,
+                 functions: dict[tuple[str, str], onnx.FunctionProto], model: onnx.ModelProto | None = None):
         self.opsets = opsets
         self.device = device
         self.functions = functions
+        self.model = model
+        self._value_types: dict[str, onnx.TypeProto] | None = None
+
+    @property
+    def value_types(self) -> dict[str, onnx.TypeProto]:
+        """Types of the model's values from shape inference (made on first need: context-dependent
+        function bodies depend on their input types)."""
+        if self._value_types is None:
+            self._value_types = {}
+            if self.model is not None:
+                try:
+                    inferred = onnx.shape_inference.infer_shapes(self.model).graph
+                except Exception:
+                    inferred = self.model.graph
+                for vi in [*inferred.input, *inferred.value_info, *inferred.output]:
+                    self._value_types[vi.name] = vi.type
+                for t in inferred.initializer:
+                    self._value_types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, t.dims)
+        return self._value_types
 
     def build(self, graph: onnx.GraphProto, outer: set[str] = frozenset(), top: bool = True) -> Plan:
         inits = {t.name: tensor_to_numpy(t) for t in graph.initializer}
@@ -117,8 +137,8 @@ class PlanBuilder:
         nodes = self._expand(list(graph.node), "")
         steps: list[Step] = []
         free: set[str] = set()
-        for node in nodes:
-            step = self._step(node, defined | outer)
+        for node, opsets in nodes:
+            step = self._step(node, defined | outer, opsets)
             for i, name in enumerate(step.inputs):
                 if name and name not in defined:
                     if name in outer:
@@ -150,24 +170,59 @@ class PlanBuilder:
 
     # -- nodes ---------------------------------------------------------------------------------
 
-    def _expand(self, nodes: list[onnx.NodeProto], prefix: str) -> list[onnx.NodeProto]:
-        """Inline model-local functions (recursively); other nodes pass through."""
-        out: list[onnx.NodeProto] = []
+    def _expand(self, nodes, prefix: str, opsets: dict[str, int] | None = None):
+        """(node, opsets) pairs with model-local functions inlined, and ops that gpuops lacks but
+        whose ONNX schema defines a function body expanded into that body (recursively)."""
+        opsets = opsets or self.opsets
+        out = []
         for node in nodes:
-            fn = self.functions.get((registry.canonical_domain(node.domain), node.op_type))
+            domain = registry.canonical_domain(node.domain)
+            fn = self.functions.get((domain, node.op_type))
+            if fn is None and not registry.is_registered(domain, node.op_type) and domain in opsets:
+                fn = self._schema_function(node, opsets[domain])
             if fn is None:
-                out.append(node)
-            else:
-                out.extend(self._expand(_inline(node, fn, prefix), prefix + (node.name or node.op_type) + "/"))
+                out.append((node, opsets))
+                continue
+            inner = dict(opsets)
+            inner.update({registry.canonical_domain(o.domain): o.version for o in fn.opset_import})
+            out.extend(self._expand(_inline(node, fn, prefix), prefix + (node.name or node.op_type) + "/", inner))
         return out
 
-    def _step(self, node: onnx.NodeProto, visible: set[str]) -> Step:
+    def _schema_function(self, node: onnx.NodeProto, version: int) -> onnx.FunctionProto | None:
+        """The function body ONNX defines for an op (context-dependent ones need input types)."""
+        try:
+            schema = onnx.defs.get_schema(node.op_type, version, node.domain)
+        except onnx.defs.SchemaError:
+            return None
+        body = None
+        fn_versions = [v for v in schema.function_opset_versions if v <= version]
+        ctx_versions = [v for v in schema.context_dependent_function_opset_versions if v <= version]
+        if fn_versions:
+            body = schema.get_function_with_opset_version(max(fn_versions))
+        elif ctx_versions:
+            types = [self.value_types.get(x) or onnx.TypeProto() for x in node.input]
+            try:
+                body = schema.get_context_dependent_function_with_opset_version(
+                    max(ctx_versions), node.SerializeToString(), [t.SerializeToString() for t in types])
+            except Exception:
+                return None
+        if not body:
+            return None
+        fn = onnx.FunctionProto()
+        fn.ParseFromString(body)
+        given = {a.name for a in node.attribute}
+        for name, attr in schema.attributes.items():  # the schema's defaults stand in for absent attributes
+            if name not in given and attr.default_value.name:
+                fn.attribute_proto.append(attr.default_value)
+        return fn
+
+    def _step(self, node: onnx.NodeProto, visible: set[str], opsets: dict[str, int]) -> Step:
         domain = registry.canonical_domain(node.domain)
         name = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
-        if domain not in self.opsets:
+        if domain not in opsets:
             raise UnsupportedOpError(f"node {name!r} ({node.op_type}) uses domain {node.domain!r}, "
                                      "which the model does not import")
-        impl = registry.resolve(domain, node.op_type, self.opsets[domain], self.device, node=name)
+        impl = registry.resolve(domain, node.op_type, opsets[domain], self.device, node=name)
         where = f"node {name!r} ({node.op_type})"
         attrs: dict[str, Any] = {}
         subgraphs: dict[str, Plan] = {}

@@ -55,7 +55,7 @@ class InferenceSession:
             opsets[""] = 1
         functions = {(f.domain if f.domain != "ai.onnx" else "", f.name): f for f in self.model.functions}
         self.opsets = opsets
-        self.plan = PlanBuilder(opsets, self.device.kind, functions).build(self.model.graph)
+        self.plan = PlanBuilder(opsets, self.device.kind, functions, self.model).build(self.model.graph)
         self.plan.upload(self.device)
         init_names = set(self.plan.initializers)
         self._inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name not in init_names]

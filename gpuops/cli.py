@@ -1,0 +1,141 @@
+"""Command line: ``gpuops run MODEL.onnx``, ``gpuops info``, ``gpuops bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+
+from . import __version__
+from .device import devices, get_device
+from .errors import GpuopsError
+
+
+def _random_feed(arg, rng: np.random.Generator, batch: int) -> np.ndarray:
+    if arg.dtype is None:
+        raise GpuopsError(f"input {arg.name!r} is a {arg.type}; pass it with --input")
+    shape = [d if isinstance(d, int) and d > 0 else batch for d in (arg.shape or [])]
+    if arg.dtype.kind == "f":
+        return rng.standard_normal(shape).astype(arg.dtype)
+    if arg.dtype.kind in "iu":
+        return rng.integers(0, 10, shape).astype(arg.dtype)
+    if arg.dtype == bool:
+        return rng.random(shape) > 0.5
+    raise GpuopsError(f"input {arg.name!r}: cannot make random data of {arg.type}; pass it with --input")
+
+
+def resolve_model_path(model: str) -> str:
+    """``light:NAME`` names a model the onnx package ships (e.g. ``light:resnet50``)."""
+    if not model.startswith("light:"):
+        return model
+    import os
+
+    import onnx
+
+    folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    path = os.path.join(folder, f"light_{model[len('light:'):]}.onnx")
+    if not os.path.isfile(path):
+        names = sorted(f[6:-5] for f in os.listdir(folder) if f.endswith(".onnx"))
+        raise GpuopsError(f"no light model {model!r}; the onnx package ships {names}")
+    return path
+
+
+def cmd_run(a) -> int:
+    from .onnx import InferenceSession
+
+    a.model = resolve_model_path(a.model)
+    t0 = time.perf_counter()
+    sess = InferenceSession(a.model, device=a.device)
+    t_load = time.perf_counter() - t0
+    given = {}
+    for item in a.input:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise GpuopsError(f"--input takes name=file.npy, got {item!r}")
+        given[name] = np.load(path, allow_pickle=False)
+    rng = np.random.default_rng(a.seed)
+    feeds = {arg.name: given.pop(arg.name) if arg.name in given else _random_feed(arg, rng, a.batch)
+             for arg in sess.get_inputs()}
+    feeds.update(given)  # unknown names: let the session report them
+    outs = sess.run(None, feeds)  # warm-up (and the result)
+    times = []
+    for _ in range(a.repeat):
+        t = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    print(f"model   {a.model}")
+    print(f"device  {sess.device}   load {t_load * 1e3:.1f} ms")
+    for arg in sess.get_inputs():
+        print(f"input   {arg.name}: {feeds[arg.name].dtype}{list(feeds[arg.name].shape)}")
+    for arg, out in zip(sess.get_outputs(), outs):
+        arr = np.asarray(out)
+        checksum = float(np.sum(arr.astype(np.float64))) if arr.dtype.kind in "biuf" else len(arr.ravel())
+        print(f"output  {arg.name}: {arr.dtype}{list(arr.shape)}  sum={checksum:.6g}")
+    if times:
+        print(f"latency median {np.median(times) * 1e3:.2f} ms over {len(times)} run(s)")
+    return 0
+
+
+def cmd_info(a) -> int:
+    info = {"gpuops": __version__, "numpy": np.__version__, "devices": devices(),
+            "default_device": str(get_device("auto"))}
+    try:
+        import onnx
+
+        info["onnx"] = onnx.__version__
+    except ImportError:
+        pass
+    if a.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"gpuops {info['gpuops']}  (numpy {info['numpy']}, onnx {info.get('onnx')})")
+    print(f"default device: {info['default_device']}")
+    for d in info["devices"]:
+        extra = ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("name", "kind"))
+        print(f"  {d['name']}" + (f": {extra}" if extra else ""))
+    return 0
+
+
+def cmd_bench(a) -> int:
+    try:
+        from benchmarks.__main__ import main as bench_main
+    except ImportError:
+        print("gpuops bench needs the repository's benchmarks/ folder (run from a clone)", file=sys.stderr)
+        return 2
+    return bench_main(a.args)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="gpuops", description=__doc__)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a model (random inputs of the declared shapes unless given)")
+    r.add_argument("model", help="an .onnx path, or light:NAME for a model the onnx package ships")
+    r.add_argument("--device", default="auto")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    r.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up")
+    r.add_argument("--batch", type=int, default=1, help="size of symbolic dimensions")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(fn=cmd_run)
+    i = sub.add_parser("info", help="version and devices")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(fn=cmd_info)
+    b = sub.add_parser("bench", help="benchmark suite (see benchmarks/)")
+    b.add_argument("args", nargs=argparse.REMAINDER)
+    b.set_defaults(fn=cmd_bench)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose or a.cmd == "run" else logging.WARNING,
+                        format="%(message)s")
+    try:
+        return a.fn(a)
+    except GpuopsError as e:
+        print(f"gpuops: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
