@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -26,6 +27,7 @@ class Device:
     kind: str
     index: int
     xp: ModuleType = field(repr=False, compare=False)
+    lib: ModuleType | None = field(default=None, repr=False, compare=False)  # cupy (or its stand-in)
 
     def __str__(self) -> str:
         return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
@@ -34,24 +36,28 @@ class Device:
         """Host (or DLPack-capable) value -> an array on this device."""
         if self.kind == "cpu":
             return np.asarray(to_host(value), dtype=dtype)
-        with self.xp.cuda.Device(self.index):
-            return self.xp.asarray(value, dtype=dtype)
+        with self.lib.cuda.Device(self.index):
+            if not isinstance(value, (np.ndarray, np.generic, self.lib.ndarray)) and hasattr(value, "__dlpack__"):
+                try:  # torch / jax / ... on this GPU: zero-copy
+                    value = self.lib.from_dlpack(value)
+                except Exception:  # a host tensor: one explicit copy
+                    value = to_host(value)
+            return self.lib.asarray(value, dtype=dtype)
 
     def to_host(self, value: Any) -> np.ndarray:
         return to_host(value)
 
     def is_native(self, value: Any) -> bool:
         """True when ``value`` is already an array of this device's namespace."""
-        return isinstance(value, self.xp.ndarray)
+        return isinstance(value, (self.lib or np).ndarray)
 
 
 def to_host(value: Any) -> np.ndarray:
     """Any array (NumPy, CuPy, DLPack-capable) -> a NumPy array on the host."""
     if isinstance(value, np.ndarray):
         return value
-    get = getattr(value, "get", None)  # cupy.ndarray.get(): the explicit device -> host copy
-    if get is not None and type(value).__module__.startswith("cupy"):
-        return get()
+    if type(value).__module__.startswith(("cupy", "gpuops.cuda_standin")):
+        return value.get()  # cupy.ndarray.get(): the explicit device -> host copy
     if hasattr(value, "__dlpack__") and not isinstance(value, np.generic):
         try:
             return np.from_dlpack(value)
@@ -60,13 +66,29 @@ def to_host(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-@functools.lru_cache(maxsize=1)
-def _cupy() -> ModuleType | None:
+STANDIN_ENV = "GPUOPS_CUDA_STANDIN"
+
+
+def _use_standin() -> bool:
+    return os.environ.get(STANDIN_ENV, "") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=2)
+def _load_cupy(standin: bool) -> ModuleType | None:
+    if standin:
+        from . import cuda_standin
+
+        return cuda_standin
     try:
         import cupy
     except Exception:  # ImportError, or a CuPy whose CUDA libraries are missing
         return None
     return cupy
+
+
+def _cupy() -> ModuleType | None:
+    """CuPy, or the CPU stand-in (:mod:`gpuops.cuda_standin`) when ``GPUOPS_CUDA_STANDIN=1``."""
+    return _load_cupy(_use_standin())
 
 
 def cuda_device_count() -> int:
@@ -86,17 +108,24 @@ def _numpy_device() -> Device:
     return Device("cpu", 0, xp)
 
 
-@functools.lru_cache(maxsize=None)
 def _cuda_device(index: int) -> Device:
+    return _cuda_device_of(index, _use_standin())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_device_of(index: int, standin: bool) -> Device:
     n = cuda_device_count()
     if n == 0:
         why = "CuPy is not installed" if _cupy() is None else "no CUDA GPU is visible"
         raise DeviceError(f"device 'cuda:{index}' requested but {why} (pip install 'gpuops[cuda]')")
     if not 0 <= index < n:
         raise DeviceError(f"device 'cuda:{index}' requested but only {n} CUDA device(s) exist")
+    lib = _cupy()
+    if standin:
+        return Device("cuda", index, lib.xp, lib)
     import array_api_compat.cupy as xp
 
-    return Device("cuda", index, xp)
+    return Device("cuda", index, xp, lib)
 
 
 _auto_logged = False

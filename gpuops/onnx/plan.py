@@ -45,6 +45,7 @@ class Plan:
     free_names: set[str]  # names read from an enclosing scope (subgraphs only)
     optional_inputs: set[str] = field(default_factory=set)
     weights: dict[str, Any] = field(default_factory=dict)  # initializers on the session's device
+    produced: set[str] = field(default_factory=set)  # values made by this plan's steps
 
     def upload(self, device) -> None:
         """Copy initializers (this plan's and its subgraphs') to ``device`` once."""
@@ -52,6 +53,12 @@ class Plan:
         for step in self.steps:
             for sub in step.subgraphs.values():
                 sub.upload(device)
+
+    def drop_weights(self) -> None:
+        self.weights = {}
+        for step in self.steps:
+            for sub in step.subgraphs.values():
+                sub.drop_weights()
 
 
 def tensor_to_numpy(t: onnx.TensorProto) -> np.ndarray:
@@ -281,6 +288,7 @@ def _inline(node: onnx.NodeProto, fn: onnx.FunctionProto, prefix: str) -> list[o
 
 
 def _plan_liveness(plan: Plan, keep: set[str]) -> None:
+    plan.produced = {o for step in plan.steps for o in step.outputs if o}
     last: dict[str, int] = {}
     for i, step in enumerate(plan.steps):
         for name in step.inputs:

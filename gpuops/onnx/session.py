@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -11,7 +12,8 @@ import onnx
 from .. import ops as _ops  # noqa: F401  (registers every op family)
 from ..device import Device, get_device
 from ..dtypes import np_dtype, type_name
-from ..errors import FeedError, GpuopsError, ModelError, NodeError
+from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
+from ..memory import LiveBytes, MemoryManager
 from .model import load_model
 from .plan import Plan, PlanBuilder, Step
 
@@ -43,9 +45,11 @@ class InferenceSession:
 
     ``model`` is a path, bytes or :class:`onnx.ModelProto`; ``device`` is ``"cpu"``, ``"cuda"``,
     ``"cuda:N"`` or ``"auto"``. Unsupported ops fail here, at creation, naming the node.
+    ``memory_limit`` (bytes, or a fraction of the GPU's memory) caps this session's device pool;
+    running past it raises :class:`gpuops.OutOfMemoryError` naming the node, and the session stays usable.
     """
 
-    def __init__(self, model, device: str | Device = "auto"):
+    def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None):
         self.device = get_device(device)
         self.model = load_model(model)
         opsets = {}
@@ -56,11 +60,15 @@ class InferenceSession:
         functions = {(f.domain if f.domain != "ai.onnx" else "", f.name): f for f in self.model.functions}
         self.opsets = opsets
         self.plan = PlanBuilder(opsets, self.device.kind, functions, self.model).build(self.model.graph)
-        self.plan.upload(self.device)
+        self.memory = MemoryManager(self.device, memory_limit)
+        with self.memory.active():
+            self.plan.upload(self.device)
         init_names = set(self.plan.initializers)
         self._inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name not in init_names]
         self._optional_inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name in init_names]
         self._outputs = [_node_arg(vi) for vi in self.model.graph.output]
+        self.last_profile: list[dict] | None = None
+        self._closed = False
 
     # -- introspection -------------------------------------------------------------------------
 
@@ -74,19 +82,66 @@ class InferenceSession:
     def get_overridable_initializers(self) -> list[NodeArg]:
         return list(self._optional_inputs)
 
+    def memory_stats(self) -> dict:
+        """Device pool bytes (current, peak, pooled), allocations vs reuses, and the liveness plan's
+        peak next to the total of all intermediates (what a run without releases would hold)."""
+        return self.memory.stats()
+
     # -- running -------------------------------------------------------------------------------
 
-    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any]) -> list:
-        """Run the graph; returns the requested outputs (all if ``None``) as NumPy arrays."""
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], *,
+            output_device: str = "cpu", profile: bool = False) -> list:
+        """Run the graph; returns the requested outputs (all if ``None``).
+
+        Outputs are NumPy arrays, or device arrays with ``output_device="device"`` (CuPy arrays on
+        CUDA). Feeds may be NumPy, CuPy or any DLPack-capable arrays (taken without a host copy when
+        they already live on this device). ``profile=True`` records per-node times and bytes in
+        :attr:`last_profile` (see :meth:`save_profile`).
+        """
+        if self._closed:
+            raise GpuopsError("the session is closed")
         names = [o.name for o in self._outputs] if not output_names else list(output_names)
         known = {o.name for o in self._outputs}
         for n in names:
             if n not in known:
                 raise FeedError(f"unknown output name {n!r}; the model's outputs are {sorted(known)}")
-        env = dict(self.plan.weights)
-        env.update(self._check_feeds(input_feed))
-        run_plan(self.plan, env, self.device)
-        return [_to_host(env[n]) for n in names]
+        if output_device not in ("cpu", "device"):
+            raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
+        ctx = RunContext(self.device, self.memory, [] if profile else None)
+        try:
+            with self.memory.active():
+                env = dict(self.plan.weights)
+                env.update(self._check_feeds(input_feed))
+                run_plan(self.plan, env, ctx)
+                outs = [env[n] for n in names]
+                del env
+        except OutOfMemoryError:
+            self.memory.release_cached()
+            raise
+        self.memory.note_run(ctx.live)
+        self.last_profile = ctx.profile
+        return outs if output_device == "device" else [_to_host(v) for v in outs]
+
+    def save_profile(self, path) -> None:
+        """Write :attr:`last_profile` (from ``run(..., profile=True)``) as JSON."""
+        import json
+
+        if self.last_profile is None:
+            raise GpuopsError("no profile recorded: call run(..., profile=True) first")
+        with open(path, "w") as f:
+            json.dump({"device": str(self.device), "nodes": self.last_profile}, f, indent=1)
+
+    def close(self) -> None:
+        """Release every device buffer this session holds (weights included)."""
+        self.plan.drop_weights()
+        self.memory.release_cached()
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def _check_feeds(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(feed, Mapping):
@@ -138,11 +193,21 @@ def _to_host(value):
     return to_host(value)
 
 
+@dataclass
+class RunContext:
+    """What one run carries besides values: the device, memory accounting, the profile being made."""
+
+    device: Device
+    memory: MemoryManager
+    profile: list | None = None
+    live: LiveBytes = field(default_factory=LiveBytes)
+
+
 class Subgraph:
     """A graph attribute bound to the scope it runs in: ``body(*inputs) -> list of outputs``."""
 
-    def __init__(self, plan: Plan, outer: Mapping[str, Any], device: Device):
-        self.plan, self.outer, self.device = plan, outer, device
+    def __init__(self, plan: Plan, outer: Mapping[str, Any], ctx: RunContext):
+        self.plan, self.outer, self.ctx = plan, outer, ctx
 
     @property
     def input_names(self) -> list[str]:
@@ -157,7 +222,7 @@ class Subgraph:
         env.update(self.plan.weights)
         for vi, value in zip(self.plan.inputs, inputs):
             env[vi.name] = value
-        run_plan(self.plan, env, self.device)
+        run_plan(self.plan, env, self.ctx)
         return [env[n] for n in self.plan.outputs]
 
 
@@ -172,20 +237,33 @@ class _Scope(dict):
         return self.outer[key]
 
 
-def run_plan(plan: Plan, env: dict, device: Device) -> None:
+def _nbytes(value) -> int:
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0) or 0)
+
+
+def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     """Execute ``plan``'s steps in order over ``env`` (name -> value), releasing dead values."""
-    xp = device.xp
+    xp, live, profile = ctx.device.xp, ctx.live, ctx.profile
     for step in plan.steps:
-        args = _gather(step, env, device)
+        args = _gather(step, env, ctx.device)
         attrs = step.attrs
         if step.subgraphs:
-            attrs = {**attrs, **{k: Subgraph(p, env, device) for k, p in step.subgraphs.items()}}
+            attrs = {**attrs, **{k: Subgraph(p, env, ctx) for k, p in step.subgraphs.items()}}
+        if profile is not None:
+            timer = NodeTimer(ctx.device, ctx.memory)
         try:
             result = step.impl.fn(xp, *args, **attrs)
         except GpuopsError as e:
             if step.name in str(e):
                 raise
             raise type(e)(f"{step.describe()}: {e}") from e
+        except MemoryError as e:
+            limit = ctx.memory.stats()["limit_bytes"]
+            raise OutOfMemoryError(f"{step.describe()} ran out of device memory on {ctx.device}"
+                                   + (f" (session memory_limit {limit:,} bytes)" if limit else "")
+                                   + f": {e}") from None
         except Exception as e:
             raise NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}") from e
         outs = result if isinstance(result, tuple) else (result,)
@@ -195,8 +273,38 @@ def run_plan(plan: Plan, env: dict, device: Device) -> None:
         for name, value in zip(step.outputs, outs):
             if name:
                 env[name] = value
+                live.add(_nbytes(value))
+        if profile is not None:
+            profile.append(timer.done(step, outs))
+        ctx.memory.note_node()
         for name in step.release:
-            env.pop(name, None)
+            value = env.pop(name, None)
+            if value is not None and name in plan.produced:
+                live.drop(_nbytes(value))
+
+
+class NodeTimer:
+    """Wall time (and device time, from CUDA events) and pool growth of one node."""
+
+    def __init__(self, device: Device, memory: MemoryManager):
+        self.device, self.memory = device, memory
+        self.bytes0 = memory.used_bytes()
+        self.events = None
+        if device.kind == "cuda":
+            self.events = (device.lib.cuda.Event(), device.lib.cuda.Event())
+            self.events[0].record()
+        self.t0 = time.perf_counter()
+
+    def done(self, step: Step, outs) -> dict:
+        rec = {"node": step.name, "op": step.op_type}
+        if self.events is not None:
+            self.events[1].record()
+            self.events[1].synchronize()
+            rec["device_ms"] = self.device.lib.cuda.get_elapsed_time(*self.events)
+        rec["wall_ms"] = (time.perf_counter() - self.t0) * 1e3
+        rec["output_bytes"] = sum(_nbytes(v) for v in outs)
+        rec["pool_bytes_delta"] = self.memory.used_bytes() - self.bytes0
+        return rec
 
 
 def _gather(step: Step, env: dict, device: Device) -> list:

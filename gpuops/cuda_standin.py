@@ -1,0 +1,477 @@
+"""A CPU stand-in for the part of CuPy that gpuops uses, so the CUDA path runs in CI without a GPU.
+
+Set ``GPUOPS_CUDA_STANDIN=1`` and ``device="cuda"`` resolves to this module instead of CuPy. It is
+NumPy underneath, with CuPy's rules on top:
+
+* arrays are a wrapper type (``ndarray``) that refuses implicit conversion to the host
+  (``np.asarray(a)`` raises ``TypeError`` as CuPy does); ``.get()`` / ``asnumpy`` are the explicit copy.
+  Under :func:`strict` even the conversions CuPy allows but that silently synchronise (``bool(a)``,
+  ``int(a)``, ``float(a)``, ``a.item()``, ``a.tolist()``, iteration) raise, so a test can prove that a graph
+  run moves data to the host only at its boundaries. Explicit transfers are counted in ``transfers``.
+* memory comes from an emulated ``MemoryPool`` (best-fit reuse of freed blocks rounded to 512 bytes,
+  ``used_bytes``/``total_bytes``/``set_limit``/``free_all_blocks``, ``OutOfMemoryError`` past the
+  limit), selected with ``cuda.using_allocator`` like CuPy's, and observable by memory hooks.
+* ``RawModule``/``RawKernel`` launches run the same ``.cu`` source on the CPU emulation of the CUDA
+  execution model (:mod:`gpuops.emulator`).
+
+The namespace wraps ``array_api_compat.numpy``, so ops see the same functions they see on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+import weakref
+from collections import Counter
+
+import numpy as np
+
+import array_api_compat.numpy as _np_ns
+
+_state = threading.local()
+transfers: Counter = Counter()  # "h2d" / "d2h": explicit host<->device copies
+
+
+class ImplicitTransferError(TypeError):
+    """A device array was converted to a host value without an explicit transfer."""
+
+
+def _strict() -> bool:
+    return getattr(_state, "strict", 0) > 0
+
+
+@contextlib.contextmanager
+def strict():
+    """Inside this block every implicit device->host conversion raises :class:`ImplicitTransferError`."""
+    _state.strict = getattr(_state, "strict", 0) + 1
+    try:
+        yield
+    finally:
+        _state.strict -= 1
+
+
+def _sync(what: str):
+    if _strict():
+        raise ImplicitTransferError(f"implicit device->host conversion ({what}) during a strict region; "
+                                    "use an explicit transfer (.get() / gpuops.device.to_host)")
+
+
+# -- arrays --------------------------------------------------------------------------------------
+
+class ndarray:
+    """A "device" array: a NumPy array that only leaves the device through ``get()``."""
+
+    __slots__ = ("_a", "__weakref__")
+    __array_ufunc__ = None  # NumPy ufuncs refuse us (as they refuse CuPy arrays); operators defer to us
+
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    nbytes = property(lambda self: self._a.nbytes)
+    itemsize = property(lambda self: self._a.itemsize)
+    strides = property(lambda self: self._a.strides)
+    T = property(lambda self: _wrap(self._a.T))
+    mT = property(lambda self: _wrap(np.swapaxes(self._a, -1, -2)))
+    device = property(lambda self: cuda.Device(0))
+
+    def get(self, stream=None, order="C", out=None) -> np.ndarray:
+        """The explicit device->host copy."""
+        transfers["d2h"] += 1
+        return np.array(self._a, copy=True)
+
+    def set(self, arr, stream=None) -> None:
+        transfers["h2d"] += 1
+        self._a[...] = arr
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. "
+                        "Please use `.get()` to construct a NumPy array explicitly.")
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # no __array_interface__ / __array_struct__ back doors to the host
+            raise AttributeError(name)
+        return _wrap(getattr(self._a, name))
+
+    def __getitem__(self, key):
+        return _wrap(self._a[_unwrap(key)])
+
+    def __setitem__(self, key, value):
+        self._a[_unwrap(key)] = _unwrap(value)
+
+    def __len__(self):
+        return len(self._a)
+
+    def __iter__(self):
+        _sync("iteration")
+        return (_wrap(x) for x in self._a)
+
+    def __bool__(self):
+        _sync("bool()")
+        return bool(self._a)
+
+    def __int__(self):
+        _sync("int()")
+        return int(self._a)
+
+    def __float__(self):
+        _sync("float()")
+        return float(self._a)
+
+    def __complex__(self):
+        _sync("complex()")
+        return complex(self._a)
+
+    def __index__(self):
+        _sync("index")
+        return self._a.__index__()
+
+    def item(self, *args):
+        _sync(".item()")
+        return self._a.item(*args)
+
+    def tolist(self):
+        _sync(".tolist()")
+        return self._a.tolist()
+
+    def __repr__(self):
+        return f"standin.{np.array_repr(self._a)}"
+
+    __str__ = __repr__
+
+
+def _binary(name):
+    def method(self, *args):
+        return _wrap(getattr(self._a, name)(*_unwrap(args)))
+
+    method.__name__ = name
+    return method
+
+
+for _name in ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
+              "lshift", "rshift"]:
+    for _fmt in ("__{}__", "__r{}__", "__i{}__"):
+        setattr(ndarray, _fmt.format(_name), _binary(_fmt.format(_name)))
+for _name in ["__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__neg__", "__pos__", "__abs__",
+              "__invert__", "__divmod__", "__rdivmod__"]:
+    setattr(ndarray, _name, _binary(_name))
+ndarray.__hash__ = None
+
+
+def _wrap(x):
+    if isinstance(x, np.ndarray):
+        _track(x)
+        return ndarray(x)
+    if isinstance(x, np.generic):  # CuPy returns 0-d device arrays, never host scalars
+        return _wrap(np.asarray(x))
+    if isinstance(x, tuple):
+        return tuple(_wrap(v) for v in x)
+    if isinstance(x, list):
+        return [_wrap(v) for v in x]
+    if callable(x) and not isinstance(x, (type, np.dtype)):
+        return _Wrapped(x)
+    return x
+
+
+def _unwrap(x):
+    if isinstance(x, ndarray):
+        return x._a
+    if isinstance(x, tuple):
+        return tuple(_unwrap(v) for v in x)
+    if isinstance(x, list):
+        return [_unwrap(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _unwrap(v) for k, v in x.items()}
+    return x
+
+
+class _Wrapped:
+    """A NumPy callable (function, ufunc, bound method) taking and returning device arrays."""
+
+    __slots__ = ("_f",)
+
+    def __init__(self, f):
+        self._f = f
+
+    def __call__(self, *args, **kwargs):
+        return _wrap(self._f(*_unwrap(args), **_unwrap(kwargs)))
+
+    def __getattr__(self, name):  # ufunc.reduce / ufunc.at / ...
+        return _wrap(getattr(self._f, name))
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+class OutOfMemoryError(MemoryError):
+    """Raised like ``cupy.cuda.memory.OutOfMemoryError`` when a pool's limit is exceeded."""
+
+    def __init__(self, size: int, total: int, limit: int):
+        super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes, "
+                         f"limit set to: {limit:,} bytes).")
+
+
+class MemoryHook:
+    """Base class of memory hooks (CuPy's ``cupy.cuda.memory_hook.MemoryHook`` subset)."""
+
+    name = "MemoryHook"
+
+    def alloc_postprocess(self, device_id, mem_size, mem_ptr):  # a new block from the "device"
+        pass
+
+    def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):  # any pool malloc
+        pass
+
+    def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+        pass
+
+    def __enter__(self):
+        _hooks().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _hooks().remove(self)
+
+
+def _hooks() -> list:
+    if not hasattr(_state, "hooks"):
+        _state.hooks = []
+    return _state.hooks
+
+
+_ROUND = 512
+DEVICE_MEMORY = 16 << 30  # what the stand-in "GPU" reports as its total memory
+
+
+class MemoryPool:
+    """Best-fit reuse of freed blocks, as CuPy's pool does (without CUDA)."""
+
+    def __init__(self):
+        self._used = 0
+        self._free: list[int] = []  # sizes of cached free blocks
+        self._limit = 0
+        self._lock = threading.Lock()
+
+    def malloc(self, size: int) -> int:
+        size = -(-max(size, 1) // _ROUND) * _ROUND
+        with self._lock:
+            fit = min((b for b in self._free if b >= size), default=None)
+            if fit is not None:
+                self._free.remove(fit)
+                if fit > size:
+                    self._free.append(fit - size)
+            else:
+                if self._limit and self.total_bytes() + size > self._limit:
+                    self._free.clear()  # like CuPy: free cached blocks and retry once
+                    if self._used + size > self._limit:
+                        raise OutOfMemoryError(size, self._used, self._limit)
+                for h in list(_hooks()):
+                    h.alloc_postprocess(0, size, 0)
+            self._used += size
+        for h in list(_hooks()):
+            h.malloc_postprocess(0, size, size, 0, 0)
+        return size
+
+    def free(self, size: int) -> None:
+        with self._lock:
+            self._used -= size
+            self._free.append(size)
+        for h in list(_hooks()):
+            h.free_postprocess(0, size, 0, 0)
+
+    def used_bytes(self) -> int:
+        return self._used
+
+    def total_bytes(self) -> int:
+        return self._used + sum(self._free)
+
+    def free_bytes(self) -> int:
+        return sum(self._free)
+
+    def n_free_blocks(self) -> int:
+        return len(self._free)
+
+    def free_all_blocks(self, stream=None) -> None:
+        with self._lock:
+            self._free.clear()
+
+    def set_limit(self, size=None, fraction=None) -> None:
+        if fraction is not None:
+            size = int(DEVICE_MEMORY * fraction)
+        self._limit = int(size or 0)
+
+    def get_limit(self) -> int:
+        return self._limit
+
+
+_default_pool = MemoryPool()
+_owners: dict[int, object] = {}
+
+
+def get_default_memory_pool() -> MemoryPool:
+    return _default_pool
+
+
+def _current_pool() -> MemoryPool:
+    return getattr(_state, "pool", None) or _default_pool
+
+
+def _track(a: np.ndarray) -> None:
+    """Charge a new array buffer to the current pool; it is returned when NumPy frees it."""
+    base = a
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    key = id(base)
+    if key in _owners or not base.flags.owndata:
+        return
+    pool = _current_pool()
+    size = pool.malloc(base.nbytes)
+    _owners[key] = weakref.finalize(base, _release, key, pool, size)
+
+
+def _release(key, pool, size):
+    _owners.pop(key, None)
+    pool.free(size)
+
+
+# -- the cuda submodule ------------------------------------------------------------------------
+
+class _Device:
+    def __init__(self, index: int = 0):
+        self.id = index
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+
+class _Event:
+    def __init__(self, *args, **kwargs):
+        self.t = None
+
+    def record(self, stream=None):
+        import time
+
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+
+def _get_elapsed_time(start: _Event, end: _Event) -> float:
+    return (end.t - start.t) * 1e3
+
+
+@contextlib.contextmanager
+def _using_allocator(malloc=None):
+    pool = getattr(malloc, "__self__", None)
+    prev = getattr(_state, "pool", None)
+    _state.pool = pool if isinstance(pool, MemoryPool) else None
+    try:
+        yield
+    finally:
+        _state.pool = prev
+
+
+class _Runtime:
+    @staticmethod
+    def getDeviceCount() -> int:
+        return 1
+
+    @staticmethod
+    def getDeviceProperties(index: int) -> dict:
+        return {"name": b"gpuops CPU stand-in", "totalGlobalMem": DEVICE_MEMORY}
+
+    @staticmethod
+    def runtimeGetVersion() -> int:
+        return 0
+
+    @staticmethod
+    def memGetInfo():
+        return DEVICE_MEMORY - _default_pool.total_bytes(), DEVICE_MEMORY
+
+
+cuda = types.SimpleNamespace(
+    Device=_Device, MemoryPool=MemoryPool, MemoryHook=MemoryHook, using_allocator=_using_allocator,
+    Event=_Event, get_elapsed_time=_get_elapsed_time, runtime=_Runtime,
+    memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
+)
+
+
+# -- kernels -------------------------------------------------------------------------------------
+
+class RawModule:
+    """``cupy.RawModule`` whose functions run on the CPU emulation of the CUDA execution model."""
+
+    def __init__(self, code: str, options=(), name_expressions=(), **kwargs):
+        from .emulator import RawModule as EmuModule
+
+        self._m = EmuModule(code=code, options=tuple(options), name_expressions=tuple(name_expressions))
+
+    def get_function(self, name: str):
+        fn = self._m.get_function(name)
+
+        def launch(grid, block, args, shared_mem=0, **kwargs):
+            return fn(grid, block, tuple(_unwrap(list(args))), shared_mem=shared_mem)
+
+        return launch
+
+
+# -- the namespace -------------------------------------------------------------------------------
+
+def asarray(obj, dtype=None, copy=None, **kwargs):
+    """Host data -> device array (an explicit host->device copy); device arrays pass through."""
+    if isinstance(obj, ndarray):
+        return obj if dtype is None or obj.dtype == dtype else _wrap(obj._a.astype(dtype))
+    if isinstance(obj, (list, tuple)) and any(isinstance(v, ndarray) for v in obj):
+        return _wrap(np.asarray(_unwrap(obj), dtype=dtype))
+    transfers["h2d"] += 1
+    return _wrap(np.array(obj, dtype=dtype, copy=True))
+
+
+def asnumpy(a, stream=None) -> np.ndarray:
+    return a.get() if isinstance(a, ndarray) else np.asarray(a)
+
+
+def from_dlpack(x):
+    if isinstance(x, ndarray):
+        return x
+    return _wrap(np.from_dlpack(x))
+
+
+class _Namespace(types.ModuleType):
+    """Every other attribute: ``array_api_compat.numpy``'s, taking and returning device arrays."""
+
+    def __init__(self, name, inner):
+        super().__init__(name)
+        self._inner = inner
+
+    def __getattr__(self, name):
+        obj = getattr(self._inner, name)
+        if isinstance(obj, types.ModuleType):
+            obj = _Namespace(f"{self.__name__}.{name}", obj)
+        else:
+            obj = _wrap(obj)
+        setattr(self, name, obj)
+        return obj
+
+
+xp = _Namespace("gpuops.cuda_standin.xp", _np_ns)
+for _k, _v in {"ndarray": ndarray, "asarray": asarray, "asnumpy": asnumpy, "from_dlpack": from_dlpack,
+               "cuda": cuda, "RawModule": RawModule, "get_default_memory_pool": get_default_memory_pool}.items():
+    setattr(xp, _k, _v)
+xp.array = lambda obj, dtype=None, copy=True, **kw: asarray(obj, dtype=dtype)

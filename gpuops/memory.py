@@ -1,0 +1,106 @@
+"""Device memory for a session: its own CuPy ``MemoryPool``, a limit, and what it did.
+
+The executor frees every intermediate after its last consumer (the liveness plan in
+:mod:`gpuops.onnx.plan`), so the pool hands the same blocks to later nodes; this module makes that
+visible (allocations vs reuses, current/peak/pooled bytes) and turns running out of memory into a
+:class:`gpuops.OutOfMemoryError`. On the CPU there is no pool: only the liveness accounting is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from .device import Device
+
+
+@dataclass
+class LiveBytes:
+    """Bytes of the values a run holds under the liveness plan (both devices)."""
+
+    current: int = 0
+    peak: int = 0
+    produced: int = 0  # every intermediate, as if none were ever freed
+
+    def add(self, nbytes: int) -> None:
+        self.current += nbytes
+        self.produced += nbytes
+        self.peak = max(self.peak, self.current)
+
+    def drop(self, nbytes: int) -> None:
+        self.current -= nbytes
+
+
+@dataclass
+class MemoryManager:
+    device: Device
+    limit: int | float | None = None
+    allocations: int = 0
+    reuses: int = 0
+    peak: int = 0
+    plan_peak: int = 0
+    produced: int = 0
+    pool: object = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.device.kind != "cuda":
+            return
+        lib = self.device.lib
+        self.pool = lib.cuda.MemoryPool()
+        if self.limit is not None:
+            if isinstance(self.limit, float) and 0 < self.limit <= 1:
+                self.pool.set_limit(fraction=self.limit)
+            else:
+                self.pool.set_limit(size=int(self.limit))
+        manager = self
+
+        class _Counter(lib.cuda.MemoryHook):
+            name = "gpuops"
+
+            def alloc_postprocess(self, device_id, mem_size, mem_ptr):
+                manager.allocations += 1
+
+            def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+                manager.reuses += 1  # every pool malloc; the fresh ones are subtracted in stats()
+
+        self._hook = _Counter()
+
+    @contextlib.contextmanager
+    def active(self):
+        """Allocations inside come from this session's pool (and are counted)."""
+        if self.pool is None:
+            yield
+            return
+        lib = self.device.lib
+        with lib.cuda.Device(self.device.index), lib.cuda.using_allocator(self.pool.malloc), self._hook:
+            yield
+
+    def used_bytes(self) -> int:
+        return self.pool.used_bytes() if self.pool is not None else 0
+
+    def note_node(self) -> None:
+        if self.pool is not None:
+            self.peak = max(self.peak, self.pool.used_bytes())
+
+    def note_run(self, live: LiveBytes) -> None:
+        self.plan_peak = max(self.plan_peak, live.peak)
+        self.produced = max(self.produced, live.produced)
+
+    def release_cached(self) -> None:
+        if self.pool is not None:
+            self.pool.free_all_blocks()
+
+    def stats(self) -> dict:
+        """current/peak/pooled bytes, allocations vs reuses, and the liveness plan's peak."""
+        pooled = self.pool.total_bytes() if self.pool is not None else 0
+        return {
+            "device": str(self.device),
+            "current_bytes": self.used_bytes(),
+            "peak_bytes": self.peak,
+            "pooled_bytes": pooled,
+            "allocations": self.allocations,
+            "reuses": max(self.reuses - self.allocations, 0),
+            "planned_peak_bytes": self.plan_peak,
+            "intermediates_total_bytes": self.produced,
+            "limit_bytes": self.pool.get_limit() if self.pool is not None else None,
+        }
