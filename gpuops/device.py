@@ -69,7 +69,8 @@ def to_host(value: Any) -> np.ndarray:
 STANDIN_ENV = "GPUOPS_CUDA_STANDIN"
 
 
-def _use_standin() -> bool:
+def uses_standin() -> bool:
+    """True when ``device="cuda"`` means the CPU stand-in for CuPy (``GPUOPS_CUDA_STANDIN=1``)."""
     return os.environ.get(STANDIN_ENV, "") not in ("", "0")
 
 
@@ -88,7 +89,7 @@ def _load_cupy(standin: bool) -> ModuleType | None:
 
 def _cupy() -> ModuleType | None:
     """CuPy, or the CPU stand-in (:mod:`gpuops.cuda_standin`) when ``GPUOPS_CUDA_STANDIN=1``."""
-    return _load_cupy(_use_standin())
+    return _load_cupy(uses_standin())
 
 
 def cuda_device_count() -> int:
@@ -109,7 +110,7 @@ def _numpy_device() -> Device:
 
 
 def _cuda_device(index: int) -> Device:
-    return _cuda_device_of(index, _use_standin())
+    return _cuda_device_of(index, uses_standin())
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,138 @@
+"""The CUDA path: residency, explicit transfers only at the boundaries, memory pool, limits, profiler.
+
+These run on real CuPy when a GPU is present and on the CPU stand-in otherwise (see conftest.py).
+"""
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import gpuops
+from gpuops import device as _device
+
+from .conformance.harness import device_guard
+
+STANDIN = _device.uses_standin()
+
+
+def chain_model(n=12, width=256):
+    """x -> Relu -> Mul(2) -> Relu -> ... : n nodes whose intermediates are each dead after one step."""
+    nodes, prev = [], "x"
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    for i in range(n):
+        out = "y" if i == n - 1 else f"t{i}"
+        if i % 2:
+            nodes.append(helper.make_node("Mul", [prev, "two"], [out], name=f"mul{i}"))
+        else:
+            nodes.append(helper.make_node("Relu", [prev], [out], name=f"relu{i}"))
+        prev = out
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])], initializer=[two])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def expected_chain(x, n=12):
+    for i in range(n):
+        x = x * 2 if i % 2 else np.maximum(x, 0)
+    return x
+
+
+def test_cuda_run_matches_cpu_and_returns_host_arrays():
+    x = np.random.default_rng(0).standard_normal((4, 256)).astype(np.float32)
+    sess = gpuops.InferenceSession(chain_model(), device="cuda")
+    assert sess.device.kind == "cuda"
+    with device_guard("cuda"):
+        (y,) = sess.run(None, {"x": x})
+    assert isinstance(y, np.ndarray)
+    np.testing.assert_allclose(y, expected_chain(x), rtol=1e-6)
+
+
+@pytest.mark.skipif(not STANDIN, reason="transfer counting is a stand-in feature")
+def test_no_implicit_transfers_and_explicit_ones_only_at_the_boundaries():
+    from gpuops import cuda_standin
+
+    sess = gpuops.InferenceSession(chain_model(), device="cuda")
+    x = np.ones((2, 256), np.float32)
+    before = dict(cuda_standin.transfers)
+    with cuda_standin.strict():  # any bool()/int()/float()/.item()/np.asarray() on a device array raises
+        sess.run(None, {"x": x})
+    delta = {k: cuda_standin.transfers[k] - before.get(k, 0) for k in ("h2d", "d2h")}
+    assert delta == {"h2d": 1, "d2h": 1}  # one feed in, one output out; weights were uploaded at creation
+
+
+@pytest.mark.skipif(not STANDIN, reason="checks the stand-in's own refusal")
+def test_standin_refuses_implicit_conversion_like_cupy():
+    from gpuops import cuda_standin
+
+    a = gpuops.get_device("cuda").asarray(np.arange(3, dtype=np.float32))
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.asarray(a)
+    with pytest.raises(TypeError):
+        np.add(a, 1)
+    with cuda_standin.strict(), pytest.raises(cuda_standin.ImplicitTransferError):
+        bool(a[0] > 0)
+    np.testing.assert_array_equal(a.get(), [0, 1, 2])
+
+
+def test_device_resident_io():
+    sess = gpuops.InferenceSession(chain_model(), device="cuda")
+    dev = sess.device
+    x = np.random.default_rng(1).standard_normal((3, 256)).astype(np.float32)
+    xd = dev.asarray(x)
+    (yd,) = sess.run(None, {"x": xd}, output_device="device")
+    assert dev.is_native(yd)
+    np.testing.assert_allclose(dev.to_host(yd), expected_chain(x), rtol=1e-6)
+    with pytest.raises(gpuops.GpuopsError, match="output_device"):
+        sess.run(None, {"x": x}, output_device="gpu0")
+
+
+def test_memory_stats_show_reuse_and_a_peak_well_under_all_intermediates():
+    sess = gpuops.InferenceSession(chain_model(n=16, width=4096), device="cuda")
+    x = np.ones((64, 4096), np.float32)
+    sess.run(None, {"x": x})
+    sess.run(None, {"x": x})
+    st = sess.memory_stats()
+    one = x.nbytes
+    assert st["intermediates_total_bytes"] >= 16 * one
+    assert st["planned_peak_bytes"] <= 3 * one + 512  # feed + producer + consumer at most
+    assert st["reuses"] > st["allocations"] > 0
+    assert st["peak_bytes"] <= 4 * one + 4096
+    assert st["pooled_bytes"] >= st["current_bytes"]
+
+
+def test_memory_limit_turns_oom_into_a_gpuops_error_and_the_session_survives():
+    sess = gpuops.InferenceSession(chain_model(n=4, width=1024), device="cuda", memory_limit=2 << 20)
+    with pytest.raises(gpuops.OutOfMemoryError, match=r"node '(relu|mul)\d+' \((Relu|Mul)\) ran out of device memory"):
+        sess.run(None, {"x": np.ones((400, 1024), np.float32)})  # 1.6 MB per value: two do not fit
+    small = np.ones((8, 1024), np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": small})[0], expected_chain(small, 4))
+
+
+def test_profile_records_every_node(tmp_path):
+    for dev in ("cpu", "cuda"):
+        sess = gpuops.InferenceSession(chain_model(n=5), device=dev)
+        sess.run(None, {"x": np.ones((2, 256), np.float32)}, profile=True)
+        prof = sess.last_profile
+        assert [p["node"] for p in prof] == ["relu0", "mul1", "relu2", "mul3", "relu4"]
+        assert all(p["wall_ms"] >= 0 and p["output_bytes"] == 2 * 256 * 4 for p in prof)
+        if dev == "cuda":
+            assert all("device_ms" in p for p in prof)
+        sess.save_profile(tmp_path / f"{dev}.json")
+        assert len(json.loads((tmp_path / f"{dev}.json").read_text())["nodes"]) == 5
+
+
+def test_close_releases_weights_and_context_manager():
+    with gpuops.InferenceSession(chain_model(n=2), device="cuda") as sess:
+        assert sess.plan.weights
+        sess.run(None, {"x": np.ones((1, 256), np.float32)})
+    assert not sess.plan.weights
+    with pytest.raises(gpuops.GpuopsError, match="closed"):
+        sess.run(None, {"x": np.ones((1, 256), np.float32)})
+
+
+def test_devices_lists_the_cuda_device():
+    cuda = [d for d in gpuops.devices() if d["kind"] == "cuda"]
+    assert cuda and cuda[0]["name"] == "cuda:0" and cuda[0]["memory_total"] > 0
+    assert str(gpuops.get_device("auto")) == "cuda:0"
