@@ -101,6 +101,11 @@ def cmd_info(a) -> int:
 
 
 def cmd_bench(a) -> int:
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isdir(os.path.join(root, "benchmarks")) and root not in sys.path:
+        sys.path.insert(0, root)  # the benchmarks live beside the package in a clone
     try:
         from benchmarks.__main__ import main as bench_main
     except ImportError:

@@ -1,0 +1,1 @@
+"""gpuops benchmark suite: ``gpuops bench`` or ``python -m benchmarks``."""

@@ -1,0 +1,142 @@
+"""Run the benchmark suite: ``gpuops bench [--quick] [--device auto] [--models a,b] [--out DIR]``.
+
+Each model runs through gpuops and, in the same process, through every installed peer, with
+warm-up and repeated timed runs; the report gives median/p90 latency, throughput, the ratio of
+each peer's median to gpuops' (above 1 means gpuops is faster), whether outputs agree, gpuops'
+memory stats and, on a GPU, NVML telemetry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import gpuops
+
+from . import models as M
+from .peers import onnxruntime_sessions, reference_evaluator
+from .report import write_all
+from .telemetry import GpuSampler
+
+
+def time_runs(fn, feeds, warmup: int, repeat: int, budget_s: float) -> dict:
+    for _ in range(warmup):
+        fn(feeds)
+    times = []
+    t_end = time.perf_counter() + budget_s
+    while len(times) < repeat and (len(times) < 2 or time.perf_counter() < t_end):
+        t = time.perf_counter()
+        fn(feeds)
+        times.append(time.perf_counter() - t)
+    return {"median_ms": float(np.median(times) * 1e3), "p90_ms": float(np.percentile(times, 90) * 1e3),
+            "runs": len(times)}
+
+
+def max_abs_diff(a: list, b: list) -> float:
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) if np.size(x) else 0.0
+               for x, y in zip(a, b))
+
+
+def bench_one(bm: M.BenchModel, batch: int, device: str, a) -> dict:
+    rec = {"model": bm.name, "batch": batch, "device": device}
+    model = bm.make(batch)
+    feeds = bm.feeds(model, batch, np.random.default_rng(0))
+    sess = gpuops.InferenceSession(model, device=device)
+    rec["device"] = str(sess.device)
+    ours = sess.run(None, feeds)
+    with GpuSampler(sess.device.index if sess.device.kind == "cuda" else 0) as sampler:
+        g = time_runs(lambda f: sess.run(None, f), feeds, a.warmup, a.repeat, a.budget)
+    g["throughput"] = batch / (g["median_ms"] / 1e3)
+    rec["gpuops"] = g
+    rec["memory"] = sess.memory_stats()
+    if sess.device.kind == "cuda":
+        rec["telemetry"] = sampler.summary()
+    peers = {**onnxruntime_sessions(model, rec["device"]), **reference_evaluator(model)}
+    rec["peers"], rec["agree"] = {}, True
+    for name, fn in peers.items():
+        try:
+            theirs = fn(feeds)
+            t = time_runs(fn, feeds, a.warmup, a.repeat if name != "onnx-reference" else 2, a.budget)
+        except Exception as e:  # a peer that fails is reported, not fatal
+            rec["peers"][name] = {"error": f"{type(e).__name__}: {e}"[:200]}
+            continue
+        diff = max_abs_diff(ours, theirs)
+        scale = max(float(np.max(np.abs(np.asarray(x, np.float64)))) if np.size(x) else 0.0 for x in theirs)
+        ok = diff <= a.atol + a.rtol * scale
+        rec["agree"] &= ok
+        rec["peers"][name] = {**t, "ratio": t["median_ms"] / g["median_ms"], "max_abs_diff": diff, "agree": ok}
+    sess.close()
+    return rec
+
+
+def environment(device: str) -> dict:
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "python": platform.python_version(), "numpy": np.__version__, "gpuops": gpuops.__version__,
+           "cpu": platform.processor() or platform.machine(), "device": device}
+    try:
+        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                           cwd=Path(__file__).parent, check=True).stdout.strip()
+    except Exception:
+        env["git_commit"] = None
+    for mod in ("onnx", "onnxruntime", "cupy", "torch"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception:
+            pass
+    cuda = [d for d in gpuops.devices() if d["kind"] == "cuda"]
+    env["gpu"] = cuda[0].get("device_name") if cuda and device != "cpu" else None
+    env["devices"] = gpuops.devices()
+    return env
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="gpuops bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto; comma-separated for several")
+    ap.add_argument("--models", default="", help="comma-separated names (default: all)")
+    ap.add_argument("--batch", default="1", help="comma-separated batch sizes (light models run at 1)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=10.0, help="seconds of timed runs per model and runtime")
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--quick", action="store_true", help="a few minutes on 2 CPU cores")
+    ap.add_argument("--out", default="bench-results")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.warmup, a.repeat, a.budget = 1, 3, 1.0
+    names = [n for n in a.models.split(",") if n]
+    batches = [int(b) for b in a.batch.split(",")]
+    suite = M.suite(names or None)
+    jobs = [(bm, b, dev) for dev in a.device.split(",") for bm in suite
+            for b in (batches if bm.batchable else [1])]
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        def tqdm(x, **kw):
+            return x
+    runs = []
+    bar = tqdm(jobs, desc="bench", unit="model", file=sys.stderr)
+    for bm, b, dev in bar:
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str(f"{bm.name} b{b} {dev}")
+        try:
+            runs.append(bench_one(bm, b, dev, a))
+        except gpuops.GpuopsError as e:
+            runs.append({"model": bm.name, "batch": b, "device": dev, "error": str(e)})
+    result = {"env": environment(a.device), "settings": vars(a), "runs": runs}
+    paths = write_all(result, Path(a.out))
+    print(paths[1].read_text())
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0 if all("error" not in r and r["agree"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
