@@ -260,6 +260,10 @@ def _inline(node: onnx.NodeProto, fn: onnx.FunctionProto, prefix: str) -> list[o
     rename = {f: a for f, a in zip(fn.input, node.input)}
     rename.update({f: "" for f in fn.input[len(node.input):]})
     rename.update({f: a for f, a in zip(fn.output, node.output)})
+
+    def name_of(x: str) -> str:
+        return rename.get(x, tag + x) if x else ""
+
     given = {a.name: a for a in node.attribute}
     defaults = {a.name: a for a in fn.attribute_proto}
     body = []
@@ -267,24 +271,46 @@ def _inline(node: onnx.NodeProto, fn: onnx.FunctionProto, prefix: str) -> list[o
         n = onnx.NodeProto()
         n.CopyFrom(inner)
         n.name = tag + (inner.name or inner.op_type)
-        n.input[:] = [rename.get(x, tag + x) if x else "" for x in inner.input]
-        n.output[:] = [rename.get(x, tag + x) if x else "" for x in inner.output]
-        attrs = []
-        for a in inner.attribute:
-            if a.ref_attr_name:
-                src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
-                if src is None:
-                    continue
-                b = onnx.AttributeProto()
-                b.CopyFrom(src)
-                b.name = a.name
-                attrs.append(b)
-            else:
-                attrs.append(a)
-        del n.attribute[:]
-        n.attribute.extend(attrs)
+        _bind(n, name_of, given, defaults)
         body.append(n)
     return body
+
+
+def _bind(n: onnx.NodeProto, name_of, given: dict, defaults: dict) -> None:
+    """Rename ``n``'s values (inside its subgraphs too: a function body is closed, so every name
+    there is the function's) and replace attribute references by the caller's attributes."""
+    n.input[:] = [name_of(x) for x in n.input]
+    n.output[:] = [name_of(x) for x in n.output]
+    attrs = []
+    for a in n.attribute:
+        if a.ref_attr_name:
+            src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+            if src is None:
+                continue
+            b = onnx.AttributeProto()
+            b.CopyFrom(src)
+            b.name = a.name
+            a = b
+        elif a.type == AttributeProto.GRAPH:
+            a = _bind_graph(a, name_of, given, defaults)
+        elif a.type == AttributeProto.GRAPHS:
+            a = _bind_graph(a, name_of, given, defaults)
+        attrs.append(a)
+    del n.attribute[:]
+    n.attribute.extend(attrs)
+
+
+def _bind_graph(a: AttributeProto, name_of, given, defaults) -> AttributeProto:
+    b = onnx.AttributeProto()
+    b.CopyFrom(a)
+    for g in ([b.g] if b.type == AttributeProto.GRAPH else b.graphs):
+        for vi in [*g.input, *g.output, *g.value_info]:
+            vi.name = name_of(vi.name)
+        for t in g.initializer:
+            t.name = name_of(t.name)
+        for inner in g.node:
+            _bind(inner, name_of, given, defaults)
+    return b
 
 
 def _plan_liveness(plan: Plan, keep: set[str]) -> None:

@@ -6,6 +6,8 @@ import contextlib
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 import gpuops
 
@@ -40,12 +42,20 @@ def check_case(case, device: str) -> None:
     names = [i.name for i in case.model.graph.input]
     out_names = [o.name for o in case.model.graph.output]
     for inputs, expected in case.data_sets:
-        feeds = dict(zip(names, inputs))
+        feeds = dict(zip(names, map(_from_proto, inputs)))
+        expected = [_from_proto(e) for e in expected]
         with device_guard(device):
             got = sess.run(out_names, feeds)
         assert len(got) == len(expected)
         for name, g, e in zip(out_names, got, expected):
             assert_close(g, e, case.rtol, case.atol, name)
+
+
+def _from_proto(value):
+    """Some cases carry TensorProtos (float8, int4...): as the onnx backend runner does, read them."""
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    return value
 
 
 def assert_close(got, expected, rtol: float, atol: float, name: str = "") -> None:
