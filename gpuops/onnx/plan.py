@@ -46,6 +46,7 @@ class Plan:
     optional_inputs: set[str] = field(default_factory=set)
     weights: dict[str, Any] = field(default_factory=dict)  # initializers on the session's device
     produced: set[str] = field(default_factory=set)  # values made by this plan's steps
+    output_info: list[onnx.ValueInfoProto] = field(default_factory=list)
 
     def upload(self, device) -> None:
         """Copy initializers (this plan's and its subgraphs') to ``device`` once."""
@@ -171,7 +172,7 @@ class PlanBuilder:
             if o not in defined and o not in outer:
                 raise ModelError(f"graph output {o!r} is not produced by any node, input or initializer")
         plan = Plan(graph.input, outputs, inits, steps, free,
-                    optional_inputs={n for n in input_names if n in inits})
+                    optional_inputs={n for n in input_names if n in inits}, output_info=list(graph.output))
         _plan_liveness(plan, keep=set(outputs) | set(inits))
         return plan
 

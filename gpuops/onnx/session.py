@@ -157,8 +157,8 @@ class InferenceSession:
         out = {}
         for name, value in feed.items():
             arg = args[name]
-            if arg.dtype is None:  # sequence / optional / map inputs pass through
-                out[name] = value if value is None or isinstance(value, list) else self.device.asarray(value)
+            if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
+                out[name] = _feed_to_device(self.device, value)
                 continue
             arr = value if self.device.is_native(value) else self.device.asarray(_as_array(value, arg))
             if arr.dtype != arg.dtype:
@@ -173,6 +173,14 @@ class InferenceSession:
                                         f"(shape {arg.shape}), got shape {tuple(arr.shape)}")
             out[name] = arr
         return out
+
+
+def _feed_to_device(device: Device, value):
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_feed_to_device(device, v) for v in value]
+    return value if device.is_native(value) else device.asarray(value)
 
 
 def _as_array(value, arg: NodeArg):
@@ -216,6 +224,11 @@ class Subgraph:
     @property
     def output_names(self) -> list[str]:
         return list(self.plan.outputs)
+
+    @property
+    def output_types(self) -> list[onnx.TypeProto]:
+        """Declared output types (e.g. the element shape of an empty scan output)."""
+        return [vi.type for vi in self.plan.output_info]
 
     def __call__(self, *inputs) -> list:
         env = _Scope(self.outer)

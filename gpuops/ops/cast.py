@@ -154,3 +154,24 @@ def CastLike19(xp, input, target_type, *, saturate=1):
 @op("CastLike", since=24)
 def CastLike24(xp, input, target_type, *, saturate=1, round_mode="up"):
     return cast(xp, input, target_type.dtype, saturate=saturate, round_mode=round_mode)
+
+
+_SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
+
+
+def _bits(dtype: np.dtype) -> int:
+    return _SUB_BYTE_BITS.get(np.dtype(dtype).name, np.dtype(dtype).itemsize * 8)
+
+
+@op("BitCast", since=26)
+def BitCast(xp, input, *, to):
+    """Reinterpret the bits (little endian) as type ``to`` of the same bit width; the shape is kept."""
+    dtype = np_dtype(to)
+    if dtype == object or input.dtype == object:
+        raise NodeError("BitCast does not take strings")
+    if _bits(dtype) != _bits(input.dtype):
+        raise NodeError(f"BitCast from {input.dtype} ({_bits(input.dtype)} bits) to {dtype} "
+                        f"({_bits(dtype)} bits): the bit widths differ")
+    if _host_only(dtype) or _host_only(input.dtype):
+        return to_host(input).view(dtype)
+    return input.view(dtype)
