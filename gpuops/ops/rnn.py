@@ -1,1 +1,264 @@
-"""TODO: filled in by the op-family work."""
+"""Recurrent ops: RNN, GRU, LSTM (forward / reverse / bidirectional, layout 0 and 1).
+
+The input projection ``X @ W^T + Wb`` is one matmul over every time step and direction. The
+recurrence is a Python loop over time steps only; both directions of a bidirectional op advance
+together (a reverse direction walks time backwards), batched over the leading direction axis.
+With ``sequence_lens``, a batch entry's state freezes once past its length and its ``Y`` is 0 there;
+a reverse direction starts at its own last valid step (as onnxruntime does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import NodeError
+from ..registry import op
+
+# Activation name -> (default alpha, default beta); None: the function takes no such parameter.
+_ACT_PARAMS = {
+    "relu": (None, None), "tanh": (None, None), "sigmoid": (None, None), "softsign": (None, None),
+    "softplus": (None, None), "affine": (1.0, 0.0), "leakyrelu": (0.01, None),
+    "thresholdedrelu": (1.0, None), "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5),
+    "elu": (1.0, None),
+}
+
+
+def _sigmoid(xp, x):
+    e = xp.exp(-xp.abs(x))  # never overflows
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _activation(xp, name: str, a, b):
+    n = name.lower()
+    if n == "relu":
+        return lambda x: xp.maximum(x, 0)
+    if n == "tanh":
+        return xp.tanh
+    if n == "sigmoid":
+        return lambda x: _sigmoid(xp, x)
+    if n == "softsign":
+        return lambda x: x / (1 + xp.abs(x))
+    if n == "softplus":
+        return lambda x: xp.log1p(xp.exp(-xp.abs(x))) + xp.maximum(x, 0)
+    if n == "affine":
+        return lambda x: x * a + b
+    if n == "leakyrelu":
+        return lambda x: xp.where(x >= 0, x, x * a)
+    if n == "thresholdedrelu":
+        return lambda x: xp.where(x > a, x, xp.zeros_like(x))
+    if n == "scaledtanh":
+        return lambda x: xp.tanh(x * b) * a
+    if n == "hardsigmoid":
+        return lambda x: xp.clip(x * a + b, 0, 1)
+    if n == "elu":
+        return lambda x: xp.where(x >= 0, x, xp.expm1(x) * a)
+    raise NodeError(f"unsupported RNN activation {name!r}")
+
+
+class _Activations:
+    """The per-direction activation functions; applied once to all directions when they agree."""
+
+    def __init__(self, xp, names, alphas, betas, defaults, n_dirs):
+        names = list(names) if names else list(defaults)
+        if len(names) == len(defaults) and n_dirs == 2:
+            names = names * 2
+        if len(names) != len(defaults) * n_dirs:
+            raise NodeError(f"expected {len(defaults) * n_dirs} activations, got {len(names)}")
+        alphas, betas = list(alphas or []), list(betas or [])
+        specs = []
+        for name in names:  # alphas/betas are consumed only by the functions that take them
+            if name.lower() not in _ACT_PARAMS:
+                raise NodeError(f"unsupported RNN activation {name!r}")
+            da, db = _ACT_PARAMS[name.lower()]
+            a = float(alphas.pop(0)) if da is not None and alphas else da
+            b = float(betas.pop(0)) if db is not None and betas else db
+            specs.append((name.lower(), a, b))
+        k = len(defaults)
+        self.xp = xp
+        self.specs = [specs[d * k:(d + 1) * k] for d in range(n_dirs)]
+        self.fns = [[_activation(xp, *s) for s in ds] for ds in self.specs]
+        self.shared = all(ds == self.specs[0] for ds in self.specs)
+
+    def __call__(self, i: int, x):
+        """Activation ``i`` (f, g, h...) applied to ``x`` of shape (directions, ...)."""
+        if self.shared:
+            return self.fns[0][i](x)
+        return self.xp.stack([fns[i](x[d]) for d, fns in enumerate(self.fns)])
+
+
+def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, direction, activations,
+                acts, clip, layout, cell):
+    """Shared driver: returns ``(Y, *final_states)`` in the node's layout."""
+    dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
+    if dirs is None:
+        raise NodeError(f"direction must be forward, reverse or bidirectional, got {direction!r}")
+    D = len(dirs)
+    if W.shape[0] != D or R.shape[0] != D:
+        raise NodeError(f"direction={direction!r} needs {D} direction(s) in W and R, got {W.shape[0]}")
+    if layout:
+        X = xp.swapaxes(X, 0, 1)
+        states = [None if s is None else xp.swapaxes(s, 0, 1) for s in states]
+    T, batch, in_size = X.shape
+    H = R.shape[-1]
+    if hidden_size is not None and hidden_size != H:
+        raise NodeError(f"hidden_size={hidden_size} but R has hidden size {H}")
+    if W.shape[1] != n_gates * H or R.shape[1] != n_gates * H:
+        raise NodeError(f"W and R need {n_gates * H} rows ({n_gates} gates x hidden size {H})")
+    GH = n_gates * H
+    states = [xp.zeros((D, batch, H), dtype=X.dtype) if s is None else s for s in states]
+
+    # input projection of every step and direction in one matmul: (D, T, batch, G*H)
+    XW = xp.matmul(xp.reshape(X, (1, T * batch, in_size)), xp.swapaxes(W, 1, 2))
+    XW = xp.reshape(XW, (D, T, batch, GH))
+    Rb = None
+    if B is not None:
+        XW = XW + B[:, None, None, :GH]
+        Rb = B[:, None, GH:]
+    if any(dirs):  # step order: a reverse direction sees time backwards
+        XW = xp.stack([xp.flip(XW[d], axis=0) if rev else XW[d] for d, rev in enumerate(dirs)])
+    valid = None
+    if sequence_lens is not None:
+        t_of_step = np.stack([np.arange(T)[::-1] if rev else np.arange(T) for rev in dirs])
+        t_of_step = xp.asarray(t_of_step.astype(np.int64))
+        lens = xp.astype(sequence_lens, xp.int64)
+        valid = (t_of_step[:, :, None] < lens[None, None, :])[..., None]  # (D, T, batch, 1)
+        zeros = xp.zeros((D, batch, H), dtype=X.dtype)
+
+    act = _Activations(xp, activations, *acts, D)
+    pre = (lambda v: xp.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+    RT = xp.swapaxes(R, 1, 2)  # (D, H, G*H)
+    ys = []
+    for k in range(T):
+        new = cell(XW[:, k], states, RT, Rb, act, pre)
+        if valid is None:
+            ys.append(new[0])
+        else:
+            m = valid[:, k]
+            new = [xp.where(m, n, s) for n, s in zip(new, states)]
+            ys.append(xp.where(m, new[0], zeros))
+        states = new
+    Y = xp.stack(ys) if ys else xp.zeros((0, D, batch, H), dtype=X.dtype)  # (T, D, batch, H)
+    if any(dirs):
+        Y = xp.stack([xp.flip(Y[:, d], axis=0) if rev else Y[:, d] for d, rev in enumerate(dirs)], axis=1)
+    if layout:
+        return (xp.permute_dims(Y, (2, 0, 1, 3)), *(xp.swapaxes(s, 0, 1) for s in states))
+    return (Y, *states)
+
+
+def _rnn_cell(xp):
+    def cell(xw, states, RT, Rb, act, pre):
+        (h,) = states
+        g = xw + xp.matmul(h, RT)
+        if Rb is not None:
+            g = g + Rb
+        return [act(0, pre(g))]
+
+    return cell
+
+
+def _gru_cell(xp, linear_before_reset):
+    def cell(xw, states, RT, Rb, act, pre):
+        (h,) = states
+        H = h.shape[-1]
+        if linear_before_reset:
+            hr = xp.matmul(h, RT)
+            if Rb is not None:
+                hr = hr + Rb
+        else:
+            hr = xp.matmul(h, RT[..., :2 * H])
+            if Rb is not None:
+                hr = hr + Rb[..., :2 * H]
+        z = act(0, pre(xw[..., :H] + hr[..., :H]))
+        r = act(0, pre(xw[..., H:2 * H] + hr[..., H:2 * H]))
+        if linear_before_reset:
+            c = xw[..., 2 * H:] + r * hr[..., 2 * H:]
+        else:
+            c = xw[..., 2 * H:] + xp.matmul(r * h, RT[..., 2 * H:])
+            if Rb is not None:
+                c = c + Rb[..., 2 * H:]
+        c = act(1, pre(c))
+        return [(1 - z) * c + z * h]
+
+    return cell
+
+
+def _lstm_cell(xp, P, input_forget):
+    def cell(xw, states, RT, Rb, act, pre):
+        h, c = states
+        H = h.shape[-1]
+        g = xw + xp.matmul(h, RT)
+        if Rb is not None:
+            g = g + Rb
+        gi, go, gf, gc = (g[..., j * H:(j + 1) * H] for j in range(4))  # gate order i, o, f, c
+        if P is not None:
+            gi = gi + P[:, None, :H] * c
+            gf = gf + P[:, None, 2 * H:] * c
+        i = act(0, pre(gi))
+        f = 1 - i if input_forget else act(0, pre(gf))
+        c = f * c + i * act(1, pre(gc))
+        if P is not None:
+            go = go + P[:, None, H:2 * H] * c
+        o = act(0, pre(go))
+        return [o * act(2, c), c]
+
+    return cell
+
+
+@op("RNN", since=1)
+def RNN_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward",
+          hidden_size=None, output_sequence=0):
+    return RNN(xp, X, W, R, B, sequence_lens, initial_h, activation_alpha=activation_alpha,
+               activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+               hidden_size=hidden_size)
+
+
+@op("RNN", since=7)
+def RNN(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward",
+        hidden_size=None, layout=0):
+    # the spec default ['Tanh', 'Tanh'] covers two directions; one direction uses the first
+    acts = list(activations or [])
+    if direction != "bidirectional" and len(acts) == 2:
+        acts = acts[:1]
+    return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h], n_gates=1, hidden_size=hidden_size,
+                       direction=direction, activations=acts, acts=(activation_alpha, activation_beta, ["Tanh"]),
+                       clip=clip, layout=layout, cell=_rnn_cell(xp))
+
+
+@op("GRU", since=1)  # linear_before_reset arrived in GRU-3; harmless to accept here
+def GRU_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+          linear_before_reset=0, output_sequence=0):
+    return GRU(xp, X, W, R, B, sequence_lens, initial_h, activation_alpha=activation_alpha,
+               activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+               hidden_size=hidden_size, linear_before_reset=linear_before_reset)
+
+
+@op("GRU", since=7)
+def GRU(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+        layout=0, linear_before_reset=0):
+    return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h], n_gates=3, hidden_size=hidden_size,
+                       direction=direction, activations=activations,
+                       acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh"]),
+                       clip=clip, layout=layout, cell=_gru_cell(xp, linear_before_reset))
+
+
+@op("LSTM", since=1)
+def LSTM_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+           activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+           hidden_size=None, input_forget=0, output_sequence=0):
+    return LSTM(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, activation_alpha=activation_alpha,
+                activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+                hidden_size=hidden_size, input_forget=input_forget)
+
+
+@op("LSTM", since=7)
+def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+         activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+         hidden_size=None, input_forget=0, layout=0):
+    return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h, initial_c], n_gates=4,
+                       hidden_size=hidden_size, direction=direction, activations=activations,
+                       acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"]),
+                       clip=clip, layout=layout, cell=_lstm_cell(xp, P, input_forget))
