@@ -1,1 +1,246 @@
-"""TODO: filled in by the op-family work."""
+"""Pooling ops: MaxPool, AveragePool, LpPool, their Global* forms, MaxUnpool and MaxRoiPool.
+
+Windows come from :func:`conv.window_taps` (one strided view per kernel tap) and are reduced tap by
+tap, so no column tensor is built. Versions differ only by the attributes they accept (a superset is
+taken from opset 1): ``ceil_mode`` windows that would start in the end padding are dropped, and the
+average divisor counts the window cells inside the input (``count_include_pad=0``) or inside the
+explicitly padded input (``count_include_pad=1``; cells added by ``ceil_mode`` never count).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ..errors import NodeError
+from ..registry import op
+from .conv import conv_geometry, spatial_attrs, window_taps
+
+
+def _geometry(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
+    if X.ndim < 3:
+        raise NodeError(f"X must have rank >= 3 (N, C, D1, ...), got shape {tuple(X.shape)}")
+    if not kernel_shape:
+        raise NodeError("kernel_shape is required")
+    kernel, strides, dilations, pb, pe = spatial_attrs(X.ndim - 2, kernel_shape, strides, dilations, pads)
+    pb, pe, out = conv_geometry(X.shape[2:], kernel, strides, dilations, pb, pe, auto_pad, ceil_mode)
+    return kernel, strides, dilations, pb, pe, out
+
+
+def _lowest(dtype):
+    """Padding value that never wins a max: -inf, or the integer type's minimum."""
+    return int(np.iinfo(dtype).min) if np.issubdtype(dtype, np.integer) else -np.inf
+
+
+def _window_counts(in_shape, kernel, strides, dilations, pb, pe, out, include_pad):
+    """Host array ``out``-shaped: how many cells of each window count toward the average."""
+    per_axis = []
+    for n, k, s, d, b, e, o in zip(in_shape, kernel, strides, dilations, pb, pe, out):
+        p = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b  # input coordinate of each cell
+        lo, hi = (-b, n + e) if include_pad else (0, n)
+        per_axis.append(((p >= lo) & (p < hi)).sum(axis=1))
+    counts = per_axis[0]
+    for c in per_axis[1:]:
+        counts = np.multiply.outer(counts, c)
+    return counts
+
+
+def _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out):
+    total = None
+    for v in window_taps(xp, X, kernel, strides, dilations, pb, pe, out, 0):
+        total = v.copy() if total is None else total + v
+    return total
+
+
+# -- MaxPool ------------------------------------------------------------------------------------
+
+
+@op("MaxPool", since=1, n_outputs=True)
+def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
+            storage_order=0, strides=None, n_outputs=1):
+    kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
+                                                        auto_pad, ceil_mode)
+    low = _lowest(X.dtype)
+    best = arg = None
+    for t, v in enumerate(window_taps(xp, X, kernel, strides, dilations, pb, pe, out, low)):
+        if best is None:
+            best = v.copy()
+            if n_outputs > 1:
+                arg = xp.zeros(v.shape, dtype=xp.int64)
+        elif n_outputs > 1:
+            upd = v > best  # strict: the first maximum in row-major window order wins
+            best = xp.where(upd, v, best)
+            arg = xp.where(upd, xp.asarray(t, dtype=xp.int64), arg)
+        else:
+            best = xp.maximum(best, v)
+    if n_outputs == 1:
+        return best
+    return best, _max_indices(xp, X.shape, arg, kernel, strides, dilations, pb, out, storage_order)
+
+
+def _max_indices(xp, shape, arg, kernel, strides, dilations, pb, out, storage_order):
+    """Flat indices (into the unpadded X) of the window maxima picked by tap id ``arg``."""
+    nd = len(kernel)
+    taps = np.array(list(itertools.product(*(range(k) for k in kernel))), dtype=np.int64).reshape(-1, nd)
+    in_shape = shape[2:]
+    # spatial strides of the flattening: row-major, or column-major over the spatial axes
+    order = range(nd - 1, -1, -1) if storage_order == 0 else range(nd)
+    mult, m = [0] * nd, 1
+    for i in order:
+        mult[i] = m
+        m *= in_shape[i]
+    flat = None
+    for i in range(nd):
+        pos = (np.arange(out[i]) * strides[i] - pb[i]).reshape((1, 1) + (1,) * i + (-1,) + (1,) * (nd - i - 1))
+        coord = xp.asarray(pos, dtype=xp.int64) + xp.take(xp.asarray(taps[:, i] * dilations[i]), arg)
+        term = coord * mult[i]
+        flat = term if flat is None else flat + term
+    nc = xp.reshape(xp.arange(shape[0] * shape[1], dtype=xp.int64), (shape[0], shape[1]) + (1,) * nd)
+    return flat + nc * math.prod(in_shape)
+
+
+# -- AveragePool / LpPool -----------------------------------------------------------------------
+
+
+@op("AveragePool", since=1)
+def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+                kernel_shape=None, pads=None, strides=None):
+    kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
+                                                        auto_pad, ceil_mode)
+    total = _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out)
+    counts = _window_counts(X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad)
+    if counts.size and (counts == counts.flat[0]).all():
+        return total / float(counts.flat[0])
+    return total / xp.asarray(counts, dtype=X.dtype)
+
+
+@op("LpPool", since=1)
+def LpPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, p=2,
+           pads=None, strides=None):
+    kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
+                                                        auto_pad, ceil_mode)
+    total = _sum_windows(xp, _abs_pow(xp, X, p), kernel, strides, dilations, pb, pe, out)
+    return _root(xp, total, p)
+
+
+def _abs_pow(xp, X, p):
+    if p == 2:
+        return X * X
+    if p == 1:
+        return xp.abs(X)
+    return xp.abs(X) ** p
+
+
+def _root(xp, S, p):
+    if p == 2:
+        return xp.sqrt(S)
+    if p == 1:
+        return S
+    return S ** (1.0 / p)
+
+
+# -- Global pools -------------------------------------------------------------------------------
+
+
+def _spatial_axes(X):
+    if X.ndim < 2:
+        raise NodeError(f"X must have rank >= 2 (N, C, ...), got shape {tuple(X.shape)}")
+    return tuple(range(2, X.ndim))
+
+
+@op("GlobalAveragePool", since=1)
+def GlobalAveragePool(xp, X):
+    return xp.mean(X, axis=_spatial_axes(X), keepdims=True)
+
+
+@op("GlobalMaxPool", since=1)
+def GlobalMaxPool(xp, X):
+    return xp.max(X, axis=_spatial_axes(X), keepdims=True)
+
+
+@op("GlobalLpPool", since=1)
+def GlobalLpPool(xp, X, *, p=2):
+    return _root(xp, xp.sum(_abs_pow(xp, X, p), axis=_spatial_axes(X), keepdims=True), p)
+
+
+# -- MaxUnpool ----------------------------------------------------------------------------------
+
+
+@op("MaxUnpool", since=9, host_inputs=(2,))
+def MaxUnpool(xp, X, I, output_shape=None, *, kernel_shape=None, pads=None, strides=None):
+    """Scatter X to the flat positions I of the tensor MaxPool read (shape inferred from the
+    attributes); ``output_shape`` then zero-pads (or crops) that tensor at the end of each axis."""
+    if tuple(I.shape) != tuple(X.shape):
+        raise NodeError(f"indices shape {tuple(I.shape)} != X shape {tuple(X.shape)}")
+    nd = X.ndim - 2
+    kernel, strides, _, pb, pe = spatial_attrs(nd, kernel_shape or [], strides, None, pads)
+    inferred = tuple(X.shape[:2]) + tuple((n - 1) * s - b - e + k
+                                          for n, s, b, e, k in zip(X.shape[2:], strides, pb, pe, kernel))
+    size = math.prod(inferred)
+    flat_i = xp.reshape(I, (-1,)).astype(xp.int64)
+    Y = xp.zeros((size,), dtype=X.dtype)
+    Y[flat_i] = xp.reshape(X, (-1,))
+    Y = xp.reshape(Y, inferred)
+    if output_shape is None:
+        return Y
+    shape = tuple(int(v) for v in output_shape)
+    if len(shape) != X.ndim:
+        raise NodeError(f"output_shape {list(shape)} must have rank {X.ndim}")
+    if shape == inferred:
+        return Y
+    res = xp.zeros(shape, dtype=X.dtype)
+    common = tuple(slice(0, min(a, b)) for a, b in zip(shape, inferred))
+    res[common] = Y[common]
+    return res
+
+
+# -- MaxRoiPool ---------------------------------------------------------------------------------
+
+
+def _round_half_away(xp, v):
+    return xp.sign(v) * xp.floor(xp.abs(v) + 0.5)
+
+
+@op("MaxRoiPool", since=1)
+def MaxRoiPool(xp, X, rois, *, pooled_shape=None, spatial_scale=1.0):
+    """Max over each RoI's (rounded, scaled) box split into ``pooled_shape`` bins; empty bins are 0."""
+    if not pooled_shape or len(pooled_shape) != 2:
+        raise NodeError(f"pooled_shape must be [height, width], got {pooled_shape}")
+    if X.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 5:
+        raise NodeError(f"expected X (N, C, H, W) and rois (R, 5), got {tuple(X.shape)} and {tuple(rois.shape)}")
+    PH, PW = (int(v) for v in pooled_shape)
+    N, C, H, W = X.shape
+    R = rois.shape[0]
+    r = rois.astype(xp.float32)
+    batch = r[:, 0].astype(xp.int64)
+    box = _round_half_away(xp, r[:, 1:] * float(spatial_scale))  # x1, y1, x2, y2
+    roi_w = xp.maximum(box[:, 2] - box[:, 0] + 1, 1.0)
+    roi_h = xp.maximum(box[:, 3] - box[:, 1] + 1, 1.0)
+
+    def bins(start, length, pooled, limit):
+        size = length[:, None] / float(pooled)
+        p = xp.arange(pooled, dtype=xp.float32)[None, :]
+        lo = xp.clip(xp.floor(p * size) + start[:, None], 0, limit)
+        hi = xp.clip(xp.ceil((p + 1) * size) + start[:, None], 0, limit)
+        return lo, hi
+
+    hs, he = bins(box[:, 1], roi_h, PH, H)  # (R, PH)
+    ws, we = bins(box[:, 0], roi_w, PW, W)  # (R, PW)
+    hh = xp.arange(H, dtype=xp.float32)
+    ww = xp.arange(W, dtype=xp.float32)
+    in_h = (hh >= hs[:, :, None]) & (hh < he[:, :, None])  # (R, PH, H)
+    in_w = (ww >= ws[:, :, None]) & (ww < we[:, :, None])  # (R, PW, W)
+    low = xp.asarray(-np.inf, dtype=X.dtype)
+    chunk = max(1, (1 << 24) // max(1, C * H * W * max(PH, PW)))
+    parts = []
+    for r0 in range(0, R, chunk):  # bounded memory: masked maxima over W then H for a block of RoIs
+        sl = slice(r0, min(R, r0 + chunk))
+        Xr = xp.take(X, batch[sl], axis=0)  # (r, C, H, W)
+        t = xp.max(xp.where(in_w[sl][:, None, None, :, :], Xr[:, :, :, None, :], low), axis=-1)  # (r, C, H, PW)
+        y = xp.max(xp.where(in_h[sl][:, None, :, :, None], t[:, :, None, :, :], low), axis=3)  # (r, C, PH, PW)
+        parts.append(y)
+    Y = xp.concat(parts, axis=0) if parts else xp.zeros((0, C, PH, PW), dtype=X.dtype)
+    empty = (he <= hs)[:, :, None] | (we <= ws)[:, None, :]  # (R, PH, PW)
+    return xp.where(empty[:, None], xp.zeros_like(Y), Y)
