@@ -29,6 +29,8 @@ import numpy as np
 
 import array_api_compat.numpy as _np_ns
 
+from .dtypes import device_supported
+
 _state = threading.local()
 transfers: Counter = Counter()  # "h2d" / "d2h": explicit host<->device copies
 
@@ -170,6 +172,8 @@ ndarray.__hash__ = None
 
 def _wrap(x):
     if isinstance(x, np.ndarray):
+        if not device_supported(x.dtype):  # as CuPy: no strings, bfloat16, float8, int4 on the device
+            raise TypeError(f"Unsupported dtype {x.dtype}")
         _track(x)
         return ndarray(x)
     if isinstance(x, np.generic):  # CuPy returns 0-d device arrays, never host scalars

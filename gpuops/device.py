@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import device_supported
 from .errors import DeviceError
 
 log = logging.getLogger("gpuops")
@@ -36,6 +37,8 @@ class Device:
         """Host (or DLPack-capable) value -> an array on this device."""
         if self.kind == "cpu":
             return np.asarray(to_host(value), dtype=dtype)
+        if isinstance(value, (np.ndarray, np.generic)) and not device_supported(np.dtype(dtype or value.dtype)):
+            return np.asarray(value, dtype=dtype)  # strings, bfloat16, float8, int4...: host-resident
         with self.lib.cuda.Device(self.index):
             if not isinstance(value, (np.ndarray, np.generic, self.lib.ndarray)) and hasattr(value, "__dlpack__"):
                 try:  # torch / jax / ... on this GPU: zero-copy
@@ -48,7 +51,10 @@ class Device:
         return to_host(value)
 
     def is_native(self, value: Any) -> bool:
-        """True when ``value`` is already an array of this device's namespace."""
+        """True when ``value`` is already where this device keeps it: an array of its namespace, or a
+        host array of a dtype the device cannot hold."""
+        if isinstance(value, np.ndarray) and not device_supported(value.dtype):
+            return True
         return isinstance(value, (self.lib or np).ndarray)
 
 

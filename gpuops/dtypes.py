@@ -22,3 +22,13 @@ def onnx_dtype(dtype) -> int:
 def type_name(elem_type: int) -> str:
     """The ORT-style name, e.g. ``tensor(float)``."""
     return f"tensor({TensorProto.DataType.Name(elem_type).lower()})"
+
+
+def device_supported(dtype) -> bool:
+    """Whether CuPy can hold this dtype: NumPy's own bool/int/float/complex types only.
+
+    Strings and the ml_dtypes types (bfloat16, float8, float4, int4, int2) stay NumPy arrays on the
+    host even on a CUDA device; ops that meet them compute on the host through explicit transfers.
+    """
+    dtype = np.dtype(dtype)
+    return dtype.kind in "biufc" and dtype.type.__module__ == "numpy"

@@ -50,7 +50,7 @@ class Plan:
 
     def upload(self, device) -> None:
         """Copy initializers (this plan's and its subgraphs') to ``device`` once."""
-        self.weights = {k: v if v.dtype == object else device.asarray(v) for k, v in self.initializers.items()}
+        self.weights = {k: device.asarray(v) for k, v in self.initializers.items()}
         for step in self.steps:
             for sub in step.subgraphs.values():
                 sub.upload(device)

@@ -6,16 +6,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+import logging
+
 import numpy as np
 import onnx
 
 from .. import ops as _ops  # noqa: F401  (registers every op family)
-from ..device import Device, get_device
-from ..dtypes import np_dtype, type_name
+from ..device import Device, get_device, to_host
+from ..dtypes import device_supported, np_dtype, type_name
 from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
 from ..memory import LiveBytes, MemoryManager
 from .model import load_model
 from .plan import Plan, PlanBuilder, Step
+
+log = logging.getLogger("gpuops")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class InferenceSession:
         self._optional_inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name in init_names]
         self._outputs = [_node_arg(vi) for vi in self.model.graph.output]
         self.last_profile: list[dict] | None = None
+        self._host_nodes: set = set()  # (op, dtypes) already logged as running on the host
         self._closed = False
 
     # -- introspection -------------------------------------------------------------------------
@@ -107,7 +112,7 @@ class InferenceSession:
                 raise FeedError(f"unknown output name {n!r}; the model's outputs are {sorted(known)}")
         if output_device not in ("cpu", "device"):
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
-        ctx = RunContext(self.device, self.memory, [] if profile else None)
+        ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
         try:
             with self.memory.active():
                 env = dict(self.plan.weights)
@@ -190,8 +195,6 @@ def _as_array(value, arg: NodeArg):
 
 
 def _to_host(value):
-    from ..device import to_host
-
     if value is None:
         return None
     if isinstance(value, list):
@@ -209,6 +212,7 @@ class RunContext:
     memory: MemoryManager
     profile: list | None = None
     live: LiveBytes = field(default_factory=LiveBytes)
+    host_nodes_logged: set = field(default_factory=set)
 
 
 class Subgraph:
@@ -266,8 +270,13 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             attrs = {**attrs, **{k: Subgraph(p, env, ctx) for k, p in step.subgraphs.items()}}
         if profile is not None:
             timer = NodeTimer(ctx.device, ctx.memory)
+        step_xp = xp
+        if ctx.device.kind != "cpu" and any(_host_resident(a) for a in args):
+            step_xp, args = _on_host(step, args, ctx)
         try:
-            result = step.impl.fn(xp, *args, **attrs)
+            result = step.impl.fn(step_xp, *args, **attrs)
+            if step_xp is not xp:
+                result = _to_device(ctx.device, result)
         except GpuopsError as e:
             if step.name in str(e):
                 raise
@@ -294,6 +303,31 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             value = env.pop(name, None)
             if value is not None and name in plan.produced:
                 live.drop(_nbytes(value))
+
+
+def _host_resident(value) -> bool:
+    if isinstance(value, list):
+        return any(_host_resident(v) for v in value)
+    return isinstance(value, np.ndarray) and not device_supported(value.dtype)
+
+
+def _on_host(step: Step, args: list, ctx: RunContext):
+    """The one place a node of a CUDA session runs on the host: an input of a dtype CuPy cannot
+    hold (strings, bfloat16, float8, int4...). Its other inputs are copied explicitly."""
+    key = (step.op_type, tuple(sorted({str(a.dtype) for a in args if _host_resident(a)})))
+    if key not in ctx.host_nodes_logged:
+        ctx.host_nodes_logged.add(key)
+        log.info("gpuops: %s runs on the host on %s: CuPy has no %s", step.describe(), ctx.device,
+                 ", ".join(key[1]))
+    return get_device("cpu").xp, [_to_host(a) for a in args]
+
+
+def _to_device(device: Device, result):
+    if isinstance(result, tuple):
+        return tuple(_to_device(device, r) for r in result)
+    if isinstance(result, list):
+        return [_to_device(device, r) for r in result]
+    return result if result is None else device.asarray(result)
 
 
 class NodeTimer:

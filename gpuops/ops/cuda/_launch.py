@@ -1,0 +1,43 @@
+"""Helpers shared by the kernel-backed overrides."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import kernels
+from ...registry import resolve
+
+
+def generic(op_type: str, since: int, domain: str = ""):
+    """The generic implementation an override at version ``since`` stands in for (its fallback)."""
+    return resolve(domain, op_type, since, device="cpu").fn
+
+
+def contiguous(xp, a):
+    """``a`` as a C-contiguous device array (kernels index raw memory)."""
+    return xp.ascontiguousarray(a)
+
+
+def launch(file: str, name: str, like, n: int, args: tuple, block: int = 256, exact_block: bool = False):
+    """Run kernel ``name`` of ``cuda_kernels/<file>`` over ``n`` elements (grid-stride), on the device
+    of the array ``like``."""
+    backend, device = kernels.backend_of(like), kernels.device_of(like)
+    grid, threads = kernels.launch_config(n, backend, block, exact_block)
+    fn = kernels.get_function(file, name, backend, device)
+    with backend.cuda.Device(device):
+        fn(grid, threads, args)
+
+
+def i32(v) -> np.int32:
+    v = int(v)
+    if not -(2**31) <= v < 2**31:
+        raise OverflowError(f"{v} does not fit the kernel's 32-bit parameter")
+    return np.int32(v)
+
+
+def i64(v) -> np.int64:
+    return np.int64(int(v))
+
+
+def f32(v) -> np.float32:
+    return np.float32(v)

@@ -1,0 +1,222 @@
+"""Conv, ConvTranspose and com.microsoft FusedConv on CUDA: im2col / col2im kernels around a cuBLAS
+GEMM (``xp.matmul``), a direct depthwise kernel, 1x1 convolutions as a plain GEMM, and the bias +
+activation epilogue fused into one kernel.
+
+Every convolution is run as a 3-D one (1-D and 2-D get unit leading spatial axes). float32 and
+float16 run on the kernels (float16 GEMMs accumulate as cuBLAS does; TF32 for float32 GEMMs is
+CuPy's opt-in, ``CUPY_TF32=1``); other dtypes and ranks go to the generic op.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import NodeError
+from ...registry import op
+from ..conv import conv_geometry, spatial_attrs
+from ._launch import contiguous, f32, generic, i32, i64, launch
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+_ACTIVATIONS = {"": 0, "Relu": 1, "LeakyRelu": 2, "Sigmoid": 3, "Tanh": 4, "Clip": 5, "HardSigmoid": 6}
+_COL_BYTES = 256 << 20  # im2col buffer budget: larger batches are processed in chunks of images
+
+
+def _ctype(dtype) -> str:
+    return "float" if np.dtype(dtype) == np.float32 else "__half"
+
+
+def _as3(values, fill: int) -> list[int]:
+    values = [int(v) for v in values]
+    return [fill] * (3 - len(values)) + values
+
+
+def activation_code(activation: str | None, params) -> tuple[int, float, float]:
+    """(kernel code, alpha, beta) for a FusedConv activation name and its activation_params."""
+    name = activation or ""
+    if name not in _ACTIVATIONS:
+        raise NodeError(f"FusedConv: unsupported activation {name!r} (supported: {sorted(_ACTIVATIONS)[1:]})")
+    params = list(params or [])
+    defaults = {"LeakyRelu": [0.01], "HardSigmoid": [0.2, 0.5], "Clip": [-np.inf, np.inf]}.get(name, [])
+    params = params + defaults[len(params):]
+    alpha = params[0] if params else 0.0
+    beta = params[1] if len(params) > 1 else 0.0
+    return _ACTIVATIONS[name], float(alpha), float(beta)
+
+
+def _geometry(X, W, kernel_shape, strides, dilations, pads):
+    """(kernel, strides, dilations, pads_begin, pads_end), validated: the generic op's helper."""
+    if kernel_shape and [int(k) for k in kernel_shape] != [int(k) for k in W.shape[2:]]:
+        raise NodeError(f"kernel_shape {list(kernel_shape)} does not match W shape {tuple(W.shape)}")
+    kernel = [int(k) for k in W.shape[2:]]
+    kernel, strides, dilations, pb, pe = spatial_attrs(X.ndim - 2, kernel, strides, dilations, pads)
+    if min(strides + dilations, default=1) < 1:
+        raise NodeError(f"strides {strides} and dilations {dilations} must be positive")
+    return kernel, [int(v) for v in strides], [int(v) for v in dilations], [int(v) for v in pb], [int(v) for v in pe]
+
+
+def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+         strides=None, act=(0, 0.0, 0.0), Z=None):
+    """Y = act(conv(X, W) + B + Z) with the kernels. Returns None when the generic op must run."""
+    if X.dtype not in _FLOATS or W.dtype != X.dtype or not 3 <= X.ndim <= 5 or W.ndim != X.ndim:
+        return None
+    if (B is not None and B.dtype != X.dtype) or (Z is not None and Z.dtype != X.dtype):
+        return None
+    N, C = int(X.shape[0]), int(X.shape[1])
+    in_shape = [int(s) for s in X.shape[2:]]
+    M, Cg = int(W.shape[0]), int(W.shape[1])
+    G = int(group)
+    if G < 1 or C != Cg * G or M % G:
+        raise NodeError(f"Conv: input channels {C}, weight shape {tuple(W.shape)} and group {G} are inconsistent")
+    kernel, strides, dilations, begin, end = _geometry(X, W, kernel_shape, strides, dilations, pads)
+    begin, end, out_shape = conv_geometry(in_shape, kernel, strides, dilations, begin, end, auto_pad)
+    Y = xp.empty((N, M, *out_shape), dtype=X.dtype)
+    if Y.size == 0:
+        return Y
+    t = _ctype(X.dtype)
+    code, alpha, beta = act
+    X, W = contiguous(xp, X), contiguous(xp, W)
+    B = contiguous(xp, B) if B is not None else None
+    Z = contiguous(xp, Z) if Z is not None else None
+    D3, K3, S3, P3, L3 = _as3(in_shape, 1), _as3(kernel, 1), _as3(strides, 1), _as3(begin, 0), _as3(dilations, 1)
+    O3 = _as3(out_shape, 1)
+    geometry = (*map(i32, D3), *map(i32, O3), *map(i32, K3), *map(i32, S3), *map(i32, P3), *map(i32, L3))
+    O, K = math.prod(out_shape), math.prod(kernel)
+
+    if G == C and Cg == 1 and Z is None:  # depthwise: direct kernel, epilogue fused
+        launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size,
+               (X, W, B, Y, i64(Y.size), i32(C), i32(M), *geometry, i32(code), f32(alpha), f32(beta)))
+        return Y
+
+    Wg = xp.reshape(W, (G, M // G, Cg * K))
+    pointwise = K == 1 and all(s == 1 for s in strides) and not any(begin) and not any(end)
+    chunk = max(1, min(N, _COL_BYTES // max(1, C * K * O * X.itemsize)))
+    if pointwise:  # 1x1: the input already is the GEMM operand
+        Y = xp.reshape(xp.matmul(Wg, xp.reshape(X, (N, G, Cg, O))), Y.shape)
+    elif chunk == N:
+        col = xp.empty((N, C * K, O), dtype=X.dtype)
+        launch("conv.cu", f"im2col<{t}>", X, col.size, (X, col, i64(col.size), *geometry))
+        Y = xp.reshape(xp.matmul(Wg, xp.reshape(col, (N, G, Cg * K, O))), Y.shape)
+    else:  # bound the im2col buffer: a chunk of images at a time
+        col = xp.empty((chunk, C * K, O), dtype=X.dtype)
+        Yg = xp.reshape(Y, (N, G, M // G, O))
+        for n0 in range(0, N, chunk):
+            n = min(chunk, N - n0)
+            c = col[:n]
+            launch("conv.cu", f"im2col<{t}>", X, c.size, (X[n0:n0 + n], c, i64(c.size), *geometry))
+            Yg[n0:n0 + n] = xp.matmul(Wg, xp.reshape(c, (n, G, Cg * K, O)))
+    if B is not None or Z is not None or code:
+        launch("conv.cu", f"bias_activation<{t}>", Y, Y.size,
+               (Y, B, Z, i64(Y.size), i32(M), i64(O), i32(code), f32(alpha), f32(beta)))
+    return Y
+
+
+def _conv_op(since: int):
+    def Conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+             strides=None):
+        Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+                 pads=pads, strides=strides)
+        if Y is None:
+            return generic("Conv", since)(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
+                                          kernel_shape=kernel_shape, pads=pads, strides=strides)
+        return Y
+
+    return Conv
+
+
+for _v in (1, 11, 22):
+    op("Conv", since=_v, device="cuda")(_conv_op(_v))
+
+
+@op("FusedConv", domain="com.microsoft", since=1, device="cuda")
+def FusedConv(xp, X, W, B=None, Z=None, *, activation="", activation_params=None, auto_pad="NOTSET",
+              dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+             strides=strides, act=activation_code(activation, activation_params), Z=Z)
+    if Y is None:
+        return generic("FusedConv", 1, "com.microsoft")(
+            xp, X, W, B, Z, activation=activation, activation_params=activation_params, auto_pad=auto_pad,
+            dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    return Y
+
+
+# -- ConvTranspose -------------------------------------------------------------------------------
+
+
+def conv_transpose_geometry(in_shape, kernel, strides, dilations, pads_begin, pads_end, auto_pad, output_padding,
+                            output_shape, same_upper_head_small=True):
+    """(begin pads, end pads, output spatial shape) for ConvTranspose, as the generic op computes them.
+    An output_shape (given, or in * stride for SAME_*) determines the pads; the odd unit of padding
+    goes to the end for SAME_UPPER from opset 11 (``same_upper_head_small``), to the start in opset 1."""
+    nd = len(in_shape)
+    output_padding = [int(p) for p in output_padding] if output_padding else [0] * nd
+    if len(output_padding) != nd:
+        raise NodeError(f"output_padding {output_padding} does not match {nd} spatial axes")
+    full = [strides[i] * (in_shape[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    if output_shape:
+        out = [int(s) for s in output_shape][-nd:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [in_shape[i] * strides[i] for i in range(nd)]
+    else:
+        if auto_pad == "VALID":
+            pads_begin, pads_end = [0] * nd, [0] * nd
+        return pads_begin, pads_end, [max(0, f - b - e) for f, b, e in zip(full, pads_begin, pads_end)]
+    head_small = (auto_pad == "SAME_UPPER") == same_upper_head_small
+    begin, end = [], []
+    for f, o in zip(full, out):
+        small, large = (f - o) // 2, (f - o) - (f - o) // 2
+        begin.append(small if head_small else large)
+        end.append(large if head_small else small)
+    return begin, end, out
+
+
+def conv_transpose(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                   output_padding=None, output_shape=None, pads=None, strides=None, act=(0, 0.0, 0.0),
+                   same_upper_head_small=True):
+    """ConvTranspose as GEMM (col = W^T x per group) + the col2im gather kernel with the epilogue."""
+    if X.dtype not in _FLOATS or W.dtype != X.dtype or not 3 <= X.ndim <= 5 or W.ndim != X.ndim:
+        return None
+    if B is not None and B.dtype != X.dtype:
+        return None
+    N, C = int(X.shape[0]), int(X.shape[1])
+    in_shape = [int(s) for s in X.shape[2:]]
+    G = int(group)
+    if G < 1 or int(W.shape[0]) != C or C % G:
+        raise NodeError(f"ConvTranspose: input channels {C}, weight shape {tuple(W.shape)} and group {G} "
+                        "are inconsistent")
+    Mg = int(W.shape[1])
+    M, Cg = Mg * G, C // G
+    kernel, strides, dilations, begin, end = _geometry(X, W, kernel_shape, strides, dilations, pads)
+    begin, end, out_shape = conv_transpose_geometry(in_shape, kernel, strides, dilations, begin, end, auto_pad,
+                                                    output_padding, output_shape, same_upper_head_small)
+    Y = xp.empty((N, M, *out_shape), dtype=X.dtype)
+    if Y.size == 0:
+        return Y
+    t = _ctype(X.dtype)
+    I, K = math.prod(in_shape), math.prod(kernel)
+    Wt = xp.swapaxes(xp.reshape(contiguous(xp, W), (G, Cg, Mg * K)), -1, -2)  # [G, Mg*K, Cg]
+    col = xp.matmul(Wt, xp.reshape(contiguous(xp, X), (N, G, Cg, I)))  # [N, G, Mg*K, I] = [N, M*K, I]
+    col = contiguous(xp, col)
+    B = contiguous(xp, B) if B is not None else None
+    code, alpha, beta = act
+    geometry = (*map(i32, _as3(out_shape, 1)), *map(i32, _as3(in_shape, 1)), *map(i32, _as3(kernel, 1)),
+                *map(i32, _as3(strides, 1)), *map(i32, _as3(begin, 0)), *map(i32, _as3(dilations, 1)))
+    launch("conv.cu", f"col2im<{t}>", Y, Y.size,
+           (col, B, Y, i64(Y.size), i32(M), *geometry, i32(code), f32(alpha), f32(beta)))
+    return Y
+
+
+def _conv_transpose_op(since: int):
+    def ConvTranspose(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                      output_padding=None, output_shape=None, pads=None, strides=None):
+        kw = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+                  output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides)
+        Y = conv_transpose(xp, X, W, B, same_upper_head_small=since >= 11, **kw)
+        return generic("ConvTranspose", since)(xp, X, W, B, **kw) if Y is None else Y
+
+    return ConvTranspose
+
+
+for _v in (1, 11, 22):
+    op("ConvTranspose", since=_v, device="cuda")(_conv_transpose_op(_v))
