@@ -94,7 +94,7 @@ def transformer_encoder(batch: int, seq: int = 64, d: int = 256, heads: int = 4,
     nodes.append(helper.make_node("Identity", [h], ["y"]))
     g = helper.make_graph(nodes, "encoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, seq, d])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, seq, d])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return _model(g, 17)
 
 
 def lstm_model(batch: int, seq: int = 32, inp: int = 64, hidden: int = 128) -> onnx.ModelProto:
@@ -108,7 +108,7 @@ def lstm_model(batch: int, seq: int = 32, inp: int = 64, hidden: int = 128) -> o
              helper.make_node("MatMul", ["Yr", "head"], ["y"])]
     g = helper.make_graph(nodes, "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, inp])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, batch, 10])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    return _model(g, 14)
 
 
 def quantized_mlp(batch: int, d: int = 512, layers: int = 3) -> onnx.ModelProto:
@@ -124,7 +124,12 @@ def quantized_mlp(batch: int, d: int = 512, layers: int = 3) -> onnx.ModelProto:
     nodes.append(helper.make_node("DequantizeLinear", [f"q{layers}", "s", "z"], ["y"]))
     g = helper.make_graph(nodes, "qmlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, d])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, d])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return _model(g, 13)
+
+
+def _model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
+    # IR 10 (onnx 1.16): new enough for these opsets, old enough for every onnxruntime peer
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 def suite(names: list[str] | None = None) -> list[BenchModel]:

@@ -7,6 +7,16 @@ from typing import Callable
 import onnx
 
 
+class Unavailable:
+    """A peer that could not load the model: calling it raises, so the report records why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __call__(self, feeds):
+        raise RuntimeError(self.why)
+
+
 def onnxruntime_sessions(model: onnx.ModelProto, device: str) -> dict[str, Callable]:
     """onnxruntime's CPU EP, and its CUDA EP when onnxruntime-gpu is installed and gpuops runs on CUDA."""
     try:
@@ -17,17 +27,15 @@ def onnxruntime_sessions(model: onnx.ModelProto, device: str) -> dict[str, Calla
     data = model.SerializeToString()
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    try:
-        s = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-        out["onnxruntime-cpu"] = lambda feeds, s=s: s.run(None, feeds)
-    except Exception:  # a model ORT cannot load is reported as a missing peer
-        pass
+    providers = {"onnxruntime-cpu": "CPUExecutionProvider"}
     if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+        providers["onnxruntime-cuda"] = "CUDAExecutionProvider"
+    for name, provider in providers.items():
         try:
-            s = ort.InferenceSession(data, opts, providers=["CUDAExecutionProvider"])
-            out["onnxruntime-cuda"] = lambda feeds, s=s: s.run(None, feeds)
-        except Exception:
-            pass
+            s = ort.InferenceSession(data, opts, providers=[provider])
+            out[name] = lambda feeds, s=s: s.run(None, feeds)
+        except Exception as e:
+            out[name] = Unavailable(f"cannot load the model: {e}"[:300])
     return out
 
 
@@ -39,6 +47,6 @@ def reference_evaluator(model: onnx.ModelProto, max_nodes: int = 60) -> dict[str
 
     try:
         ref = ReferenceEvaluator(model)
-    except Exception:
-        return {}
+    except Exception as e:
+        return {"onnx-reference": Unavailable(f"cannot load the model: {e}"[:300])}
     return {"onnx-reference": lambda feeds, ref=ref: ref.run(None, feeds)}

@@ -202,7 +202,17 @@ def _centered(xp, a, zero_point, rowwise: bool):
 @op("MatMulInteger", since=10)
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
-    return xp.matmul(_centered(xp, A, a_zero_point, True), _centered(xp, B, b_zero_point, False))
+    a, b = _centered(xp, A, a_zero_point, True), _centered(xp, B, b_zero_point, False)
+    if _exact_in_float64(A.dtype, B.dtype, A.shape[-1]):
+        # BLAS instead of an integer loop; every partial sum is an integer below 2**31, so exact
+        return xp.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int32)
+    return xp.matmul(a, b)
+
+
+def _exact_in_float64(a_dtype, b_dtype, k: int) -> bool:
+    """Whether k products of centred a and b values stay below 2**31 (no int32 wrap to emulate)."""
+    span = [2 ** (8 * np.dtype(t).itemsize) for t in (a_dtype, b_dtype)]  # |x - zero_point| < 2**bits
+    return k * span[0] * span[1] < 2 ** 31
 
 
 def _requantize(xp, acc, multiplier, y_zero_point):
