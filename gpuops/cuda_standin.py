@@ -410,6 +410,7 @@ class _Runtime:
 
 
 cuda = types.SimpleNamespace(
+    alloc_pinned_memory=lambda nbytes: bytearray(nbytes),  # page-locked on a GPU; plain memory here
     Device=_Device, MemoryPool=MemoryPool, MemoryHook=MemoryHook, using_allocator=_using_allocator,
     Event=_Event, get_elapsed_time=_get_elapsed_time, runtime=_Runtime,
     memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),

@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .device import Device
+from .dtypes import device_supported
 
 
 @dataclass
@@ -41,6 +44,7 @@ class MemoryManager:
     plan_peak: int = 0
     produced: int = 0
     pool: object = field(default=None, repr=False)
+    _pinned: dict = field(default_factory=dict, repr=False)  # input name -> (pinned staging, copy event)
 
     def __post_init__(self):
         if self.device.kind != "cuda":
@@ -75,6 +79,27 @@ class MemoryManager:
         with lib.cuda.Device(self.device.index), lib.cuda.using_allocator(self.pool.malloc), self._hook:
             yield
 
+    def upload(self, host: np.ndarray, key: str):
+        """A host feed -> the device through a pinned staging buffer kept per input (``key``), so the
+        copy is a DMA from page-locked memory; the buffer is reused once its last copy has finished."""
+        if self.pool is None or not device_supported(host.dtype):
+            return self.device.asarray(host)
+        lib = self.device.lib
+        staging, done = self._pinned.get(key, (None, None))
+        if staging is None or staging.nbytes < host.nbytes:
+            mem = lib.cuda.alloc_pinned_memory(max(host.nbytes, 1))
+            staging, done = np.frombuffer(mem, np.uint8, max(host.nbytes, 1)), lib.cuda.Event()
+        else:
+            done.synchronize()
+        staged = staging[:host.nbytes].view(host.dtype).reshape(host.shape)
+        np.copyto(staged, host)
+        with lib.cuda.Device(self.device.index):
+            out = self.device.xp.empty(host.shape, dtype=host.dtype)
+            out.set(staged)
+            done.record()
+        self._pinned[key] = (staging, done)
+        return out
+
     def used_bytes(self) -> int:
         return self.pool.used_bytes() if self.pool is not None else 0
 
@@ -89,6 +114,10 @@ class MemoryManager:
     def release_cached(self) -> None:
         if self.pool is not None:
             self.pool.free_all_blocks()
+
+    def close(self) -> None:
+        self._pinned.clear()
+        self.release_cached()
 
     def stats(self) -> dict:
         """current/peak/pooled bytes, allocations vs reuses, and the liveness plan's peak."""

@@ -136,3 +136,26 @@ def test_devices_lists_the_cuda_device():
     cuda = [d for d in gpuops.devices() if d["kind"] == "cuda"]
     assert cuda and cuda[0]["name"] == "cuda:0" and cuda[0]["memory_total"] > 0
     assert str(gpuops.get_device("auto")) == "cuda:0"
+
+
+def test_feeds_stage_through_a_reused_pinned_buffer_and_dlpack_feeds_are_taken():
+    sess = gpuops.InferenceSession(chain_model(n=2), device="cuda")
+    x = np.random.default_rng(2).standard_normal((2, 256)).astype(np.float32)
+    sess.run(None, {"x": x})
+    staging, _ = sess.memory._pinned["x"]
+    (y,) = sess.run(None, {"x": x[:1]})  # smaller feed: same staging buffer
+    assert sess.memory._pinned["x"][0] is staging
+    np.testing.assert_allclose(y, expected_chain(x[:1], 2), rtol=1e-6)
+
+    class Foreign:  # any DLPack producer (torch, jax, ...) — here one backed by NumPy
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    (y,) = sess.run(None, {"x": Foreign(x)})
+    np.testing.assert_allclose(y, expected_chain(x, 2), rtol=1e-6)

@@ -139,7 +139,7 @@ class InferenceSession:
     def close(self) -> None:
         """Release every device buffer this session holds (weights included)."""
         self.plan.drop_weights()
-        self.memory.release_cached()
+        self.memory.close()
         self._closed = True
 
     def __enter__(self):
@@ -165,7 +165,12 @@ class InferenceSession:
             if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
                 out[name] = _feed_to_device(self.device, value)
                 continue
-            arr = value if self.device.is_native(value) else self.device.asarray(_as_array(value, arg))
+            if self.device.is_native(value):
+                arr = value
+            elif isinstance(value, (np.ndarray, np.generic, int, float, bool, list, tuple)):
+                arr = self.memory.upload(np.asarray(_as_array(value, arg)), name)
+            else:  # DLPack-capable (torch, jax...): zero-copy when it lives on this device
+                arr = self.device.asarray(value)
             if arr.dtype != arg.dtype:
                 raise FeedError(f"input {name!r}: expected dtype {arg.type} ({arg.dtype}), got {arr.dtype}")
             if arg.shape is not None:
