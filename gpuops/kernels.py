@@ -23,23 +23,28 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
-
-KERNEL_DIR = Path(__file__).resolve().parent.parent / "cuda_kernels"
+# cuda_kernels/ sits beside the package in a clone (editable installs); wheels carry a copy inside it
+KERNEL_DIR = next((d for d in (Path(__file__).resolve().parent.parent / "cuda_kernels",
+                               Path(__file__).resolve().parent / "cuda_kernels") if d.is_dir()),
+                  Path(__file__).resolve().parent.parent / "cuda_kernels")
 
 # NVRTC options: C++17, and no FMA contraction so float results follow the reference formulas'
 # rounding (the kernels are memory-bound; the GEMMs run in cuBLAS and are unaffected).
 OPTIONS = ("-std=c++17", "--fmad=false")
 
 _FLOATS = ("float", "__half")
-_QUANT = ("unsigned char", "signed char", "unsigned short", "short")
+_BYTES = ("unsigned char", "signed char")
+_QUANT = (*_BYTES, "unsigned short", "short")
 
 NAME_EXPRESSIONS: dict[str, tuple[str, ...]] = {
-    "conv.cu": tuple(f"{k}<{t}>" for k in ("im2col", "col2im", "bias_activation", "depthwise_conv") for t in _FLOATS),
+    "conv.cu": (*(f"{k}<{t}>" for k in ("im2col", "col2im", "bias_activation", "depthwise_conv") for t in _FLOATS),
+                "im2col<int>"),
     "quantize.cu": (
         *(f"quantize_linear<{x}, {s}, {q}>" for x in _FLOATS for s in _FLOATS for q in _QUANT),
         *(f"dequantize_linear<{q}, {s}, {y}>" for q in (*_QUANT, "int") for s in _FLOATS for y in _FLOATS),
         *(f"{k}<{t}>" for k in ("minmax_reduce", "dynamic_quantize") for t in _FLOATS),
+        *(f"gemm_s32<{a}, {b}>" for a in _BYTES for b in _BYTES), "gemm_s32<int, int>",
+        *(f"requantize<{t}>" for t in _BYTES),
     ),
     "roi_align.cu": tuple(f"roi_align<{t}>" for t in _FLOATS),
     "nms.cu": (*(f"{k}<{t}>" for k in ("nms_mask", "nms_select") for t in _FLOATS), "nms_gather"),
@@ -47,21 +52,8 @@ NAME_EXPRESSIONS: dict[str, tuple[str, ...]] = {
 
 # Fixed block sizes some kernels are written for (their shared-memory arrays have this size).
 DQ_BLOCK = 256  # quantize.cu: minmax_reduce
+QG_TILE = 16  # quantize.cu: gemm_s32 runs (QG_TILE, QG_TILE) blocks
 NMS_BLOCK = 64  # nms.cu: nms_mask
-
-_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half", np.dtype(np.uint8): "unsigned char",
-           np.dtype(np.int8): "signed char", np.dtype(np.uint16): "unsigned short", np.dtype(np.int16): "short",
-           np.dtype(np.int32): "int"}
-
-
-def ctype(dtype) -> str:
-    """The C type naming ``dtype`` in a name expression (``float32`` -> ``"float"``)."""
-    return _CTYPES[np.dtype(dtype)]
-
-
-def supports(dtype) -> bool:
-    return np.dtype(dtype) in _CTYPES
-
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\s*$", re.M)
@@ -79,6 +71,11 @@ def source(file: str) -> str:
         return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
 
     return expand(file)
+
+
+def is_device_array(array) -> bool:
+    """True for a CuPy array (or the CPU stand-in's), which kernels can be launched on."""
+    return type(array).__module__.startswith(("cupy", "gpuops.cuda_standin"))
 
 
 def backend_of(array) -> ModuleType:

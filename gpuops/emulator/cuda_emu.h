@@ -41,7 +41,9 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #define __global__
 #define __device__
@@ -73,14 +75,34 @@ namespace cuda_emu {
 
 enum class State { ready, at_barrier, done };
 
+constexpr size_t kStackBytes = 64 * 1024;
+
+// A fiber's stack, with an inaccessible guard page below it: an overflow faults instead of
+// silently overwriting another thread's stack.
+struct Stack {
+    char* base = nullptr;
+    size_t guard = 0;
+    Stack() {
+        guard = size_t(sysconf(_SC_PAGESIZE));
+        void* p = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return;
+        mprotect(p, guard, PROT_NONE);
+        base = static_cast<char*>(p);
+    }
+    ~Stack() {
+        if (base) munmap(base, guard + kStackBytes);
+    }
+    Stack(const Stack&) = delete;
+    Stack& operator=(const Stack&) = delete;
+    char* top() const { return base + guard; }  // the usable region starts above the guard page
+};
+
 struct Fiber {
     ucontext_t ctx;
-    std::unique_ptr<char[]> stack;
+    std::unique_ptr<Stack> stack;
     uint3 tid;
     State state;
 };
-
-constexpr size_t kStackBytes = 64 * 1024;
 
 // One worker's view of the block it is running.
 struct BlockRun {
@@ -118,7 +140,7 @@ inline std::string run_block(BlockRun& b) {
     for (size_t t = 0; t < n; ++t) {
         Fiber& f = b.fibers[t];
         getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.get();
+        f.ctx.uc_stack.ss_sp = f.stack->top();
         f.ctx.uc_stack.ss_size = kStackBytes;
         f.ctx.uc_link = &b.scheduler;
         makecontext(&f.ctx, fiber_entry, 0);
@@ -169,7 +191,8 @@ struct Launch {
         for (unsigned z = 0; z < block.z; ++z)
             for (unsigned y = 0; y < block.y; ++y)
                 for (unsigned x = 0; x < block.x; ++x, ++t) {
-                    b.fibers[t].stack.reset(new char[kStackBytes]);
+                    b.fibers[t].stack.reset(new Stack());
+                    if (!b.fibers[t].stack->base) return fail("cannot allocate fiber stacks (mmap failed)");
                     b.fibers[t].tid = uint3{x, y, z};
                 }
         BlockRun* saved = block_run;
@@ -181,14 +204,17 @@ struct Launch {
             blockIdx = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
                              unsigned(i / grid.x / grid.y)};
             std::string err = run_block(b);
-            if (!err.empty()) {
-                while (error_lock.test_and_set()) {
-                }
-                if (!failed.exchange(true)) error = err;
-                error_lock.clear();
-            }
+            if (!err.empty()) fail(err);
         }
         block_run = saved;
+    }
+
+    void fail(const std::string& err) {  // the first error wins; the other workers stop
+        while (error_lock.test_and_set()) {
+        }
+        if (!failed.load()) error = err;
+        failed = true;
+        error_lock.clear();
     }
 };
 

@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     cast,
     control,
     conv,
+    cuda,  # kernel-backed CUDA overrides of conv, quantization and detection ops
     detection,
     elementwise,
     indexing,

@@ -13,6 +13,13 @@ def generic(op_type: str, since: int, domain: str = ""):
     return resolve(domain, op_type, since, device="cpu").fn
 
 
+def on_device(*arrays) -> bool:
+    """True when every given array (None: an omitted input) is a CUDA device array. The session runs
+    nodes with host-only dtypes (float8, int4, ...) on the host, with NumPy arrays: those go to the
+    generic op."""
+    return all(a is None or kernels.is_device_array(a) for a in arrays)
+
+
 def contiguous(xp, a):
     """``a`` as a C-contiguous device array (kernels index raw memory)."""
     return xp.ascontiguousarray(a)

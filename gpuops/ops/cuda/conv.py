@@ -1,6 +1,7 @@
 """Conv, ConvTranspose and com.microsoft FusedConv on CUDA: im2col / col2im kernels around a cuBLAS
 GEMM (``xp.matmul``), a direct depthwise kernel, 1x1 convolutions as a plain GEMM, and the bias +
-activation epilogue fused into one kernel.
+activation epilogue fused into one kernel. ConvInteger and QLinearConv: im2col of the centred int32
+input around the integer GEMM kernel, then the requantize kernel (quantize.cu).
 
 Every convolution is run as a 3-D one (1-D and 2-D get unit leading spatial axes). float32 and
 float16 run on the kernels (float16 GEMMs accumulate as cuBLAS does; TF32 for float32 GEMMs is
@@ -16,9 +17,11 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ..conv import conv_geometry, spatial_attrs
-from ._launch import contiguous, f32, generic, i32, i64, launch
+from ._launch import contiguous, f32, generic, i32, i64, launch, on_device
+from .quantize import int_matmul, requantize
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+_BYTE_INTS = (np.dtype(np.uint8), np.dtype(np.int8))
 _ACTIVATIONS = {"": 0, "Relu": 1, "LeakyRelu": 2, "Sigmoid": 3, "Tanh": 4, "Clip": 5, "HardSigmoid": 6}
 _COL_BYTES = 256 << 20  # im2col buffer budget: larger batches are processed in chunks of images
 
@@ -56,60 +59,103 @@ def _geometry(X, W, kernel_shape, strides, dilations, pads):
     return kernel, [int(v) for v in strides], [int(v) for v in dilations], [int(v) for v in pb], [int(v) for v in pe]
 
 
+class _ConvShape:
+    """Validated geometry of a Conv node, in the 3-D form the kernels take."""
+
+    def __init__(self, X, W, group, kernel_shape, strides, dilations, pads, auto_pad):
+        self.N, self.C = int(X.shape[0]), int(X.shape[1])
+        self.M, self.Cg, self.G = int(W.shape[0]), int(W.shape[1]), int(group)
+        if self.G < 1 or self.C != self.Cg * self.G or self.M % self.G:
+            raise NodeError(f"Conv: input channels {self.C}, weight shape {tuple(W.shape)} and group {self.G} "
+                            "are inconsistent")
+        in_shape = [int(d) for d in X.shape[2:]]
+        kernel, strides, dilations, begin, end = _geometry(X, W, kernel_shape, strides, dilations, pads)
+        begin, end, self.out_shape = conv_geometry(in_shape, kernel, strides, dilations, begin, end, auto_pad)
+        self.O, self.K = math.prod(self.out_shape), math.prod(kernel)
+        self.pointwise = self.K == 1 and all(v == 1 for v in strides) and not any(begin) and not any(end)
+        self.args = tuple(i32(v) for v in (*_as3(in_shape, 1), *_as3(self.out_shape, 1), *_as3(kernel, 1),
+                                           *_as3(strides, 1), *_as3(begin, 0), *_as3(dilations, 1)))
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.N, self.M, *self.out_shape)
+
+
+def _im2col_gemm(xp, X, W, g: _ConvShape, t: str, gemm):
+    """Y [N, M, *out] = gemm(W [G, M/G, C/G*K], col [n, G, C/G*K, O]) with col from the im2col kernel
+    (or X itself for a 1x1 convolution), a chunk of images at a time when col would be large."""
+    N, C, G, Cg, O, K = g.N, g.C, g.G, g.Cg, g.O, g.K
+    Wg = xp.reshape(W, (G, g.M // G, Cg * K))
+    if g.pointwise:  # 1x1: the input already is the GEMM operand
+        return xp.reshape(gemm(Wg, xp.reshape(X, (N, G, Cg, O))), g.y_shape)
+    chunk = max(1, min(N, _COL_BYTES // max(1, C * K * O * X.itemsize)))
+    col = xp.empty((chunk, C * K, O), dtype=X.dtype)
+    if chunk == N:
+        launch("conv.cu", f"im2col<{t}>", X, col.size, (X, col, i64(col.size), *g.args))
+        return xp.reshape(gemm(Wg, xp.reshape(col, (N, G, Cg * K, O))), g.y_shape)
+    Y = xp.empty(g.y_shape, dtype=X.dtype)
+    Yg = xp.reshape(Y, (N, G, g.M // G, O))
+    for n0 in range(0, N, chunk):
+        n = min(chunk, N - n0)
+        c = col[:n]
+        launch("conv.cu", f"im2col<{t}>", X, c.size, (X[n0:n0 + n], c, i64(c.size), *g.args))
+        Yg[n0:n0 + n] = gemm(Wg, xp.reshape(c, (n, G, Cg * K, O)))
+    return Y
+
+
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
          strides=None, act=(0, 0.0, 0.0), Z=None):
     """Y = act(conv(X, W) + B + Z) with the kernels. Returns None when the generic op must run."""
+    if not on_device(X, W, B, Z):
+        return None
     if X.dtype not in _FLOATS or W.dtype != X.dtype or not 3 <= X.ndim <= 5 or W.ndim != X.ndim:
         return None
     if (B is not None and B.dtype != X.dtype) or (Z is not None and Z.dtype != X.dtype):
         return None
-    N, C = int(X.shape[0]), int(X.shape[1])
-    in_shape = [int(s) for s in X.shape[2:]]
-    M, Cg = int(W.shape[0]), int(W.shape[1])
-    G = int(group)
-    if G < 1 or C != Cg * G or M % G:
-        raise NodeError(f"Conv: input channels {C}, weight shape {tuple(W.shape)} and group {G} are inconsistent")
-    kernel, strides, dilations, begin, end = _geometry(X, W, kernel_shape, strides, dilations, pads)
-    begin, end, out_shape = conv_geometry(in_shape, kernel, strides, dilations, begin, end, auto_pad)
-    Y = xp.empty((N, M, *out_shape), dtype=X.dtype)
-    if Y.size == 0:
-        return Y
+    g = _ConvShape(X, W, group, kernel_shape, strides, dilations, pads, auto_pad)
+    if math.prod(g.y_shape) == 0:
+        return xp.empty(g.y_shape, dtype=X.dtype)
     t = _ctype(X.dtype)
     code, alpha, beta = act
     X, W = contiguous(xp, X), contiguous(xp, W)
     B = contiguous(xp, B) if B is not None else None
     Z = contiguous(xp, Z) if Z is not None else None
-    D3, K3, S3, P3, L3 = _as3(in_shape, 1), _as3(kernel, 1), _as3(strides, 1), _as3(begin, 0), _as3(dilations, 1)
-    O3 = _as3(out_shape, 1)
-    geometry = (*map(i32, D3), *map(i32, O3), *map(i32, K3), *map(i32, S3), *map(i32, P3), *map(i32, L3))
-    O, K = math.prod(out_shape), math.prod(kernel)
-
-    if G == C and Cg == 1 and Z is None:  # depthwise: direct kernel, epilogue fused
-        launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size,
-               (X, W, B, Y, i64(Y.size), i32(C), i32(M), *geometry, i32(code), f32(alpha), f32(beta)))
+    if g.G == g.C and g.Cg == 1 and Z is None:  # depthwise: direct kernel, epilogue fused
+        Y = xp.empty(g.y_shape, dtype=X.dtype)
+        launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size, (X, W, B, Y, i64(Y.size), i32(g.C), i32(g.M), *g.args,
+                                                              i32(code), f32(alpha), f32(beta)))
         return Y
-
-    Wg = xp.reshape(W, (G, M // G, Cg * K))
-    pointwise = K == 1 and all(s == 1 for s in strides) and not any(begin) and not any(end)
-    chunk = max(1, min(N, _COL_BYTES // max(1, C * K * O * X.itemsize)))
-    if pointwise:  # 1x1: the input already is the GEMM operand
-        Y = xp.reshape(xp.matmul(Wg, xp.reshape(X, (N, G, Cg, O))), Y.shape)
-    elif chunk == N:
-        col = xp.empty((N, C * K, O), dtype=X.dtype)
-        launch("conv.cu", f"im2col<{t}>", X, col.size, (X, col, i64(col.size), *geometry))
-        Y = xp.reshape(xp.matmul(Wg, xp.reshape(col, (N, G, Cg * K, O))), Y.shape)
-    else:  # bound the im2col buffer: a chunk of images at a time
-        col = xp.empty((chunk, C * K, O), dtype=X.dtype)
-        Yg = xp.reshape(Y, (N, G, M // G, O))
-        for n0 in range(0, N, chunk):
-            n = min(chunk, N - n0)
-            c = col[:n]
-            launch("conv.cu", f"im2col<{t}>", X, c.size, (X[n0:n0 + n], c, i64(c.size), *geometry))
-            Yg[n0:n0 + n] = xp.matmul(Wg, xp.reshape(c, (n, G, Cg * K, O)))
+    Y = _im2col_gemm(xp, X, W, g, t, xp.matmul)
     if B is not None or Z is not None or code:
         launch("conv.cu", f"bias_activation<{t}>", Y, Y.size,
-               (Y, B, Z, i64(Y.size), i32(M), i64(O), i32(code), f32(alpha), f32(beta)))
+               (Y, B, Z, i64(Y.size), i32(g.M), i64(g.O), i32(code), f32(alpha), f32(beta)))
     return Y
+
+
+def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                 kernel_shape=None, pads=None, strides=None):
+    """int32 convolution of (x - x_zero_point) and (w - w_zero_point) (w's zero point may be per output
+    channel): the centred int32 input through im2col<int>, then the integer GEMM kernel. None when
+    the generic op must run."""
+    if not on_device(x, w, x_zero_point, w_zero_point) or not 3 <= x.ndim <= 5 or w.ndim != x.ndim:
+        return None
+    if any(np.dtype(a.dtype) not in _BYTE_INTS for a in (x, w)):
+        return None
+    M = int(w.shape[0])
+    if (x_zero_point is not None and (x_zero_point.size != 1 or x_zero_point.dtype != x.dtype)) or (
+            w_zero_point is not None and (w_zero_point.dtype != w.dtype or w_zero_point.ndim > 1
+                                          or w_zero_point.size not in (1, M))):
+        return None
+    g = _ConvShape(x, w, group, kernel_shape, strides, dilations, pads, auto_pad)
+    if math.prod(g.y_shape) == 0:
+        return xp.zeros(g.y_shape, dtype=np.int32)
+    X = x.astype(np.int32)
+    if x_zero_point is not None:
+        X = X - xp.reshape(x_zero_point, ()).astype(np.int32)
+    W = w.astype(np.int32)
+    if w_zero_point is not None:
+        W = W - xp.reshape(w_zero_point, (-1,) + (1,) * (w.ndim - 1)).astype(np.int32)
+    return _im2col_gemm(xp, contiguous(xp, X), contiguous(xp, W), g, "int", lambda a, b: int_matmul(xp, a, b))
 
 
 def _conv_op(since: int):
@@ -175,6 +221,8 @@ def conv_transpose(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group
                    output_padding=None, output_shape=None, pads=None, strides=None, act=(0, 0.0, 0.0),
                    same_upper_head_small=True):
     """ConvTranspose as GEMM (col = W^T x per group) + the col2im gather kernel with the epilogue."""
+    if not on_device(X, W, B):
+        return None
     if X.dtype not in _FLOATS or W.dtype != X.dtype or not 3 <= X.ndim <= 5 or W.ndim != X.ndim:
         return None
     if B is not None and B.dtype != X.dtype:
@@ -220,3 +268,37 @@ def _conv_transpose_op(since: int):
 
 for _v in (1, 11, 22):
     op("ConvTranspose", since=_v, device="cuda")(_conv_transpose_op(_v))
+
+
+# -- ConvInteger / QLinearConv -------------------------------------------------------------------
+
+
+@op("ConvInteger", since=10, device="cuda")
+def ConvInteger(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                kernel_shape=None, pads=None, strides=None):
+    kw = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+              strides=strides)
+    Y = conv_integer(xp, x, w, x_zero_point, w_zero_point, **kw)
+    return generic("ConvInteger", 10)(xp, x, w, x_zero_point, w_zero_point, **kw) if Y is None else Y
+
+
+@op("QLinearConv", since=10, device="cuda")
+def QLinearConv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    """The int32 accumulator of conv_integer, then the requantize kernel adds the bias and scales by
+    x_scale * w_scale / y_scale (w_scale scalar or per output channel)."""
+    kw = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+              strides=strides)
+    Y = None
+    M = int(w.shape[0])
+    if (on_device(x_scale, w_scale, y_scale, y_zero_point, B) and x_scale.size == 1 and y_scale.size == 1
+            and w_scale.ndim <= 1 and w_scale.size in (1, M) and (B is None or (B.dtype == np.int32 and B.size == M))):
+        acc = conv_integer(xp, x, w, x_zero_point, w_zero_point, **kw)
+        if acc is not None:
+            spatial = math.prod(acc.shape[2:])
+            Y = requantize(xp, acc, x_scale, 0, w_scale, 1 if w_scale.size > 1 else 0, y_scale, y_zero_point,
+                           rows=M, cols=spatial, bias=B)
+    if Y is None:
+        return generic("QLinearConv", 10)(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+                                          y_zero_point, B, **kw)
+    return Y

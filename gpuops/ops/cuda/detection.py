@@ -13,7 +13,7 @@ from ... import kernels
 from ...device import to_host
 from ...errors import NodeError
 from ...registry import op
-from ._launch import contiguous, f32, generic, i32, i64, launch
+from ._launch import contiguous, f32, generic, i32, i64, launch, on_device
 
 _CT = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
 _MASK_BYTES = 256 << 20  # IoU bitmask budget: more (batch, class) pairs are processed in chunks
@@ -22,6 +22,8 @@ _MASK_BYTES = 256 << 20  # IoU bitmask budget: more (batch, class) pairs are pro
 def roi_align(xp, X, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
               spatial_scale=1.0, half_pixel=True):
     """The kernel path of RoiAlign; None when the generic op must run."""
+    if not on_device(X, rois, batch_indices):
+        return None
     if np.dtype(X.dtype) not in _CT or X.ndim != 4 or rois.ndim != 2 or int(rois.shape[-1]) != 4:
         return None
     if mode not in ("avg", "max"):
@@ -87,6 +89,8 @@ def _scalar(v, default):
 def non_max_suppression(xp, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                         score_threshold=None, *, center_point_box=0):
     """The kernel path of NonMaxSuppression; None when the generic op must run."""
+    if not on_device(boxes, scores):
+        return None
     if np.dtype(boxes.dtype) not in _CT or boxes.ndim != 3 or scores.ndim != 3:
         return None
     B, N = int(boxes.shape[0]), int(boxes.shape[1])
