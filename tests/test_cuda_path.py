@@ -159,3 +159,19 @@ def test_feeds_stage_through_a_reused_pinned_buffer_and_dlpack_feeds_are_taken()
 
     (y,) = sess.run(None, {"x": Foreign(x)})
     np.testing.assert_allclose(y, expected_chain(x, 2), rtol=1e-6)
+
+
+def test_devices_report_nvml_details_when_nvidia_ml_py_is_present(monkeypatch):
+    import sys
+    import types
+
+    mem = types.SimpleNamespace(total=80 << 30, free=79 << 30, used=1 << 30)
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: ("h", i),
+        nvmlDeviceGetMemoryInfo=lambda h: mem, nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlSystemGetDriverVersion=lambda: "580.65.06", nvmlSystemGetCudaDriverVersion=lambda: 13000)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    (cuda,) = [d for d in gpuops.devices() if d["kind"] == "cuda"]
+    assert cuda["device_name"] == "NVIDIA H100 80GB HBM3"
+    assert (cuda["memory_total"], cuda["memory_free"]) == (80 << 30, 79 << 30)
+    assert (cuda["driver"], cuda["cuda_driver"]) == ("580.65.06", 13000)
