@@ -20,6 +20,7 @@ The namespace wraps ``array_api_compat.numpy``, so ops see the same functions th
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 import types
 import weakref
@@ -53,7 +54,13 @@ def strict():
         _state.strict -= 1
 
 
+def _no_capture(what: str):
+    if getattr(_state, "capture", None) is not None:
+        raise StreamCaptureError(f"{what} synchronises with the host, which a stream capture forbids")
+
+
 def _sync(what: str):
+    _no_capture(what)
     if _strict():
         raise ImplicitTransferError(f"implicit device->host conversion ({what}) during a strict region; "
                                     "use an explicit transfer (.get() / gpuops.device.to_host)")
@@ -83,10 +90,12 @@ class ndarray:
 
     def get(self, stream=None, order="C", out=None) -> np.ndarray:
         """The explicit device->host copy."""
+        _no_capture(".get()")
         transfers["d2h"] += 1
         return np.array(self._a, copy=True)
 
     def set(self, arr, stream=None) -> None:
+        _no_capture(".set()")
         transfers["h2d"] += 1
         self._a[...] = arr
 
@@ -106,10 +115,10 @@ class ndarray:
         return _wrap(getattr(self._a, name))
 
     def __getitem__(self, key):
-        return _wrap(self._a[_unwrap(key)])
+        return _call(operator.getitem, (self, key))
 
     def __setitem__(self, key, value):
-        self._a[_unwrap(key)] = _unwrap(value)
+        _call(operator.setitem, (self, key, value))
 
     def __len__(self):
         return len(self._a)
@@ -154,7 +163,7 @@ class ndarray:
 
 def _binary(name):
     def method(self, *args):
-        return _wrap(getattr(self._a, name)(*_unwrap(args)))
+        return _call(getattr(self._a, name), args)
 
     method.__name__ = name
     return method
@@ -199,6 +208,16 @@ def _unwrap(x):
     return x
 
 
+def _call(f, args, kwargs=None):
+    """Run a NumPy callable on device arrays; inside a stream capture, also record it for replay."""
+    kwargs = kwargs or {}
+    out = _wrap(f(*_unwrap(args), **_unwrap(kwargs)))
+    ops = getattr(_state, "capture", None)
+    if ops is not None:
+        ops.append((f, args, kwargs, out))
+    return out
+
+
 class _Wrapped:
     """A NumPy callable (function, ufunc, bound method) taking and returning device arrays."""
 
@@ -208,7 +227,7 @@ class _Wrapped:
         self._f = f
 
     def __call__(self, *args, **kwargs):
-        return _wrap(self._f(*_unwrap(args), **_unwrap(kwargs)))
+        return _call(self._f, args, kwargs)
 
     def __getattr__(self, name):  # ufunc.reduce / ufunc.at / ...
         return _wrap(getattr(self._f, name))
@@ -409,7 +428,56 @@ class _Runtime:
         return DEVICE_MEMORY - _default_pool.total_bytes(), DEVICE_MEMORY
 
 
+class StreamCaptureError(RuntimeError):
+    """Like cudaErrorStreamCaptureUnsupported: a synchronising call inside a stream capture."""
+
+
+class _Graph:
+    """A captured stream: replaying it re-runs every recorded call on the same buffers, writing each
+    result into the array the capture produced, as a CUDA graph re-launches its kernels."""
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def launch(self, stream=None):
+        for f, args, kwargs, out in self._ops:
+            _copy_into(out, f(*_unwrap(args), **_unwrap(kwargs)))
+
+
+def _copy_into(out, new):
+    if isinstance(out, ndarray):
+        if out._a is not new:
+            np.copyto(out._a, new)
+    elif isinstance(out, (tuple, list)):
+        for o, n in zip(out, new):
+            _copy_into(o, n)
+
+
+class _Stream:
+    def __init__(self, non_blocking=False, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+    def begin_capture(self, mode=None):
+        if getattr(_state, "capture", None) is not None:
+            raise StreamCaptureError("a capture is already in progress")
+        _state.capture = []
+
+    def end_capture(self) -> _Graph:
+        ops, _state.capture = _state.capture, None
+        return _Graph(ops)
+
+
 cuda = types.SimpleNamespace(
+    Stream=_Stream,
     alloc_pinned_memory=lambda nbytes: bytearray(nbytes),  # page-locked on a GPU; plain memory here
     Device=_Device, MemoryPool=MemoryPool, MemoryHook=MemoryHook, using_allocator=_using_allocator,
     Event=_Event, get_elapsed_time=_get_elapsed_time, runtime=_Runtime,
@@ -431,7 +499,7 @@ class RawModule:
         fn = self._m.get_function(name)
 
         def launch(grid, block, args, shared_mem=0, **kwargs):
-            return fn(grid, block, tuple(_unwrap(list(args))), shared_mem=shared_mem)
+            _call(fn, (grid, block, tuple(args)), {"shared_mem": shared_mem})
 
         return launch
 
@@ -444,6 +512,7 @@ def asarray(obj, dtype=None, copy=None, **kwargs):
         return obj if dtype is None or obj.dtype == dtype else _wrap(obj._a.astype(dtype))
     if isinstance(obj, (list, tuple)) and any(isinstance(v, ndarray) for v in obj):
         return _wrap(np.asarray(_unwrap(obj), dtype=dtype))
+    _no_capture("a host->device copy from pageable memory")
     transfers["h2d"] += 1
     return _wrap(np.array(obj, dtype=dtype, copy=True))
 

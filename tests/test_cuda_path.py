@@ -175,3 +175,51 @@ def test_devices_report_nvml_details_when_nvidia_ml_py_is_present(monkeypatch):
     assert cuda["device_name"] == "NVIDIA H100 80GB HBM3"
     assert (cuda["memory_total"], cuda["memory_free"]) == (80 << 30, 79 << 30)
     assert (cuda["driver"], cuda["cuda_driver"]) == ("580.65.06", 13000)
+
+
+def test_cuda_graph_replays_and_recaptures_on_new_shapes():
+    sess = gpuops.InferenceSession(chain_model(n=6), device="cuda", cuda_graph=True)
+    rng = np.random.default_rng(3)
+    for shape in [(2, 256), (2, 256), (5, 256), (2, 256)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        with device_guard("cuda"):
+            (y,) = sess.run(None, {"x": x})
+        np.testing.assert_allclose(y, expected_chain(x, 6), rtol=1e-6)
+        assert sess._graphs.usable and sess._graphs.key[0][1] == shape
+
+
+def test_cuda_graph_falls_back_when_a_node_needs_the_host():
+    from onnx import TensorProto, helper
+
+    # Loop reads its condition on the host each iteration: not capturable
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["v_in", "v_in"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [3])])
+    g = helper.make_graph([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)], "loop",
+                          [helper.make_tensor_value_info("M", TensorProto.INT64, []),
+                           helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    sess = gpuops.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)]),
+                                   device="cuda", cuda_graph=True)
+    x = np.arange(3, dtype=np.float32)
+    for _ in range(2):
+        (y,) = sess.run(None, {"M": np.array(3, np.int64), "x": x})
+        np.testing.assert_array_equal(y, x * 8)
+    assert not sess._graphs.usable
+
+
+def test_resnet50_pool_peak_is_well_under_the_sum_of_its_intermediates():
+    from gpuops.cli import resolve_model_path
+
+    sess = gpuops.InferenceSession(resolve_model_path("light:resnet50"), device="cuda")
+    x = np.random.default_rng(4).random((1, 3, 224, 224), dtype=np.float32)
+    sess.run(None, {"gpu_0/data_0": x})
+    st = sess.memory_stats()
+    assert st["peak_bytes"] < 0.5 * st["intermediates_total_bytes"]
+    assert st["planned_peak_bytes"] < 0.5 * st["intermediates_total_bytes"]
+    assert st["reuses"] > 0

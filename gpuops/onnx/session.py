@@ -51,9 +51,13 @@ class InferenceSession:
     ``"cuda:N"`` or ``"auto"``. Unsupported ops fail here, at creation, naming the node.
     ``memory_limit`` (bytes, or a fraction of the GPU's memory) caps this session's device pool;
     running past it raises :class:`gpuops.OutOfMemoryError` naming the node, and the session stays usable.
+    ``cuda_graph=True`` (CUDA only) captures the whole run as a CUDA graph for each set of feed shapes
+    and replays it; a graph that cannot be captured (a node reads device values on the host, as
+    Loop and If do) falls back to running node by node, logged once.
     """
 
-    def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None):
+    def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None,
+                 cuda_graph: bool = False):
         self.device = get_device(device)
         self.model = load_model(model)
         opsets = {}
@@ -72,6 +76,7 @@ class InferenceSession:
         self._optional_inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name in init_names]
         self._outputs = [_node_arg(vi) for vi in self.model.graph.output]
         self.last_profile: list[dict] | None = None
+        self._graphs = CudaGraphs(self) if cuda_graph and self.device.kind == "cuda" else None
         self._host_nodes: set = set()  # (op, dtypes) already logged as running on the host
         self._closed = False
 
@@ -115,8 +120,13 @@ class InferenceSession:
         ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
         try:
             with self.memory.active():
+                feeds = self._check_feeds(input_feed)
+                if self._graphs is not None and not profile and self._graphs.usable:
+                    outs = self._graphs.run(feeds, names)
+                    if outs is not None:
+                        return outs if output_device == "device" else [_to_host(v) for v in outs]
                 env = dict(self.plan.weights)
-                env.update(self._check_feeds(input_feed))
+                env.update(feeds)
                 run_plan(self.plan, env, ctx)
                 outs = [env[n] for n in names]
                 del env
@@ -185,6 +195,64 @@ class InferenceSession:
         return out
 
 
+class CudaGraphs:
+    """Capture-once, replay-many execution of a session's plan on CUDA (``cuda_graph=True``).
+
+    For each set of feed shapes the plan runs once to warm the pool up and once inside a stream
+    capture, both without liveness releases: a replay writes into the very buffers the capture used,
+    so none of them may go back to the pool while the graph lives. Feeds are copied into the graph's
+    static input buffers; outputs are copied out of its static output buffers.
+    """
+
+    def __init__(self, session: "InferenceSession"):
+        self.session = session
+        self.usable = True
+        self.key = None
+        self.graph = self.stream = self.inputs = self.env = None
+
+    def run(self, feeds: dict, names: list[str]) -> list | None:
+        key = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))
+        if key != self.key and not self._capture(key, feeds):
+            return None
+        for k, buf in self.inputs.items():
+            buf[...] = feeds[k]
+        self.graph.launch(stream=self.stream)
+        self.stream.synchronize()
+        return [self.env[n].copy() for n in names]
+
+    def _capture(self, key, feeds: dict) -> bool:
+        s, lib = self.session, self.session.device.lib
+        self.graph = self.env = None
+        inputs = {k: v.copy() for k, v in feeds.items()}
+        try:
+            warm = dict(s.plan.weights, **inputs)
+            run_plan(s.plan, warm, self._ctx())
+            del warm
+            env = dict(s.plan.weights, **inputs)
+            self.stream = lib.cuda.Stream(non_blocking=True)
+            ctx = self._ctx()
+            with self.stream:
+                self.stream.begin_capture()
+                try:
+                    run_plan(s.plan, env, ctx)
+                finally:
+                    graph = self.stream.end_capture()
+            s.memory.note_run(ctx.live)
+        except OutOfMemoryError:
+            raise
+        except Exception as e:  # a node synchronised with the host inside the capture
+            log.info("gpuops: the model cannot run as a CUDA graph (%s: %s); running node by node",
+                     type(e).__name__, e)
+            self.usable = False
+            return False
+        self.key, self.graph, self.inputs, self.env = key, graph, inputs, env
+        return True
+
+    def _ctx(self) -> "RunContext":
+        s = self.session
+        return RunContext(s.device, s.memory, host_nodes_logged=s._host_nodes, keep_all=True)
+
+
 def _feed_to_device(device: Device, value):
     if value is None:
         return None
@@ -218,6 +286,7 @@ class RunContext:
     profile: list | None = None
     live: LiveBytes = field(default_factory=LiveBytes)
     host_nodes_logged: set = field(default_factory=set)
+    keep_all: bool = False  # no liveness releases (a CUDA graph capture keeps its buffers)
 
 
 class Subgraph:
@@ -304,7 +373,7 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         if profile is not None:
             profile.append(timer.done(step, outs))
         ctx.memory.note_node()
-        for name in step.release:
+        for name in () if ctx.keep_all else step.release:
             value = env.pop(name, None)
             if value is not None and name in plan.produced:
                 live.drop(_nbytes(value))
