@@ -16,6 +16,7 @@ from ..device import Device, get_device, to_host
 from ..dtypes import device_supported, np_dtype, type_name
 from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
 from ..memory import LiveBytes, MemoryManager
+from ..registry import canonical_domain
 from .model import load_model
 from .plan import Plan, PlanBuilder, Step
 
@@ -60,12 +61,8 @@ class InferenceSession:
                  cuda_graph: bool = False):
         self.device = get_device(device)
         self.model = load_model(model)
-        opsets = {}
-        for imp in self.model.opset_import:
-            opsets[imp.domain if imp.domain != "ai.onnx" else ""] = imp.version
-        if not self.model.opset_import:
-            opsets[""] = 1
-        functions = {(f.domain if f.domain != "ai.onnx" else "", f.name): f for f in self.model.functions}
+        opsets = {canonical_domain(imp.domain): imp.version for imp in self.model.opset_import} or {"": 1}
+        functions = {(canonical_domain(f.domain), f.name): f for f in self.model.functions}
         self.opsets = opsets
         self.plan = PlanBuilder(opsets, self.device.kind, functions, self.model).build(self.model.graph)
         self.memory = MemoryManager(self.device, memory_limit)
@@ -121,19 +118,18 @@ class InferenceSession:
         try:
             with self.memory.active():
                 feeds = self._check_feeds(input_feed)
-                if self._graphs is not None and not profile and self._graphs.usable:
-                    outs = self._graphs.run(feeds, names)
-                    if outs is not None:
-                        return outs if output_device == "device" else [_to_host(v) for v in outs]
-                env = dict(self.plan.weights)
-                env.update(feeds)
-                run_plan(self.plan, env, ctx)
-                outs = [env[n] for n in names]
-                del env
+                use_graph = self._graphs is not None and self._graphs.usable and not profile
+                outs = self._graphs.run(feeds, names) if use_graph else None
+                if outs is None:
+                    env = dict(self.plan.weights)
+                    env.update(feeds)
+                    run_plan(self.plan, env, ctx)
+                    outs = [env[n] for n in names]
+                    del env
+                    self.memory.note_run(ctx.live)
         except OutOfMemoryError:
             self.memory.release_cached()
             raise
-        self.memory.note_run(ctx.live)
         self.last_profile = ctx.profile
         return outs if output_device == "device" else [_to_host(v) for v in outs]
 
