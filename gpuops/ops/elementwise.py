@@ -28,24 +28,20 @@ def is_float(dtype) -> bool:
     return dtype.kind == "f" or (dtype.type.__module__.startswith("ml_dtypes") and "float" in dtype.name)
 
 
+def _binary(op_type: str, since: int, fn: str):
+    """Register ``op_type`` from opset ``since`` as ``xp.<fn>(A, B)`` on inputs of one element type."""
+    def impl(xp, A, B):
+        same_dtype(op_type, A, B)
+        return getattr(xp, fn)(A, B)
+    impl.__name__ = impl.__qualname__ = op_type
+    return op(op_type, since=since)(impl)
+
+
 # -- binary arithmetic -----------------------------------------------------------------------------
 
-@op("Add", since=7)
-def Add(xp, A, B):
-    same_dtype("Add", A, B)
-    return xp.add(A, B)
-
-
-@op("Sub", since=7)
-def Sub(xp, A, B):
-    same_dtype("Sub", A, B)
-    return xp.subtract(A, B)
-
-
-@op("Mul", since=7)
-def Mul(xp, A, B):
-    same_dtype("Mul", A, B)
-    return xp.multiply(A, B)
+Add = _binary("Add", 7, "add")
+Sub = _binary("Sub", 7, "subtract")
+Mul = _binary("Mul", 7, "multiply")
 
 
 @op("Div", since=7)
@@ -101,22 +97,9 @@ def BitShift(xp, X, Y, *, direction):
     raise NodeError(f"BitShift direction must be 'LEFT' or 'RIGHT', got {direction!r}")
 
 
-@op("BitwiseAnd", since=18)
-def BitwiseAnd(xp, A, B):
-    same_dtype("BitwiseAnd", A, B)
-    return xp.bitwise_and(A, B)
-
-
-@op("BitwiseOr", since=18)
-def BitwiseOr(xp, A, B):
-    same_dtype("BitwiseOr", A, B)
-    return xp.bitwise_or(A, B)
-
-
-@op("BitwiseXor", since=18)
-def BitwiseXor(xp, A, B):
-    same_dtype("BitwiseXor", A, B)
-    return xp.bitwise_xor(A, B)
+BitwiseAnd = _binary("BitwiseAnd", 18, "bitwise_and")
+BitwiseOr = _binary("BitwiseOr", 18, "bitwise_or")
+BitwiseXor = _binary("BitwiseXor", 18, "bitwise_xor")
 
 
 @op("BitwiseNot", since=18)
@@ -126,22 +109,9 @@ def BitwiseNot(xp, X):
 
 # -- logic and comparison --------------------------------------------------------------------------
 
-@op("And", since=7)
-def And(xp, A, B):
-    same_dtype("And", A, B)
-    return xp.logical_and(A, B)
-
-
-@op("Or", since=7)
-def Or(xp, A, B):
-    same_dtype("Or", A, B)
-    return xp.logical_or(A, B)
-
-
-@op("Xor", since=7)
-def Xor(xp, A, B):
-    same_dtype("Xor", A, B)
-    return xp.logical_xor(A, B)
+And = _binary("And", 7, "logical_and")
+Or = _binary("Or", 7, "logical_or")
+Xor = _binary("Xor", 7, "logical_xor")
 
 
 @op("Not", since=1)
@@ -149,34 +119,11 @@ def Not(xp, X):
     return xp.logical_not(X)
 
 
-@op("Equal", since=7)
-def Equal(xp, A, B):
-    same_dtype("Equal", A, B)
-    return xp.equal(A, B)
-
-
-@op("Less", since=7)
-def Less(xp, A, B):
-    same_dtype("Less", A, B)
-    return xp.less(A, B)
-
-
-@op("LessOrEqual", since=12)
-def LessOrEqual(xp, A, B):
-    same_dtype("LessOrEqual", A, B)
-    return xp.less_equal(A, B)
-
-
-@op("Greater", since=7)
-def Greater(xp, A, B):
-    same_dtype("Greater", A, B)
-    return xp.greater(A, B)
-
-
-@op("GreaterOrEqual", since=12)
-def GreaterOrEqual(xp, A, B):
-    same_dtype("GreaterOrEqual", A, B)
-    return xp.greater_equal(A, B)
+Equal = _binary("Equal", 7, "equal")
+Less = _binary("Less", 7, "less")
+LessOrEqual = _binary("LessOrEqual", 12, "less_equal")
+Greater = _binary("Greater", 7, "greater")
+GreaterOrEqual = _binary("GreaterOrEqual", 12, "greater_equal")
 
 
 # -- unary math ------------------------------------------------------------------------------------

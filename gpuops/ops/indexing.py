@@ -52,6 +52,18 @@ def _normalise(xp, indices, n):
     return xp.where(indices < 0, indices + n, indices)
 
 
+def _element_indices(xp, data, indices, axis: int):
+    """GatherElements / ScatterElements ``indices`` (of data's rank), checked to fit inside ``data``
+    off ``axis`` and to be in range along it, normalised to int64 in [0, n)."""
+    for i, (d, k) in enumerate(zip(data.shape, indices.shape)):
+        if i != axis and k > d:
+            raise NodeError(f"indices shape {tuple(indices.shape)} exceeds data shape {tuple(data.shape)} "
+                            f"on axis {i}")
+    n = data.shape[axis]
+    _check_bounds(xp, indices, (n,))
+    return _normalise(xp, indices, n)
+
+
 def _strides(shape) -> list[int]:
     """C-order element strides of ``shape``."""
     out, acc = [], 1
@@ -77,15 +89,10 @@ def GatherElements(xp, data, indices, *, axis=0):
     axis = _axis(axis, data.ndim)
     if indices.ndim != data.ndim:
         raise NodeError(f"indices rank {indices.ndim} differs from data rank {data.ndim}")
-    for i, (d, k) in enumerate(zip(data.shape, indices.shape)):
-        if i != axis and k > d:
-            raise NodeError(f"indices shape {tuple(indices.shape)} exceeds data shape {tuple(data.shape)} "
-                            f"on axis {i}")
-    n = data.shape[axis]
-    _check_bounds(xp, indices, (n,))
+    ind = _element_indices(xp, data, indices, axis)
     # indices may be smaller than data off the gather axis: take the matching corner of data
     data = data[tuple(slice(None) if i == axis else slice(0, k) for i, k in enumerate(indices.shape))]
-    return xp.take_along_axis(data, _normalise(xp, indices, n), axis=axis)
+    return xp.take_along_axis(data, ind, axis=axis)
 
 
 def _gather_nd(xp, data, indices, batch_dims: int):
@@ -162,13 +169,7 @@ def _scatter_elements(xp, data, indices, updates, axis: int, reduction: str):
     if indices.ndim != data.ndim or tuple(indices.shape) != tuple(updates.shape):
         raise NodeError(f"indices {tuple(indices.shape)} and updates {tuple(updates.shape)} must have one "
                         f"shape, of the rank of data {tuple(data.shape)}")
-    for i, (d, k) in enumerate(zip(data.shape, indices.shape)):
-        if i != axis and k > d:
-            raise NodeError(f"indices shape {tuple(indices.shape)} exceeds data shape {tuple(data.shape)} "
-                            f"on axis {i}")
-    n = data.shape[axis]
-    _check_bounds(xp, indices, (n,))
-    ind = _normalise(xp, indices, n)
+    ind = _element_indices(xp, data, indices, axis)
     lin = xp.zeros(tuple(indices.shape), dtype=np.int64)
     for i, stride in enumerate(_strides(data.shape)):  # one pass per data axis (the rank)
         if i == axis:

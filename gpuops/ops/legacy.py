@@ -20,8 +20,9 @@ only hold the modern semantics (which take over at the version that introduced t
 * ``Dense(X, W, B?)`` = ``X @ W + B`` with W of shape ``[in, out]`` (X may have leading batch axes).
 * ``DepthwiseConv2d(X, W, B?)``: NCHW depthwise convolution; W is ``[C * multiplier, 1, kh, kw]``
   and output channel ``c * multiplier + m`` convolves input channel ``c`` (ONNX Conv with
-  ``group=C``). Attributes as Conv: ``strides``, ``pads`` ``[top, left, bottom, right]``,
-  ``dilations``, ``auto_pad`` (NOTSET, SAME_UPPER, SAME_LOWER, VALID), optional ``kernel_shape``.
+  ``group=C``, and run by the same :func:`conv.conv`). Attributes as Conv: ``strides``, ``pads``
+  ``[top, left, bottom, right]``, ``dilations``, ``auto_pad`` (NOTSET, SAME_UPPER, SAME_LOWER, VALID),
+  optional ``kernel_shape``.
 * ``UpSampling2D(X)``: nearest-neighbour upsampling of the H and W axes of NCHW X, by the integer
   factors ``size=[sh, sw]`` or by ``scales`` (``[sh, sw]`` or ``[1, 1, sh, sw]``; output size
   ``floor(n * s)``, source index ``floor(i / s)``, as ONNX Upsample ``nearest``); neither given
@@ -41,6 +42,7 @@ from ..registry import op
 from . import activation as act
 from . import elementwise as ew
 from .cast import cast
+from .conv import conv
 
 # -- (a) binary ops with broadcast / axis ---------------------------------------------------------
 
@@ -181,47 +183,11 @@ def DepthwiseConv2d(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, kern
     if X.ndim != 4 or W.ndim != 4 or W.shape[1] != 1 or W.shape[0] % max(X.shape[1], 1):
         raise NodeError(f"DepthwiseConv2d: X must be NCHW and W [C*multiplier, 1, kh, kw]; got X "
                         f"{tuple(X.shape)}, W {tuple(W.shape)}")
-    N, C, H, Wd = X.shape
-    mult = W.shape[0] // C
-    kernel = tuple(W.shape[2:])
-    if kernel_shape and tuple(kernel_shape) != kernel:
-        raise NodeError(f"DepthwiseConv2d: kernel_shape {list(kernel_shape)} does not match W {tuple(W.shape)}")
-    strides = list(strides or [1, 1])
-    dilations = list(dilations or [1, 1])
-    begin, end = _pads_2d(auto_pad, pads, (H, Wd), kernel, strides, dilations)
-    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    out = [(n + b + e - s) // st + 1 for n, b, e, s, st in zip((H, Wd), begin, end, span, strides)]
-    if min(out) <= 0:
-        raise NodeError(f"DepthwiseConv2d: the kernel does not fit the padded input {(H, Wd)}")
-    Xp = xp.pad(X, [(0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1])])
-    Wc = xp.reshape(W, (C, mult) + kernel)
-    Y = xp.zeros((N, C, mult, out[0], out[1]), dtype=X.dtype)
-    for i in range(kernel[0]):  # a loop over the kernel taps, each a strided view of all outputs
-        for j in range(kernel[1]):
-            r, c = i * dilations[0], j * dilations[1]
-            tap = Xp[:, :, r:r + (out[0] - 1) * strides[0] + 1:strides[0],
-                     c:c + (out[1] - 1) * strides[1] + 1:strides[1]]
-            Y = Y + tap[:, :, None] * Wc[None, :, :, i, j, None, None]
-    Y = xp.reshape(Y, (N, C * mult, out[0], out[1]))
-    return Y if B is None else Y + xp.reshape(B, (1, -1, 1, 1))
-
-
-def _pads_2d(auto_pad, pads, in_hw, kernel, strides, dilations):
-    if auto_pad in ("", "NOTSET"):
-        p = list(pads or [0, 0, 0, 0])
-        return p[:2], p[2:]
-    if auto_pad == "VALID":
-        return [0, 0], [0, 0]
-    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
-        raise NodeError(f"DepthwiseConv2d: auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, "
-                        f"not {auto_pad!r}")
-    begin, end = [], []
-    for n, k, s, d in zip(in_hw, kernel, strides, dilations):
-        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
-        small, big = total // 2, total - total // 2
-        begin.append(small if auto_pad == "SAME_UPPER" else big)
-        end.append(big if auto_pad == "SAME_UPPER" else small)
-    return begin, end
+    Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=X.shape[1], kernel_shape=kernel_shape,
+             pads=pads, strides=strides)
+    if min(Y.shape[2:]) <= 0:  # conv returns an empty output there
+        raise NodeError(f"DepthwiseConv2d: the kernel does not fit the padded input {tuple(X.shape[2:])}")
+    return Y
 
 
 @op("UpSampling2D", since=1)

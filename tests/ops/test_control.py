@@ -3,46 +3,15 @@ Loop operating mode, Scan axes and directions (opset 9+) and sequence_lens (opse
 onnxruntime; and clear errors for misuse."""
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import gpuops
 
-from tests.conformance.harness import assert_close, device_guard
+from tests.ops.common import (DEVICES, assert_matches_ort, const, make_model, run_gpuops, run_ort, sequence_info,
+                              value_info)
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-DEVICES = ["cpu", "cuda"]  # "cuda" is the CPU stand-in without a GPU: it proves no implicit transfers
-
-
-def _vi(name, t=F, shape=None):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
-def _model(nodes, inputs, outputs, inits=(), opset=16):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
-
-
-def _const(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
-def _run(model, feeds, device):
-    sess = gpuops.InferenceSession(model, device=device)
-    with device_guard(device):
-        return sess.run(None, feeds)
-
-
-def _check(model, feeds, device, only=None):
-    """Compare every output (or those at the indices in ``only``) with onnxruntime."""
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = _run(model, feeds, device)
-    assert len(got) == len(want)
-    for k, (g, w) in enumerate(zip(got, want)):
-        if only is None or k in only:
-            assert_close(g, w, 1e-6, 1e-6, model.graph.output[k].name)
-    return got
 
 
 # -- Loop --------------------------------------------------------------------------------------------
@@ -50,25 +19,25 @@ def _check(model, feeds, device, only=None):
 def _nested_if_loop(M=True, cond=True):
     """Loop whose body holds an If; the branches read the body's y_in, the outer graph's a and b, and
     an outer initializer through two scope levels. The body stops once y passes `limit`."""
-    then_b = helper.make_graph([helper.make_node("Add", ["y_in", "a"], ["t"])], "then", [], [_vi("t")])
-    else_b = helper.make_graph([helper.make_node("Mul", ["y_in", "b"], ["e"])], "else", [], [_vi("e")])
+    then_b = helper.make_graph([helper.make_node("Add", ["y_in", "a"], ["t"])], "then", [], [value_info("t")])
+    else_b = helper.make_graph([helper.make_node("Mul", ["y_in", "b"], ["e"])], "else", [], [value_info("e")])
     body = helper.make_graph(
         [helper.make_node("Less", ["i", "switch"], ["early"]),
          helper.make_node("If", ["early"], ["y_out"], then_branch=then_b, else_branch=else_b),
          helper.make_node("ReduceSum", ["y_out"], ["total"], keepdims=0),
          helper.make_node("Less", ["total", "limit"], ["cond_out"]),
          helper.make_node("Identity", ["y_out"], ["scan"])],
-        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("y_in", F, [3])],
-        [_vi("cond_out", B, []), _vi("y_out", F, [3]), _vi("scan", F, [3])])
-    inputs = [_vi("a", F, [3]), _vi("b", F, [3]), _vi("y0", F, [3])]
+        "body", [value_info("i", I64, []), value_info("cond_in", B, []), value_info("y_in", F, [3])],
+        [value_info("cond_out", B, []), value_info("y_out", F, [3]), value_info("scan", F, [3])])
+    inputs = [value_info("a", F, [3]), value_info("b", F, [3]), value_info("y0", F, [3])]
     loop_in = ["M" if M else "", "cond" if cond else "", "y0"]
     if M:
-        inputs.append(_vi("M", I64, []))
+        inputs.append(value_info("M", I64, []))
     if cond:
-        inputs.append(_vi("cond", B, []))
+        inputs.append(value_info("cond", B, []))
     nodes = [helper.make_node("Loop", loop_in, ["y", "ys"], body=body)]
-    inits = [_const("switch", np.int64(2)), _const("limit", np.float32(100))]
-    return _model(nodes, inputs, [_vi("y"), _vi("ys")], inits, opset=13)
+    inits = [const("switch", np.int64(2)), const("limit", np.float32(100))]
+    return make_model(nodes, inputs, [value_info("y"), value_info("ys")], inits=inits, opset=13)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -86,7 +55,7 @@ def test_loop_with_nested_if_reading_outer_scope(device, M, cond, trips):
         feeds["M"] = np.array(trips, np.int64)
     if cond:
         feeds["cond"] = np.array(True)
-    y, ys = _check(_nested_if_loop(M, cond), feeds, device)
+    y, ys = assert_matches_ort(_nested_if_loop(M, cond), feeds, device)
     assert ys.shape[0] >= 3
 
 
@@ -95,9 +64,9 @@ def test_loop_that_never_runs_returns_its_initial_values(device):
     feeds = {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32), "y0": np.arange(3, dtype=np.float32),
              "M": np.array(0, np.int64), "cond": np.array(True)}
     # the zero-trip scan output has no element shape to take: only the carried value is compared
-    _check(_nested_if_loop(), feeds, device, only={0})
+    assert_matches_ort(_nested_if_loop(), feeds, device, only={0})
     feeds.update(M=np.array(4, np.int64), cond=np.array(False))
-    _check(_nested_if_loop(), feeds, device, only={0})
+    assert_matches_ort(_nested_if_loop(), feeds, device, only={0})
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -107,12 +76,13 @@ def test_loop_scan_output_of_scalars_stacks_along_a_new_axis(device):
          helper.make_node("Mul", ["f", "f"], ["sq"]),
          helper.make_node("Add", ["acc_in", "sq"], ["acc_out"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-        "body", [_vi("i", I64, []), _vi("cond_in", B, []), _vi("acc_in", F, [])],
-        [_vi("cond_out", B, []), _vi("acc_out", F, []), _vi("sq", F, [])])
-    model = _model([helper.make_node("Loop", ["M", "", "acc0"], ["acc", "squares"], body=body)],
-                   [_vi("M", I64, []), _vi("acc0", F, [])], [_vi("acc"), _vi("squares")])
+        "body", [value_info("i", I64, []), value_info("cond_in", B, []), value_info("acc_in", F, [])],
+        [value_info("cond_out", B, []), value_info("acc_out", F, []), value_info("sq", F, [])])
+    model = make_model([helper.make_node("Loop", ["M", "", "acc0"], ["acc", "squares"], body=body)],
+                       [value_info("M", I64, []), value_info("acc0", F, [])],
+                       [value_info("acc"), value_info("squares")], opset=16)
     feeds = {"M": np.array(4, np.int64), "acc0": np.array(0.5, np.float32)}
-    _, squares = _check(model, feeds, device)
+    _, squares = assert_matches_ort(model, feeds, device)
     np.testing.assert_array_equal(squares, np.arange(4, dtype=np.float32) ** 2)
 
 
@@ -122,12 +92,13 @@ def test_loop_scan_output_changing_shape_is_an_error():
          helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]),
          helper.make_node("Expand", ["one_f", "n1"], ["grow"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-        "body", [_vi("i", I64, []), _vi("cond_in", B, [])], [_vi("cond_out", B, []), _vi("grow", F, None)])
-    inits = [_const("one", np.int64(1)), _const("zero", np.array([0], np.int64)), _const("one_f", np.float32(1))]
-    model = _model([helper.make_node("Loop", ["M", ""], ["out"], body=body)], [_vi("M", I64, [])],
-                   [_vi("out")], inits)
+        "body", [value_info("i", I64, []), value_info("cond_in", B, [])],
+        [value_info("cond_out", B, []), value_info("grow", F, None)])
+    inits = [const("one", np.int64(1)), const("zero", np.array([0], np.int64)), const("one_f", np.float32(1))]
+    model = make_model([helper.make_node("Loop", ["M", ""], ["out"], body=body)], [value_info("M", I64, [])],
+                       [value_info("out")], inits=inits, opset=16)
     with pytest.raises(gpuops.NodeError, match="Loop scan output 0 changed"):
-        _run(model, {"M": np.array(3, np.int64)}, "cpu")
+        run_gpuops(model, {"M": np.array(3, np.int64)})
 
 
 # -- If ----------------------------------------------------------------------------------------------
@@ -136,24 +107,24 @@ def test_loop_scan_output_changing_shape_is_an_error():
 @pytest.mark.parametrize("flag", [True, False])
 def test_if_sequence_output_built_from_outer_values(device, flag):
     then_b = helper.make_graph([helper.make_node("SequenceConstruct", ["x", "y"], ["s"])], "then", [],
-                               [helper.make_tensor_sequence_value_info("s", F, None)])
+                               [sequence_info("s", F)])
     else_b = helper.make_graph([helper.make_node("Add", ["x", "y"], ["xy"]),
                                 helper.make_node("SequenceConstruct", ["xy"], ["s2"])], "else", [],
-                               [helper.make_tensor_sequence_value_info("s2", F, None)])
-    model = _model([helper.make_node("If", ["c"], ["out"], then_branch=then_b, else_branch=else_b)],
-                   [_vi("c", B, [1]), _vi("x", F, [2]), _vi("y", F, [2])],
-                   [helper.make_tensor_sequence_value_info("out", F, None)])
+                               [sequence_info("s2", F)])
+    model = make_model([helper.make_node("If", ["c"], ["out"], then_branch=then_b, else_branch=else_b)],
+                       [value_info("c", B, [1]), value_info("x", F, [2]), value_info("y", F, [2])],
+                       [sequence_info("out", F)], opset=16)
     feeds = {"c": np.array([flag]), "x": np.array([1, 2], np.float32), "y": np.array([3, 5], np.float32)}
-    (out,) = _check(model, feeds, device)
+    (out,) = assert_matches_ort(model, feeds, device)
     assert len(out) == (2 if flag else 1)
 
 
 def test_if_condition_with_several_elements_is_an_error():
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [], [_vi("o")])
-    model = _model([helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)],
-                   [_vi("c", B, [2]), _vi("x", F, [2])], [_vi("out")])
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [], [value_info("o")])
+    model = make_model([helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)],
+                       [value_info("c", B, [2]), value_info("x", F, [2])], [value_info("out")], opset=16)
     with pytest.raises(gpuops.NodeError, match="If condition must hold a single element"):
-        _run(model, {"c": np.array([True, False]), "x": np.ones(2, np.float32)}, "cpu")
+        run_gpuops(model, {"c": np.array([True, False]), "x": np.ones(2, np.float32)})
 
 
 # -- Scan --------------------------------------------------------------------------------------------
@@ -165,8 +136,8 @@ def _scan_body():
          helper.make_node("Add", ["s_in", "xr"], ["s_out"]),
          helper.make_node("Sub", ["x", "r"], ["d"]),
          helper.make_node("Identity", ["s_out"], ["s_copy"])],
-        "body", [_vi("s_in", F, [2]), _vi("x", F, [2]), _vi("r", F, [2])],
-        [_vi("s_out", F, [2]), _vi("s_copy", F, [2]), _vi("d", F, [2])])
+        "body", [value_info("s_in", F, [2]), value_info("x", F, [2]), value_info("r", F, [2])],
+        [value_info("s_out", F, [2]), value_info("s_copy", F, [2]), value_info("d", F, [2])])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -183,12 +154,12 @@ def test_scan9_axes_and_directions(device, in_axes, in_dirs, out_axes, out_dirs)
     node = helper.make_node("Scan", ["s0", "X", "R"], ["s", "out_s", "out_d"], body=_scan_body(),
                             num_scan_inputs=2, scan_input_axes=in_axes, scan_input_directions=in_dirs,
                             scan_output_axes=out_axes, scan_output_directions=out_dirs)
-    model = _model([node], [_vi("s0", F, [2]), _vi("X", F, shape_x), _vi("R", F, shape_r)],
-                   [_vi("s"), _vi("out_s"), _vi("out_d")])
+    model = make_model(node, [value_info("s0", F, [2]), value_info("X", F, shape_x), value_info("R", F, shape_r)],
+                       [value_info("s"), value_info("out_s"), value_info("out_d")], opset=16)
     feeds = {"s0": rng.standard_normal(2).astype(np.float32),
              "X": rng.standard_normal(shape_x).astype(np.float32),
              "R": rng.standard_normal(shape_r).astype(np.float32)}
-    _check(model, feeds, device)
+    assert_matches_ort(model, feeds, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -198,15 +169,15 @@ def test_scan8_batch_sequence_lens_and_directions(device, directions):
     batch, T = 3, 4
     node = helper.make_node("Scan", ["lens", "s0", "X", "R"], ["s", "out_s", "out_d"], body=_scan_body(),
                             num_scan_inputs=2, directions=directions)
-    model = _model([node], [_vi("lens", I64, [batch]), _vi("s0", F, [batch, 2]), _vi("X", F, [batch, T, 2]),
-                            _vi("R", F, [batch, T, 2])],
-                   [_vi("s"), _vi("out_s"), _vi("out_d")], opset=8)
+    model = make_model(node, [value_info("lens", I64, [batch]), value_info("s0", F, [batch, 2]),
+                              value_info("X", F, [batch, T, 2]), value_info("R", F, [batch, T, 2])],
+                       [value_info("s"), value_info("out_s"), value_info("out_d")], opset=8)
     lens = np.array([4, 2, 3], np.int64)
     feeds = {"lens": lens, "s0": rng.standard_normal((batch, 2)).astype(np.float32),
              "X": rng.standard_normal((batch, T, 2)).astype(np.float32),
              "R": rng.standard_normal((batch, T, 2)).astype(np.float32)}
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = _run(model, feeds, device)
+    want = run_ort(model, feeds)
+    got = run_gpuops(model, feeds, device)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     for g, w in zip(got[1:], want[1:]):  # past a sequence's length scan outputs are undefined
         assert g.shape == w.shape and g.dtype == w.dtype
@@ -217,8 +188,8 @@ def test_scan8_batch_sequence_lens_and_directions(device, directions):
 def test_scan_inputs_of_different_lengths_are_an_error():
     node = helper.make_node("Scan", ["s0", "X", "R"], ["s", "out_s", "out_d"], body=_scan_body(),
                             num_scan_inputs=2)
-    model = _model([node], [_vi("s0", F, [2]), _vi("X", F, [3, 2]), _vi("R", F, [4, 2])],
-                   [_vi("s"), _vi("out_s"), _vi("out_d")])
+    model = make_model(node, [value_info("s0", F, [2]), value_info("X", F, [3, 2]), value_info("R", F, [4, 2])],
+                       [value_info("s"), value_info("out_s"), value_info("out_d")], opset=16)
     feeds = {"s0": np.zeros(2, np.float32), "X": np.zeros((3, 2), np.float32), "R": np.zeros((4, 2), np.float32)}
     with pytest.raises(gpuops.NodeError, match="differ in sequence length"):
-        _run(model, feeds, "cpu")
+        run_gpuops(model, feeds)

@@ -3,44 +3,20 @@ scatter reduction with many duplicate indices (checked against NumPy's unbuffere
 GatherElements with indices smaller than data, GatherND batch_dims, the reduction sets each opset
 accepts, and TensorScatter's linear and circular modes."""
 
+import functools
+
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 import gpuops
 from gpuops.errors import NodeError
 
-from tests.conformance.harness import assert_close, device_guard
+from tests.conformance.harness import assert_close
+from tests.ops.common import DEVICES, assert_node_matches_ort, run_node
 
-DEVICES = ["cpu", "cuda"]  # "cuda" is the CPU stand-in without a GPU: it proves no implicit transfers
 RNG = np.random.default_rng(0)
-
-
-def _model(node, inputs, opset=18, inits=()):
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs],
-        [helper.make_value_info(o, onnx.TypeProto()) for o in node.output],
-        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
-
-
-def _run(node, inputs, device, opset=18):
-    sess = gpuops.InferenceSession(_model(node, inputs, opset), device=device)
-    with device_guard(device):
-        return sess.run(None, dict(inputs))
-
-
-def _check(node, inputs, device, opset=18):
-    """Compare with onnxruntime."""
-    typed = onnx.shape_inference.infer_shapes(_model(node, inputs, opset))
-    want = ort.InferenceSession(typed.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, dict(inputs))
-    got = _run(node, inputs, device, opset)
-    for g, w, name in zip(got, want, node.output):
-        assert_close(g, w, 1e-5, 1e-5, name)
-    return got
+_check = functools.partial(assert_node_matches_ort, rtol=1e-5, atol=1e-5)
 
 
 DATA = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
@@ -58,7 +34,7 @@ DATA = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
 def test_gather_out_of_range_index_is_an_error(device, op, indices, attrs, bound):
     node = helper.make_node(op, ["data", "indices"], ["y"], name="g1", **attrs)
     with pytest.raises(NodeError, match=rf"g1.*input 'indices': index -?\d+ is out of range {bound}"):
-        _run(node, [("data", DATA), ("indices", indices)], device)
+        run_node(node, [("data", DATA), ("indices", indices)], device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -69,7 +45,7 @@ def test_gather_out_of_range_index_is_an_error(device, op, indices, attrs, bound
 def test_scatter_out_of_range_index_is_an_error(device, op, indices, updates):
     node = helper.make_node(op, ["data", "indices", "updates"], ["y"])
     with pytest.raises(NodeError, match="input 'indices': index -?\\d+ is out of range"):
-        _run(node, [("data", DATA), ("indices", indices), ("updates", updates)], device)
+        run_node(node, [("data", DATA), ("indices", indices), ("updates", updates)], device)
 
 
 # -- gathers ---------------------------------------------------------------------------------------
@@ -117,7 +93,7 @@ def test_scatter_elements_reductions_with_many_duplicates(device, reduction, dty
         updates = RNG.choice(np.array([-1, 1, 2], dtype), (150, 40))
     node = helper.make_node("ScatterElements", ["data", "indices", "updates"], ["y"], axis=0,
                             reduction=reduction)
-    (got,) = _run(node, [("data", data), ("indices", indices), ("updates", updates)], device)
+    (got,) = run_node(node, [("data", data), ("indices", indices), ("updates", updates)], device)
     want = data.copy()
     cols = np.broadcast_to(np.arange(40), indices.shape)
     if reduction == "none":  # the spec leaves duplicates open; gpuops keeps the last in input order
@@ -135,7 +111,7 @@ def test_scatter_nd_reductions_with_duplicates(device, reduction):
     indices = np.stack([RNG.integers(-4, 4, 30), RNG.integers(-3, 3, 30)], axis=1)
     updates = RNG.random((30, 2)).astype(np.float32) + 0.5
     node = helper.make_node("ScatterND", ["data", "indices", "updates"], ["y"], reduction=reduction)
-    (got,) = _run(node, [("data", data), ("indices", indices), ("updates", updates)], device)
+    (got,) = run_node(node, [("data", data), ("indices", indices), ("updates", updates)], device)
     want = data.copy()
     _AT[reduction].at(want, (indices[:, 0] % 4, indices[:, 1] % 3), updates)
     assert_close(got, want, 1e-5, 1e-5)
@@ -163,14 +139,14 @@ def test_reduction_sets_follow_the_opset(op, opset):
     inputs = [("data", np.zeros((2, 2), np.float32)), ("indices", idx), ("updates", np.zeros((1, 2) if
               op == "ScatterND" else (1, 1), np.float32))]
     with pytest.raises(gpuops.GpuopsError, match="max|reduction"):
-        _run(node, inputs, "cpu", opset)
+        run_node(node, inputs, opset=opset)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_scatter_empty_updates(device):
     node = helper.make_node("ScatterND", ["data", "indices", "updates"], ["y"])
-    (got,) = _run(node, [("data", DATA), ("indices", np.zeros((0, 1), np.int64)),
-                         ("updates", np.zeros((0, 4, 5), np.float32))], device)
+    (got,) = run_node(node, [("data", DATA), ("indices", np.zeros((0, 1), np.int64)),
+                             ("updates", np.zeros((0, 4, 5), np.float32))], device)
     np.testing.assert_array_equal(got, DATA)
 
 
@@ -199,7 +175,7 @@ def test_tensor_scatter(device, mode, axis):
     max_len = past.shape[ax]
     write = np.array([0, max_len - 2, (max_len - 2) // 2] if mode == "linear" else [5, 0, 3], np.int64)
     node = helper.make_node("TensorScatter", ["past", "update", "write"], ["y"], axis=axis, mode=mode)
-    (got,) = _run(node, [("past", past), ("update", update), ("write", write)], device, opset=24)
+    (got,) = run_node(node, [("past", past), ("update", update), ("write", write)], device, opset=24)
     np.testing.assert_array_equal(got, _tensor_scatter_reference(past, update, write, ax, mode == "circular"))
 
 
@@ -208,4 +184,4 @@ def test_tensor_scatter_linear_overflow_is_an_error():
     inputs = [("past", np.zeros((2, 4, 3), np.float32)), ("update", np.ones((2, 2, 3), np.float32)),
               ("write", np.array([0, 3], np.int64))]
     with pytest.raises(NodeError, match="write_indices"):
-        _run(node, inputs, "cpu", opset=24)
+        run_node(node, inputs, opset=24)

@@ -3,33 +3,18 @@ the custom ops of the modified operator subset (Relu6, Dense, DepthwiseConv2d, U
 checked against NumPy formulas (and onnxruntime's grouped Conv for DepthwiseConv2d)."""
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
-import gpuops
 from gpuops.errors import GpuopsError
 
-from tests.conformance.harness import device_guard
+from tests.ops.common import DEVICES, one_node_model, run_op, run_ort
 
-DEVICES = ["cpu", "cuda"]  # "cuda" is the CPU stand-in without a GPU: it proves no implicit transfers
 RNG = np.random.default_rng(0)
 
 
-def _model(op_type, inputs, opset, n_out=1, **attrs):
-    names = list(inputs)
-    node = helper.make_node(op_type, names, [f"y{i}" for i in range(n_out)], **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs.items()],
-        [helper.make_empty_tensor_value_info(f"y{i}") for i in range(n_out)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=3 if opset < 7 else 8)
-
-
-def _run(op_type, inputs, opset, device="cpu", **attrs):
-    sess = gpuops.InferenceSession(_model(op_type, inputs, opset, **attrs), device=device)
-    with device_guard(device):
-        return sess.run(None, inputs)[0]
+def _run(op_type, feeds, opset, device="cpu", **attrs):
+    """The output of one ``op_type`` node at ``opset``, run in gpuops."""
+    return run_op(op_type, feeds, device, opset=opset, **attrs)[0]
 
 
 def _f32(*shape):
@@ -138,11 +123,9 @@ def test_dense(device):
 def test_depthwise_conv2d_matches_grouped_conv(attrs, device):
     C, mult = 3, 2
     x, w, b = _f32(2, C, 7, 8), _f32(C * mult, 1, 3, 2), _f32(C * mult)
-    got = _run("DepthwiseConv2d", {"x": x, "w": w, "b": b}, 7, device, **attrs)
-    conv = _model("Conv", {"x": x, "w": w, "b": b}, 11, group=C, **attrs)
-    conv.graph.output[0].CopyFrom(helper.make_tensor_value_info("y0", TensorProto.FLOAT, None))
-    want = ort.InferenceSession(conv.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x, "w": w, "b": b})[0]
+    feeds = {"x": x, "w": w, "b": b}
+    got = _run("DepthwiseConv2d", feeds, 7, device, **attrs)
+    want = run_ort(one_node_model("Conv", feeds, opset=11, group=C, **attrs), feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 

@@ -3,36 +3,25 @@ integer and float16 operands, implicit/ellipsis Einsum, batched Det, errors.
 Oracle: onnxruntime on a one-node model, or a NumPy formula."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 import gpuops
-from gpuops.dtypes import onnx_dtype
+
+from tests.ops.common import DEVICES, assert_node_matches_ort, run_node
 
 RNG = np.random.default_rng(0)
 
 
-def _model(nodes, feeds: dict, outputs, opset: int):
-    ins = [helper.make_tensor_value_info(k, onnx_dtype(v.dtype), None) for k, v in feeds.items()]
-    outs = [onnx.ValueInfoProto(name=o) for o in outputs]  # types left to the runtimes
-    graph = helper.make_graph(nodes, "g", ins, outs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+def _run(node, feeds, opset):
+    """The output of ``node`` in gpuops."""
+    return run_node(node, feeds, opset=opset)[0]
 
 
-def run_gpuops(node, feeds, opset, device="cpu"):
-    return gpuops.InferenceSession(_model([node], feeds, ["y"], opset), device=device).run(["y"], feeds)[0]
-
-
-def check_vs_ort(node, feeds, opset, rtol=1e-5, atol=1e-5):
-    sess = ort.InferenceSession(_model([node], feeds, ["y"], opset).SerializeToString(),
-                                providers=["CPUExecutionProvider"])
-    (want,) = sess.run(["y"], feeds)
-    for device in ("cpu", "cuda"):  # "cuda" is the stand-in without a GPU
-        got = run_gpuops(node, feeds, opset, device)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+def _check(node, feeds, opset, rtol=1e-5, atol=1e-5):
+    """Compare with onnxruntime on every device."""
+    for device in DEVICES:
+        assert_node_matches_ort(node, feeds, device, opset=opset, rtol=rtol, atol=atol)
 
 
 def rand(*shape, dtype=np.float32):
@@ -45,7 +34,7 @@ def test_gemm_legacy_broadcast(opset, c_shape):
     # onnxruntime has no Gemm before opset 7: the formula is the oracle.
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], broadcast=1, alpha=0.5, beta=2.0, transB=1)
     feeds = {"a": rand(3, 5), "b": rand(4, 5), "c": rand(*c_shape)}
-    y = run_gpuops(node, feeds, opset)
+    y = _run(node, feeds, opset)
     want = 0.5 * feeds["a"] @ feeds["b"].T + 2.0 * feeds["c"]
     assert y.dtype == np.float32
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
@@ -54,9 +43,9 @@ def test_gemm_legacy_broadcast(opset, c_shape):
 def test_gemm_legacy_without_broadcast_needs_full_c():
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1)
     full = {"a": rand(5, 3), "b": rand(5, 4), "c": rand(3, 4)}
-    np.testing.assert_allclose(run_gpuops(node, full, 6), full["a"].T @ full["b"] + full["c"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(node, full, 6), full["a"].T @ full["b"] + full["c"], rtol=1e-5, atol=1e-5)
     with pytest.raises(gpuops.GpuopsError, match=r"C of shape \(4,\) must equal the output shape \(3, 4\)"):
-        run_gpuops(node, {**full, "c": rand(4)}, 6)
+        _run(node, {**full, "c": rand(4)}, 6)
 
 
 @pytest.mark.parametrize("transA, transB", [(0, 0), (1, 0), (0, 1), (1, 1)])
@@ -64,18 +53,18 @@ def test_gemm_opset11_optional_c(transA, transB):
     node = helper.make_node("Gemm", ["a", "b"], ["y"], transA=transA, transB=transB, alpha=1.5)
     a = rand(5, 3) if transA else rand(3, 5)
     b = rand(4, 5) if transB else rand(5, 4)
-    check_vs_ort(node, {"a": a, "b": b}, 11)
+    _check(node, {"a": a, "b": b}, 11)
 
 
 def test_gemm_opset7_broadcast_c():
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], beta=-1.0)
-    check_vs_ort(node, {"a": rand(3, 5), "b": rand(5, 4), "c": rand(3, 1)}, 7)
+    _check(node, {"a": rand(3, 5), "b": rand(5, 4), "c": rand(3, 1)}, 7)
 
 
 def test_gemm_int32_formula():
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"])
     feeds = {k: RNG.integers(-9, 10, s).astype(np.int32) for k, s in (("a", (3, 5)), ("b", (5, 4)), ("c", (4,)))}
-    y = run_gpuops(node, feeds, 13)
+    y = _run(node, feeds, 13)
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, feeds["a"] @ feeds["b"] + feeds["c"])
 
@@ -83,24 +72,24 @@ def test_gemm_int32_formula():
 def test_gemm_c_not_broadcastable():
     node = helper.make_node("Gemm", ["a", "b", "c"], ["y"])
     with pytest.raises(gpuops.GpuopsError, match="unidirectionally broadcastable"):
-        run_gpuops(node, {"a": rand(3, 5), "b": rand(5, 4), "c": rand(2, 4)}, 13)
+        _run(node, {"a": rand(3, 5), "b": rand(5, 4), "c": rand(2, 4)}, 13)
 
 
 @pytest.mark.parametrize("sa, sb", [((3,), (3,)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3)), ((2, 3, 4), (4,))])
 def test_matmul_shapes(sa, sb):
-    check_vs_ort(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(*sa), "b": rand(*sb)}, 13)
+    _check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(*sa), "b": rand(*sb)}, 13)
 
 
 def test_matmul_float16():
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
-    check_vs_ort(node, {"a": rand(4, 64, dtype=np.float16), "b": rand(64, 3, dtype=np.float16)}, 13,
-                 rtol=2e-3, atol=2e-2)
+    _check(node, {"a": rand(4, 64, dtype=np.float16), "b": rand(64, 3, dtype=np.float16)}, 13,
+           rtol=2e-3, atol=2e-2)
 
 
 def test_matmul_int64_formula():
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
     a, b = RNG.integers(-9, 10, (2, 3, 4)), RNG.integers(-9, 10, (4, 2))
-    y = run_gpuops(node, {"a": a, "b": b}, 13)
+    y = _run(node, {"a": a, "b": b}, 13)
     assert y.dtype == np.int64
     np.testing.assert_array_equal(y, a @ b)
 
@@ -115,22 +104,22 @@ def test_matmul_int64_formula():
 ])
 def test_einsum(equation, shapes):
     node = helper.make_node("Einsum", [f"x{i}" for i in range(len(shapes))], ["y"], equation=equation)
-    check_vs_ort(node, {f"x{i}": rand(*s) for i, s in enumerate(shapes)}, 12)
+    _check(node, {f"x{i}": rand(*s) for i, s in enumerate(shapes)}, 12)
 
 
 def test_einsum_int32():
     node = helper.make_node("Einsum", ["a", "b"], ["y"], equation="ij,ij->i")
-    check_vs_ort(node, {"a": RNG.integers(-9, 10, (3, 4)).astype(np.int32),
-                        "b": RNG.integers(-9, 10, (3, 4)).astype(np.int32)}, 12)
+    _check(node, {"a": RNG.integers(-9, 10, (3, 4)).astype(np.int32),
+                  "b": RNG.integers(-9, 10, (3, 4)).astype(np.int32)}, 12)
 
 
 def test_det_batched_formula():
     x = rand(2, 3, 4, 4)
-    y = run_gpuops(helper.make_node("Det", ["x"], ["y"]), {"x": x}, 11)
+    y = _run(helper.make_node("Det", ["x"], ["y"]), {"x": x}, 11)
     assert y.shape == (2, 3) and y.dtype == np.float32
     np.testing.assert_allclose(y, np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
 
 
 def test_det_not_square():
     with pytest.raises(gpuops.GpuopsError, match="square matrices"):
-        run_gpuops(helper.make_node("Det", ["x"], ["y"]), {"x": rand(3, 4)}, 11)
+        _run(helper.make_node("Det", ["x"], ["y"]), {"x": rand(3, 4)}, 11)

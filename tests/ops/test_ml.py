@@ -1,42 +1,21 @@
 """ai.onnx.ml ops against onnxruntime: ArrayFeatureExtractor, Binarizer, LabelEncoder, TreeEnsemble."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import gpuops
+from tests.ops.common import assert_node_matches_ort, run_node
 
 RNG = np.random.default_rng(0)
 
 
-def _model(node, feeds, ml_opset):
-    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-              for k, v in feeds.items()]
-    outputs = [onnx.ValueInfoProto(name=o) for o in node.output]
-    model = helper.make_model(helper.make_graph([node], "t", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", ml_opset)])
-    model.ir_version = 10
-    return model
+def _run(node, feeds, ml_opset=1):
+    return run_node(node, feeds, opset=21, opsets={"ai.onnx.ml": ml_opset})
 
 
-def run_gpuops(node, feeds, ml_opset=1):
-    return gpuops.InferenceSession(_model(node, feeds, ml_opset), device="cpu").run(None, feeds)
-
-
-def run_both(node, feeds, ml_opset=1, rtol=1e-6):
-    model = _model(node, feeds, ml_opset)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape
-        if w.dtype == object:
-            assert g.dtype == object and g.tolist() == w.tolist()
-        else:
-            assert g.dtype == w.dtype
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
-    return got
+def _check(node, feeds, ml_opset=1, rtol=1e-6):
+    """Compare with onnxruntime."""
+    return assert_node_matches_ort(node, feeds, opset=21, opsets={"ai.onnx.ml": ml_opset}, rtol=rtol, atol=rtol)
 
 
 def ml_node(op_type, inputs, outputs, **attrs):
@@ -47,12 +26,12 @@ def ml_node(op_type, inputs, outputs, **attrs):
                                RNG.normal(size=(2, 2, 4)), np.array([["a", "b", "c"]], dtype=object)])
 def test_array_feature_extractor(x):
     idx = np.array([2, 0, 2], np.int64) if x.shape[-1] >= 3 else np.array([1], np.int64)
-    run_both(ml_node("ArrayFeatureExtractor", ["x", "i"], ["y"]), {"x": x, "i": idx})
+    _check(ml_node("ArrayFeatureExtractor", ["x", "i"], ["y"]), {"x": x, "i": idx})
 
 
 @pytest.mark.parametrize("x", [RNG.normal(size=(4, 3)).astype(np.float32), np.arange(-3, 4, dtype=np.int64)])
 def test_binarizer(x):  # onnxruntime has no int64 Binarizer: compare with the formula
-    (y,) = run_gpuops(ml_node("Binarizer", ["x"], ["y"], threshold=0.5), {"x": x})
+    (y,) = _run(ml_node("Binarizer", ["x"], ["y"], threshold=0.5), {"x": x})
     assert y.dtype == x.dtype
     np.testing.assert_array_equal(y, (x > 0.5).astype(x.dtype))
 
@@ -69,26 +48,26 @@ def test_binarizer(x):  # onnxruntime has no int64 Binarizer: compare with the f
      np.array([[1, 2], [3, 5]], np.int64)),
 ])
 def test_label_encoder(opset, keys, values, x):
-    run_both(ml_node("LabelEncoder", ["x"], ["y"], **keys, **values), {"x": x}, ml_opset=opset)
+    _check(ml_node("LabelEncoder", ["x"], ["y"], **keys, **values), {"x": x}, ml_opset=opset)
 
 
 def test_label_encoder_nan_key_v4():
     node = ml_node("LabelEncoder", ["x"], ["y"], keys_floats=[1.0, float("nan")], values_int64s=[5, 7])
-    run_both(node, {"x": np.array([1.0, np.nan, 3.0], np.float32)}, ml_opset=4)
+    _check(node, {"x": np.array([1.0, np.nan, 3.0], np.float32)}, ml_opset=4)
 
 
 def test_label_encoder_tensors_v4():  # onnxruntime lacks int32 -> int16: compare with the mapping
     node = ml_node("LabelEncoder", ["x"], ["y"], keys_tensor=helper.make_tensor("k", TensorProto.INT32, (3,), [1, 2, 3]),
                    values_tensor=helper.make_tensor("v", TensorProto.INT16, (3,), [-1, -2, -3]),
                    default_tensor=helper.make_tensor("d", TensorProto.INT16, (1,), [99]))
-    (y,) = run_gpuops(node, {"x": np.array([3, 4, 1, 1], np.int32)}, ml_opset=4)
+    (y,) = _run(node, {"x": np.array([3, 4, 1, 1], np.int32)}, ml_opset=4)
     assert y.dtype == np.int16
     np.testing.assert_array_equal(y, [-3, 99, -1, -1])
 
 
 def test_label_encoder_repeated_key_last_wins_v4():
     node = ml_node("LabelEncoder", ["x"], ["y"], keys_int64s=[1, 2, 1], values_strings=["a", "b", "c"])
-    (y,) = run_gpuops(node, {"x": np.array([1, 2, 3], np.int64)}, ml_opset=4)
+    (y,) = _run(node, {"x": np.array([1, 2, 3], np.int64)}, ml_opset=4)
     assert y.tolist() == ["c", "b", "_Unused"]
 
 
@@ -134,7 +113,7 @@ def test_tree_ensemble(aggregate_function):
     x = RNG.normal(size=(20, 3)).astype(np.float32)
     x[::4, 1] = np.nan
     node = ml_node("TreeEnsemble", ["x"], ["y"], n_targets=3, aggregate_function=aggregate_function, **attrs)
-    run_both(node, {"x": x}, ml_opset=5, rtol=1e-5)
+    _check(node, {"x": x}, ml_opset=5, rtol=1e-5)
 
 
 def test_tree_ensemble_post_transforms():
@@ -142,25 +121,25 @@ def test_tree_ensemble_post_transforms():
     formulas applied to onnxruntime's untransformed scores."""
     attrs = random_ensemble(n_trees=3, depth=2, n_features=2, n_targets=3, modes=[0, 3])
     x = RNG.normal(size=(10, 2)).astype(np.float32)
-    (raw,) = run_both(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=3, **attrs), {"x": x}, ml_opset=5)
+    (raw,) = _check(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=3, **attrs), {"x": x}, ml_opset=5)
     raw = raw.astype(np.float64)
     softmax = np.exp(raw - raw.max(1, keepdims=True))
     want = {1: softmax / softmax.sum(1, keepdims=True), 2: 1 / (1 + np.exp(-raw))}
     for post, expected in want.items():
-        (y,) = run_gpuops(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=3, post_transform=post, **attrs), {"x": x},
-                          ml_opset=5)
+        (y,) = _run(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=3, post_transform=post, **attrs), {"x": x},
+                    ml_opset=5)
         np.testing.assert_allclose(y, expected, rtol=1e-5)
     # SOFTMAX_ZERO and PROBIT agree with onnxruntime
     for post in (3, 4):
-        run_both(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=3, post_transform=post, **attrs), {"x": x},
-                 ml_opset=5, rtol=1e-5)
+        _check(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=3, post_transform=post, **attrs), {"x": x},
+               ml_opset=5, rtol=1e-5)
 
 
 def test_tree_ensemble_equality_and_membership_modes():
     attrs = random_ensemble(n_trees=3, depth=2, n_features=2, n_targets=2, modes=[4, 5, 6])
     x = RNG.integers(-2, 3, size=(30, 2)).astype(np.float32)
     node = ml_node("TreeEnsemble", ["x"], ["y"], n_targets=2, **attrs)
-    run_both(node, {"x": x}, ml_opset=5, rtol=1e-5)
+    _check(node, {"x": x}, ml_opset=5, rtol=1e-5)
 
 
 def test_tree_ensemble_single_leaf_tree():
@@ -169,5 +148,5 @@ def test_tree_ensemble_single_leaf_tree():
                  nodes_falsenodeids=[0], nodes_trueleafs=[1], nodes_falseleafs=[1], leaf_targetids=[1],
                  leaf_weights=helper.make_tensor("w", TensorProto.FLOAT, (1,), [2.5]), tree_roots=[0])
     x = RNG.normal(size=(3, 1)).astype(np.float32)
-    (y,) = run_both(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=2, **attrs), {"x": x}, ml_opset=5)
+    (y,) = _check(ml_node("TreeEnsemble", ["x"], ["y"], n_targets=2, **attrs), {"x": x}, ml_opset=5)
     np.testing.assert_array_equal(y, np.tile([[0.0, 2.5]], (3, 1)))

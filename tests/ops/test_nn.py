@@ -4,18 +4,14 @@ training-mode statistics and seeded Dropout. Checked against onnxruntime, or a N
 onnxruntime lacks the case, on cpu and on the CUDA path."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import helper
 
-import gpuops
 from gpuops.errors import GpuopsError
 from gpuops.ops import conv as conv_mod
 
-from tests.conformance.harness import assert_close, device_guard
+from tests.conformance.harness import assert_close
+from tests.ops.common import DEVICES, assert_op_matches_ort, run_op
 
-DEVICES = ["cpu", "cuda"]  # "cuda" is the CPU stand-in without a GPU: it proves no implicit transfers
 RNG = np.random.default_rng(7)
 
 
@@ -30,33 +26,9 @@ def _rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def _model(op_type, inputs, n_out=1, opset=18, **attrs):
-    """One-node model; ``inputs`` maps names to example arrays (their dtype fixes the input type)."""
-    names = list(inputs)
-    node = helper.make_node(op_type, names, [f"y{i}" for i in range(n_out)], **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-         for n, v in inputs.items()],
-        [helper.make_empty_tensor_value_info(f"y{i}") for i in range(n_out)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
-    return onnx.shape_inference.infer_shapes(model)
-
-
-def _run(op_type, feeds, device, n_out=1, opset=18, **attrs):
-    sess = gpuops.InferenceSession(_model(op_type, feeds, n_out, opset, **attrs), device=device)
-    with device_guard(device):
-        return sess.run(None, feeds)
-
-
-def _check_ort(op_type, feeds, device, n_out=1, opset=18, tol=1e-5, **attrs):
-    model = _model(op_type, feeds, n_out, opset, **attrs)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = _run(op_type, feeds, device, n_out, opset, **attrs)
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert_close(g, w, tol, tol, f"y{i}")
-    return got
+def _check_ort(op_type, feeds, device, tol=1e-5, **kw):
+    """:func:`assert_op_matches_ort` at this file's tolerance."""
+    return assert_op_matches_ort(op_type, feeds, device, rtol=tol, atol=tol, **kw)
 
 
 # -- Conv / ConvTranspose / DeformConv / Col2Im ------------------------------------------------------
@@ -84,7 +56,7 @@ def test_conv_same_padding_counts_dilation(auto_pad, pads):
     """Dilated windows (5 and 4 wide) padded to ceil(in / stride) outputs; onnxruntime refuses
     dilation with SAME, so compare with the explicit pads the spec's formula gives."""
     X, W = _rand(1, 2, 10, 9), _rand(3, 2, 3, 2)
-    got = _run("Conv", {"X": X, "W": W}, "cpu", strides=[3, 2], dilations=[2, 3], auto_pad=auto_pad)[0]
+    got = run_op("Conv", {"X": X, "W": W}, "cpu", strides=[3, 2], dilations=[2, 3], auto_pad=auto_pad)[0]
     want = _check_ort("Conv", {"X": X, "W": W}, "cpu", strides=[3, 2], dilations=[2, 3], pads=pads)[0]
     assert got.shape == (1, 3, 4, 5)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -98,14 +70,14 @@ def test_conv_batches_in_chunks_when_columns_are_large(monkeypatch):
 def test_conv_float64_and_no_bias():
     X, W = _rand(1, 2, 6, 6), _rand(3, 2, 2, 2)
     want = _check_ort("Conv", {"X": X, "W": W}, "cpu")[0]  # onnxruntime has no double Conv
-    got = _run("Conv", {"X": X.astype(np.float64), "W": W.astype(np.float64)}, "cpu")[0]
+    got = run_op("Conv", {"X": X.astype(np.float64), "W": W.astype(np.float64)}, "cpu")[0]
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_conv_rejects_bad_group():
     with pytest.raises(GpuopsError, match="group"):
-        _run("Conv", {"X": _rand(1, 4, 5, 5), "W": _rand(2, 4, 3, 3)}, "cpu", group=3)
+        run_op("Conv", {"X": _rand(1, 4, 5, 5), "W": _rand(2, 4, 3, 3)}, "cpu", group=3)
 
 
 CONVT_CASES = {
@@ -132,9 +104,9 @@ def test_conv_transpose_matches_onnxruntime(case, device):
 def test_conv_transpose_output_shape_splits_odd_padding_per_version(opset, auto_pad, head):
     """Full output 9 wide, output_shape 6: 3 padding units, split per the version's rule."""
     X, W = _rand(1, 1, 4), _rand(1, 1, 3)
-    full = _run("ConvTranspose", {"X": X, "W": W}, "cpu", opset=11, strides=[2])[0]
-    got = _run("ConvTranspose", {"X": X, "W": W}, "cpu", opset=opset, strides=[2], output_shape=[6],
-               auto_pad=auto_pad)[0]
+    full = run_op("ConvTranspose", {"X": X, "W": W}, "cpu", opset=11, strides=[2])[0]
+    got = run_op("ConvTranspose", {"X": X, "W": W}, "cpu", opset=opset, strides=[2], output_shape=[6],
+                 auto_pad=auto_pad)[0]
     np.testing.assert_allclose(got, full[:, :, head:head + 6], rtol=1e-6)
 
 
@@ -152,9 +124,9 @@ def test_deform_conv_with_zero_offsets_is_conv(shape, kernel):
     """The n-D sampling path: whole-pixel offsets of zero reproduce a plain convolution."""
     X, W = _rand(*shape), _rand(*kernel)
     nd, K = len(shape) - 2, int(np.prod(kernel[2:]))
-    y_conv = _run("Conv", {"X": X, "W": W}, "cpu", pads=[1] * (2 * nd))[0]
+    y_conv = run_op("Conv", {"X": X, "W": W}, "cpu", pads=[1] * (2 * nd))[0]
     offset = np.zeros((1, K * nd) + y_conv.shape[2:], np.float32)
-    y = _run("DeformConv", {"X": X, "W": W, "offset": offset}, "cpu", opset=19, pads=[1] * (2 * nd))[0]
+    y = run_op("DeformConv", {"X": X, "W": W, "offset": offset}, "cpu", opset=19, pads=[1] * (2 * nd))[0]
     np.testing.assert_allclose(y, y_conv, rtol=1e-5, atol=1e-5)
 
 
@@ -171,8 +143,8 @@ def test_col2im_matches_onnxruntime(device):
 def test_col2im_inverts_non_overlapping_unfold():
     X = _rand(1, 2, 4, 6)
     cols = X.reshape(1, 2, 2, 2, 3, 2).transpose(0, 1, 3, 5, 2, 4).reshape(1, 2 * 2 * 2, 2 * 3)
-    got = _run("Col2Im", {"input": cols, "image_shape": np.array([4, 6]), "block_shape": np.array([2, 2])},
-               "cpu", strides=[2, 2])[0]
+    got = run_op("Col2Im", {"input": cols, "image_shape": np.array([4, 6]), "block_shape": np.array([2, 2])},
+                 "cpu", strides=[2, 2])[0]
     np.testing.assert_array_equal(got, X)
 
 
@@ -191,7 +163,7 @@ MAXPOOL_CASES = {
 @pytest.mark.parametrize("case", MAXPOOL_CASES, ids=list(MAXPOOL_CASES))
 def test_maxpool_values_and_indices_match_onnxruntime(case, device):
     shape, attrs = MAXPOOL_CASES[case]
-    got = _check_ort("MaxPool", {"X": _rand(*shape)}, device, n_out=2, **attrs)
+    got = _check_ort("MaxPool", {"X": _rand(*shape)}, device, outputs=2, **attrs)
     assert got[1].dtype == np.int64
 
 
@@ -241,13 +213,13 @@ def test_global_pools_on_1d_and_3d(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_maxunpool_inverts_maxpool_indices(device):
     X = _rand(2, 3, 6, 4)
-    Y, I = _run("MaxPool", {"X": X}, device, n_out=2, kernel_shape=[2, 2], strides=[2, 2])
-    out = _run("MaxUnpool", {"X": Y, "I": I}, device, kernel_shape=[2, 2], strides=[2, 2])[0]
+    Y, I = run_op("MaxPool", {"X": X}, device, outputs=2, kernel_shape=[2, 2], strides=[2, 2])
+    out = run_op("MaxUnpool", {"X": Y, "I": I}, device, kernel_shape=[2, 2], strides=[2, 2])[0]
     want = np.zeros((2, 3, 6, 4), np.float32)  # the shape inferred from the attributes
     want.reshape(-1)[I.reshape(-1)] = Y.reshape(-1)
     np.testing.assert_array_equal(out, want)
     shape = np.array([2, 3, 7, 5], np.int64)  # output_shape pads the inferred tensor at the end
-    out = _run("MaxUnpool", {"X": Y, "I": I, "output_shape": shape}, device, kernel_shape=[2, 2], strides=[2, 2])[0]
+    out = run_op("MaxUnpool", {"X": Y, "I": I, "output_shape": shape}, device, kernel_shape=[2, 2], strides=[2, 2])[0]
     assert out.shape == (2, 3, 7, 5)
     np.testing.assert_array_equal(out[:, :, :6, :4], want)
     assert not out[:, :, 6:].any() and not out[:, :, :, 4:].any()
@@ -290,10 +262,10 @@ def test_batchnorm_training_outputs(device):
     m, v, run_m, run_v = _bn_stats(X, mean, var, 0.8)
     y = (X - m.reshape(1, C, 1, 1)) / np.sqrt(v.reshape(1, C, 1, 1) + 1e-5) * s.reshape(1, C, 1, 1) + b.reshape(1, C, 1, 1)
     feeds = {"X": X, "scale": s, "B": b, "mean": mean, "var": var}
-    got = _run("BatchNormalization", feeds, device, n_out=3, opset=15, training_mode=1, momentum=0.8)
+    got = run_op("BatchNormalization", feeds, device, outputs=3, opset=15, training_mode=1, momentum=0.8)
     for g, w in zip(got, [y, run_m, run_v]):
         assert_close(g, w.astype(np.float32), 1e-5, 1e-5)
-    got = _run("BatchNormalization", feeds, device, n_out=5, opset=9, momentum=0.8)
+    got = run_op("BatchNormalization", feeds, device, outputs=5, opset=9, momentum=0.8)
     for g, w in zip(got, [y, run_m, run_v, m, v]):
         assert_close(g, w.astype(np.float32), 1e-5, 1e-5)
 
@@ -302,7 +274,7 @@ def test_batchnorm_opset6_is_test_uses_the_estimates():
     C = 3
     X, s, b, mean, var = _rand(2, C, 4), _rand(C), _rand(C), _rand(C), RNG.random(C).astype(np.float32)
     feeds = {"X": X, "scale": s, "B": b, "mean": mean, "var": var}
-    got = _run("BatchNormalization", feeds, "cpu", n_out=5, opset=6, is_test=1, epsilon=1e-3)
+    got = run_op("BatchNormalization", feeds, "cpu", outputs=5, opset=6, is_test=1, epsilon=1e-3)
     r = lambda a: a.reshape(1, C, 1)  # noqa: E731
     np.testing.assert_allclose(got[0], (X - r(mean)) / np.sqrt(r(var) + 1e-3) * r(s) + r(b), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got[1], mean)
@@ -318,14 +290,14 @@ def test_instance_norm_1d_and_3d(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_layer_norm_half_input_with_float_stash(device):
     feeds = {"X": _rand(2, 3, 8, dtype=np.float16), "S": _rand(3, 8, dtype=np.float16), "B": _rand(8, dtype=np.float16)}
-    got = _check_ort("LayerNormalization", feeds, device, n_out=3, opset=17, axis=1, tol=2e-3)
+    got = _check_ort("LayerNormalization", feeds, device, outputs=3, opset=17, axis=1, tol=2e-3)
     assert [g.dtype for g in got] == [np.float16, np.float32, np.float32]
     assert got[1].shape == (2, 1, 1)
 
 
 def test_layer_norm_double_input_keeps_double_statistics():
     X = (1 + 1e-4 * RNG.random((2, 6))).astype(np.float64)  # a tiny variance: float32 would lose it
-    got = _check_ort("LayerNormalization", {"X": X, "S": np.ones(6)}, "cpu", n_out=3, opset=17, tol=1e-6)
+    got = _check_ort("LayerNormalization", {"X": X, "S": np.ones(6)}, "cpu", outputs=3, opset=17, tol=1e-6)
     assert [g.dtype for g in got] == [np.float64, np.float32, np.float32]
 
 
@@ -348,7 +320,7 @@ def test_rms_norm_half_input(device):
 @pytest.mark.parametrize("size", [3, 4])
 def test_lrn_window(size, device):
     X = _rand(2, 6, 3, 2)
-    got = _run("LRN", {"X": X}, device, opset=13, size=size, alpha=0.02, beta=0.6, bias=1.5)[0]
+    got = run_op("LRN", {"X": X}, device, opset=13, size=size, alpha=0.02, beta=0.6, bias=1.5)[0]
     lo, hi = (size - 1) // 2, -(-(size - 1) // 2)  # floor / ceil of (size - 1) / 2
     sq = np.stack([(X[:, max(0, c - lo):min(6, c + hi + 1)] ** 2).sum(axis=1) for c in range(6)], axis=1)
     np.testing.assert_allclose(got, X / (1.5 + 0.02 / size * sq) ** 0.6, rtol=1e-5)
@@ -359,7 +331,7 @@ def test_lrn_window(size, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_mvn_axes(device):
     X = _rand(2, 3, 4, 5)
-    got = _run("MeanVarianceNormalization", {"X": X}, device, opset=13, axes=[1, 3])[0]
+    got = run_op("MeanVarianceNormalization", {"X": X}, device, opset=13, axes=[1, 3])[0]
     d = X - X.mean(axis=(1, 3), keepdims=True)
     np.testing.assert_allclose(got, d / (np.sqrt((d * d).mean(axis=(1, 3), keepdims=True)) + 1e-9), rtol=1e-4)
 
@@ -369,7 +341,7 @@ def test_mvn_axes(device):
 def test_lp_normalization_zero_norm_gives_zero(p, device):
     X = _rand(3, 4)
     X[:, 1] = 0
-    got = _run("LpNormalization", {"X": X}, device, axis=0, p=p)[0]
+    got = run_op("LpNormalization", {"X": X}, device, axis=0, p=p)[0]
     norm = np.abs(X).sum(axis=0) if p == 1 else np.sqrt((X * X).sum(axis=0))
     want = np.where(norm == 0, 0, X / np.where(norm == 0, 1, norm))
     np.testing.assert_allclose(got, want, rtol=1e-6)
@@ -382,17 +354,17 @@ def test_lp_normalization_zero_norm_gives_zero(p, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_dropout_old_opsets_are_identity_with_typed_masks(device):
     X = _rand(3, 4)
-    y, mask = _run("Dropout", {"X": X}, device, n_out=2, opset=7, ratio=0.3)
+    y, mask = run_op("Dropout", {"X": X}, device, outputs=2, opset=7, ratio=0.3)
     np.testing.assert_array_equal(y, X)
     assert mask.dtype == np.float32 and (mask == 1).all()
-    y, mask = _run("Dropout", {"X": X}, device, n_out=2, opset=10, ratio=0.3)
+    y, mask = run_op("Dropout", {"X": X}, device, outputs=2, opset=10, ratio=0.3)
     assert mask.dtype == np.bool_ and mask.all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_dropout_training_with_seed_is_reproducible(device):
     X, r, t = _rand(4, 5), np.array(0.4, np.float32), np.array(True)
-    y, mask = _run("Dropout", {"X": X, "r": r, "t": t}, device, n_out=2, opset=13, seed=3)
+    y, mask = run_op("Dropout", {"X": X, "r": r, "t": t}, device, outputs=2, opset=13, seed=3)
     want_mask = np.random.RandomState(3).uniform(0, 1, X.shape) >= 0.4
     np.testing.assert_array_equal(mask, want_mask)
     np.testing.assert_allclose(y, X * want_mask / np.float32(0.6), rtol=1e-6)
@@ -400,7 +372,7 @@ def test_dropout_training_with_seed_is_reproducible(device):
 
 def test_dropout_training_without_seed_scales_kept_values():
     X, r, t = np.ones((100, 100), np.float32), np.array(0.25, np.float32), np.array(True)
-    y, mask = _run("Dropout", {"X": X, "r": r, "t": t}, "cpu", n_out=2, opset=13)
+    y, mask = run_op("Dropout", {"X": X, "r": r, "t": t}, "cpu", outputs=2, opset=13)
     assert 0.65 < mask.mean() < 0.85
     np.testing.assert_allclose(y[mask], 1 / 0.75, rtol=1e-6)
     assert not y[~mask].any()

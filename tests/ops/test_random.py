@@ -2,26 +2,22 @@
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 import gpuops
 
+from tests.ops.common import make_model, run_op
 
-def session(node, inputs=(), opset=22):
-    graph = helper.make_graph([node], "t", list(inputs), [onnx.ValueInfoProto(name=o) for o in node.output])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return gpuops.InferenceSession(model, device="cpu")
+
+def session(node):
+    """A gpuops session of the input-less model of ``node`` (opset 22)."""
+    return gpuops.InferenceSession(make_model(node, {}, opset=22), device="cpu")
 
 
 def generate(op_type, feeds=None, **attrs):
-    feeds = feeds or {}
-    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-              for k, v in feeds.items()]
-    sess = session(helper.make_node(op_type, list(feeds), ["y"], **attrs), inputs)
-    return sess.run(None, feeds)[0]
+    """One draw of an ``op_type`` node (opset 22) on ``feeds``."""
+    return run_op(op_type, feeds or {}, opset=22, **attrs)[0]
 
 
 @pytest.mark.parametrize("dtype,np_type", [(TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64),

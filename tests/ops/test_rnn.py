@@ -2,44 +2,26 @@
 peepholes, input_forget, layout=1 and the legacy opset-1 attributes, checked against onnxruntime."""
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 import gpuops
 
-from tests.conformance.harness import device_guard
-
-
-def _model(op, feeds, outputs, attrs, opset):
-    ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-           for k, v in feeds.items()]
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
-    node = helper.make_node(op, list(feeds), outputs, **attrs)
-    graph = helper.make_graph([node], "g", ins, outs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+from tests.ops.common import assert_same, one_node_model, run_op, run_ort
 
 
 def _check(op, feeds, outputs, attrs, opset=14, device="cpu", ref_opset=None):
     """Run one node in gpuops and onnxruntime (at ``ref_opset`` if given) and compare every output.
 
     onnxruntime has no layout=1 kernels: its reference runs on the transposed layout-0 problem."""
-    model = _model(op, feeds, outputs, attrs, opset)
     ref_attrs = {k: v for k, v in attrs.items() if k not in ("output_sequence", "layout")}
     layout = attrs.get("layout", 0)
     ref_feeds = {k: np.swapaxes(v, 0, 1) if layout and k in ("X", "initial_h", "initial_c") else v
                  for k, v in feeds.items()}
-    ref_model = _model(op, ref_feeds, outputs, ref_attrs, ref_opset or opset)
-    want = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        outputs, ref_feeds)
+    want = run_ort(one_node_model(op, ref_feeds, outputs, opset=ref_opset or opset, **ref_attrs), ref_feeds)
     if layout:
         want = [np.transpose(w, (2, 0, 1, 3)) if w.ndim == 4 else np.swapaxes(w, 0, 1) for w in want]
-    sess = gpuops.InferenceSession(model, device=device)
-    with device_guard(device):
-        got = sess.run(outputs, feeds)
-    for name, g, w in zip(outputs, got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, name
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)
+    got = run_op(op, feeds, device, outputs=outputs, opset=opset, **attrs)
+    assert_same(got, want, 1e-5, 1e-5, outputs)
 
 
 def _feeds(rng, n_gates, D, T=5, batch=4, I=3, H=4, layout=0, seq=True, c=False, peep=False):
@@ -111,6 +93,5 @@ def test_opset1_output_sequence_is_accepted():
 
 def test_wrong_direction_count_is_an_error():
     feeds = _feeds(np.random.default_rng(6), 1, 1)
-    model = _model("RNN", feeds, ["Y"], dict(hidden_size=4, direction="bidirectional"), 14)
     with pytest.raises(gpuops.GpuopsError, match="2 direction"):
-        gpuops.InferenceSession(model, device="cpu").run(None, feeds)
+        run_op("RNN", feeds, outputs=["Y"], opset=14, hidden_size=4, direction="bidirectional")

@@ -1,40 +1,17 @@
 """String ops and TfIdfVectorizer against onnxruntime; ImageDecoder against Pillow."""
 
+import functools
 import io
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 import gpuops
 
+from tests.ops.common import assert_node_matches_ort, make_model, run_gpuops
 
-def _model(node, feeds, opset):
-    inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-              for k, v in feeds.items()]
-    outputs = [onnx.ValueInfoProto(name=o) for o in node.output]
-    model = helper.make_model(helper.make_graph([node], "t", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
-
-
-def run_both(node, feeds, opset):
-    model = _model(node, feeds, opset)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape
-        if w.dtype == object:
-            assert g.dtype == object
-            assert g.tolist() == w.tolist()
-        else:
-            assert g.dtype == w.dtype
-            np.testing.assert_allclose(g, w, rtol=1e-6)
-    return got
+_check = functools.partial(assert_node_matches_ort, atol=0)
 
 
 def strings(*values, shape=None):
@@ -53,36 +30,38 @@ def strings(*values, shape=None):
 ])
 def test_string_normalizer(attrs, x):
     # onnxruntime needs an installed locale; C.UTF-8 is the one every system has
-    run_both(helper.make_node("StringNormalizer", ["x"], ["y"], locale="C.UTF-8", **attrs), {"x": x}, 10)
+    _check(helper.make_node("StringNormalizer", ["x"], ["y"], locale="C.UTF-8", **attrs), {"x": x}, opset=10)
 
 
 def test_string_normalizer_rejects_2d_with_several_rows():
-    model = _model(helper.make_node("StringNormalizer", ["x"], ["y"]), {"x": strings("a", "b", shape=(2, 1))}, 10)
+    feeds = {"x": strings("a", "b", shape=(2, 1))}
+    model = make_model(helper.make_node("StringNormalizer", ["x"], ["y"]), feeds, opset=10)
     with pytest.raises(gpuops.GpuopsError, match=r"\[1, C\]"):
-        gpuops.InferenceSession(model, device="cpu").run(None, {"x": strings("a", "b", shape=(2, 1))})
+        run_gpuops(model, feeds)
 
 
 @pytest.mark.parametrize("attrs", [{}, {"delimiter": ","}, {"delimiter": ",", "maxsplit": 1}, {"maxsplit": 1},
                                    {"delimiter": "ab"}])
 def test_string_split(attrs):
     x = strings("a,b,,c", "  lead  and trail ", "", "one", "xabyabz", "a,b c", shape=(2, 3))
-    run_both(helper.make_node("StringSplit", ["x"], ["y", "z"], **attrs), {"x": x}, 20)
+    _check(helper.make_node("StringSplit", ["x"], ["y", "z"], **attrs), {"x": x}, opset=20)
 
 
 def test_string_split_empty_input():
-    got = run_both(helper.make_node("StringSplit", ["x"], ["y", "z"]), {"x": np.zeros((0, 2), dtype=object)}, 20)
+    got = _check(helper.make_node("StringSplit", ["x"], ["y", "z"]), {"x": np.zeros((0, 2), dtype=object)},
+                 opset=20)
     assert got[0].shape == (0, 2, 0)
 
 
 def test_string_concat_broadcast():
-    run_both(helper.make_node("StringConcat", ["x", "y"], ["z"]),
-             {"x": strings("a", "é", "", shape=(3, 1)), "y": strings("1", "2")}, 20)
+    _check(helper.make_node("StringConcat", ["x", "y"], ["z"]),
+           {"x": strings("a", "é", "", shape=(3, 1)), "y": strings("1", "2")}, opset=20)
 
 
 @pytest.mark.parametrize("pattern", [r"\d+", r"[a-z]+@[a-z]+\.com", r"a|ab", r"(?i)BOB.*", ""])
 def test_regex_full_match(pattern):
-    run_both(helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern),
-             {"x": strings("123", "12a", "bob@site.com", "Bob@site.com", "ab", "", shape=(2, 3))}, 20)
+    _check(helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern),
+           {"x": strings("123", "12a", "bob@site.com", "Bob@site.com", "ab", "", shape=(2, 3))}, opset=20)
 
 
 TFIDF_POOL = dict(ngram_counts=[0, 4], ngram_indexes=[0, 1, 2, 3, 4, 5, 6],
@@ -96,15 +75,15 @@ def test_tfidf_int(mode, min_n, max_n, skip):
     attrs = dict(TFIDF_POOL, mode=mode, min_gram_length=min_n, max_gram_length=max_n, max_skip_count=skip)
     if mode != "TF":
         attrs["weights"] = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
-    run_both(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x}, 9)
-    run_both(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x[1].astype(np.int64)}, 9)
+    _check(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x}, opset=9)
+    _check(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x[1].astype(np.int64)}, opset=9)
 
 
 def test_tfidf_strings_with_shared_output_index():
     attrs = dict(mode="TF", min_gram_length=1, max_gram_length=2, max_skip_count=1, ngram_counts=[0, 3],
                  ngram_indexes=[0, 1, 2, 3, 1], pool_strings=["a", "b", "c", "a", "b", "b", "c"])
     x = strings("a", "b", "c", "a", "x", "b", "b", "c", shape=(2, 4))
-    run_both(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x}, 9)
+    _check(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x}, opset=9)
 
 
 def test_image_decoder_png():
@@ -115,8 +94,8 @@ def test_image_decoder_png():
     data = np.frombuffer(buf.getvalue(), dtype=np.uint8)
     for fmt, want in (("RGB", pixels), ("BGR", pixels[:, :, ::-1]),
                       ("Grayscale", np.asarray(PIL.fromarray(pixels).convert("L"))[:, :, None])):
-        model = _model(helper.make_node("ImageDecoder", ["x"], ["y"], pixel_format=fmt), {"x": data}, 20)
-        (got,) = gpuops.InferenceSession(model, device="cpu").run(None, {"x": data})
+        model = make_model(helper.make_node("ImageDecoder", ["x"], ["y"], pixel_format=fmt), {"x": data}, opset=20)
+        (got,) = run_gpuops(model, {"x": data})
         assert got.dtype == np.uint8
         np.testing.assert_array_equal(got, want)
 
@@ -124,14 +103,14 @@ def test_image_decoder_png():
 def test_image_decoder_rejects_garbage():
     pytest.importorskip("PIL.Image")
     data = np.frombuffer(b"not an image", dtype=np.uint8)
-    model = _model(helper.make_node("ImageDecoder", ["x"], ["y"]), {"x": data}, 20)
+    model = make_model(helper.make_node("ImageDecoder", ["x"], ["y"]), {"x": data}, opset=20)
     with pytest.raises(gpuops.GpuopsError, match="cannot decode"):
-        gpuops.InferenceSession(model, device="cpu").run(None, {"x": data})
+        run_gpuops(model, {"x": data})
 
 
 def test_tfidf_empty_input_and_large_pool():
     attrs = dict(TFIDF_POOL, mode="TF", min_gram_length=1, max_gram_length=2, max_skip_count=0)
-    run_both(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": np.zeros((0,), np.int64)}, 9)
+    _check(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": np.zeros((0,), np.int64)}, opset=9)
     rng = np.random.default_rng(1)
     unigrams = rng.choice(100000, size=3000, replace=False)
     bigrams = np.unique(rng.choice(unigrams[:60], size=(4000, 2)), axis=0)  # onnxruntime rejects repeats
@@ -141,4 +120,4 @@ def test_tfidf_empty_input_and_large_pool():
                  pool_int64s=[int(v) for v in np.concatenate([unigrams, bigrams.reshape(-1)])],
                  weights=[float(w) for w in rng.uniform(0.5, 2, size=total)])
     x = rng.choice(np.concatenate([unigrams[:50], [-5, 7]]), size=(8, 40)).astype(np.int64)
-    run_both(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x}, 9)
+    _check(helper.make_node("TfIdfVectorizer", ["x"], ["y"], **attrs), {"x": x}, opset=9)
