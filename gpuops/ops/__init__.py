@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     activation,
     cast,
+    contrib,  # com.microsoft and com.microsoft.nchwc
     control,
     conv,
     cuda,  # kernel-backed CUDA overrides of conv, quantization and detection ops

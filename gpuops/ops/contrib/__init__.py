@@ -1,0 +1,12 @@
+"""onnxruntime contrib operators: the ``com.microsoft`` domain and the ``com.microsoft.nchwc`` blocked-layout
+family, one module per family. They are written against ``xp`` like the ai.onnx ops and reuse those
+ops' functions (convolution, pooling, normalization, quantization, recurrences...) wherever the
+semantics coincide. Importing this package registers them.
+
+``text`` (Tokenizer, MurmurHash3 on strings) works on the host by nature: strings never live on a device.
+"""
+
+from . import detection, math, nchwc, quantized, rnn, text, transformer  # noqa: F401
+
+MS_DOMAIN = "com.microsoft"
+NCHWC_DOMAIN = "com.microsoft.nchwc"

@@ -1,0 +1,315 @@
+"""com.microsoft quantized ops: QLinearAdd / Mul / Concat / LeakyRelu / Sigmoid / AveragePool /
+GlobalAveragePool / ReduceMean / Conv, QuantizeLinear / DequantizeLinear, DynamicQuantizeMatMul,
+DynamicQuantizeLSTM, MatMulInteger16, MatMulIntegerToFloat, MulInteger and ReduceSumInteger.
+
+Quantized values are 8-bit (uint8 / int8) with per-tensor scales and zero points unless stated.
+Requantization follows onnxruntime's CPU kernels exactly: float32 arithmetic, round half to even,
+saturate - QLinearAdd, QLinearMul and QLinearAveragePool round after adding the output zero point,
+QLinearGlobalAveragePool scales the integer window sum, as those kernels do.
+Elementwise ops whose result depends on one quantized input only (QLinearLeakyRelu, QLinearSigmoid)
+build the 256-entry lookup table of ``quantize(f(dequantize(x)))`` on the device and gather from it,
+as onnxruntime does. Pools and reductions dequantize, run the ai.onnx float op, and quantize.
+
+DynamicQuantizeLSTM runs ai.onnx LSTM on the dequantized weights (W and R are stored transposed,
+``[directions, input, 4 * hidden]``, with per-tensor or per-output-column scales); onnxruntime also
+quantizes the activations dynamically, so its results differ from these by that rounding only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from ...errors import NodeError
+from ...registry import op
+from ..pool import AveragePool as _average_pool
+from ..pool import _geometry as _pool_geometry
+from ..pool import _sum_windows
+from ..quantize import DequantizeLinear_21 as _dequantize_linear
+from ..quantize import DynamicQuantizeLinear as _dynamic_quantize
+from ..quantize import MatMulInteger as _matmul_integer
+from ..quantize import QLinearConv as _qlinear_conv
+from ..quantize import QuantizeLinear_21 as _quantize_linear
+from ..reduce import _reduce
+from ..rnn import LSTM as _lstm
+
+MS = "com.microsoft"
+_F32 = np.float32
+
+
+def _scalar(xp, t):
+    return xp.reshape(t, ()).astype(_F32)
+
+
+def _range(dtype):
+    info = ml_dtypes.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def _dequant(xp, x, scale, zero_point):
+    """(x - zero_point) * scale in float32 (per-tensor)."""
+    v = x.astype(_F32)
+    if zero_point is not None:
+        v = v - _scalar(xp, zero_point)
+    return v * _scalar(xp, scale)
+
+
+def _quant(xp, v, scale, zero_point, dtype):
+    """saturate(round_half_even(v / scale) + zero_point) to ``dtype`` (per-tensor)."""
+    lo, hi = _range(dtype)
+    q = xp.rint(v.astype(_F32) / _scalar(xp, scale))
+    if zero_point is not None:
+        q = q + _scalar(xp, zero_point)
+    return xp.clip(q, lo, hi).astype(dtype)
+
+
+def _check_8bit(*arrays):
+    for a in arrays:
+        if a is not None and np.dtype(a.dtype) not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            raise NodeError(f"expected a uint8 or int8 tensor, got {a.dtype}")
+
+
+def _out_dtype(A, zero_point):
+    return np.dtype(zero_point.dtype) if zero_point is not None else np.dtype(A.dtype)
+
+
+# -- elementwise binary -------------------------------------------------------------------------
+
+@op("QLinearAdd", domain=MS, since=1)
+def QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_scale=None, C_zero_point=None):
+    """C = A_scale/C_scale (A - A_zp) + B_scale/C_scale (B - B_zp) + C_zp, as MLAS: two scale ratios,
+    rounded (half to even) after the output zero point is added."""
+    _check_8bit(A, B)
+    dtype = _out_dtype(A, C_zero_point)
+    sc = _scalar(xp, C_scale)
+    ra, rb = _scalar(xp, A_scale) / sc, _scalar(xp, B_scale) / sc
+    a = A.astype(_F32) - (0.0 if A_zero_point is None else _scalar(xp, A_zero_point))
+    b = B.astype(_F32) - (0.0 if B_zero_point is None else _scalar(xp, B_zero_point))
+    lo, hi = _range(dtype)
+    q = xp.rint(a * ra + b * rb + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
+    return xp.clip(q, lo, hi).astype(dtype)
+
+
+@op("QLinearMul", domain=MS, since=1)
+def QLinearMul(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_scale=None, C_zero_point=None):
+    """C = (A - A_zp)(B - B_zp) A_scale B_scale / C_scale + C_zp, rounded after adding C_zp (as MLAS)."""
+    _check_8bit(A, B)
+    dtype = _out_dtype(A, C_zero_point)
+    a = A.astype(_F32) - (0.0 if A_zero_point is None else _scalar(xp, A_zero_point))
+    b = B.astype(_F32) - (0.0 if B_zero_point is None else _scalar(xp, B_zero_point))
+    ratio = _scalar(xp, A_scale) * _scalar(xp, B_scale) / _scalar(xp, C_scale)
+    lo, hi = _range(dtype)
+    q = xp.rint(a * b * ratio + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
+    return xp.clip(q, lo, hi).astype(dtype)
+
+
+@op("MulInteger", domain=MS, since=1)
+def MulInteger(xp, A, A_zero_point=None, B=None, B_zero_point=None):
+    """int32 (A - A_zero_point) * (B - B_zero_point), broadcasting."""
+    _check_8bit(A, B)
+    a = A.astype(np.int32) - (0 if A_zero_point is None else xp.reshape(A_zero_point, ()).astype(np.int32))
+    b = B.astype(np.int32) - (0 if B_zero_point is None else xp.reshape(B_zero_point, ()).astype(np.int32))
+    return a * b
+
+
+# -- lookup-table elementwise -------------------------------------------------------------------
+
+def _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, fn):
+    _check_8bit(X)
+    dtype = np.dtype(X.dtype)
+    out = _out_dtype(X, Y_zero_point)
+    lo, hi = _range(dtype)
+    codes = xp.arange(lo, hi + 1, dtype=np.int32).astype(dtype)
+    table = _quant(xp, fn(_dequant(xp, codes, X_scale, X_zero_point)), Y_scale, Y_zero_point, out)
+    return xp.take(table, xp.reshape(X.astype(np.int32) - lo, (-1,))).reshape(X.shape)
+
+
+@op("QLinearLeakyRelu", domain=MS, since=1)
+def QLinearLeakyRelu(xp, X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None, *, alpha=0.01):
+    return _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point,
+                   lambda v: xp.where(v >= 0, v, v * float(alpha)))
+
+
+@op("QLinearSigmoid", domain=MS, since=1)
+def QLinearSigmoid(xp, X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None):
+    from ..activation import sigmoid
+
+    return _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, lambda v: sigmoid(xp, v))
+
+
+# -- concat -------------------------------------------------------------------------------------
+
+@op("QLinearConcat", domain=MS, since=1)
+def QLinearConcat(xp, Y_scale, Y_zero_point, *inputs, axis):
+    """Each (tensor, scale, zero point) triple requantized to Y's parameters, then concatenated."""
+    if not inputs or len(inputs) % 3:
+        raise NodeError(f"QLinearConcat needs (tensor, scale, zero_point) triples after Y's parameters, "
+                        f"got {len(inputs)} inputs")
+    dtype = np.dtype(Y_zero_point.dtype)
+    parts = [_quant(xp, _dequant(xp, x, s, z), Y_scale, Y_zero_point, dtype)
+             for x, s, z in zip(inputs[0::3], inputs[1::3], inputs[2::3])]
+    return xp.concat(parts, axis=axis)
+
+
+# -- pools and reductions -----------------------------------------------------------------------
+
+def _to_channels_first(xp, X, channels_last):
+    return xp.moveaxis(X, -1, 1) if channels_last else X
+
+
+def _from_channels_first(xp, Y, channels_last):
+    return xp.moveaxis(Y, 1, -1) if channels_last else Y
+
+
+@op("QLinearAveragePool", domain=MS, since=1)
+def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None, *, auto_pad="NOTSET",
+                       ceil_mode=0, channels_last=0, count_include_pad=0, kernel_shape=None, pads=None, strides=None):
+    """Dequantize, average (as onnxruntime: with ``count_include_pad`` every window divides by the
+    kernel size, even where ``ceil_mode`` overhangs the padding), quantize as round(y / scale + zp)."""
+    _check_8bit(X)
+    x = _to_channels_first(xp, _dequant(xp, X, x_scale, x_zero_point), channels_last)
+    if count_include_pad:
+        kernel, strides_, dil, pb, pe, out = _pool_geometry(x, kernel_shape, strides, None, pads, auto_pad, ceil_mode)
+        y = _sum_windows(xp, x, kernel, strides_, dil, pb, pe, out) / float(math.prod(kernel))
+    else:
+        y = _average_pool(xp, x, auto_pad=auto_pad, ceil_mode=ceil_mode, kernel_shape=kernel_shape, pads=pads,
+                          strides=strides)
+    y = _from_channels_first(xp, y, channels_last)
+    dtype = _out_dtype(X, y_zero_point)
+    lo, hi = _range(dtype)
+    q = xp.rint(y / _scalar(xp, y_scale) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point)))
+    return xp.clip(q, lo, hi).astype(dtype)
+
+
+@op("QLinearGlobalAveragePool", domain=MS, since=1)
+def QLinearGlobalAveragePool(xp, X, x_scale, x_zero_point, y_scale, y_zero_point, *, channels_last=0):
+    _check_8bit(X)
+    if X.ndim < 3:
+        raise NodeError(f"X must have rank >= 3, got shape {tuple(X.shape)}")
+    axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
+    n = math.prod(X.shape[a] for a in axes)
+    # as MLAS: the integer sum of (x - x_zp), times x_scale / (y_scale * n) in float32, rounded
+    acc = xp.sum(X.astype(np.int32), axis=axes, keepdims=True)
+    if x_zero_point is not None:
+        acc = acc - xp.reshape(x_zero_point, ()).astype(np.int32) * n
+    ratio = _scalar(xp, x_scale) / (_scalar(xp, y_scale) * np.float32(n))
+    dtype = _out_dtype(X, y_zero_point)
+    lo, hi = _range(dtype)
+    q = xp.rint(acc.astype(_F32) * ratio) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point))
+    return xp.clip(q, lo, hi).astype(dtype)
+
+
+@op("QLinearReduceMean", domain=MS, since=1)
+def QLinearReduceMean(xp, data, data_scale, data_zero_point=None, reduced_scale=None, reduced_zero_point=None, *,
+                      axes, keepdims):
+    _check_8bit(data)
+    y = _reduce(xp, "Mean", _dequant(xp, data, data_scale, data_zero_point), axes, keepdims)
+    return _quant(xp, y, reduced_scale, reduced_zero_point, _out_dtype(data, reduced_zero_point))
+
+
+@op("ReduceSumInteger", domain=MS, since=1)
+def ReduceSumInteger(xp, data, *, axes, keepdims):
+    """Sum of 8-bit integers: int32 for int8 input, uint32 for uint8 input (the spec's T2 rule)."""
+    _check_8bit(data)
+    out = np.uint32 if np.dtype(data.dtype) == np.uint8 else np.int32
+    return _reduce(xp, "Sum", data.astype(out), axes, keepdims)
+
+
+# -- convolution --------------------------------------------------------------------------------
+
+@op("QLinearConv", domain=MS, since=1)
+def QLinearConv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                auto_pad="NOTSET", channels_last=0, dilations=None, group=1, kernel_shape=None, pads=None,
+                strides=None):
+    """ai.onnx QLinearConv; with ``channels_last`` x and y are (N, D1.., C) (w stays (M, C/group, k..))."""
+    y = _qlinear_conv(xp, _to_channels_first(xp, x, channels_last), x_scale, x_zero_point, w, w_scale,
+                      w_zero_point, y_scale, y_zero_point, B, auto_pad=auto_pad, dilations=dilations, group=group,
+                      kernel_shape=kernel_shape, pads=pads, strides=strides)
+    return _from_channels_first(xp, y, channels_last)
+
+
+# -- QuantizeLinear / DequantizeLinear ----------------------------------------------------------
+
+@op("QuantizeLinear", domain=MS, since=1)
+def QuantizeLinear(xp, x, y_scale, y_zero_point=None, *, axis=1):
+    return _quantize_linear(xp, x, y_scale, y_zero_point, axis=axis)
+
+
+@op("DequantizeLinear", domain=MS, since=1)
+def DequantizeLinear(xp, x, x_scale, x_zero_point=None, *, axis=1):
+    return _dequantize_linear(xp, x, x_scale, x_zero_point, axis=axis)
+
+
+# -- integer matmuls ----------------------------------------------------------------------------
+
+@op("MatMulInteger16", domain=MS, since=1)
+def MatMulInteger16(xp, A, B):
+    """16-bit integer matmul accumulated in 32 bits (wrapping): uint32 when both are uint16, else int32."""
+    kinds = {np.dtype(np.int16), np.dtype(np.uint16)}
+    if np.dtype(A.dtype) not in kinds or np.dtype(B.dtype) not in kinds:
+        raise NodeError(f"MatMulInteger16 takes int16/uint16 inputs, got {A.dtype} and {B.dtype}")
+    both_unsigned = A.dtype == np.uint16 and B.dtype == np.uint16
+    k = A.shape[-1]
+    if k * 2.0 ** 32 < 2.0 ** 53:  # every partial sum is exact in float64: use the BLAS
+        acc = xp.matmul(A.astype(np.float64), B.astype(np.float64)).astype(np.int64)
+    else:
+        acc = xp.matmul(A.astype(np.int64), B.astype(np.int64))
+    wrapped = acc.astype(np.uint32) if both_unsigned else acc.astype(np.uint32).astype(np.int32)
+    return wrapped
+
+
+def _per_column(xp, s, n: int):
+    """A scalar or a per-column (N,) parameter, shaped to broadcast over [.., M, N]."""
+    if s.size == 1:
+        return xp.reshape(s, ()).astype(_F32)
+    if s.ndim != 1 or s.shape[0] != n:
+        raise NodeError(f"scale of shape {tuple(s.shape)} is neither a scalar nor per column ({n})")
+    return s.astype(_F32)
+
+
+@op("MatMulIntegerToFloat", domain=MS, since=1)
+def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+    """(A - a_zp) @ (B - b_zp) * a_scale * b_scale (+ bias), int32 accumulation."""
+    _check_8bit(A, B)
+    acc = _matmul_integer(xp, A, B, a_zero_point, b_zero_point)
+    n = B.shape[-1]
+    Y = acc.astype(_F32) * (_per_column(xp, a_scale, n) * _per_column(xp, b_scale, n))
+    if bias is not None:
+        Y = Y + bias.astype(_F32)
+    return Y.astype(a_scale.dtype)
+
+
+@op("DynamicQuantizeMatMul", domain=MS, since=1)
+def DynamicQuantizeMatMul(xp, A, B, b_scale, b_zero_point=None, bias=None):
+    """A quantized to uint8 with its own range (DynamicQuantizeLinear), then MatMulIntegerToFloat."""
+    a_q, a_scale, a_zp = _dynamic_quantize(xp, A)
+    return MatMulIntegerToFloat(xp, a_q, B, a_scale, b_scale, a_zp, b_zero_point, bias)
+
+
+# -- DynamicQuantizeLSTM ------------------------------------------------------------------------
+
+def _dequant_weights(xp, W, scale, zero_point):
+    """[D, K, 4H] 8-bit weights with [D] or [D, 4H] parameters -> float [D, 4H, K] (ai.onnx layout)."""
+    D = W.shape[0]
+    shape = (D, 1, 1) if scale.size == D else (D, 1, W.shape[2])
+    w = W.astype(_F32)
+    if zero_point is not None:
+        w = w - xp.reshape(zero_point, shape).astype(_F32)
+    return xp.swapaxes(w * xp.reshape(scale, shape).astype(_F32), 1, 2)
+
+
+@op("DynamicQuantizeLSTM", domain=MS, since=1)
+def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None,
+                        W_scale=None, W_zero_point=None, R_scale=None, R_zero_point=None, *, activation_alpha=None,
+                        activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+                        input_forget=0):
+    _check_8bit(W, R)
+    if W_scale is None or R_scale is None:
+        raise NodeError("DynamicQuantizeLSTM needs W_scale and R_scale")
+    Wf = _dequant_weights(xp, W, W_scale, W_zero_point)
+    Rf = _dequant_weights(xp, R, R_scale, R_zero_point)
+    return _lstm(xp, X, Wf, Rf, B, sequence_lens, initial_h, initial_c, P, activation_alpha=activation_alpha,
+                 activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+                 hidden_size=hidden_size, input_forget=input_forget)
