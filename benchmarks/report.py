@@ -60,8 +60,9 @@ def plots(result: dict, out: Path) -> list[Path]:
         vals = [r.get("peers", {}).get(p, {}).get("ratio", 0) for r in runs]
         ax.bar([j + i * w for j in range(len(runs))], vals, w, label=p)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks([j + w * (len(peers) - 1) / 2 for j in range(len(runs))], labels, fontsize=7)
-    ax.set_ylabel("peer latency / gpuops latency")
+    ax.set_yscale("log")  # 2x faster and 2x slower look equally far from 1
+    ax.set_xticks([j + w * (len(peers) - 1) / 2 for j in range(len(runs))], labels, fontsize=7, rotation=30)
+    ax.set_ylabel("peer latency / gpuops latency (log)")
     ax.set_title(f"gpuops speed ratio ({runs[0]['device']})")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -73,7 +74,7 @@ def plots(result: dict, out: Path) -> list[Path]:
     total = [r.get("memory", {}).get("intermediates_total_bytes", 0) / 1e6 for r in runs]
     ax.bar([j - 0.2 for j in range(len(runs))], total, 0.4, label="all intermediates")
     ax.bar([j + 0.2 for j in range(len(runs))], planned, 0.4, label="peak under liveness plan")
-    ax.set_xticks(range(len(runs)), labels, fontsize=7)
+    ax.set_xticks(range(len(runs)), labels, fontsize=7, rotation=30)
     ax.set_ylabel("MB")
     ax.set_title("gpuops memory")
     ax.legend(fontsize=8)

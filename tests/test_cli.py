@@ -30,3 +30,9 @@ def test_run_reports_gpuops_errors(tmp_path, capsys):
     assert "gpuops: error: model file not found" in capsys.readouterr().err
     assert main(["run", "light:nonexistent", "--device", "cpu"]) == 1
     assert "the onnx package ships" in capsys.readouterr().err
+
+
+def test_bench_passes_its_options_to_the_runner(tmp_path, capsys):
+    rc = main(["bench", "--quick", "--models", "quantized_mlp", "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    assert "quantized_mlp" in (tmp_path / "bench.md").read_text()
