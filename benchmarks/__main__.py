@@ -76,6 +76,27 @@ def bench_one(bm: M.BenchModel, batch: int, device: str, a) -> dict:
     return rec
 
 
+def mdf_runs(a) -> list[dict]:
+    """MDF models against modeci-mdf's engine (when it and the examples are present)."""
+    from . import mdf
+
+    try:
+        import modeci_mdf  # noqa: F401
+    except ImportError:
+        return []
+    if not mdf.DEFAULT_EXAMPLES.is_dir():
+        return []
+    min_time, repeat = (0.05, 3) if a.quick else (0.5, 7)
+    out = []
+    for dev in a.device.split(","):
+        for m in mdf.MODELS:
+            try:
+                out.append(mdf.bench(mdf.DEFAULT_EXAMPLES / m, dev, min_time, repeat))
+            except gpuops.GpuopsError as e:
+                out.append({"model": m, "device": dev, "error": str(e)})
+    return out
+
+
 def environment(device: str) -> dict:
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "python": platform.python_version(), "numpy": np.__version__, "gpuops": gpuops.__version__,
@@ -109,6 +130,7 @@ def main(argv=None) -> int:
     ap.add_argument("--atol", type=float, default=1e-4)
     ap.add_argument("--quick", action="store_true", help="a few minutes on 2 CPU cores")
     ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--no-mdf", action="store_true", help="skip the MDF models")
     a = ap.parse_args(argv)
     if a.quick:
         a.warmup, a.repeat, a.budget = 1, 3, 1.0
@@ -131,7 +153,8 @@ def main(argv=None) -> int:
             runs.append(bench_one(bm, b, dev, a))
         except gpuops.GpuopsError as e:
             runs.append({"model": bm.name, "batch": b, "device": dev, "error": str(e)})
-    result = {"env": environment(a.device), "settings": vars(a), "runs": runs}
+    result = {"env": environment(a.device), "settings": vars(a), "runs": runs,
+              "mdf": [] if a.no_mdf else mdf_runs(a)}
     paths = write_all(result, Path(a.out))
     print(paths[1].read_text())
     print("wrote " + ", ".join(str(p) for p in paths))

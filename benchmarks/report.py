@@ -37,6 +37,15 @@ def markdown(result: dict) -> str:
         row += [f"{mem.get('planned_peak_bytes', 0) / 1e6:.1f}", f"{mem.get('intermediates_total_bytes', 0) / 1e6:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "ratio = peer median latency / gpuops median latency (above 1: gpuops is faster)."]
+    if result.get("mdf"):
+        lines += ["", "| MDF model | device | gpuops per evaluate | modeci-mdf per evaluate | speed-up | max abs diff |",
+                  "|---|---|---|---|---|---|"]
+        for r in result["mdf"]:
+            if "error" in r:
+                lines.append(f"| {r['model']} | {r['device']} | error: {r['error'][:80]} | | | |")
+                continue
+            lines.append(f"| {r['model']} | {r['device']} | {r['gpuops']['median_ms'] * 1e3:.1f} µs | "
+                         f"{r['modeci_mdf']['median_ms'] * 1e3:.1f} µs | {r['speedup']:.0f}x | {r['max_abs_diff']:.1e} |")
     return "\n".join(lines) + "\n"
 
 

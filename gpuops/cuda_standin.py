@@ -282,7 +282,7 @@ class MemoryPool:
         self._used = 0
         self._free: list[int] = []  # sizes of cached free blocks
         self._limit = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a GC finalizer may free a block while malloc holds it
 
     def malloc(self, size: int) -> int:
         size = -(-max(size, 1) // _ROUND) * _ROUND

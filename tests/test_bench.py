@@ -10,7 +10,7 @@ pytest.importorskip("onnxruntime")
 def test_quick_bench_writes_reports(tmp_path):
     from benchmarks.__main__ import main
 
-    rc = main(["--quick", "--models", "transformer_encoder,quantized_mlp", "--device", "cpu",
+    rc = main(["--quick", "--no-mdf", "--models", "transformer_encoder,quantized_mlp", "--device", "cpu",
                "--batch", "2", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "bench.json").read_text())
     assert [r["model"] for r in result["runs"]] == ["transformer_encoder", "quantized_mlp"]

@@ -33,6 +33,6 @@ def test_run_reports_gpuops_errors(tmp_path, capsys):
 
 
 def test_bench_passes_its_options_to_the_runner(tmp_path, capsys):
-    rc = main(["bench", "--quick", "--models", "quantized_mlp", "--device", "cpu", "--out", str(tmp_path)])
+    rc = main(["bench", "--quick", "--no-mdf", "--models", "quantized_mlp", "--device", "cpu", "--out", str(tmp_path)])
     assert rc == 0
     assert "quantized_mlp" in (tmp_path / "bench.md").read_text()

@@ -1,0 +1,173 @@
+"""``onnx::*`` MDF functions, run by gpuops' own ONNX ops on the session's device.
+
+As in modeci-mdf's reference engine, an ONNX function takes its inputs and attributes by ONNX name
+from the function's ``args`` and, for names the args do not give, from the node's input ports and
+parameters (``axis``, ``pads``, ``B``... set as node parameters); ops are those of ONNX opset 15
+unless the model says otherwise (``onnx_opset_version``). Python numbers become 1-d tensors and
+int32 becomes int64, as the reference does; float32 results come back as float64. Conversions of
+values that do not change between calls (constants) are made once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx.defs import OpSchema
+
+from .. import ops as _ops  # noqa: F401  (registers the op families)
+from .. import registry
+from ..device import to_host
+from ..errors import GpuopsError, ModelError, NodeError, UnsupportedOpError
+from .expr import Values
+
+DEFAULT_OPSET = 15
+_A = OpSchema.AttrType
+_GRAPH_ATTRS = (_A.GRAPH, _A.GRAPHS)
+
+
+def schema(op_type: str, opset: int) -> OpSchema:
+    try:
+        return onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        try:
+            return onnx.defs.get_schema(op_type)
+        except onnx.defs.SchemaError:
+            raise UnsupportedOpError(f"onnx::{op_type} is not an ONNX operator") from None
+
+
+class OnnxCall:
+    """One ``onnx::Op`` function of one node: ``call(scope)`` where ``scope`` holds the node's
+    values with the function's evaluated args on top."""
+
+    def __init__(self, op_type: str, arg_names: list[str], available: set, values: Values, opset: int,
+                 where: str, ports: list[str] = ()):
+        self.op_type, self.values, self.where = op_type, values, where
+        s = schema(op_type, opset)
+        self.impl = registry.resolve("", op_type, max(opset, s.since_version), values.device.kind, node=where)
+        self.inputs = [i.name for i in s.inputs]
+        self.variadic = bool(s.inputs) and s.inputs[0].option == OpSchema.FormalParameterOption.Variadic
+        self.attr_types = {name: a.type for name, a in s.attributes.items()}
+        # variadic inputs (Sum, Concat...): the non-attribute args in order, else the node's input ports
+        self.arg_names = [a for a in arg_names if a not in self.attr_types] or list(ports)
+        accepted = self.impl.attributes
+        for name, a in s.attributes.items():
+            if a.type in _GRAPH_ATTRS and (a.required or name in available):
+                raise UnsupportedOpError(f"{where}: onnx::{op_type} needs graph attribute {name!r}; graph "
+                                         "attributes (If/Loop/Scan bodies) given as MDF values are not supported")
+            if name in available and "onnx_" not in name and accepted is not None and name not in accepted:
+                raise UnsupportedOpError(f"{where}: gpuops' onnx::{op_type} does not take attribute {name!r}")
+        required = [i.name for i in s.inputs if i.option == OpSchema.FormalParameterOption.Single]
+        if not self.variadic:
+            missing = [n for n in required if n not in available]
+            if missing:
+                raise ModelError(f"{where}: onnx::{op_type} is missing input(s) {missing} "
+                                 "(give them as args or as node input ports/parameters)")
+        self.n_outputs = len(s.outputs)
+        self._memo: dict[tuple, tuple] = {}  # (name, kind) -> (source value, converted) for constants
+
+    def __call__(self, scope: dict) -> Any:
+        xp = self.values.xp
+        if self.variadic:
+            inputs = [self._tensor(f"{i}", v, False) for i, v in enumerate(self._variadic(scope))]
+        else:
+            inputs = []
+            for i, name in enumerate(self.inputs):
+                v = scope.get(name)
+                inputs.append(None if v is None else self._tensor(name, v, i in self.impl.host_inputs))
+            while inputs and inputs[-1] is None:
+                inputs.pop()
+        attrs = {}
+        for name, typ in self.attr_types.items():
+            v = scope.get(name)
+            if v is not None and "onnx_" not in name:
+                attrs[name] = self._memoised((name, "attr"), v, lambda v=v, typ=typ: _attribute(v, typ))
+        if self.impl.n_outputs:  # every output the schema has, as the reference asks onnxruntime for
+            if self.op_type == "Split":
+                attrs["n_outputs"] = int(attrs.get("num_outputs", 0)) or self._split_count(inputs, attrs)
+            elif self.op_type == "BatchNormalization" and not attrs.get("training_mode"):
+                attrs["n_outputs"] = 1
+            else:
+                attrs["n_outputs"] = self.n_outputs
+        try:
+            result = self.impl.fn(xp, *inputs, **attrs)
+        except GpuopsError as e:
+            raise type(e)(f"{self.where}: onnx::{self.op_type}: {e}") from e
+        except Exception as e:
+            raise NodeError(f"{self.where}: onnx::{self.op_type} failed: {type(e).__name__}: {e}") from e
+        return self._result(result, attrs)
+
+    def _variadic(self, scope: dict) -> list:
+        out = []
+        for name in self.arg_names:
+            v = scope.get(name)
+            if isinstance(v, (list, tuple)):  # e.g. "['_122', '_123']": a list of names
+                out.extend(scope[x] if isinstance(x, str) else x for x in v)
+            elif v is not None:
+                out.append(v)
+        return out
+
+    def _split_count(self, inputs, attrs) -> int:
+        split = attrs.get("split")
+        if split is None and len(inputs) > 1 and inputs[1] is not None:
+            split = to_host(inputs[1]).ravel()
+        return len(split) if split is not None else 1
+
+    def _memoised(self, key, v, convert):
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        out = convert()
+        self._memo[key] = (v, out)
+        return out
+
+    def _tensor(self, name: str, v, host: bool):
+        values = self.values
+
+        def convert():
+            if isinstance(v, list) and v and all(values.is_array(x) for x in v):
+                return v  # a sequence
+            if isinstance(v, (bool, int, float)):
+                a = values.array(np.atleast_1d(v))
+            elif values.is_array(v):
+                a = v
+            else:
+                a = values.array(np.asarray(v))
+            if a.dtype == np.int32:
+                a = a.astype(np.int64)
+            if self.op_type == "Reshape" and name == "shape":
+                a = a.reshape(-1)
+            return to_host(a) if host else a
+
+        return self._memoised((name, host), v, convert)
+
+    def _result(self, result, attrs):
+        if isinstance(result, tuple) and len(result) == 1:
+            result = result[0]
+        if isinstance(result, np.ndarray) and not self.values.is_array(result):
+            result = self.values.array(result)
+        if getattr(result, "dtype", None) == np.float32:
+            result = result.astype(np.float64)
+        return result
+
+
+def _attribute(v, typ):
+    """A node value as the ONNX attribute type the schema declares."""
+    host = to_host(v) if hasattr(v, "dtype") and not isinstance(v, np.ndarray) else v
+    if typ == _A.INT:
+        return int(np.asarray(host).reshape(-1)[0]) if not isinstance(host, (int, bool)) else int(host)
+    if typ == _A.FLOAT:
+        return float(np.asarray(host).reshape(-1)[0]) if not isinstance(host, (int, float)) else float(host)
+    if typ == _A.STRING:
+        return host.decode() if isinstance(host, bytes) else str(host)
+    if typ == _A.INTS:
+        return [int(x) for x in np.asarray(host).reshape(-1)]
+    if typ == _A.FLOATS:
+        return [float(x) for x in np.asarray(host).reshape(-1)]
+    if typ == _A.STRINGS:
+        return [str(x) for x in np.asarray(host).reshape(-1)]
+    if typ == _A.TENSOR:
+        a = np.asarray(host)
+        return a.astype(np.int64) if a.dtype == np.int32 else a
+    return host

@@ -1,0 +1,345 @@
+"""MDFSession: an MDF graph compiled once, then evaluated with modeci-mdf's reference semantics.
+
+One ``run()`` is one ``evaluate()`` of the reference engine:
+
+* the scheduler yields time steps; for each node that runs, the edges into it whose sender has ever
+  run deliver the sender's output port value (times the edge ``weight``) to the receiving input port,
+  where ``reduce`` (overwrite/add/multiply) combines values arriving in the same run; then the node
+  evaluates;
+* a node evaluates its input ports, then sets each parameter to its current value (a stateful one
+  that has none yet to its ``default_initial_value``), evaluates its functions, then updates its
+  parameters **one after another** (a later parameter sees the new value of an earlier one): a
+  ``value`` expression, a ``function`` with ``args``, or a ``time_derivative`` (the first run without
+  ``time_increment`` sets it to ``default_initial_value``, later ones integrate ``value + d/dt * dt``),
+  then the parameter's ``conditions`` (``where(test, value, current)``); last its output ports.
+
+Values stay on the device between nodes; only scheduler conditions on values and the outputs
+returned by ``run`` are copied to the host.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+
+from ..device import Device, get_device, to_host
+from ..errors import FeedError, GpuopsError, ModelError, NodeError
+from .expr import NOT_CONST, Values, compile_expr, compile_value
+from .functions import ACTR, STANDARD
+from .load import load_model, select_graph
+from .onnx_bridge import DEFAULT_OPSET, OnnxCall
+from .schedule import Schedule
+from .validate import validate_graph
+
+
+class MDFSession:
+    """Runs one graph of an MDF model on one device.
+
+    ``model`` is a ``.json``/``.yaml`` path or a ``modeci_mdf`` Model; ``device`` is ``"cpu"``,
+    ``"cuda"``, ``"cuda:N"`` or ``"auto"``; ``graph`` is a graph id (default: the first graph).
+    """
+
+    def __init__(self, model, device: str | Device = "auto", graph: str | None = None):
+        self.device = get_device(device)
+        self.model = load_model(model)
+        self.graph = select_graph(self.model, graph)
+        deps = validate_graph(self.graph)
+        self._values = Values(self.device)
+        opset = int(getattr(self.model, "onnx_opset_version", None) or DEFAULT_OPSET)
+        self._nodes = {n.id: _Node(n, self._values, opset) for n in self.graph.nodes}
+        self._incoming: dict[str, list[_Edge]] = {nid: [] for nid in self._nodes}
+        for e in self.graph.edges:
+            self._incoming[e.receiver].append(_Edge(e, self._nodes, self._values))
+        nodes, values = self._nodes, self._values  # (no reference back to the session: no cycle)
+        self._schedule = Schedule(self.graph, deps, lambda nid, name: _host_value(values, nodes[nid].lookup(name)),
+                                  lambda nid: nodes[nid].names)
+        self._ran: set[str] = set()  # nodes that have run in any run so far
+        self.execution_trace: list[str] = []
+
+    def run(self, time_increment: float | None = None, inputs: dict | None = None, *,
+            output_device: str = "cpu") -> dict[str, Any]:
+        """One evaluation of the graph; returns ``{"node.port": value}`` for every output port that
+        has a value. ``inputs`` sets input ports first (``{"node.port" or "port": value}``).
+        Numbers and arrays come back as NumPy arrays (device arrays with ``output_device="device"``);
+        ACT-R values (dicts, strings, lists) as they are."""
+        if output_device not in ("cpu", "device"):
+            raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
+        dt = None if time_increment is None else _number(time_increment)
+        if inputs:
+            self._feed(inputs)
+        trace = []
+        for step in self._schedule.steps():
+            for nid in step:
+                trace.append(nid)
+                self._ran.add(nid)
+                for edge in self._incoming[nid]:
+                    if edge.sender in self._ran:
+                        edge.deliver()
+                self._nodes[nid].evaluate(dt)
+        self.execution_trace = trace
+        out = {}
+        for nid, node in self._nodes.items():
+            for pid, value in node.out.items():
+                if value is not None:
+                    out[f"{nid}.{pid}"] = self._export(value, output_device)
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _feed(self, inputs: dict) -> None:
+        if not isinstance(inputs, dict):
+            raise FeedError(f"inputs must be a dict of 'node.port' (or 'port') -> value, not {type(inputs).__name__}")
+        for key, value in inputs.items():
+            ports = [p for nid, node in self._nodes.items() for p in node.ports
+                     if key == f"{nid}.{p.id}" or key == p.id]
+            if not ports:
+                known = [f"{nid}.{p.id}" for nid, node in self._nodes.items() for p in node.ports]
+                raise FeedError(f"inputs: {key!r} is not an input port; the input ports are {known}")
+            for p in ports:
+                p.put(self._values.literal(value))
+
+    def _export(self, value, where: str):
+        v = self._values
+        if isinstance(value, tuple) or isinstance(value, list) and any(v.is_array(x) for x in value):
+            return type(value)(self._export(x, where) for x in value)  # several ONNX outputs, a sequence
+        if isinstance(value, (bool, int, float, complex, np.generic)):
+            return np.asarray(value) if where == "cpu" else v.array(np.asarray(value))
+        if v.is_array(value):
+            return to_host(value) if where == "cpu" else value
+        return value
+
+
+def _host_value(values: Values, value):
+    """A value for scheduler conditions: device arrays are copied to the host explicitly."""
+    return to_host(value) if values.is_array(value) else value
+
+
+def _number(x):
+    if hasattr(x, "dtype"):
+        return to_host(x).item()
+    return x
+
+
+def _where(values: Values, mask, a, b):
+    if not any(values.is_array(x) for x in (mask, a, b)):
+        return a if values.truth(mask) else b
+    return values.xp.where(values.array(mask), values.array(a), values.array(b))
+
+
+class _Edge:
+    def __init__(self, edge, nodes: dict, values: Values):
+        self.sender, self.port = edge.sender, edge.sender_port
+        self.source = nodes[edge.sender]
+        self.target = next(p for p in nodes[edge.receiver].ports if p.id == edge.receiver_port)
+        weight = (edge.parameters or {}).get("weight", 1)
+        self.weight = None if type(weight) in (int, float) and weight == 1 else values.literal(weight)
+
+    def deliver(self) -> None:
+        if self.port not in self.source.out:  # the sender has not produced this port yet
+            return
+        value = self.source.out[self.port]
+        self.target.put(value if self.weight is None else self.weight * value)
+
+
+class _Port:
+    def __init__(self, port, values: Values, where: str):
+        self.id, self.reduce = port.id, port.reduce or "overwrite"
+        self.where = f"{where}, input port {port.id!r}"
+        if port.default_value is not None:
+            self.default = compile_value(port.default_value, set(), values, self.where).const
+        elif port.shape is not None:
+            self.default = values.device.asarray(np.zeros(tuple(port.shape)))
+        else:
+            self.default = 0.0
+        self.pending = self.default if self.reduce == "overwrite" else None
+
+    def put(self, value) -> None:
+        if self.pending is None or self.reduce == "overwrite":
+            self.pending = value
+        elif self.reduce == "add":
+            self.pending = self.pending + value
+        else:
+            self.pending = self.pending * value
+
+    def take(self):
+        value = self.default if self.pending is None else self.pending
+        self.pending = None
+        return value
+
+
+class _Call:
+    """A function applied in a node: a standard function, an expression ``value`` over ``args``, an
+    ``onnx::*`` op or an ACT-R function. ``call(scope)`` evaluates the args on top of the scope."""
+
+    def __init__(self, function: str | None, args: dict | None, value, known: set, values: Values,
+                 opset: int, where: str, ports: list[str]):
+        args = dict(args or {})
+        inner = set(known) | set(args)
+        self.args = [(name, compile_value(a, inner, values, f"{where}, argument {name!r}"))
+                     for name, a in args.items()]
+        names = set().union(*(e.names for _, e in self.args)) if self.args else set()
+        if function is None:
+            if value is None:
+                raise ModelError(f"{where}: has neither a function nor a value")
+            body = compile_value(value, inner, values, where)
+            names |= body.names
+        elif function in STANDARD:
+            needed, text = STANDARD[function]
+            missing = [a for a in needed if a not in inner]
+            if missing:
+                raise ModelError(f"{where}: function {function!r} is missing argument(s) {missing} "
+                                 f"(it takes {list(needed)})")
+            body = compile_expr(text, inner, values, f"{where}, function {function!r}")
+            names |= body.names
+        elif function.startswith("onnx::"):
+            body = OnnxCall(function[6:], list(args), inner, values, opset, where, ports)
+        elif function in ACTR:
+            fn = ACTR[function]
+            required = [p.name for p in inspect.signature(fn).parameters.values()]
+            if len(args) < len(required):
+                raise ModelError(f"{where}: function {function!r} is missing argument(s) "
+                                 f"{required[len(args):]} (it takes {required})")
+            order = list(args)
+            body = lambda s: fn(*[s[a] for a in order])  # noqa: E731  (positionally, as the reference)
+        elif function.isidentifier():
+            raise ModelError(f"{where}: unknown function {function!r}; MDF functions are "
+                             f"{sorted(STANDARD)}, the ACT-R functions {sorted(ACTR)} and onnx::<Op>")
+        else:  # the reference engine evaluates any other function string as an expression
+            body = compile_expr(function, inner, values, where)
+            names |= body.names
+        self.body = body
+        self.names = names - set(args)
+
+    def __call__(self, scope: dict):
+        local = dict(scope)
+        for name, expr in self.args:
+            local[name] = expr(local)
+        return self.body(local)
+
+
+class _Param:
+    def __init__(self, p, known: set, values: Values, opset: int, where: str, ports: list[str]):
+        self.id, self.values = p.id, values
+        self.where = f"{where}, parameter {p.id!r}"
+
+        def compile_(v, what):
+            return None if v is None else compile_value(v, known, values, f"{self.where}{what}")
+
+        self.value = compile_(p.value, "")
+        self.init = compile_(p.default_initial_value, " (default_initial_value)")
+        self.td = compile_(p.time_derivative, " (time_derivative)")
+        self.call = None
+        if p.function is not None:
+            self.call = _Call(p.function, p.args, None, known, values, opset, self.where, ports)
+        self.conditions = [(compile_(_field(c, "test"), f" condition {_field(c, 'id')!r} test"),
+                            compile_(_field(c, "value"), f" condition {_field(c, 'id')!r} value"))
+                           for c in (p.conditions or [])]
+        self.stateful = self.td is not None or self.init is not None or (
+            isinstance(p.value, str) and self.value is not None and p.id in self.value.names)
+        self.cur = None
+
+    def current(self, scope: dict):
+        """The value before this evaluation (the reference's ``get_current_value``)."""
+        if self.cur is None and (self.value is not None or self.init is not None):
+            if self.stateful:
+                return self.init(scope) if self.init is not None else 0.0
+            self.cur = self.value(scope)
+        return self.cur
+
+    def evaluate(self, scope: dict, dt):
+        if self.value is not None:
+            new = self.value(scope)
+        elif self.call is not None:
+            new = self.call(scope)
+        elif self.td is not None:
+            if dt is None:
+                new = self.init(scope) if self.init is not None else 0.0
+            else:
+                base = self.cur if self.cur is not None else scope.get(self.id, 0.0)
+                new = base + self.td(scope) * dt
+        else:
+            new = self.cur if self.cur is not None else scope.get(self.id)
+        for test, value in self.conditions:
+            new = _where(self.values, test(scope), value(scope), 0.0 if new is None else new)
+        self.cur = new
+        return new
+
+
+def _field(obj, name):
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name)
+
+
+class _Node:
+    def __init__(self, node, values: Values, opset: int):
+        self.id = node.id
+        where = f"node {node.id!r}"
+        self.ports = [_Port(p, values, where) for p in node.input_ports]
+        port_ids = [p.id for p in node.input_ports]
+        known = set(port_ids) | {p.id for p in node.parameters} | {f.id for f in node.functions}
+        self.names = known | {o.id for o in node.output_ports}
+        self.params = [_Param(p, known, values, opset, where, port_ids) for p in node.parameters]
+        calls = {f.id: _Call(f.function, f.args, f.value, known, values, opset, f"{where}, function {f.id!r}",
+                             port_ids) for f in node.functions}
+        self.functions = _order_functions(calls, where)
+        self.outputs = [(o.id, f"{where}, output port {o.id!r}",
+                         None if o.value is None else compile_value(o.value, known, values,
+                                                                     f"{where}, output port {o.id!r}"))
+                        for o in node.output_ports]
+        self._output_shapes = {o.id: o.shape for o in node.output_ports}
+        self.fn_values: dict[str, Any] = {}
+        self.out: dict[str, Any] = {}
+
+    def evaluate(self, dt) -> None:
+        scope: dict[str, Any] = {}
+        what = self.id
+        try:
+            for p in self.ports:
+                what = p.where
+                scope[p.id] = p.take()
+            for p in self.params:
+                what = p.where
+                scope[p.id] = p.current(scope)
+            for fid, call, what in self.functions:
+                scope[fid] = self.fn_values[fid] = call(scope)
+            for p in self.params:
+                what = p.where
+                scope[p.id] = p.evaluate(scope, dt)
+            for oid, what, expr in self.outputs:
+                self.out[oid] = None if expr is None else expr(scope)
+        except GpuopsError:
+            raise
+        except Exception as e:
+            raise NodeError(f"{what}: {type(e).__name__}: {e}") from e
+
+    def lookup(self, name: str):
+        """Current value of ``name`` for scheduler conditions (defaults before the first run)."""
+        for p in self.ports:
+            if p.id == name:
+                return p.pending if p.pending is not None else p.default
+        for p in self.params:
+            if p.id == name:
+                if p.cur is not None:
+                    return p.cur
+                return p.init.const if p.init is not None and p.init.const is not NOT_CONST else 0
+        if name in self.fn_values:
+            return self.fn_values[name]
+        if name in self.out:
+            return self.out[name]
+        shape = self._output_shapes.get(name)
+        return np.zeros(tuple(shape)) if shape is not None else 0
+
+
+def _order_functions(calls: dict[str, _Call], where: str) -> list:
+    """Node functions in an order where each comes after the functions it reads."""
+    ordered, placed, pending = [], set(), list(calls)
+    while pending:
+        ready = [f for f in pending if not (calls[f].names & set(calls)) - placed - {f}]
+        if not ready:
+            raise ModelError(f"{where}: functions {pending} depend on each other in a cycle")
+        for f in ready:
+            ordered.append((f, calls[f], f"{where}, function {f!r}"))
+            placed.add(f)
+            pending.remove(f)
+    return ordered
