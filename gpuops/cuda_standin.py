@@ -127,26 +127,6 @@ class ndarray:
         _sync("iteration")
         return (_wrap(x) for x in self._a)
 
-    def __bool__(self):
-        _sync("bool()")
-        return bool(self._a)
-
-    def __int__(self):
-        _sync("int()")
-        return int(self._a)
-
-    def __float__(self):
-        _sync("float()")
-        return float(self._a)
-
-    def __complex__(self):
-        _sync("complex()")
-        return complex(self._a)
-
-    def __index__(self):
-        _sync("index")
-        return self._a.__index__()
-
     def item(self, *args):
         _sync(".item()")
         return self._a.item(*args)
@@ -159,6 +139,20 @@ class ndarray:
         return f"standin.{np.array_repr(self._a)}"
 
     __str__ = __repr__
+
+
+def _host_conversion(name, what):
+    def method(self):
+        _sync(what)  # CuPy allows these, but each one synchronises with the device
+        return getattr(self._a, name)()
+
+    method.__name__ = name
+    return method
+
+
+for _name, _what in [("__bool__", "bool()"), ("__int__", "int()"), ("__float__", "float()"),
+                     ("__complex__", "complex()"), ("__index__", "index")]:
+    setattr(ndarray, _name, _host_conversion(_name, _what))
 
 
 def _binary(name):
