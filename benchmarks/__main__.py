@@ -1,7 +1,8 @@
 """Run the benchmark suite: ``gpuops bench [--quick] [--device auto] [--models a,b] [--out DIR]``.
 
-Each model runs through gpuops and, in the same process, through every installed peer, with
-warm-up and repeated timed runs; the report gives median/p90 latency, throughput, the ratio of
+Each model runs through gpuops and, in the same process, through every installed peer
+(onnxruntime CPU, and its CUDA EP with onnxruntime-gpu; PyTorch for the generated models; the onnx
+ReferenceEvaluator for small graphs; modeci-mdf for the MDF models), with warm-up and repeated timed runs; the report gives median/p90 latency, throughput, the ratio of
 each peer's median to gpuops' (above 1 means gpuops is faster), whether outputs agree, gpuops'
 memory stats and, on a GPU, NVML telemetry.
 """
@@ -24,6 +25,7 @@ from . import models as M
 from .peers import onnxruntime_sessions, reference_evaluator
 from .report import write_all
 from .telemetry import GpuSampler
+from .torch_peers import torch_peers
 
 
 def time_runs(fn, feeds, warmup: int, repeat: int, budget_s: float) -> dict:
@@ -58,7 +60,8 @@ def bench_one(bm: M.BenchModel, batch: int, device: str, a) -> dict:
     rec["memory"] = sess.memory_stats()
     if sess.device.kind == "cuda":
         rec["telemetry"] = sampler.summary()
-    peers = {**onnxruntime_sessions(model, rec["device"]), **reference_evaluator(model)}
+    peers = {**onnxruntime_sessions(model, rec["device"]), **torch_peers(bm.name, model, rec["device"]),
+             **reference_evaluator(model)}
     rec["peers"], rec["agree"] = {}, True
     for name, fn in peers.items():
         try:

@@ -24,3 +24,13 @@ def test_quick_bench_writes_reports(tmp_path):
     assert "ratio vs onnxruntime-cpu" in md and "transformer_encoder" in md
     pytest.importorskip("matplotlib")
     assert (tmp_path / "ratios.png").stat().st_size > 1000 and (tmp_path / "memory.png").stat().st_size > 1000
+
+
+def test_torch_versions_of_the_generated_models_agree_with_gpuops(tmp_path):
+    pytest.importorskip("torch", reason="torch is an optional benchmark peer")
+    from benchmarks.__main__ import main
+
+    main(["--quick", "--no-mdf", "--models", "transformer_encoder,lstm", "--device", "cpu", "--batch", "3",
+          "--out", str(tmp_path)])
+    for r in json.loads((tmp_path / "bench.json").read_text())["runs"]:
+        assert r["peers"]["torch-cpu"]["agree"], r["peers"]["torch-cpu"]
