@@ -188,3 +188,14 @@ def test_node_failure_is_wrapped_with_the_node_name():
     sess = gpuops.InferenceSession(m, device="cpu")
     with pytest.raises(gpuops.NodeError, match=r"node 'bad_add' \(Add\)"):
         sess.run(None, {"x": np.ones(3, np.float32), "y": np.ones(4, np.float32)})
+
+
+def test_gradient_is_unsupported_with_a_clear_error_at_creation():
+    node = helper.make_node("Gradient", ["x"], ["dx"], name="grad", domain="ai.onnx.preview.training",
+                            xs=["x"], y="x")
+    g = helper.make_graph([node], "g", [_vi("x", [1])], [_vi("dx", [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.preview.training", 1)])
+    with pytest.raises(gpuops.UnsupportedOpError,
+                       match=r"node 'grad': op ai.onnx.preview.training::Gradient at opset 1 is not supported"):
+        gpuops.InferenceSession(m, device="cpu")
