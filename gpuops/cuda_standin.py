@@ -362,9 +362,8 @@ def _release(key, pool, size):
 
 # -- the cuda submodule ------------------------------------------------------------------------
 
-class _Device:
-    def __init__(self, index: int = 0):
-        self.id = index
+class _Context:
+    """A ``with`` block that selects nothing and a ``synchronize`` with nothing to wait for."""
 
     def __enter__(self):
         return self
@@ -374,6 +373,11 @@ class _Device:
 
     def synchronize(self):
         pass
+
+
+class _Device(_Context):
+    def __init__(self, index: int = 0):
+        self.id = index
 
 
 class _Event:
@@ -447,17 +451,8 @@ def _copy_into(out, new):
             _copy_into(o, n)
 
 
-class _Stream:
+class _Stream(_Context):
     def __init__(self, non_blocking=False, **kwargs):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def synchronize(self):
         pass
 
     def begin_capture(self, mode=None):

@@ -8,6 +8,19 @@ import io
 import numpy as np
 
 
+def mdf_model(*nodes, edges=(), conditions=None, graph_id="g"):
+    """A modeci_mdf Model of one graph holding ``nodes`` and ``edges``."""
+    from modeci_mdf.mdf import Graph, Model
+
+    g = Graph(id=graph_id)
+    g.nodes.extend(nodes)
+    g.edges.extend(edges)
+    g.conditions = conditions
+    m = Model(id="m")
+    m.graphs.append(g)
+    return m
+
+
 def reference_graph(model, graph=None):
     from modeci_mdf.execution_engine import EvaluableGraph
     from modeci_mdf.utils import load_mdf

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("modeci_mdf")
 
-from modeci_mdf.mdf import (Condition, ConditionSet, Edge, Graph, InputPort, Model, Node, OutputPort,  # noqa: E402
+from modeci_mdf.mdf import (Condition, ConditionSet, Edge, InputPort, Node, OutputPort,  # noqa: E402
                             Parameter)
 
 from gpuops import registry  # noqa: E402
@@ -21,6 +21,8 @@ from gpuops.mdf.functions import ACTR, STANDARD  # noqa: E402
 from gpuops.mdf.onnx_bridge import OnnxCall, schema  # noqa: E402
 from gpuops.device import get_device  # noqa: E402
 
+from .reference import mdf_model as model  # noqa: E402
+
 SPEC = Path(__file__).resolve().parents[2].parent / "shared" / "specs" / "mdf-standard-functions-v0.2.md"
 
 
@@ -30,16 +32,6 @@ def node(nid, params=(), ports=(), outs=("out",)):
     n.parameters.extend(params)
     n.output_ports.extend(OutputPort(id=o, value="1") for o in outs)
     return n
-
-
-def model(*nodes, edges=(), conditions=None, graph_id="g"):
-    g = Graph(id=graph_id)
-    g.nodes.extend(nodes)
-    g.edges.extend(edges)
-    g.conditions = conditions
-    m = Model(id="m")
-    m.graphs.append(g)
-    return m
 
 
 def make(*args, **kwargs):

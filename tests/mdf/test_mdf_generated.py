@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("modeci_mdf")
 pytest.importorskip("graph_scheduler")
 
-from modeci_mdf.mdf import (Condition, ConditionSet, Edge, Function, Graph, InputPort, Model, Node,  # noqa: E402
+from modeci_mdf.mdf import (Condition, ConditionSet, Edge, Function, InputPort, Node,  # noqa: E402
                             OutputPort, Parameter, ParameterCondition)
 
 from gpuops.mdf import MDFSession  # noqa: E402
 
-from .reference import assert_same, reference_graph, reference_step  # noqa: E402
+from .reference import assert_same, mdf_model, reference_graph, reference_step  # noqa: E402
 
 DEVICES = ["cpu", "cuda"]
 
@@ -31,16 +31,6 @@ def compare(model, device, runs, rtol=1e-6, atol=1e-9):
         assert s.execution_trace == order, f"run {i}"
         assert_same(out, ref, rtol=rtol, atol=atol, where=f"run {i}")
     return s
-
-
-def model_of(*nodes, edges=(), conditions=None):
-    g = Graph(id="g")
-    g.nodes.extend(nodes)
-    g.edges.extend(edges)
-    g.conditions = conditions
-    m = Model(id="m")
-    m.graphs.append(g)
-    return m
 
 
 def edge(sender, receiver, weight=None, sp="out", rp="inp"):
@@ -85,7 +75,7 @@ def random_dag(seed: int):
         node.output_ports.append(OutputPort(id="out", value=r.choice(["f", "f + inp", "f * f - 0.25", "-f"])))
         nodes.append(node)
         edges.extend(edge(f"n{s}", node.id, r.choice([None, 1, 0.5, -1.5])) for s in senders)
-    return model_of(*nodes, edges=edges)
+    return mdf_model(*nodes, edges=edges)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -113,7 +103,7 @@ def dynamics(seed: int):
     n.output_ports.extend([OutputPort(id=o, value=v) for o, v in
                            [("x", "x"), ("y", "y"), ("count", "count"), ("acc", "acc"), ("gate", "gate"),
                             ("clipped", "clipped")]])
-    return model_of(n)
+    return mdf_model(n)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -159,7 +149,7 @@ def scheduled(seed: int):
                              Condition("AfterNCalls", dependencies=last, n=r.randint(1, 3)),
                              Condition("Threshold", dependency=ids[0], parameter="count", threshold=r.randint(5, 9),
                                        comparator=">=")])}
-    return model_of(*nodes, edges=edges, conditions=ConditionSet(node_specific=node_specific, termination=termination))
+    return mdf_model(*nodes, edges=edges, conditions=ConditionSet(node_specific=node_specific, termination=termination))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -181,7 +171,7 @@ def test_time_interval_conditions(device):
                        "B": Condition("Any", dependencies=[Condition("AtPass", n=0),
                                                            Condition("TimeInterval", repeat=3)])},
         termination={"environment_state_update": Condition("AfterPass", n=8)})
-    s = compare(model_of(*nodes, conditions=conditions), device, [(None, None)] * 2)
+    s = compare(mdf_model(*nodes, conditions=conditions), device, [(None, None)] * 2)
     assert s.execution_trace.count("A") > 2 and "B" in s.execution_trace
 
 
@@ -195,7 +185,7 @@ def test_cycle_through_a_port_with_a_default_value(device):
     b.parameters.append(Parameter(id="w", function="logistic",
                                   args={"variable0": "inp", "gain": 1, "bias": 0, "offset": 0}))
     b.output_ports.append(OutputPort(id="out", value="w * 3"))
-    compare(model_of(a, b, edges=[edge("A", "B"), edge("B", "A", 2.0)]), device, [(None, None)] * 5)
+    compare(mdf_model(a, b, edges=[edge("A", "B"), edge("B", "A", 2.0)]), device, [(None, None)] * 5)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -218,7 +208,7 @@ def test_arrays_expressions_and_node_functions(device):
     ])
     n.output_ports.extend([OutputPort(id=o, value=o) for o in ("h", "s", "row", "t", "gv")])
     n.output_ports.append(OutputPort(id="first", value="h[0, 1] + row[2]"))
-    compare(model_of(src, n, edges=[edge("src", "n", [[1, 2, 3], [0.5, 0.5, 0.5]])]), device, [(None, None)] * 2)
+    compare(mdf_model(src, n, edges=[edge("src", "n", [[1, 2, 3], [0.5, 0.5, 0.5]])]), device, [(None, None)] * 2)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -229,7 +219,7 @@ def test_inputs_are_reduced_like_edges(device):
     n.parameters.append(Parameter(id="p", value="a * 2 + b"))
     n.output_ports.append(OutputPort(id="out", value="p"))
     runs = [(None, {"a": 1.5, "b": np.array([1.0, 2.0, 3.0])}), (None, {"a": -2.0}), (None, None)]
-    compare(model_of(n), device, runs)
+    compare(mdf_model(n), device, runs)
 
 
 # onnx::Op, its args, extra node parameters (attributes or inputs the args do not list), input values
@@ -302,4 +292,4 @@ def test_onnx_functions(op, args, params, device):
     fid = f"onnx_{op}" if any(v.startswith("[") for v in args.values() if isinstance(v, str)) else f"/{op}/f"
     n.parameters.append(Parameter(id=fid, function=f"onnx::{op}", args=args))
     n.output_ports.append(OutputPort(id="out", value=fid))
-    compare(model_of(n), device, [(None, None)] * 2, rtol=1e-5, atol=1e-6)  # the reference computes in float32
+    compare(mdf_model(n), device, [(None, None)] * 2, rtol=1e-5, atol=1e-6)  # the reference computes in float32
