@@ -488,7 +488,12 @@ class RawModule:
         fn = self._m.get_function(name)
 
         def launch(grid, block, args, shared_mem=0, **kwargs):
-            _call(fn, (grid, block, tuple(args)), {"shared_mem": shared_mem})
+            args = tuple(args)
+            absent = [i for i, a in enumerate(args) if a is None]
+            if absent:  # CuPy 13 launches None as a garbage pointer (CuPy issue 9046)
+                raise TypeError(f"kernel {name}: argument {absent[0]} is None; pass a null pointer as an "
+                                "8-byte integer zero (np.uint64(0))")
+            _call(fn, (grid, block, args), {"shared_mem": shared_mem})
 
         return launch
 

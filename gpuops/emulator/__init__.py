@@ -18,7 +18,8 @@ one ``extern "C"`` wrapper per name expression::
 the kernel's parameter types with a variadic template; the signature string (``"pc:f4,p:f4,i4"``:
 const float*, float*, int) lets the Python side check every argument before launching, stricter than
 CuPy: a Python ``int`` is passed as int64 (as CuPy does), so it must meet a ``long long`` parameter;
-arrays must be C-contiguous, of the pointee's size and kind, and writeable for non-const pointees.
+arrays must be C-contiguous, of the pointee's size and kind, and writeable for non-const pointees; an
+absent pointer is an 8-byte integer zero (``None`` is refused: CuPy 13 launches it as a garbage pointer).
 
 The shared library is compiled once per (source, name expressions, defines) and cached on disk,
 keyed by a hash, in ``$GPUOPS_EMU_CACHE`` (default ``~/.cache/gpuops/emulator``). Launches release
@@ -157,6 +158,13 @@ def _dtype_matches(dtype: np.dtype, p: _Param) -> bool:
     return kind is None or kind == p.kind or (p.kind in "iu" and kind in "iub")
 
 
+def _is_null(a) -> bool:
+    """An 8-byte integer zero (a Python int travels as int64): what a GPU reads as a null pointer."""
+    if isinstance(a, int) and not isinstance(a, bool):
+        return a == 0
+    return isinstance(a, np.integer) and a.dtype.itemsize == 8 and a == 0
+
+
 def _pack(args, params: list[_Param], name: str):
     """ctypes storage for each argument and the ``void*`` array pointing at them."""
     if len(args) != len(params):
@@ -167,6 +175,9 @@ def _pack(args, params: list[_Param], name: str):
         where = f"kernel {name}, argument {i} ({p!r})"
         if p.pointer:
             if a is None:
+                raise LaunchError(f"{where}: None is not a null pointer (CuPy 13 launches it as a garbage "
+                                  "pointer); pass an 8-byte integer zero, e.g. np.uint64(0)")
+            if _is_null(a):
                 slot = ctypes.c_void_p(None)
             elif isinstance(a, np.ndarray):
                 if not a.flags.c_contiguous:
@@ -177,7 +188,8 @@ def _pack(args, params: list[_Param], name: str):
                     raise LaunchError(f"{where}: the array is read-only but the kernel may write it")
                 slot = ctypes.c_void_p(a.ctypes.data)
             else:
-                raise LaunchError(f"{where}: expected an array (or None), got {type(a).__name__}")
+                raise LaunchError(f"{where}: expected an array or a null pointer (an 8-byte integer zero), "
+                                  f"got {a!r}")
         else:
             if isinstance(a, np.ndarray):
                 raise LaunchError(f"{where}: got an array for a by-value parameter")

@@ -25,6 +25,16 @@ def contiguous(xp, a):
     return xp.ascontiguousarray(a)
 
 
+# An absent pointer argument. CuPy 13 launches a ``None`` argument as a garbage pointer (CuPy issue
+# 9046; 14 passes NULL), so no launch passes None: an 8-byte zero scalar is a null pointer in both.
+NULL = np.uint64(0)
+
+
+def optional(xp, a):
+    """An optional kernel operand: ``a`` as a C-contiguous device array, or :data:`NULL` when absent."""
+    return NULL if a is None else contiguous(xp, a)
+
+
 def launch(file: str, name: str, like, n: int, args: tuple, block: int = 256, exact_block: bool = False):
     """Run kernel ``name`` of ``cuda_kernels/<file>`` over ``n`` elements (grid-stride), on the device
     of the array ``like``."""

@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ..conv import conv_geometry, spatial_attrs
-from ._launch import contiguous, f32, generic, i32, i64, launch, on_device
+from ._launch import contiguous, f32, generic, i32, i64, launch, on_device, optional
 from .quantize import int_matmul, requantize
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
@@ -118,17 +118,15 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     t = _ctype(X.dtype)
     code, alpha, beta = act
     X, W = contiguous(xp, X), contiguous(xp, W)
-    B = contiguous(xp, B) if B is not None else None
-    Z = contiguous(xp, Z) if Z is not None else None
     if g.G == g.C and g.Cg == 1 and Z is None:  # depthwise: direct kernel, epilogue fused
         Y = xp.empty(g.y_shape, dtype=X.dtype)
-        launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size, (X, W, B, Y, i64(Y.size), i32(g.C), i32(g.M), *g.args,
+        launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size, (X, W, optional(xp, B), Y, i64(Y.size), i32(g.C), i32(g.M), *g.args,
                                                               i32(code), f32(alpha), f32(beta)))
         return Y
     Y = _im2col_gemm(xp, X, W, g, t, xp.matmul)
     if B is not None or Z is not None or code:
         launch("conv.cu", f"bias_activation<{t}>", Y, Y.size,
-               (Y, B, Z, i64(Y.size), i32(g.M), i64(g.O), i32(code), f32(alpha), f32(beta)))
+               (Y, optional(xp, B), optional(xp, Z), i64(Y.size), i32(g.M), i64(g.O), i32(code), f32(alpha), f32(beta)))
     return Y
 
 
@@ -246,12 +244,11 @@ def conv_transpose(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group
     Wt = xp.swapaxes(xp.reshape(contiguous(xp, W), (G, Cg, Mg * K)), -1, -2)  # [G, Mg*K, Cg]
     col = xp.matmul(Wt, xp.reshape(contiguous(xp, X), (N, G, Cg, I)))  # [N, G, Mg*K, I] = [N, M*K, I]
     col = contiguous(xp, col)
-    B = contiguous(xp, B) if B is not None else None
     code, alpha, beta = act
     geometry = (*map(i32, _as3(out_shape, 1)), *map(i32, _as3(in_shape, 1)), *map(i32, _as3(kernel, 1)),
                 *map(i32, _as3(strides, 1)), *map(i32, _as3(begin, 0)), *map(i32, _as3(dilations, 1)))
     launch("conv.cu", f"col2im<{t}>", Y, Y.size,
-           (col, B, Y, i64(Y.size), i32(M), *geometry, i32(code), f32(alpha), f32(beta)))
+           (col, optional(xp, B), Y, i64(Y.size), i32(M), *geometry, i32(code), f32(alpha), f32(beta)))
     return Y
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from ...device import to_host
 from ...dtypes import device_supported, np_dtype
 from ...registry import op
-from ._launch import contiguous, generic, i32, i64, launch, on_device
+from ._launch import contiguous, generic, i32, i64, launch, on_device, optional
 
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 _CT = {_F32: "float", _F16: "__half"}
@@ -85,7 +85,7 @@ def quantize_to(xp, x, y_scale, zero_point, target, *, axis=1, saturate=1, block
     y = xp.empty(shape, dtype=storage)
     if y.size:
         scale = contiguous(xp, y_scale.astype(ct) if y_scale.dtype != ct else y_scale)
-        zp = None if (zero_point is None or kind) else contiguous(xp, zero_point)
+        zp = optional(xp, None if kind else zero_point)
         launch("quantize.cu", f"quantize_linear<{_CT[np.dtype(x.dtype)]}, {_CT[ct]}, {qt}>", x, y.size,
                (contiguous(xp, x), scale, zp, y, i64(y.size), *map(i64, lay), i32(kind), i32(bits), i32(qmin),
                 i32(qmax), i32(1 if saturate else 0)))
@@ -107,7 +107,7 @@ def dequantize_from(xp, x, source, x_scale, zero_point=None, *, axis=1, block_si
         return None
     y = xp.empty(shape, dtype=out)
     if y.size:
-        zp = None if (zero_point is None or kind) else contiguous(xp, zero_point)
+        zp = optional(xp, None if kind else zero_point)
         launch("quantize.cu", f"dequantize_linear<{qt}, {_CT[np.dtype(x_scale.dtype)]}, {_CT[out]}>", x, y.size,
                (contiguous(xp, x), contiguous(xp, x_scale), zp, y, i64(y.size), *map(i64, lay), i32(kind),
                 i32(bits), i32(1 if qmin < 0 else 0)))
@@ -290,13 +290,9 @@ def int_matmul(xp, A, B, a_zero_point=None, b_zero_point=None):
     grid = (-(-N // tile), -(-M // tile), min(nb, 4 if kernels.emulated(backend) else 65535))
     fn = kernels.get_function("quantize.cu", f"gemm_s32<{ta}, {tb}>", backend, device)
     with backend.cuda.Device(device):
-        fn(grid, (tile, tile), (A, B, _opt(xp, a_zero_point), _opt(xp, b_zero_point), C, i32(M), i32(N), i32(K),
+        fn(grid, (tile, tile), (A, B, optional(xp, a_zero_point), optional(xp, b_zero_point), C, i32(M), i32(N), i32(K),
                                 i64(nb), i64(a_mod), i64(b_mod), i32(a_mode), i32(b_mode)))
     return C
-
-
-def _opt(xp, a):
-    return None if a is None else contiguous(xp, a)
 
 
 def _f32(xp, a):
@@ -310,7 +306,7 @@ def requantize(xp, acc, s1, s1_mode: int, s2, s2_mode: int, s3, zero_point, *, r
     y = xp.empty(tuple(acc.shape), dtype=zero_point.dtype)
     if y.size:
         launch("quantize.cu", f"requantize<{_BYTES[np.dtype(zero_point.dtype)]}>", acc, y.size,
-               (contiguous(xp, acc), _opt(xp, bias), _f32(xp, s1), _f32(xp, s2), _f32(xp, s3),
+               (contiguous(xp, acc), optional(xp, bias), _f32(xp, s1), _f32(xp, s2), _f32(xp, s3),
                 contiguous(xp, zero_point), y, i64(y.size), i64(rows), i64(cols), i32(s1_mode), i32(s2_mode),
                 i32(info[4]), i32(info[5])))
     return y
