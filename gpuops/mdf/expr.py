@@ -8,6 +8,12 @@ or``, ``a if c else b``, indexing and slicing, and calls of whitelisted math fun
 (``math.exp``, ``numpy.maximum``, ``exp``, ``abs``, ``min``...). Anything else is an
 :class:`ExpressionError` naming where the expression sits.
 
+Expressions are bounded so that a small file cannot hang or exhaust the session: at most
+:data:`MAX_EXPRESSION_LENGTH` characters and :data:`MAX_EXPRESSION_DEPTH` levels of nesting, integer
+powers of at most :data:`MAX_INT_BITS` bits, and arrays, strings or lists made by an expression
+(``numpy.zeros``, ``numpy.tile``, ``'a' * n``...) of at most :data:`MAX_ELEMENTS` elements. Past a
+bound, compiling is an :class:`ExpressionError`, running a :class:`~gpuops.errors.NodeError`.
+
 Values are kept where they belong: Python numbers stay host scalars (on CUDA they are kernel
 arguments), arrays stay arrays of the session's device (``xp``), and dicts, strings and lists (the
 values of ACT-R models) are host objects. Ids that are not Python names (``/A/Add``, ``x.3``) work
@@ -31,10 +37,18 @@ from ..device import Device, to_host
 from ..errors import ModelError
 
 NOT_CONST = object()
+MAX_EXPRESSION_LENGTH = 10_000  # characters
+MAX_EXPRESSION_DEPTH = 100  # nesting levels of the syntax tree
+MAX_INT_BITS = 4096  # the size of an integer power
+MAX_ELEMENTS = 2 ** 24  # elements of an array, string or list an expression makes (also port shapes)
 
 
 class ExpressionError(ModelError):
-    """An MDF expression uses syntax or names outside the whitelist."""
+    """An MDF expression uses syntax or names outside the whitelist, or exceeds a limit."""
+
+
+class ExpressionLimit(ArithmeticError):
+    """Evaluating an expression would exceed a limit (too big an integer, array or string)."""
 
 
 class Expr:
@@ -101,9 +115,31 @@ class Values:
 
 # -- the whitelist -----------------------------------------------------------------------------
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+
+def _pow(a, b, *mod):
+    if not mod and type(a) in (int, bool) and type(b) in (int, bool) and b > 0 and abs(a) > 1 \
+            and b * (abs(a).bit_length() - 1) > MAX_INT_BITS:
+        raise ExpressionLimit(f"{a} ** {b} has more than {MAX_INT_BITS} bits")
+    return pow(a, b, *mod)
+
+
+def _mul(a, b):
+    for seq, n in ((a, b), (b, a)):
+        if isinstance(seq, (str, list, tuple)) and type(n) in (int, bool) and len(seq) * n > MAX_ELEMENTS:
+            raise ExpressionLimit(f"repeating a {type(seq).__name__} {n} times makes more than {MAX_ELEMENTS} items")
+    return a * b
+
+
+def _mod(a, b):
+    if isinstance(a, str):
+        raise ExpressionLimit("string formatting with % is not allowed")
+    return a % b
+
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: _mod, ast.Pow: _pow,
            ast.MatMult: operator.matmul}
+
 _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
@@ -139,7 +175,7 @@ class _Compiler:
         self.names: set = set()
 
     def fail(self, why: str):
-        raise ExpressionError(f"{self.where}: expression {self.source!r}: {why}")
+        raise ExpressionError(f"{self.where}: expression {_short(self.source)}: {why}")
 
     def compile(self, node: ast.AST) -> Callable[[dict], Any]:
         method = getattr(self, "c_" + type(node).__name__, None)
@@ -287,7 +323,11 @@ class _Compiler:
         v = self.v
         xp_fn, np_fn = getattr(v.xp, name), getattr(np, name)
 
+        size_of = _MADE_SIZE.get(name)
+
         def call(*args, **kwargs):
+            if size_of is not None:
+                _check_size(name, size_of, args, kwargs)
             if any(v.is_array(a) for a in args) or any(v.is_array(a) for a in kwargs.values()):
                 return xp_fn(*[v.array(a) if isinstance(a, list) else a for a in args], **kwargs)
             return _from_host(v, np_fn(*args, **kwargs))
@@ -319,7 +359,38 @@ class _Compiler:
             return lambda x, start=0: xp.sum(x, axis=0) + start if v.is_array(x) else sum(x, start)
         if name == "round":
             return lambda x, n=None: (xp.round(x, n or 0) if v.is_array(x) else round(x, n))
-        return {"abs": abs, "len": len, "pow": pow}[name]
+        return {"abs": abs, "len": len, "pow": _pow}[name]
+
+
+def _count(shape) -> int:
+    return math.prod(int(d) for d in np.ravel(to_host(shape) if hasattr(shape, "dtype") else shape))
+
+
+def _size(x) -> int:
+    return int(getattr(x, "size", None) or np.size(x))
+
+
+# numpy functions that make arrays of a size given by their arguments: that size, before calling
+_MADE_SIZE = {
+    "zeros": lambda shape, *a, **k: _count(shape),
+    "ones": lambda shape, *a, **k: _count(shape),
+    "full": lambda shape, *a, **k: _count(shape),
+    "eye": lambda n, m=None, *a, **k: int(n) * int(n if m is None else m),
+    "identity": lambda n, *a, **k: int(n) ** 2,
+    "tile": lambda x, reps, **k: _size(x) * _count(reps),
+    "repeat": lambda x, repeats, *a, **k: _size(x) * int(np.max(to_host(repeats) if hasattr(repeats, "dtype")
+                                                                 else repeats, initial=0)),
+    "outer": lambda a, b, **k: _size(a) * _size(b),
+}
+
+
+def _check_size(name: str, size_of: Callable, args, kwargs) -> None:
+    try:
+        n = size_of(*args, **kwargs)
+    except (TypeError, ValueError, OverflowError):
+        return  # malformed arguments: numpy reports them
+    if n > MAX_ELEMENTS or n < 0:
+        raise ExpressionLimit(f"numpy.{name} would make {n} elements (at most {MAX_ELEMENTS})")
 
 
 def _lookup(name: str, where: str, source: str) -> Callable[[dict], Any]:
@@ -327,7 +398,7 @@ def _lookup(name: str, where: str, source: str) -> Callable[[dict], Any]:
         try:
             return s[name]
         except KeyError:
-            raise ExpressionError(f"{where}: {name!r} has no value yet (expression {source!r})") from None
+            raise ExpressionError(f"{where}: {name!r} has no value yet (expression {_short(source)})") from None
 
     return lookup
 
@@ -349,12 +420,18 @@ _NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|in
 def compile_expr(source: str, known: set, values: Values, where: str) -> Expr:
     """Compile an expression string; ``known`` are the names it may read."""
     text = source.strip()
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        raise ExpressionError(f"{where}: expression {_short(source)} is {len(text)} characters long "
+                              f"(at most {MAX_EXPRESSION_LENGTH})")
     if text in known:  # a plain reference, whatever the id looks like
         return Expr(_lookup(text, where, source), frozenset([text]), source=source)
     if text in _WORDS and text not in known:  # the reference engine keeps these words as strings
         return Expr(lambda s: text, frozenset(), text, source)
     if _NUMBER.match(text):
-        value = int(text) if re.fullmatch(r"\s*[-+]?\d+\s*", text) else float(text)
+        try:
+            value = int(text) if re.fullmatch(r"\s*[-+]?\d+\s*", text) else float(text)
+        except ValueError as e:  # more digits than Python converts
+            raise ExpressionError(f"{where}: number {_short(source)} is not valid: {e}") from None
         return Expr(lambda s: value, frozenset(), value, source)
     renamed = {}
     odd = sorted((k for k in known if not _is_identifier(k)), key=len, reverse=True)
@@ -368,7 +445,12 @@ def compile_expr(source: str, known: set, values: Values, where: str) -> Expr:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
-        raise ExpressionError(f"{where}: expression {source!r} is not valid: {e.msg}") from None
+        raise ExpressionError(f"{where}: expression {_short(source)} is not valid: {e.msg}") from None
+    except (RecursionError, MemoryError):  # the parser's own stack
+        tree = None
+    if tree is None or _depth(tree) > MAX_EXPRESSION_DEPTH:
+        raise ExpressionError(f"{where}: expression {_short(source)} is nested more than "
+                              f"{MAX_EXPRESSION_DEPTH} levels deep")
     c = _Compiler(values, known, where, source, renamed)
     fn = c.compile(tree.body)
     names = frozenset(c.names)
@@ -376,6 +458,8 @@ def compile_expr(source: str, known: set, values: Values, where: str) -> Expr:
     if not names:
         try:
             const = fn({})
+        except ExpressionLimit as e:
+            raise ExpressionError(f"{where}: expression {_short(source)}: {e}") from None
         except Exception:  # e.g. 1/0: reported when it runs
             const = NOT_CONST
         else:
@@ -383,6 +467,22 @@ def compile_expr(source: str, known: set, values: Values, where: str) -> Expr:
             value = const
             fn = lambda s: value  # noqa: E731
     return Expr(fn, names, const, source)
+
+
+def _depth(tree: ast.AST) -> int:
+    """Nesting depth of a syntax tree (iteratively: the tree may be deeper than Python's stack)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_EXPRESSION_DEPTH:
+            break
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _short(source: str, n: int = 80) -> str:
+    return repr(source) if len(source) <= n else repr(source[:n]) + f"... ({len(source)} characters)"
 
 
 def compile_value(value: Any, known: set, values: Values, where: str) -> Expr:

@@ -23,8 +23,28 @@ from ..errors import GpuopsError, ModelError, NodeError, UnsupportedOpError
 from .expr import Values
 
 DEFAULT_OPSET = 15
+# ops whose inputs share one type in ONNX but may mix float32 and float64 in MDF (numbers are float64,
+# fed arrays may be float32): their numeric inputs are promoted as NumPy would, for MDF calls only
+_PROMOTED = frozenset(["Add", "Sub", "Mul", "Div", "Clip", "Greater", "GreaterOrEqual", "Less", "LessOrEqual",
+                       "Mean", "Sum", "PRelu", "Max", "Min"])
 _A = OpSchema.AttrType
 _GRAPH_ATTRS = (_A.GRAPH, _A.GRAPHS)
+
+
+def model_opset(model) -> int:
+    """The model's ``onnx_opset_version`` (default 15), checked to be an ONNX opset gpuops knows."""
+    value = getattr(model, "onnx_opset_version", None)
+    if value is None or value == "":
+        return DEFAULT_OPSET
+    newest = onnx.defs.onnx_opset_version()
+    try:
+        opset = int(str(value).strip())
+    except ValueError:
+        opset = None
+    if opset is None or not 1 <= opset <= newest:
+        raise ModelError(f"MDF model {model.id!r}: onnx_opset_version {value!r} is not an ONNX opset "
+                         f"(an integer from 1 to {newest})")
+    return opset
 
 
 def schema(op_type: str, opset: int) -> OpSchema:
@@ -78,6 +98,8 @@ class OnnxCall:
                 inputs.append(None if v is None else self._tensor(name, v, i in self.impl.host_inputs))
             while inputs and inputs[-1] is None:
                 inputs.pop()
+        if self.op_type in _PROMOTED:
+            inputs = _promoted(inputs)
         attrs = {}
         for name, typ in self.attr_types.items():
             v = scope.get(name)
@@ -150,6 +172,16 @@ class OnnxCall:
         if getattr(result, "dtype", None) == np.float32:
             result = result.astype(np.float64)
         return result
+
+
+def _promoted(inputs: list) -> list:
+    """Numeric inputs of different dtypes cast to the type NumPy would give them together."""
+    dtypes = {x.dtype for x in inputs if hasattr(x, "dtype") and x.dtype.kind in "biuf"}
+    if len(dtypes) < 2:
+        return inputs
+    common = np.result_type(*dtypes)
+    return [x.astype(common) if hasattr(x, "dtype") and x.dtype.kind in "biuf" and x.dtype != common else x
+            for x in inputs]
 
 
 def _attribute(v, typ):

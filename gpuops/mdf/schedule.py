@@ -121,8 +121,8 @@ class Schedule:
                 positional = list(value) if isinstance(value, (list, tuple)) else [value]
         try:
             return cls(*positional, **args)
-        except TypeError as e:
-            raise ModelError(f"{where}: {e}") from None
+        except Exception as e:  # TypeError for bad arguments, graph-scheduler's ConditionError...
+            raise ModelError(f"{where}: {type(e).__name__}: {e}") from None
 
     def _arg(self, key: str, value, nodes: set, where: str):
         if isinstance(value, list):

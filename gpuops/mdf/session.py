@@ -29,7 +29,7 @@ from ..errors import FeedError, GpuopsError, ModelError, NodeError
 from .expr import NOT_CONST, Values, compile_expr, compile_value
 from .functions import ACTR, STANDARD
 from .load import load_model, select_graph
-from .onnx_bridge import DEFAULT_OPSET, OnnxCall
+from .onnx_bridge import OnnxCall, model_opset
 from .schedule import Schedule
 from .validate import validate_graph
 
@@ -47,7 +47,7 @@ class MDFSession:
         self.graph = select_graph(self.model, graph)
         deps = validate_graph(self.graph)
         self._values = Values(self.device)
-        opset = int(getattr(self.model, "onnx_opset_version", None) or DEFAULT_OPSET)
+        opset = model_opset(self.model)
         self._nodes = {n.id: _Node(n, self._values, opset) for n in self.graph.nodes}
         self._incoming: dict[str, list[_Edge]] = {nid: [] for nid in self._nodes}
         for e in self.graph.edges:

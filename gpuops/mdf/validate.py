@@ -6,7 +6,13 @@ they compile (:mod:`gpuops.mdf.session`), where the names each one may read are 
 
 from __future__ import annotations
 
+import math
+import numbers
+
+import numpy as np
+
 from ..errors import ModelError
+from .expr import MAX_ELEMENTS
 
 
 def _duplicates(ids) -> list:
@@ -35,6 +41,10 @@ def validate_graph(graph) -> dict[str, set[str]]:
             if p.reduce not in (None, "overwrite", "add", "multiply"):
                 raise ModelError(f"node {n.id!r}, input port {p.id!r}: unknown reduce {p.reduce!r} "
                                  "(overwrite, add or multiply)")
+        for kind, ports in (("input", n.input_ports), ("output", n.output_ports)):
+            for p in ports:
+                if p.shape is not None:
+                    check_shape(p.shape, f"node {n.id!r}, {kind} port {p.id!r}")
     deps = {n.id: set() for n in graph.nodes}
     for e in graph.edges:
         what = f"edge {e.id!r}"
@@ -48,6 +58,8 @@ def validate_graph(graph) -> dict[str, set[str]]:
         if e.receiver_port not in ins:
             raise ModelError(f"{what}: node {e.receiver!r} has no input port {e.receiver_port!r} "
                              f"(it has {sorted(ins)})")
+        if e.parameters and "weight" in e.parameters:
+            check_weight(e.parameters["weight"], what)
         if ins[e.receiver_port].default_value is None:  # an edge into a port with a default is not a dependency
             deps[e.receiver].add(e.sender)
     conditions = graph.conditions
@@ -61,6 +73,28 @@ def validate_graph(graph) -> dict[str, set[str]]:
         raise ModelError(f"{where}: the edges {path} form a cycle and no input port on it has a "
                          "default_value to start from; give one of these input ports a default_value")
     return deps
+
+
+def check_shape(shape, where: str) -> None:
+    """A port shape: non-negative integer dimensions, at most ``MAX_ELEMENTS`` elements in all."""
+    dims = list(shape) if isinstance(shape, (list, tuple)) else None
+    if dims is None or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0
+                               for d in dims):
+        raise ModelError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+    if math.prod(dims) > MAX_ELEMENTS:
+        raise ModelError(f"{where}: shape {list(dims)} has {math.prod(dims)} elements (at most {MAX_ELEMENTS})")
+
+
+def check_weight(weight, where: str) -> None:
+    """An edge weight: a number or a numeric array (nested lists)."""
+    if isinstance(weight, numbers.Number) and not isinstance(weight, complex):
+        return
+    try:
+        a = np.asarray(weight) if isinstance(weight, (list, tuple, np.ndarray)) else None
+    except ValueError:  # ragged
+        a = None
+    if a is None or a.dtype.kind not in "biuf" or a.size > MAX_ELEMENTS:
+        raise ModelError(f"{where}: weight {weight!r:.80} is not a number or a numeric array")
 
 
 def find_cycle(deps: dict[str, set[str]]) -> list[str]:
