@@ -1,7 +1,10 @@
 """Convolution ops: Conv, ConvTranspose, DeformConv, Col2Im, CausalConvWithState.
 
-Convolutions run as im2col + one batched matmul over the groups. ``im2col`` / ``col2im`` loop over
-kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
+Convolutions run as im2col + one GEMM per group. ``im2col`` is one copy out of a strided view
+(``as_strided``) of the padded input; a 1x1 stride-1 unpadded kernel is a direct GEMM on the input,
+and a depthwise kernel (one input channel per group) is a multiply-add per tap. float16/bfloat16
+convolve in float32 and are cast back, as onnxruntime does on CPU. ``col2im`` loops over kernel
+taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
 ``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces a
 device override of Conv reuses; the generic :func:`conv` stays its fallback and test oracle.
 """
@@ -11,10 +14,12 @@ from __future__ import annotations
 import itertools
 import math
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
+from .elementwise import clamp
 
 # -- geometry (host-side Python ints) ---------------------------------------------------------------
 
@@ -92,16 +97,26 @@ def pad_spatial(xp, X, pads_begin, pads_end, value=0):
     return xp.pad(X, width, mode="constant", constant_values=value)
 
 
+def _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value):
+    """X padded so that every window of the output grid lies inside it (``ceil_mode`` overhang too)."""
+    ext_end = [max(0, (o - 1) * s + window_extent(k, d) - (n + b + e)) + e
+               for n, k, s, d, b, e, o in zip(X.shape[2:], kernel, strides, dilations, pads_begin,
+                                              pads_end, out_shape)]
+    return pad_spatial(xp, X, pads_begin, ext_end, pad_value)
+
+
+def _as_strided(xp):
+    """``as_strided`` of the library behind ``xp`` (NumPy, CuPy and the stand-in have one), or None."""
+    return getattr(getattr(getattr(xp, "lib", None), "stride_tricks", None), "as_strided", None)
+
+
 def window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value=0):
     """Yield, for each kernel tap in row-major order, the view of padded X that the tap sees at
     every output position: shape ``(N, C, *out_shape)``.
 
     The input is padded once (with extra end padding when ``ceil_mode`` windows overhang).
     """
-    ext_end = [max(0, (o - 1) * s + window_extent(k, d) - (n + b + e)) + e
-               for n, k, s, d, b, e, o in zip(X.shape[2:], kernel, strides, dilations, pads_begin,
-                                              pads_end, out_shape)]
-    Xp = pad_spatial(xp, X, pads_begin, ext_end, pad_value)
+    Xp = _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
     for tap in itertools.product(*(range(k) for k in kernel)):
         yield Xp[(slice(None), slice(None)) + tuple(
             slice(t * d, t * d + (o - 1) * s + 1 if o > 0 else t * d, s)
@@ -110,6 +125,14 @@ def window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_sha
 
 def im2col(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value=0):
     """X ``(N, C, *in)`` -> columns ``(N, C, K, *out)`` with ``K = prod(kernel)`` taps (row-major)."""
+    as_strided = _as_strided(xp)
+    if as_strided is not None and all(o > 0 for o in out_shape):
+        Xp = _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
+        st = tuple(Xp.strides)  # bytes; the view (N, C, *kernel, *out) stays inside Xp
+        view = as_strided(Xp, tuple(Xp.shape[:2]) + tuple(kernel) + tuple(out_shape),
+                          st[:2] + tuple(b * d for b, d in zip(st[2:], dilations))
+                          + tuple(b * s for b, s in zip(st[2:], strides)))
+        return xp.reshape(view, tuple(X.shape[:2]) + (math.prod(kernel),) + tuple(out_shape))
     taps = list(window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value))
     if len(taps) == 1:
         return xp.expand_dims(taps[0], 2)
@@ -168,7 +191,19 @@ def _check_conv_shapes(X, W, group, kernel_shape, transpose=False):
 def _add_bias(Y, B):
     if B is None:
         return Y
-    return Y + B.reshape((1, -1) + (1,) * (Y.ndim - 2))
+    b = B.reshape((1, -1) + (1,) * (Y.ndim - 2))
+    if isinstance(Y, np.ndarray) and Y.flags.writeable:  # Y is a fresh result: add in place
+        Y += b
+        return Y
+    return Y + b
+
+
+_HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+
+
+def compute_dtype(dtype) -> np.dtype | None:
+    """float32 for the half types (no BLAS for them: onnxruntime computes them in float32 on CPU too)."""
+    return np.dtype(np.float32) if np.dtype(dtype) in _HALF else None
 
 
 # -- Conv ---------------------------------------------------------------------------------------
@@ -178,15 +213,26 @@ COLS_BYTES = 1 << 28  # bound on one im2col buffer; bigger batches are convolved
 
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
          pads=None, strides=None):
-    """N-D convolution via im2col + grouped matmul; 1x1 kernels skip the column copy."""
+    """N-D convolution: im2col + one GEMM per group; direct GEMM for unpadded stride-1 1x1 kernels,
+    a multiply-add per tap for depthwise kernels."""
     _check_conv_shapes(X, W, group, kernel_shape)
+    up = compute_dtype(X.dtype)
+    if up is not None:
+        Y = conv(xp, X.astype(up), W.astype(up), None if B is None else B.astype(up), auto_pad=auto_pad,
+                 dilations=dilations, group=group, pads=pads, strides=strides)
+        return Y.astype(X.dtype)
     kernel, strides, dilations, pb, pe = spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
     pb, pe, out = conv_geometry(X.shape[2:], kernel, strides, dilations, pb, pe, auto_pad)
     N, C = X.shape[:2]
     M = W.shape[0]
     K = math.prod(kernel)
     L = math.prod(out)
+    if group > 1 and group == C:
+        return _add_bias(_depthwise(xp, X, W, kernel, strides, dilations, pb, pe, out), B)
     Wm = xp.reshape(W, (M, (C // group) * K))
+    if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
+        Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
+        return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
     step = max(1, COLS_BYTES // max(1, C * K * L * X.dtype.itemsize))  # images per column buffer
     parts = []
     for n0 in range(0, max(N, 1), step):
@@ -195,6 +241,24 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         parts.append(grouped_matmul(xp, Wm, xp.reshape(cols, (Xn.shape[0], C * K, L)), group))
     Y = parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
     return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
+
+
+def _depthwise(xp, X, W, kernel, strides, dilations, pb, pe, out):
+    """One input channel per group (``M = C * mult``): for each tap, scale the tap's view of X by its
+    per-channel weights and accumulate. No GEMM: the inner dimension would be one tap long."""
+    N, C = X.shape[:2]
+    mult = W.shape[0] // C
+    Wt = xp.reshape(W, (1, C, mult, math.prod(kernel)) + (1,) * len(out))
+    Y = None
+    for t, view in enumerate(window_taps(xp, X, kernel, strides, dilations, pb, pe, out)):
+        term = xp.expand_dims(view, 2) * Wt[:, :, :, t]
+        if Y is None:
+            Y = term
+        elif isinstance(Y, np.ndarray):
+            Y += term
+        else:
+            Y = Y + term
+    return xp.reshape(Y, (N, C * mult) + tuple(out))
 
 
 @op("Conv", since=1)
@@ -313,7 +377,7 @@ def DeformConv(xp, X, W, offset, B=None, mask=None, *, dilations=None, group=1, 
             ok = (idx >= 0) & (idx <= in_shape[i] - 1)
             weight = w if weight is None else weight * w
             valid = ok if valid is None else valid & ok
-            flat = flat + xp.clip(idx, 0, in_shape[i] - 1).astype(xp.int64) * stride
+            flat = flat + clamp(xp, idx, 0, in_shape[i] - 1).astype(xp.int64) * stride
         weight = xp.where(valid, weight, xp.zeros_like(weight))  # (N, OG, K, L)
         vals = xp.take(Xt, xp.reshape(flat, (-1,)), axis=0)  # (N*OG*K*L, Cg)
         term = xp.reshape(vals, (N, OG, K, L, Cg)) * weight[..., None]
