@@ -17,6 +17,7 @@ from ..dtypes import np_dtype
 from ..errors import NodeError
 from ..registry import op
 from .conv import conv as _conv
+from .elementwise import clamp
 
 _INT_RANGES = {
     np.dtype(t): (int(ml_dtypes.iinfo(t).min), int(ml_dtypes.iinfo(t).max))
@@ -62,11 +63,11 @@ def _saturate_int(xp, q, zero_point, dtype):
     """Integer-valued float ``q`` (already rounded) + zero point, clipped to ``dtype``'s range."""
     lo, hi = _INT_RANGES[dtype]
     # Pre-clip so the int32 cast cannot overflow; +-2**20 exceeds every range plus zero point.
-    q = xp.clip(q.astype(np.float32) if q.dtype != np.float64 else q, -(2.0 ** 20), 2.0 ** 20)
+    q = clamp(xp, q.astype(np.float32) if q.dtype != np.float64 else q, -(2.0 ** 20), 2.0 ** 20)
     q = q.astype(np.int32)
     if zero_point is not None:
         q = q + zero_point.astype(np.int32)
-    return xp.clip(q, lo, hi).astype(dtype)
+    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0,
@@ -94,7 +95,7 @@ def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_si
     if dtype in _FLOAT8:  # the zero point of a float8 type is zero by definition and is not added
         if saturate:
             info = ml_dtypes.finfo(dtype)
-            q = xp.clip(q, float(info.min), float(info.max))
+            q = clamp(xp, q, float(info.min), float(info.max))
         return q.astype(dtype)
     if zp is not None:
         q = q + zp.astype(q.dtype)
@@ -174,8 +175,8 @@ def DynamicQuantizeLinear(xp, x):
     else:
         hi = lo = xp.zeros((), dtype=np.float32)
     y_scale = xp.where(hi == lo, xp.ones_like(hi), (hi - lo) / 255.0)
-    zp = xp.rint(xp.clip(0.0 - lo / y_scale, 0.0, 255.0))
-    y = xp.clip(xp.rint(x32 / y_scale) + zp, 0.0, 255.0).astype(np.uint8)
+    zp = xp.rint(clamp(xp, 0.0 - lo / y_scale, 0.0, 255.0))
+    y = clamp(xp, xp.rint(x32 / y_scale) + zp, 0.0, 255.0).astype(np.uint8)
     return y, y_scale.astype(x.dtype), zp.astype(np.uint8)
 
 
@@ -203,16 +204,33 @@ def _centered(xp, a, zero_point, rowwise: bool):
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
     a, b = _centered(xp, A, a_zero_point, True), _centered(xp, B, b_zero_point, False)
-    if _exact_in_float64(A.dtype, B.dtype, A.shape[-1]):
-        # BLAS instead of an integer loop; every partial sum is an integer below 2**31, so exact
-        return xp.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int32)
-    return xp.matmul(a, b)
+    return exact_int_gemm(xp, xp.matmul, a, b, A.shape[-1], _span(A.dtype) * _span(B.dtype))
 
 
-def _exact_in_float64(a_dtype, b_dtype, k: int) -> bool:
-    """Whether k products of centred a and b values stay below 2**31 (no int32 wrap to emulate)."""
-    span = [2 ** (8 * np.dtype(t).itemsize) for t in (a_dtype, b_dtype)]  # |x - zero_point| < 2**bits
-    return k * span[0] * span[1] < 2 ** 31
+def exact_int_gemm(xp, gemm, a, b, k: int, dtype_bound: int):
+    """``gemm(a, b)`` of int32 operands with ``k``-term dot products, wrapped to int32 as an int32
+    accumulator would wrap, computed exactly through float BLAS where the sums fit: float32 when
+    ``k * max|a| * max|b| < 2**24``, float64 below ``2**53``, else int64 arithmetic. On a device
+    ``dtype_bound`` (a bound of ``|a| * |b|`` from the input types) stands for the maxima, whose
+    reading would be a host sync."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        bound = k * _absmax(a) * _absmax(b)
+    else:
+        bound = k * dtype_bound
+    dtype = np.float32 if bound < 2 ** 24 else np.float64 if bound < 2 ** 53 else np.int64
+    y = gemm(a.astype(dtype), b.astype(dtype))
+    if bound < 2 ** 31:
+        return y.astype(np.int32)
+    return y.astype(np.int64).astype(np.int32)  # wraps modulo 2**32, as int32 accumulation does
+
+
+def _span(dtype) -> int:
+    """A bound of ``|x - zero_point|`` for values and zero points of an integer ``dtype``."""
+    return 2 ** (8 * np.dtype(dtype).itemsize)
+
+
+def _absmax(a) -> int:
+    return max(int(a.max()), -int(a.min())) if a.size else 0
 
 
 def _requantize(xp, acc, multiplier, y_zero_point):
@@ -262,7 +280,9 @@ def _conv_int32(xp, x, x_zero_point, w, w_zero_point, B=None, **attrs):
     W = w.astype(np.int32)
     if w_zero_point is not None:
         W = W - _per_channel(xp, w_zero_point, w.ndim, 0).astype(np.int32)
-    return _conv(xp, X, W, None if B is None else B.astype(np.int32), **attrs)
+    k = int(np.prod(W.shape[1:]))  # terms per output: input channels per group times kernel taps
+    Y = exact_int_gemm(xp, lambda x_, w_: _conv(xp, x_, w_, **attrs), X, W, k, _span(x.dtype) * _span(w.dtype))
+    return Y if B is None else Y + xp.reshape(B.astype(np.int32), (1, -1) + (1,) * (Y.ndim - 2))
 
 
 @op("ConvInteger", since=10)

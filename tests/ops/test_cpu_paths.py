@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gpuops.ops import conv as conv_mod
+from gpuops.ops import quantize as quantize_mod
 
 from .common import DEVICES, assert_op_matches_ort, run_op, run_ort, one_node_model
 
@@ -79,3 +80,62 @@ def test_float16_conv_is_computed_in_float32(name, device):
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float16).astype(np.float32),
                                rtol=2e-3, atol=2e-3)
+
+
+# -- exact integer GEMMs ------------------------------------------------------------------------
+
+
+def _int_formula(a, b):
+    """int32 accumulation (wrapping) of the exact int64 products."""
+    return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+
+
+@pytest.mark.parametrize("magnitude, k, path", [
+    (127, 64, "float32"),  # k * 127 * 127 < 2**24
+    (255, 4096, "float64"),  # past float32's exact range, sums still below 2**31
+    (255, 40000, "float64, wrapping"),  # sums past 2**31: int32 wrap-around
+    (2 ** 20, 2 ** 14, "int64"),  # past float64's exact range
+])
+def test_exact_int_gemm_is_bit_identical_to_integer_arithmetic(magnitude, k, path):
+    rng = np.random.default_rng(k)
+    a = rng.integers(-magnitude, magnitude + 1, (3, k)).astype(np.int32)
+    b = rng.integers(-magnitude, magnitude + 1, (k, 5)).astype(np.int32)
+    a[0], b[:, 0] = magnitude, magnitude  # one extreme dot product per case
+    a[1], b[:, 1] = -magnitude, magnitude
+    got = quantize_mod.exact_int_gemm(xnp, xnp.matmul, a, b, k, 2 ** 62)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _int_formula(a, b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, k", [(np.uint8, 40), (np.int8, 300), (np.uint8, 40000)])
+def test_matmul_integer_extremes_match_the_int64_formula(dtype, k, device):
+    """Extreme values and zero points, short and very long (wrapping) dot products; also vs onnxruntime."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(k)
+    A = rng.choice([info.min, info.max], (2, k)).astype(dtype)
+    B = rng.choice([info.min, info.max], (k, 3)).astype(dtype)
+    A[0], B[:, 0] = info.max, info.max
+    azp, bzp = np.array(info.min, dtype), np.array(info.max if k < 1000 else 0, dtype)
+    feeds = {"A": A, "B": B, "azp": azp, "bzp": bzp}
+    (got,) = run_op("MatMulInteger", feeds, device)
+    np.testing.assert_array_equal(got, _int_formula(A.astype(np.int32) - int(azp), B.astype(np.int32) - int(bzp)))
+    if k < 1000:  # onnxruntime agrees where int32 sums do not wrap
+        np.testing.assert_array_equal(got, run_ort(one_node_model("MatMulInteger", feeds), feeds)[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["2d-grouped-dilated", "depthwise", "1x1-direct", "3d"])
+def test_conv_integer_extremes_match_the_int64_formula(name, device):
+    case = CONV_CASES[name]
+    f = _conv_feeds(case)
+    rng = np.random.default_rng(3)
+    x = rng.choice([0, 255], f["X"].shape).astype(np.uint8)
+    w = rng.choice([-128, 127], f["W"].shape).astype(np.int8)
+    feeds = {"x": x, "w": w, "xz": np.array(255, np.uint8), "wz": np.array(-128, np.int8)}
+    attrs = _conv_attrs(case)
+    (got,) = run_op("ConvInteger", feeds, device, **attrs)
+    want = conv_mod.conv(xnp, x.astype(np.int64) - 255, w.astype(np.int64) + 128, **attrs).astype(np.int32)
+    np.testing.assert_array_equal(got, want)
+    if len(case[2]) == 2:
+        np.testing.assert_array_equal(got, run_ort(one_node_model("ConvInteger", feeds, **attrs), feeds)[0])
