@@ -40,7 +40,7 @@ NOT_CONST = object()
 MAX_EXPRESSION_LENGTH = 10_000  # characters
 MAX_EXPRESSION_DEPTH = 100  # nesting levels of the syntax tree
 MAX_INT_BITS = 4096  # the size of an integer power
-MAX_ELEMENTS = 2 ** 24  # elements of an array, string or list an expression makes (also port shapes)
+MAX_ELEMENTS = 2 ** 27  # elements (1 GiB of float64) of an array, string or list an expression makes
 
 
 class ExpressionError(ModelError):
