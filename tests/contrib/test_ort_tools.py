@@ -130,3 +130,127 @@ def test_nhwc_conv_matches_conv(group):
     assert not ort_has_kernel(node, feeds)
     conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 1, 0], strides=[1, 2], group=group)
     nchw = {"x": x.transpose(0, 3, 1, 2), "w": w.transpose(0, 3, 1, 2), "b": b}
+    want = run_ort(make_model(conv, nchw), nchw)[0].transpose(0, 2, 3, 1)
+    check(node, feeds, ref=lambda **_: [want], atol=1e-5)
+
+
+# -- quantized ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a_type,b_type", [(U8, U8), (U8, I8), (I8, I8)])
+@pytest.mark.parametrize("output", ["float", "quantized"])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qgemm(a_type, b_type, output, per_column):
+    M, K, N = 3, 10, 5
+    feeds = {"a": q8(a_type, M, K), "sa": f32(0.04), "za": np.array(7 if a_type == U8 else -3, a_type),
+             "b": q8(b_type, N, K), "sb": (rand(N) ** 2 * 0.01 + 0.001) if per_column else f32(0.02),
+             "zb": (q8(b_type, N) if per_column else np.array(1, b_type)), "c": randint(-500, 500, N)}
+    if output == "quantized":
+        feeds |= {"sy": f32(1.5), "zy": np.array(120 if a_type == U8 else 5, a_type)}
+    node = ms_node("QGemm", list(feeds), ["y"], transB=1, alpha=0.75)
+    check(node, feeds, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("opset,axis,shape", [(13, -1, (3, 7)), (13, 1, (2, 4, 5)), (12, 1, (2, 3, 4))])
+def test_qlinear_softmax(dtype, opset, axis, shape):
+    zy = 0 if dtype == U8 else -128
+    feeds = {"x": q8(dtype, *shape), "sx": f32(0.07), "zx": np.array(3, dtype), "sy": f32(1 / 256),
+             "zy": np.array(zy, dtype)}
+    check(ms_node("QLinearSoftmax", list(feeds), ["y"], opset=opset, axis=axis), feeds)
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_qlinear_where(dtype):
+    feeds = {"c": bools(3, 4), "x": q8(dtype, 3, 4), "sx": f32(0.05), "zx": np.array(2, dtype),
+             "y": q8(dtype, 4), "sy": f32(0.1), "zy": np.array(-1 if dtype == I8 else 100, dtype),
+             "sz": f32(0.08), "zz": np.array(10, dtype)}
+    check(ms_node("QLinearWhere", list(feeds), ["z"]), feeds)
+
+
+def test_qembed_layer_normalization():
+    B, S, V, P, D = 2, 5, 20, 8, 16
+    mask = np.ones((B, S), np.int32)
+    mask[1, 3:] = 0
+    feeds = {"ids": randint(0, V, B, S), "seg": randint(0, 2, B, S), "we": q8(U8, V, D), "pe": q8(U8, P, D),
+             "se": q8(U8, 2, D), "g": q8(U8, D), "b": q8(U8, D), "mask": mask,
+             "wes": f32(0.01), "pes": f32(0.02), "ses": f32(0.015), "gs": f32(0.008), "bs": f32(0.004),
+             "wez": np.array(128, U8), "pez": np.array(120, U8), "sez": np.array(130, U8), "gz": np.array(0, U8),
+             "bz": np.array(127, U8)}
+    node = ms_node("QEmbedLayerNormalization", list(feeds), ["y", "mask_index"], epsilon=1e-12)
+    check(node, feeds, rtol=1e-4, atol=1e-4)
+
+
+def _pack_nbits(q, bits):
+    """(rows, n) values -> (rows, n * bits / 8) bytes, low bits first."""
+    per = 8 // bits
+    q = q.reshape(q.shape[0], -1, per).astype(np.uint8)
+    return sum((q[..., i] << (bits * i)) for i in range(per)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("zero_points", ["none", "packed", "float"])
+@pytest.mark.parametrize("K", [32, 40])
+def test_matmul_nbits(bits, zero_points, K):
+    N, bs = 6, 16
+    kb = -(-K // bs)
+    q = randint(0, 1 << bits, N, kb * bs)
+    feeds = {"a": rand(2, 3, K), "b": _pack_nbits(q, bits).reshape(N, kb, bs * bits // 8),
+             "s": (rand(N * kb) ** 2 * 0.1 + 0.01).astype(np.float32)}
+    if zero_points == "packed":
+        zq = randint(0, 1 << bits, N, -(-kb * bits // 8) * 8 // bits)
+        feeds["zp"] = _pack_nbits(zq, bits)
+    elif zero_points == "float":
+        feeds["zp"] = rand(N * kb)
+    feeds["bias"] = rand(N)
+    names = list(feeds)
+    if zero_points == "none":
+        names = ["a", "b", "s", "", "", "bias"]
+    else:
+        names = ["a", "b", "s", "zp", "", "bias"]
+    node = ms_node("MatMulNBits", names, ["y"], K=K, N=N, bits=bits, block_size=bs)
+    ref = None
+    if zero_points == "float" and bits == 8:  # onnxruntime's CPU build takes float zero points with 4 bits only
+        assert not ort_has_kernel(node, feeds)
+
+        def ref(a, b, s, zp, bias):
+            blocks = np.arange(K) // bs
+            w = (q[:, :K] - zp.reshape(N, kb)[:, blocks]) * s.reshape(N, kb)[:, blocks]
+            return [(a @ w.T + bias).astype(np.float32)]
+    check(node, feeds, ref=ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("form", ["uint8", "int4", "uint4"])
+@pytest.mark.parametrize("with_zp", [False, True])
+def test_gather_block_quantized(form, with_zp):
+    import ml_dtypes
+
+    rows, cols, bs = 5, 32, 16
+    if form == "uint8":
+        q = randint(0, 16, rows, cols)
+        data = _pack_nbits(q, 4)
+        zp = _pack_nbits(randint(0, 16, rows, cols // bs), 4) if with_zp else None
+    else:
+        t = ml_dtypes.int4 if form == "int4" else ml_dtypes.uint4
+        lo, hi = (-8, 8) if form == "int4" else (0, 16)
+        data = randint(lo, hi, rows, cols).astype(t)
+        zp = randint(lo, hi, rows, cols // bs).astype(t) if with_zp else None
+    # 4-bit tensors cannot be onnxruntime feeds: data and zero points are initializers
+    inits = {"data": data} | ({} if zp is None else {"zp": zp})
+    feeds = {"idx": np.array([[4, 0], [-1, 2]], np.int64), "s": rand(rows, cols // bs)}
+    node = ms_node("GatherBlockQuantized", ["data", "idx", "s"] + (["zp"] if zp is not None else []), ["y"],
+                   block_size=bs, quantize_axis=1, gather_axis=0)
+    model = make_model(node, feeds)
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) if v.dtype == np.uint8 else _int4_tensor(k, v)
+                                   for k, v in inits.items())
+    want = run_ort(model, feeds)
+    for device in DEVICES:
+        assert_close(run_gpuops(model, feeds, device), want, 0, 0, f"GatherBlockQuantized on {device}")
+
+
+def _int4_tensor(name, v):
+    from onnx import TensorProto
+
+    kind = TensorProto.INT4 if v.dtype.name == "int4" else TensorProto.UINT4
+    return helper.make_tensor(name, kind, v.shape, v.astype(np.int8).reshape(-1).tolist())
+
+
