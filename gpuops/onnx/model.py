@@ -1,4 +1,9 @@
-"""Loading ONNX models: path, bytes or ModelProto; external data confined to the model's folder."""
+"""Loading ONNX models: path, bytes or ModelProto; external data confined to the model's folder.
+
+Everything a model file says is checked here before planning: strings are text, graph input and
+output element types are known, and external-data metadata is well formed and stays inside the
+model's folder and within :data:`MAX_EXTERNAL_DATA_BYTES`.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +11,37 @@ import os
 from pathlib import Path
 
 import onnx
-from onnx import external_data_helper
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from ..errors import ModelError
 
+MAX_EXTERNAL_DATA_BYTES = 256 << 30
+"""Cap on the total external data one model may load (bytes); raise it for larger models."""
+
+_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
 
 def load_model(model) -> onnx.ModelProto:
-    """A path, bytes or :class:`onnx.ModelProto` -> a ModelProto with its external data loaded."""
+    """A path, bytes or :class:`onnx.ModelProto` -> a checked ModelProto with its external data loaded."""
     if isinstance(model, onnx.ModelProto):
-        proto, base = model, None
+        proto, base, where = model, None, "the model"
     elif isinstance(model, (bytes, bytearray, memoryview)):
-        proto, base = _parse(bytes(model), "<bytes>"), None
+        proto, base, where = _parse(bytes(model), "<bytes>"), None, "<bytes>"
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
-        if not path.is_file():
-            raise ModelError(f"model file not found: {path}")
-        proto, base = _parse(path.read_bytes(), str(path)), path.resolve().parent
+        try:
+            if not path.is_file():
+                raise ModelError(f"model file not found: {path}")
+            data, base = path.read_bytes(), path.resolve().parent
+        except (OSError, ValueError, RuntimeError) as e:  # bad name, symlink loop, unreadable
+            raise ModelError(f"cannot read model file {str(path)[:200]!r}: {e}") from e
+        proto, where = _parse(data, str(path)), str(path)
     else:
         raise ModelError(f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}")
-    _load_external_data(proto, base)
+    external = _check(proto, where)
+    if external:
+        _load_external_data(external, base)
     return proto
 
 
@@ -39,23 +56,77 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
     return proto
 
 
-def _load_external_data(proto: onnx.ModelProto, base: Path | None) -> None:
-    tensors = [t for t in external_data_helper._get_all_tensors(proto)
-               if external_data_helper.uses_external_data(t)]
-    if not tensors:
-        return
+def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
+    """Walk every message of the model once: string fields must be text (protobuf hands invalid
+    UTF-8 back as bytes), and graph inputs/outputs must have known element types. Returns the
+    tensors whose data is external."""
+    external = []
+    stack: list = [proto]
+    while stack:
+        msg = stack.pop()
+        if isinstance(msg, onnx.TensorProto) and msg.data_location == onnx.TensorProto.EXTERNAL:
+            external.append(msg)
+        for fd, value in msg.ListFields():
+            if fd.type == FieldDescriptor.TYPE_MESSAGE:
+                stack.extend((value,) if isinstance(value, Message) else value)
+            elif fd.type == FieldDescriptor.TYPE_STRING:
+                for s in (value,) if isinstance(value, (str, bytes)) else value:
+                    if not isinstance(s, str):
+                        raise ModelError(f"{where} is not a valid ONNX model: {msg.DESCRIPTOR.name}."
+                                         f"{fd.name} holds invalid UTF-8 {bytes(s)[:40]!r}")
+    for kind, infos in (("input", proto.graph.input), ("output", proto.graph.output)):
+        for vi in infos:
+            t = vi.type
+            if t.HasField("tensor_type") and t.tensor_type.elem_type not in _ELEM_TYPES:
+                raise ModelError(f"graph {kind} {vi.name!r} has unknown element type {t.tensor_type.elem_type}")
+    return external
+
+
+def _load_external_data(tensors: list[onnx.TensorProto], base: Path | None) -> None:
     if base is None:
         raise ModelError("the model uses external data: load it from a file path, not bytes")
+    total = 0
+    reads = []
     for t in tensors:
-        info = external_data_helper.ExternalDataInfo(t)
-        target = (base / info.location).resolve()
-        if base not in target.parents:
-            raise ModelError(f"initializer {t.name!r}: external data path {info.location!r} "
-                             "points outside the model's folder")
-        if not target.is_file():
-            raise ModelError(f"initializer {t.name!r}: external data file {info.location!r} not found")
-        with open(target, "rb") as f:
-            f.seek(info.offset or 0)
-            t.raw_data = f.read(info.length) if info.length else f.read()
+        where = f"initializer {t.name!r}: external data"
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        if not location or "\0" in location or len(location) > 4096:
+            raise ModelError(f"{where} location {location[:100]!r} is not a valid file name")
+        offset, length = (_non_negative(info.get(k), f"{where} {k}") for k in ("offset", "length"))
+        try:
+            target = (base / location).resolve()
+            if base not in target.parents:
+                raise ModelError(f"{where} path {location!r} points outside the model's folder")
+            if not target.is_file():
+                raise ModelError(f"{where} file {location!r} not found")
+            size = target.stat().st_size
+        except (OSError, ValueError, RuntimeError) as e:  # name too long, symlink loop...
+            raise ModelError(f"{where} path {location[:100]!r} cannot be opened: {e}") from e
+        offset = offset or 0
+        length = size - offset if length is None else length
+        if offset + length > size:
+            raise ModelError(f"{where} {location!r}: offset {offset} + length {length} runs past the end "
+                             f"of the file ({size} bytes)")
+        total += length
+        if total > MAX_EXTERNAL_DATA_BYTES:
+            raise ModelError(f"the model's external data exceeds gpuops.onnx.model.MAX_EXTERNAL_DATA_BYTES "
+                             f"({MAX_EXTERNAL_DATA_BYTES:,} bytes)")
+        reads.append((t, target, offset, length))
+    for t, target, offset, length in reads:
+        try:
+            with open(target, "rb") as f:
+                f.seek(offset)
+                t.raw_data = f.read(length)
+        except OSError as e:
+            raise ModelError(f"initializer {t.name!r}: cannot read external data: {e}") from e
         del t.external_data[:]
         t.data_location = onnx.TensorProto.DEFAULT
+
+
+def _non_negative(text: str | None, what: str) -> int | None:
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
+        raise ModelError(f"{what} must be a non-negative integer, got {text[:40]!r}")
+    return int(text)
