@@ -3,7 +3,8 @@
 Each step holds its resolved op, converted attributes, sub-plans for graph attributes, the host
 copies of constant shape-like inputs, and the values that die after it (liveness: a value is
 released after its last consumer; graph outputs and initializers never are). Model-local functions
-are inlined here.
+are inlined here (names grow linearly with nesting; recursion and nesting deeper than
+:data:`MAX_FUNCTION_DEPTH` are refused).
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from onnx import AttributeProto, numpy_helper
 
 from .. import registry
 from ..errors import ModelError, UnsupportedOpError
+
+MAX_FUNCTION_DEPTH = 100
+"""How deeply model-local function calls may nest (onnxruntime's bound too)."""
+MAX_INLINED_NODES = 1_000_000
+"""How many nodes inlining functions may add to one model."""
+MAX_SPARSE_DENSE_BYTES = 4 << 30
+"""Largest dense tensor a sparse initializer or attribute may expand to."""
 
 
 @dataclass
@@ -95,12 +103,39 @@ def _attr_value(a: AttributeProto, where: str):
 
 
 def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
+    """The dense tensor of a sparse one: indices are either linear (shape [NNZ]) or coordinates
+    (shape [NNZ, rank]), each within the dense shape."""
+    where = f"sparse tensor {sp.values.name!r}"
+    dims = tuple(int(d) for d in sp.dims)
     values = tensor_to_numpy(sp.values)
-    idx = tensor_to_numpy(sp.indices).astype(np.int64)
-    dense = np.zeros(int(np.prod(sp.dims)), dtype=values.dtype)
-    flat = idx if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), tuple(sp.dims))
+    idx = tensor_to_numpy(sp.indices)
+    if any(d < 0 for d in dims):
+        raise ModelError(f"{where}: negative dimension in dims {list(dims)}")
+    size = int(np.prod(dims, dtype=object)) if dims else 1
+    if size * values.dtype.itemsize > MAX_SPARSE_DENSE_BYTES:
+        raise ModelError(f"{where}: dense shape {list(dims)} is larger than "
+                         f"gpuops.onnx.plan.MAX_SPARSE_DENSE_BYTES ({MAX_SPARSE_DENSE_BYTES:,} bytes)")
+    if values.ndim != 1:
+        raise ModelError(f"{where}: values must be 1-D, got shape {list(values.shape)}")
+    nnz = values.shape[0]
+    if idx.dtype.kind not in "iu" or not (idx.shape == (nnz,) or idx.shape == (nnz, len(dims))):
+        raise ModelError(f"{where}: indices of shape {list(idx.shape)} ({idx.dtype}) do not fit {nnz} values "
+                         f"in dims {list(dims)}: expected integer indices of shape [{nnz}] or [{nnz}, {len(dims)}]")
+    idx = idx.astype(np.int64)
+    bound = np.array([size] if idx.ndim == 1 else dims, dtype=np.int64)
+    if idx.size and ((idx < 0).any() or (idx >= bound).any()):
+        raise ModelError(f"{where}: an index is out of range for dims {list(dims)}")
+    dense = np.zeros(size, dtype=values.dtype)
+    flat = idx if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), dims)
     dense[flat] = values
-    return dense.reshape(tuple(sp.dims))
+    return dense.reshape(dims)
+
+
+def overridable(graph: onnx.GraphProto) -> set[str]:
+    """Initializers that are also graph inputs: a feed may replace them, so nothing may treat them
+    as constants (host copies at plan time, constant folding)."""
+    inits = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    return {i.name for i in graph.input if i.name in inits}
 
 
 def _host_xp():
@@ -119,6 +154,7 @@ class PlanBuilder:
         self.functions = functions
         self.model = model
         self._value_types: dict[str, onnx.TypeProto] | None = None
+        self._tags: set[str] = set()  # name prefixes of inlined function calls, one per call
 
     @property
     def value_types(self) -> dict[str, onnx.TypeProto]:
@@ -137,16 +173,22 @@ class PlanBuilder:
                     self._value_types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, t.dims)
         return self._value_types
 
-    def build(self, graph: onnx.GraphProto, outer: set[str] = frozenset(), top: bool = True) -> Plan:
+    def build(self, graph: onnx.GraphProto, outer: set[str] = frozenset(), top: bool = True,
+              opsets: dict[str, int] | None = None, calls: tuple = ()) -> Plan:
+        """The plan of ``graph``; ``outer`` names values of enclosing scopes, ``opsets`` and ``calls``
+        (the chain of functions being inlined) are those of the node owning a subgraph."""
         inits = {t.name: tensor_to_numpy(t) for t in graph.initializer}
         inits.update({t.values.name: _sparse_to_dense(t) for t in graph.sparse_initializer})
         input_names = [i.name for i in graph.input]
+        fed = overridable(graph) | set(input_names)
         defined = set(input_names) | set(inits)
-        nodes = self._expand(list(graph.node), "")
+        if top:
+            self._check_calls(graph)
+        nodes = self._expand(list(graph.node), opsets, calls)
         steps: list[Step] = []
         free: set[str] = set()
-        for node, opsets in nodes:
-            step = self._step(node, defined | outer, opsets)
+        for node, node_opsets, node_calls in nodes:
+            step = self._step(node, defined | outer, node_opsets, node_calls)
             for i, name in enumerate(step.inputs):
                 if name and name not in defined:
                     if name in outer:
@@ -163,7 +205,7 @@ class PlanBuilder:
                 defined.add(step.outputs[0])
                 continue
             for i in step.impl.host_inputs:
-                if i < len(step.inputs) and step.inputs[i] in inits:
+                if i < len(step.inputs) and step.inputs[i] in inits and step.inputs[i] not in fed:
                     step.host_consts[i] = inits[step.inputs[i]]
             defined.update(o for o in step.outputs if o)
             steps.append(step)
@@ -178,23 +220,68 @@ class PlanBuilder:
 
     # -- nodes ---------------------------------------------------------------------------------
 
-    def _expand(self, nodes, prefix: str, opsets: dict[str, int] | None = None):
-        """(node, opsets) pairs with model-local functions inlined, and ops that gpuops lacks but
-        whose ONNX schema defines a function body expanded into that body (recursively)."""
+    def _expand(self, nodes, opsets: dict[str, int] | None = None, calls: tuple = ()):
+        """(node, opsets, calls) triples with model-local functions inlined, and ops that gpuops
+        lacks but whose ONNX schema defines a function body expanded into that body (recursively).
+        ``calls`` is the chain of functions a node was inlined from."""
         opsets = opsets or self.opsets
         out = []
         for node in nodes:
             domain = registry.canonical_domain(node.domain)
-            fn = self.functions.get((domain, node.op_type))
+            key = (domain, node.op_type)
+            fn = self.functions.get(key)
             if fn is None and not registry.is_registered(domain, node.op_type) and domain in opsets:
                 fn = self._schema_function(node, opsets[domain])
             if fn is None:
-                out.append((node, opsets))
+                out.append((node, opsets, calls))
                 continue
+            if key in calls:
+                cycle = " -> ".join(name for _, name in calls[calls.index(key):] + (key,))
+                raise ModelError(f"function {node.op_type!r} calls itself ({cycle}): recursion is not allowed")
+            if len(calls) >= MAX_FUNCTION_DEPTH:
+                _too_deep(calls, key)
             inner = dict(opsets)
             inner.update({registry.canonical_domain(o.domain): o.version for o in fn.opset_import})
-            out.extend(self._expand(_inline(node, fn, prefix), prefix + (node.name or node.op_type) + "/", inner))
+            out.extend(self._expand(_inline(node, fn, self._tag(node)), inner, calls + (key,)))
         return out
+
+    def _check_calls(self, graph: onnx.GraphProto) -> None:
+        """Before inlining anything: refuse recursive model-local functions and calls that would
+        expand to more than MAX_INLINED_NODES nodes (a few nested calls can multiply)."""
+        sizes: dict[tuple[str, str], int] = {}
+
+        def size(key, chain):
+            if key not in sizes:
+                if key in chain:
+                    cycle = " -> ".join(name for _, name in chain[chain.index(key):] + (key,))
+                    raise ModelError(f"function {key[1]!r} calls itself ({cycle}): recursion is not allowed")
+                if len(chain) >= MAX_FUNCTION_DEPTH:
+                    _too_deep(chain, key)
+                sizes[key] = body(self.functions[key].node, chain + (key,))
+            return sizes[key]
+
+        def body(nodes, chain):
+            total = 0
+            for n in _with_subgraph_nodes(nodes):
+                key = (registry.canonical_domain(n.domain), n.op_type)
+                total += size(key, chain) if key in self.functions else 1
+                if total > MAX_INLINED_NODES:
+                    raise ModelError(f"model-local functions expand to more than {MAX_INLINED_NODES:,} nodes "
+                                     f"(calls of {n.op_type!r}; gpuops.onnx.plan.MAX_INLINED_NODES)")
+            return total
+
+        body(graph.node, ())
+
+    def _tag(self, node: onnx.NodeProto) -> str:
+        """The prefix of one call's inlined names: the calling node's name, which for a node of an
+        inlined body already carries its caller's prefix (so names grow linearly with depth)."""
+        base = node.name or node.op_type
+        tag, k = base + "/", 0
+        while tag in self._tags:
+            k += 1
+            tag = f"{base}#{k}/"
+        self._tags.add(tag)
+        return tag
 
     def _schema_function(self, node: onnx.NodeProto, version: int) -> onnx.FunctionProto | None:
         """The function body ONNX defines for an op (context-dependent ones need input types)."""
@@ -224,7 +311,7 @@ class PlanBuilder:
                 fn.attribute_proto.append(attr.default_value)
         return fn
 
-    def _step(self, node: onnx.NodeProto, visible: set[str], opsets: dict[str, int]) -> Step:
+    def _step(self, node: onnx.NodeProto, visible: set[str], opsets: dict[str, int], calls: tuple = ()) -> Step:
         domain = registry.canonical_domain(node.domain)
         name = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
         if domain not in opsets:
@@ -238,7 +325,7 @@ class PlanBuilder:
             if a.ref_attr_name:
                 raise ModelError(f"{where}: attribute {a.name!r} refers to {a.ref_attr_name!r} outside a function")
             if a.type == AttributeProto.GRAPH:
-                subgraphs[a.name] = self.build(a.g, outer=visible, top=False)
+                subgraphs[a.name] = self.build(a.g, outer=visible, top=False, opsets=opsets, calls=calls)
             elif a.type == AttributeProto.GRAPHS:
                 raise UnsupportedOpError(f"{where}: graph-list attributes are not supported")
             else:
@@ -255,9 +342,25 @@ class PlanBuilder:
         return Step(name, node.op_type, domain, impl, list(node.input), list(node.output), attrs, subgraphs)
 
 
-def _inline(node: onnx.NodeProto, fn: onnx.FunctionProto, prefix: str) -> list[onnx.NodeProto]:
-    """The body of function ``fn`` with its formal names bound to ``node``'s actual ones."""
-    tag = prefix + (node.name or node.op_type) + "/"
+def _too_deep(chain: tuple, key: tuple) -> None:
+    raise ModelError(f"function calls nest more than {MAX_FUNCTION_DEPTH} deep, from {chain[0][1]!r} down to "
+                     f"{key[1]!r} (gpuops.onnx.plan.MAX_FUNCTION_DEPTH)")
+
+
+def _with_subgraph_nodes(nodes):
+    """``nodes`` and the nodes of their graph attributes, at any depth."""
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        yield n
+        for a in n.attribute:
+            for g in [a.g] if a.type == AttributeProto.GRAPH else a.graphs:
+                stack.extend(g.node)
+
+
+def _inline(node: onnx.NodeProto, fn: onnx.FunctionProto, tag: str) -> list[onnx.NodeProto]:
+    """The body of function ``fn`` with its formal names bound to ``node``'s actual ones, its own
+    names (values and nodes) prefixed with ``tag``."""
     rename = {f: a for f, a in zip(fn.input, node.input)}
     rename.update({f: "" for f in fn.input[len(node.input):]})
     rename.update({f: a for f, a in zip(fn.output, node.output)})
@@ -271,15 +374,15 @@ def _inline(node: onnx.NodeProto, fn: onnx.FunctionProto, prefix: str) -> list[o
     for inner in fn.node:
         n = onnx.NodeProto()
         n.CopyFrom(inner)
-        n.name = tag + (inner.name or inner.op_type)
-        _bind(n, name_of, given, defaults)
+        _bind(n, name_of, given, defaults, tag)
         body.append(n)
     return body
 
 
-def _bind(n: onnx.NodeProto, name_of, given: dict, defaults: dict) -> None:
-    """Rename ``n``'s values (inside its subgraphs too: a function body is closed, so every name
-    there is the function's) and replace attribute references by the caller's attributes."""
+def _bind(n: onnx.NodeProto, name_of, given: dict, defaults: dict, tag: str) -> None:
+    """Rename ``n`` and its values (inside its subgraphs too: a function body is closed, so every
+    name there is the function's) and replace attribute references by the caller's attributes."""
+    n.name = tag + (n.name or n.op_type)
     n.input[:] = [name_of(x) for x in n.input]
     n.output[:] = [name_of(x) for x in n.output]
     attrs = []
@@ -293,15 +396,15 @@ def _bind(n: onnx.NodeProto, name_of, given: dict, defaults: dict) -> None:
             b.name = a.name
             a = b
         elif a.type == AttributeProto.GRAPH:
-            a = _bind_graph(a, name_of, given, defaults)
+            a = _bind_graph(a, name_of, given, defaults, tag)
         elif a.type == AttributeProto.GRAPHS:
-            a = _bind_graph(a, name_of, given, defaults)
+            a = _bind_graph(a, name_of, given, defaults, tag)
         attrs.append(a)
     del n.attribute[:]
     n.attribute.extend(attrs)
 
 
-def _bind_graph(a: AttributeProto, name_of, given, defaults) -> AttributeProto:
+def _bind_graph(a: AttributeProto, name_of, given, defaults, tag: str) -> AttributeProto:
     b = onnx.AttributeProto()
     b.CopyFrom(a)
     for g in ([b.g] if b.type == AttributeProto.GRAPH else b.graphs):
@@ -310,7 +413,7 @@ def _bind_graph(a: AttributeProto, name_of, given, defaults) -> AttributeProto:
         for t in g.initializer:
             t.name = name_of(t.name)
         for inner in g.node:
-            _bind(inner, name_of, given, defaults)
+            _bind(inner, name_of, given, defaults, tag)
     return b
 
 

@@ -1,0 +1,166 @@
+"""Regression tests for the defects of issue 15 that the ONNX loader, planner and CLI own: each one
+once crashed, hung or gave a wrong answer; now it gives the oracle's answer or a GpuopsError."""
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gpuops
+from gpuops.onnx import model as model_mod
+from gpuops.onnx import plan as plan_mod
+from tests.fuzz.models import functions_model, initializer_model, overridable_model, relu_model, sparse_tensor
+from tests.ops.common import DEVICES, assert_same, run_gpuops, run_ort
+
+X = np.array([-1.5, 2.0, 3.0], np.float32)
+
+
+# -- item 1: nested model-local functions ---------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deeply_nested_functions_match_onnxruntime_with_linear_names(device):
+    model = functions_model(24)
+    sess = gpuops.InferenceSession(model, device=device)
+    assert max(len(s.name) + sum(map(len, s.outputs)) for s in sess.plan.steps) < 24 * 12
+    assert_same(sess.run(None, {"x": X}), run_ort(model, {"x": X}))
+
+
+def test_functions_nested_to_the_bound_run_and_deeper_is_refused():
+    depth = plan_mod.MAX_FUNCTION_DEPTH
+    assert_same(run_gpuops(functions_model(depth), {"x": X}), run_ort(functions_model(depth), {"x": X}))
+    with pytest.raises(gpuops.ModelError, match=r"nest more than 100 deep, from 'F100' down to 'F0'"):
+        gpuops.InferenceSession(functions_model(depth + 1), device="cpu")
+
+
+@pytest.mark.parametrize("callee, cycle", [(lambda k: k, "F3 -> F3"), (lambda k: 3 if k == 1 else k - 1,
+                                                                      "F3 -> F2 -> F1 -> F3")])
+@pytest.mark.parametrize("subgraph", [False, True])
+def test_recursive_functions_are_refused(callee, cycle, subgraph):
+    with pytest.raises(gpuops.ModelError, match=f"calls itself \\({cycle}\\)"):
+        gpuops.InferenceSession(functions_model(4, callee=callee, subgraph=subgraph), device="cpu")
+
+
+def test_functions_that_multiply_past_the_node_bound_are_refused():
+    with pytest.raises(gpuops.ModelError, match="expand to more than 1,000,000 nodes"):
+        gpuops.InferenceSession(functions_model(24, calls=2), device="cpu")
+    model = functions_model(5, calls=2)  # 16 Relus: repeated calls get names of their own
+    assert_same(run_gpuops(model, {"x": X}), run_ort(model, {"x": X}))
+
+
+def test_functions_inside_subgraphs_inline():
+    model = functions_model(6, subgraph=True)
+    assert_same(run_gpuops(model, {"x": X}), run_ort(model, {"x": X}))
+
+
+# -- item 3: overridable initializers read at plan time ---------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fed_overridable_initializers_win_over_plan_time_constants(device):
+    model = overridable_model()
+    assert plan_mod.overridable(model.graph) == {"shape", "start", "limit", "eshape"}
+    sess = gpuops.InferenceSession(model, device=device)
+    assert {a.name for a in sess.get_overridable_initializers()} == {"shape", "start", "limit", "eshape"}
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for extra in ({}, {"shape": np.array([3, 2], np.int64), "limit": np.array(7, np.int64),
+                       "eshape": np.array([3, 1], np.int64)}, {}):
+        feeds = {"x": x, **extra}
+        got, want = sess.run(None, feeds), run_ort(model, feeds)
+        assert_same(got, want)
+    assert got[0].shape == (2, 3)  # and the initializers again once no feed overrides them
+
+
+# -- item 10: sparse initializers -------------------------------------------------------------------
+
+def test_valid_sparse_initializers_match_onnxruntime():
+    x = np.ones((2, 3), np.float32)
+    for sp in (sparse_tensor([1, 2], [0, 5], [2, 3]), sparse_tensor([1, 2], [[0, 1], [1, 2]], [2, 3])):
+        model = initializer_model(sparse=sp)
+        assert_same(run_gpuops(model, {"x": x}), run_ort(model, {"x": x}))
+
+
+@pytest.mark.parametrize("sp, match", [
+    (sparse_tensor([1], [0], [2, -3]), "negative dimension"),
+    (sparse_tensor([1, 2], [0], [2, 3]), r"indices of shape \[1\]"),
+    (sparse_tensor([1, 2], [[0, 1, 2], [1, 1, 1]], [2, 3]), r"indices of shape \[2, 3\]"),
+    (sparse_tensor([[1, 2]], [0], [2, 3]), "values must be 1-D"),
+    (sparse_tensor([1], [6], [2, 3]), "out of range"),
+    (sparse_tensor([1], [-1], [2, 3]), "out of range"),
+    (sparse_tensor([1], [[0, 3]], [2, 3]), "out of range"),
+    (sparse_tensor([1], [0], [1 << 20, 1 << 20]), "larger than"),
+])
+def test_bad_sparse_initializers_are_model_errors(sp, match):
+    with pytest.raises(gpuops.ModelError, match=match):
+        gpuops.InferenceSession(initializer_model(sparse=sp), device="cpu")
+
+
+# -- item 11: external data -------------------------------------------------------------------------
+
+W = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+def _external(tmp_path, **meta):
+    """A model at tmp_path/m.onnx whose initializer w lives in tmp_path/w.bin with ``meta``."""
+    (tmp_path / "w.bin").write_bytes(b"\0" * 8 + W.tobytes())
+    t = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2, 3], data_location=TensorProto.EXTERNAL)
+    for k, v in {"location": "w.bin", "offset": "8", "length": str(W.nbytes), **meta}.items():
+        if v is not None:
+            t.external_data.add(key=k, value=v)
+    path = tmp_path / "m.onnx"
+    onnx.save(initializer_model(weight=t), path)
+    return path
+
+
+def test_external_data_loads(tmp_path):
+    (got,) = gpuops.InferenceSession(_external(tmp_path), device="cpu").run(None, {"x": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(got, W + 1)
+
+
+@pytest.mark.parametrize("meta, match", [
+    ({"offset": "abc"}, "offset must be a non-negative integer"),
+    ({"offset": "-8"}, "offset must be a non-negative integer"),
+    ({"length": "1e3"}, "length must be a non-negative integer"),
+    ({"location": "w.bin\0.txt"}, "not a valid file name"),
+    ({"location": ""}, "not a valid file name"),
+    ({"location": None}, "not a valid file name"),
+    ({"length": str(10 ** 12)}, "runs past the end of the file"),
+    ({"offset": str(2 ** 62)}, "runs past the end of the file"),
+    ({"offset": "9" * 40}, "offset must be a non-negative integer"),
+    ({"location": "x" * 5000}, "not a valid file name"),
+    ({"location": "y" * 300}, "cannot be opened"),
+    ({"location": "../w.bin"}, "outside the model's folder"),
+    ({"location": "loop"}, "cannot be opened"),
+    ({"length": "4"}, "cannot be read"),  # too few bytes for a [2, 3] float tensor
+])
+def test_bad_external_data_metadata_is_a_model_error(tmp_path, meta, match):
+    os.symlink("loop", tmp_path / "loop")
+    with pytest.raises(gpuops.ModelError, match=match):
+        gpuops.InferenceSession(_external(tmp_path, **meta), device="cpu")
+
+
+def test_total_external_data_is_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_mod, "MAX_EXTERNAL_DATA_BYTES", W.nbytes - 1)
+    with pytest.raises(gpuops.ModelError, match="MAX_EXTERNAL_DATA_BYTES"):
+        gpuops.InferenceSession(_external(tmp_path), device="cpu")
+
+
+# -- item 15: unknown element types, corrupted files --------------------------------------------------
+
+def test_unknown_graph_input_element_type_is_a_model_error():
+    with pytest.raises(gpuops.ModelError, match="graph input 'x' has unknown element type 999"):
+        gpuops.InferenceSession(relu_model(999), device="cpu")
+
+
+def test_corrupted_model_file_is_a_model_error(tmp_path):
+    model = functions_model(3)
+    data = model.SerializeToString().replace(b"top", b"\xff\xfe\xfd")  # a name no longer UTF-8
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(data)
+    with pytest.raises(gpuops.ModelError, match="invalid UTF-8"):
+        gpuops.InferenceSession(str(path), device="cpu")
+    for cut in (1, 7, len(data) // 2, len(data) - 1):
+        path.write_bytes(model.SerializeToString()[:cut])
+        with pytest.raises(gpuops.GpuopsError):
+            gpuops.InferenceSession(path, device="cpu")
