@@ -254,3 +254,243 @@ def _int4_tensor(name, v):
     return helper.make_tensor(name, kind, v.shape, v.astype(np.int8).reshape(-1).tolist())
 
 
+# -- attention ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["3d", "packed_qkv", "packed_kv", "cross_bnsh"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_multi_head_attention_forms(form, with_bias):
+    B, S, L, N, h = 2, 4, 6, 2, 4
+    D = N * h
+    feeds = {}
+    if form == "packed_qkv":
+        feeds["q"] = rand(B, S, N, 3, h)
+        names = ["q", "", ""]
+    elif form == "packed_kv":
+        feeds |= {"q": rand(B, S, D), "kv": rand(B, L, N, 2, h)}
+        names = ["q", "kv", ""]
+    elif form == "cross_bnsh":
+        feeds |= {"q": rand(B, S, D), "k": rand(B, N, L, h), "v": rand(B, N, L, h)}
+        names = ["q", "k", "v"]
+    else:
+        feeds |= {"q": rand(B, S, D), "k": rand(B, L, D), "v": rand(B, L, D)}
+        names = ["q", "k", "v"]
+    if with_bias and form != "cross_bnsh":
+        feeds["bias"] = rand(3 * D)
+        names.append("bias")
+    node = ms_node("MultiHeadAttention", names, ["y"], num_heads=N)
+    ref = None
+    if form.startswith("packed"):  # onnxruntime's CPU kernel lacks packed forms: the same inputs unpacked
+        q = feeds["q"]
+        if form == "packed_qkv":
+            q, k, v = (q[:, :, :, i].reshape(B, S, D) for i in range(3))
+        else:
+            k, v = (feeds["kv"][:, :, :, i].reshape(B, L, D) for i in range(2))
+        plain = {"q": q, "k": k, "v": v} | ({"bias": feeds["bias"]} if with_bias else {})
+        want = run_ort(make_model(ms_node("MultiHeadAttention", list(plain), ["y"], num_heads=N), plain), plain)
+        ref = lambda **_: want  # noqa: E731
+    check(node, feeds, ref=ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask", ["none", "lengths", "raw2d", "raw3d"])
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_multi_head_attention_past_mask_bias(mask, causal, dtype):
+    B, S, P, N, h = 2, 3, 4, 2, 4
+    D, T = N * h, S + P
+    feeds = {"q": rand(B, S, D, dtype=dtype), "k": rand(B, S, D, dtype=dtype), "v": rand(B, S, D, dtype=dtype),
+             "bias": rand(3 * D, dtype=dtype)}
+    names = ["q", "k", "v", "bias"]
+    if mask == "lengths":
+        feeds["m"] = np.array([T, T - 2], np.int32)
+    elif mask == "raw2d":
+        feeds["m"] = randint(0, 2, B, T)
+        feeds["m"][:, 0] = 1
+    elif mask == "raw3d":
+        feeds["m"] = randint(0, 2, B, S, T)
+        feeds["m"][..., 0] = 1
+    names.append("m" if mask != "none" else "")
+    feeds |= {"ab": rand(1, N, S, T, dtype=dtype), "pk": rand(B, N, P, h, dtype=dtype),
+              "pv": rand(B, N, P, h, dtype=dtype)}
+    names += ["ab", "pk", "pv"]
+    node = ms_node("MultiHeadAttention", names, ["y", "present_k", "present_v"], num_heads=N,
+                   unidirectional=causal, scale=0.3)
+    tol = 1e-5 if dtype == np.float32 else 3e-3
+    check(node, feeds, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("layout", ["3d", "4d"])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("positions", ["ids", "offset"])
+def test_rotary_embedding(layout, interleaved, positions):
+    B, S, N, h, M = 2, 3, 2, 8, 10
+    x = rand(B, S, N * h) if layout == "3d" else rand(B, N, S, h)
+    theta = np.arange(M)[:, None] / (10000 ** (np.arange(h // 2) / (h // 2)))
+    pos = randint(0, M, B, S).astype(np.int64) if positions == "ids" else np.array([4], np.int64)
+    feeds = {"x": x, "pos": pos, "cos": np.cos(theta).astype(np.float32), "sin": np.sin(theta).astype(np.float32)}
+    attrs = {"num_heads": N} if layout == "3d" else {}
+    check(ms_node("RotaryEmbedding", list(feeds), ["y"], interleaved=interleaved, **attrs), feeds, atol=1e-5)
+
+
+def test_rotary_embedding_partial_formula():
+    # rotary_embedding_dim < head size: the tail of each head passes through
+    B, S, N, h, rd, M = 1, 3, 2, 8, 4, 6
+    theta = np.arange(M)[:, None] * np.array([1.0, 0.1])
+    feeds = {"x": rand(B, N, S, h), "pos": np.arange(S, dtype=np.int64)[None], "cos": np.cos(theta).astype(np.float32),
+             "sin": np.sin(theta).astype(np.float32)}
+
+    def ref(x, pos, cos, sin):
+        c, s_ = cos[pos][:, None], sin[pos][:, None]
+        a, b = x[..., :2], x[..., 2:4]
+        return [np.concatenate([a * c - b * s_, b * c + a * s_, x[..., 4:]], -1)]
+    check(ms_node("RotaryEmbedding", list(feeds), ["y"], rotary_embedding_dim=rd, num_heads=N), feeds, ref=ref,
+          atol=1e-6)
+
+
+def _gqa_feeds(B, S, P, N, Nkv, h, lengths, packed, rotary, dtype=np.float32):
+    feeds = {}
+    if packed:
+        feeds["q"] = rand(B, S, (N + 2 * Nkv) * h, dtype=dtype)
+        names = ["q", "", ""]
+    else:
+        feeds |= {"q": rand(B, S, N * h, dtype=dtype), "k": rand(B, S, Nkv * h, dtype=dtype),
+                  "v": rand(B, S, Nkv * h, dtype=dtype)}
+        names = ["q", "k", "v"]
+    if P:
+        feeds |= {"pk": rand(B, Nkv, P, h, dtype=dtype), "pv": rand(B, Nkv, P, h, dtype=dtype)}
+        names += ["pk", "pv"]
+    else:
+        names += ["", ""]
+    total = max(lengths)
+    feeds |= {"seqlens_k": np.array(lengths, np.int32) - 1, "total": np.array(total, np.int32)}
+    names += ["seqlens_k", "total"]
+    if rotary:
+        theta = np.arange(32)[:, None] / (10000 ** (np.arange(h // 2) / (h // 2)))
+        feeds |= {"cos": np.cos(theta).astype(dtype), "sin": np.sin(theta).astype(dtype)}
+        names += ["cos", "sin"]
+    return feeds, names
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("rotary", [0, 1])
+@pytest.mark.parametrize("phase", ["prompt", "decode", "decode_ragged"])
+def test_group_query_attention(packed, rotary, phase):
+    B, N, Nkv, h = 2, 4, 2, 16  # onnxruntime's rotary needs head sizes in multiples of 16
+    if phase == "prompt":
+        S, P, lengths = 5, 0, [5, 5]
+    elif phase == "decode":
+        S, P, lengths = 1, 6, [7, 7]
+    else:  # batch 1 holds fewer past keys in the same buffer
+        S, P, lengths = 1, 6, [7, 4]
+    feeds, names = _gqa_feeds(B, S, P, N, Nkv, h, lengths, packed, rotary)
+    node = ms_node("GroupQueryAttention", names, ["y", "pk_out", "pv_out"], num_heads=N, kv_num_heads=Nkv,
+                   do_rotary=rotary)
+    if phase != "decode_ragged":
+        check(node, feeds, atol=1e-5)
+    else:  # onnxruntime leaves the unused tail of present undefined: compare the valid part
+        model = make_model(node, feeds)
+        want = run_ort(model, feeds)
+        for device in DEVICES:
+            got = run_gpuops(model, feeds, device)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+            for g, w in zip(got[1:], want[1:]):
+                for b, n in enumerate(lengths):
+                    np.testing.assert_allclose(g[b, :, :n], w[b, :, :n], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [{"local_window_size": 2}, {"softcap": 2.0}, {"smooth_softmax": 1},
+                                   {"scale": 0.2}])
+def test_group_query_attention_options(attrs):
+    feeds, names = _gqa_feeds(2, 5, 0, 2, 1, 8, [5, 5], False, 0)
+    node = ms_node("GroupQueryAttention", names, ["y"], num_heads=2, kv_num_heads=1, **attrs)
+    check(node, feeds, atol=1e-5)
+
+
+def test_group_query_attention_float16():
+    feeds, names = _gqa_feeds(1, 1, 4, 2, 2, 16, [5], False, 1, np.float16)
+    node = ms_node("GroupQueryAttention", names, ["y", "pk_out", "pv_out"], num_heads=2, kv_num_heads=2, do_rotary=1)
+    check(node, feeds, rtol=3e-3, atol=3e-3)
+
+
+@pytest.mark.parametrize("share", [0, 1])
+def test_decoder_masked_multi_head_attention(share):
+    B, N, h, M, P = 2, 2, 8, 6, 3
+    D = N * h
+    feeds = {"q": rand(B, 1, D), "k": rand(B, 1, D), "v": rand(B, 1, D)}
+    mask = np.ones((B, P + 1), np.int32)
+    mask[1, 0] = 0
+    feeds["m"] = mask
+    if share:
+        feeds |= {"pk": rand(B, N, M, h), "pv": rand(B, N, M, h), "plen": np.array(P, np.int32)}
+    else:
+        feeds |= {"pk": rand(B, N, P, h), "pv": rand(B, N, P, h), "plen": np.array(P, np.int32)}
+    feeds["bias"] = rand(3 * D)
+    names = ["q", "k", "v", "m", "", "pk", "pv", "plen", "", "", "bias"]
+    node = ms_node("DecoderMaskedMultiHeadAttention", names, ["y", "pk_out", "pv_out"], num_heads=N,
+                   past_present_share_buffer=share)
+    if not share:  # onnxruntime's CPU kernel takes the shared buffer only: MultiHeadAttention with past
+        mha = ms_node("MultiHeadAttention", ["q", "k", "v", "bias", "m", "", "pk", "pv"],
+                      ["y", "pk_out", "pv_out"], num_heads=N)
+        mfeeds = {k: feeds[k] for k in ["q", "k", "v", "bias", "m", "pk", "pv"]}
+        want = run_ort(make_model(mha, mfeeds), mfeeds)
+        check(node, feeds, ref=lambda **_: want, atol=1e-5)
+    else:
+        check(node, feeds, atol=1e-5)
+
+
+def _mha_per_sequence(q, k, v, bias, lengths, N):
+    """Unpadded MultiHeadAttention of each sequence alone (onnxruntime), concatenated: the packed oracle."""
+    outs, start = [], 0
+    for n in lengths:
+        f = {"q": q[None, start:start + n], "k": k[None, start:start + n], "v": v[None, start:start + n],
+             "bias": bias}
+        outs.append(run_ort(make_model(ms_node("MultiHeadAttention", ["q", "k", "v", "bias"], ["y"],
+                                               num_heads=N), f), f)[0][0])
+        start += n
+    return np.concatenate(outs)
+
+
+def test_packed_multi_head_attention_formula():
+    lengths, S, N, h = [3, 1, 4], 4, 2, 4
+    T, D = sum(lengths), N * h
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    offset = np.array([b * S + s for b, n in enumerate(lengths) for s in range(n)] +
+                      [b * S + s for b, n in enumerate(lengths) for s in range(n, S)], np.int32).reshape(3, S)
+    feeds = {"q": rand(T, D), "k": rand(T, D), "v": rand(T, D), "bias": rand(3 * D), "off": offset, "cu": cu}
+    node = ms_node("PackedMultiHeadAttention", list(feeds), ["y"], num_heads=N)
+    assert not ort_has_kernel(node, feeds)
+    want = _mha_per_sequence(feeds["q"], feeds["k"], feeds["v"], feeds["bias"], lengths, N)
+    check(node, feeds, ref=lambda **_: [want], atol=1e-5)
+    # packed QKV (T, N, 3, h) gives the same
+    qkv = np.stack([t.reshape(T, N, h) for t in (feeds["q"], feeds["k"], feeds["v"])], axis=2)
+    pfeeds = {"qkv": qkv, "bias": feeds["bias"], "off": offset, "cu": cu}
+    check(ms_node("PackedMultiHeadAttention", ["qkv", "", "", "bias", "off", "cu"], ["y"], num_heads=N), pfeeds,
+          ref=lambda **_: [want], atol=1e-5)
+
+
+def test_packed_attention_formula():
+    lengths, S, N, h = [2, 4], 4, 2, 4
+    T, D = sum(lengths), N * h
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    offset = np.array([0, 1, 4, 5, 6, 7, 2, 3], np.int32).reshape(2, S)
+    feeds = {"x": rand(T, D), "w": rand(D, 3 * D), "b": rand(3 * D), "off": offset, "cu": cu}
+    node = ms_node("PackedAttention", list(feeds), ["y"], num_heads=N)
+    assert not ort_has_kernel(node, feeds)
+    qkv = feeds["x"] @ feeds["w"]
+    want = _mha_per_sequence(qkv[:, :D], qkv[:, D:2 * D], qkv[:, 2 * D:], feeds["b"], lengths, N)
+    check(node, feeds, ref=lambda **_: [want], atol=1e-5)
+
+
+def test_decoder_masked_self_attention_formula():
+    B, N, h, M, P = 2, 2, 4, 5, 2
+    D = N * h
+    feeds = {"x": rand(B, 1, D), "w": rand(D, 3 * D), "b": rand(3 * D), "past": rand(2, B, N, M, h),
+             "plen": np.array(P, np.int32)}
+    node = ms_node("DecoderMaskedSelfAttention", ["x", "w", "b", "", "past", "", "plen"], ["y", "present"],
+                   num_heads=N, past_present_share_buffer=1)
+    assert not ort_has_kernel(node, feeds)
+    afeeds = {"x": feeds["x"], "w": feeds["w"], "b": feeds["b"], "past": np.ascontiguousarray(feeds["past"][:, :, :, :P])}
+    y, present = run_ort(make_model(ms_node("Attention", ["x", "w", "b", "", "past"], ["y", "present"],
+                                            num_heads=N), afeeds), afeeds)
+    want_present = feeds["past"].copy()
+    want_present[:, :, :, :P + 1] = present
+    check(node, feeds, ref=lambda **_: [y, want_present], atol=1e-5)
