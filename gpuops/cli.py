@@ -28,6 +28,26 @@ def _random_feed(arg, rng: np.random.Generator, batch: int) -> np.ndarray:
     raise GpuopsError(f"input {arg.name!r}: cannot make random data of {arg.type}; pass it with --input")
 
 
+class UsageError(Exception):
+    """A bad command line (exit status 2, like argparse's own errors)."""
+
+
+def load_input(item: str) -> tuple[str, np.ndarray]:
+    """``NAME=FILE.npy`` -> (name, array); never unpickles."""
+    name, sep, path = item.partition("=")
+    if not sep or not name:
+        raise UsageError(f"--input takes NAME=FILE.npy, got {item!r}")
+    try:
+        with open(path, "rb") as f:
+            value = np.load(f, allow_pickle=False)
+            if not isinstance(value, np.ndarray):  # an .npz archive
+                raise ValueError("not a single array")
+    except (OSError, ValueError, EOFError, MemoryError) as e:
+        raise UsageError(f"--input {name}: cannot load {path!r} as a .npy array "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'empty'})") from None
+    return name, value
+
+
 def resolve_model_path(model: str) -> str:
     """``light:NAME`` names a model the onnx package ships (e.g. ``light:resnet50``)."""
     if not model.startswith("light:"):
@@ -51,12 +71,7 @@ def cmd_run(a) -> int:
     t0 = time.perf_counter()
     sess = InferenceSession(a.model, device=a.device)
     t_load = time.perf_counter() - t0
-    given = {}
-    for item in a.input:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise GpuopsError(f"--input takes name=file.npy, got {item!r}")
-        given[name] = np.load(path, allow_pickle=False)
+    given = dict(load_input(item) for item in a.input)
     rng = np.random.default_rng(a.seed)
     feeds = {arg.name: given.pop(arg.name) if arg.name in given else _random_feed(arg, rng, a.batch)
              for arg in sess.get_inputs()}
@@ -141,6 +156,9 @@ def main(argv=None) -> int:
     except GpuopsError as e:
         print(f"gpuops: error: {e}", file=sys.stderr)
         return 1
+    except UsageError as e:
+        print(f"gpuops: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

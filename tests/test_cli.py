@@ -36,3 +36,20 @@ def test_bench_passes_its_options_to_the_runner(tmp_path, capsys):
     rc = main(["bench", "--quick", "--no-mdf", "--models", "quantized_mlp", "--device", "cpu", "--out", str(tmp_path)])
     assert rc == 0
     assert "quantized_mlp" in (tmp_path / "bench.md").read_text()
+
+
+def test_run_refuses_bad_input_files_in_one_line(tmp_path, capsys):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), path)
+    (tmp_path / "text.npy").write_text("not an array")
+    np.save(tmp_path / "pickled.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    np.savez(tmp_path / "archive.npz", x=np.zeros(2, np.float32))
+    for item, why in [(f"x={tmp_path / 'missing.npy'}", "No such file"), (f"x={tmp_path / 'text.npy'}", "pickled"),
+                      (f"x={tmp_path / 'pickled.npy'}", "allow_pickle"), (f"x={tmp_path / 'archive.npz'}", "single array"),
+                      (f"x={tmp_path}", "Is a directory"), ("x", "NAME=FILE.npy")]:
+        assert main(["run", str(path), "--device", "cpu", "--input", item]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("gpuops: error: ") and err.count("\n") == 1 and why in err, err
