@@ -10,7 +10,7 @@ import math
 
 from ..errors import NodeError
 from ..registry import op
-from .elementwise import erf, same_dtype
+from .elementwise import clamp, erf, same_dtype
 
 
 def _like(X, Y):
@@ -68,12 +68,12 @@ def Sigmoid(xp, X):
 
 @op("HardSigmoid", since=6)
 def HardSigmoid(xp, X, *, alpha=0.2, beta=0.5):
-    return _like(X, xp.clip(X * alpha + beta, 0, 1))
+    return _like(X, clamp(xp, X * alpha + beta, 0, 1))
 
 
 @op("HardSwish", since=14)
 def HardSwish(xp, X):
-    return _like(X, X * xp.clip(X * (1 / 6) + 0.5, 0, 1))
+    return _like(X, X * clamp(xp, X * (1 / 6) + 0.5, 0, 1))
 
 
 def softplus(xp, X):

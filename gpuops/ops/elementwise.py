@@ -11,6 +11,8 @@ The pre-opset-7 forms (``broadcast``/``axis`` attributes, ``consumed_inputs``) l
 
 import math
 
+import numpy as np
+
 from ..errors import NodeError
 from ..registry import op
 
@@ -324,6 +326,19 @@ def Min(xp, *data_0):
 
 
 # -- Clip ------------------------------------------------------------------------------------------
+
+def clamp(xp, x, lo=None, hi=None):
+    """``x`` limited to [lo, hi] (None: unbounded) in x's dtype, NaN staying NaN; hi wins when
+    lo > hi. Written with maximum/minimum because array-api-compat's ``clip`` assigns through
+    boolean masks, which synchronises CuPy with the host. Python-int bounds of an integer ``x``
+    are saturated to its range."""
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        lo, hi = (min(max(v, int(info.min)), int(info.max)) if type(v) is int else v for v in (lo, hi))
+    y = x if lo is None else xp.maximum(x, lo)
+    y = y if hi is None else xp.minimum(y, hi)
+    return y if y.dtype == x.dtype else y.astype(x.dtype)
+
 
 @op("Clip", since=6)
 def Clip6(xp, input, *, min=-3.4028234663852886e38, max=3.4028234663852886e38):

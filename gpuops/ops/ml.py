@@ -16,6 +16,7 @@ import numpy as np
 from ..device import to_host
 from ..errors import NodeError
 from ..registry import op
+from .elementwise import clamp
 
 ML = "ai.onnx.ml"
 
@@ -66,7 +67,7 @@ def _label_encode(xp, X, keys, values, default, out_dtype):
     x = X.astype(kdt)
     out = xp.full(tuple(X.shape), default, dtype=out_dtype)
     if plain:
-        pos = xp.clip(xp.searchsorted(k_sorted, xp.reshape(x, (-1,))), 0, len(plain) - 1)
+        pos = clamp(xp, xp.searchsorted(k_sorted, xp.reshape(x, (-1,))), 0, len(plain) - 1)
         pos = xp.reshape(pos, tuple(X.shape))
         out = xp.where(k_sorted[pos] == x, v_sorted[pos], out)
     if nan_keys:  # a NaN key matches any NaN input

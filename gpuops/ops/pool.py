@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import NodeError
 from ..registry import op
 from .conv import conv_geometry, spatial_attrs, window_taps
+from .elementwise import clamp
 
 
 def _geometry(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
@@ -222,8 +223,8 @@ def MaxRoiPool(xp, X, rois, *, pooled_shape=None, spatial_scale=1.0):
     def bins(start, length, pooled, limit):
         size = length[:, None] / float(pooled)
         p = xp.arange(pooled, dtype=xp.float32)[None, :]
-        lo = xp.clip(xp.floor(p * size) + start[:, None], 0, limit)
-        hi = xp.clip(xp.ceil((p + 1) * size) + start[:, None], 0, limit)
+        lo = clamp(xp, xp.floor(p * size) + start[:, None], 0, limit)
+        hi = clamp(xp, xp.ceil((p + 1) * size) + start[:, None], 0, limit)
         return lo, hi
 
     hs, he = bins(box[:, 1], roi_h, PH, H)  # (R, PH)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
+from .elementwise import clamp
 
 _COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                 "tf_crop_and_resize", "tf_half_pixel_for_nn")
@@ -35,7 +36,7 @@ def _finish(xp, Y, dtype):
         return Y
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        Y = xp.clip(xp.round(Y), float(info.min), float(info.max))
+        Y = clamp(xp, xp.round(Y), float(info.min), float(info.max))
     return xp.astype(Y, dtype)
 
 
@@ -302,7 +303,7 @@ def _grid_sample(xp, X, grid, mode, padding_mode, align_corners):
         lo, hi = (0.0, L - 1.0) if align_corners else (-0.5, L - 0.5)
         out_of_range = (x < lo) | (x > hi)
         if padding_mode == "border":
-            x = xp.where(out_of_range, xp.clip(x, 0, L - 1), x)
+            x = xp.where(out_of_range, clamp(xp, x, 0, L - 1), x)
         elif padding_mode == "reflection":
             x = xp.where(out_of_range, _reflect(xp, x, lo, hi), x)
         if mode == "nearest":
@@ -319,7 +320,7 @@ def _grid_sample(xp, X, grid, mode, padding_mode, align_corners):
                 valid = (i >= 0) & (i <= L - 1)
             elif padding_mode == "reflection":
                 i = xp.trunc(_reflect(xp, i, lo, hi))
-            i = xp.astype(xp.clip(i, 0, L - 1), xp.int64)
+            i = xp.astype(clamp(xp, i, 0, L - 1), xp.int64)
             dim_taps.append((i, w, valid))
         taps.append(dim_taps)
 

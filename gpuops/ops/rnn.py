@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
+from .elementwise import clamp
 
 # Activation name -> (default alpha, default beta); None: the function takes no such parameter.
 _ACT_PARAMS = {
@@ -49,7 +50,7 @@ def _activation(xp, name: str, a, b):
     if n == "scaledtanh":
         return lambda x: xp.tanh(x * b) * a
     if n == "hardsigmoid":
-        return lambda x: xp.clip(x * a + b, 0, 1)
+        return lambda x: clamp(xp, x * a + b, 0, 1)
     if n == "elu":
         return lambda x: xp.where(x >= 0, x, xp.expm1(x) * a)
     raise NodeError(f"unsupported RNN activation {name!r}")
@@ -125,7 +126,7 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
         zeros = xp.zeros((D, batch, H), dtype=X.dtype)
 
     act = _Activations(xp, activations, *acts, D)
-    pre = (lambda v: xp.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+    pre = (lambda v: clamp(xp, v, -clip, clip)) if clip is not None else (lambda v: v)
     RT = xp.swapaxes(R, 1, 2)  # (D, H, G*H)
     ys = []
     for k in range(T):

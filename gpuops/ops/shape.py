@@ -18,6 +18,7 @@ from ..device import to_host
 from ..dtypes import np_dtype
 from ..errors import NodeError
 from ..registry import op
+from .elementwise import clamp
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -557,7 +558,7 @@ def ReverseSequence(xp, input, sequence_lens, *, batch_axis=1, time_axis=0):
                         f"(input rank {input.ndim} >= 2)")
     T, B = input.shape[time_axis], input.shape[batch_axis]
     t = xp.reshape(xp.arange(T, dtype=np.int64), (T, 1))
-    lens = xp.reshape(xp.clip(sequence_lens.astype(np.int64), 0, T), (1, B))  # lengths past T mean T
+    lens = xp.reshape(clamp(xp, sequence_lens.astype(np.int64), 0, T), (1, B))  # lengths past T mean T
     src = xp.where(t < lens, lens - 1 - t, t)  # (T, B): the time step each output step reads
     if time_axis == 1:
         src = src.T

@@ -18,6 +18,7 @@ import numpy as np
 from ..device import to_host
 from ..errors import NodeError
 from ..registry import op
+from .elementwise import clamp
 
 
 def _strings(X) -> np.ndarray:
@@ -160,7 +161,7 @@ def TfIdfVectorizer(xp, X, *, max_gram_length, max_skip_count, min_gram_length, 
     V = len(vocab)
     vocab_d = xp.asarray(vocab)
     if V:
-        pos = xp.clip(xp.searchsorted(vocab_d, rows), 0, V - 1)
+        pos = clamp(xp, xp.searchsorted(vocab_d, rows), 0, V - 1)
         ids = xp.where(vocab_d[pos] == rows, pos, V)
     else:
         ids = xp.zeros(rows.shape, dtype=np.int64)
@@ -184,7 +185,7 @@ def TfIdfVectorizer(xp, X, *, max_gram_length, max_skip_count, min_gram_length, 
             for j in range(n):
                 offset = j * (skip + 1)
                 wc = wc * (V + 1) + ids[:, offset:offset + P]
-            at = xp.clip(xp.searchsorted(codes_d, xp.reshape(wc, (-1,))), 0, len(codes) - 1)
+            at = clamp(xp, xp.searchsorted(codes_d, xp.reshape(wc, (-1,))), 0, len(codes) - 1)
             at = xp.reshape(at, wc.shape)
             slot = xp.where(codes_d[at] == wc, row_base + cols_d[at], dump)
             counts = counts + xp.bincount(xp.reshape(slot, (-1,)), minlength=dump + 1)

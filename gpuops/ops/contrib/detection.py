@@ -25,6 +25,7 @@ from ...errors import NodeError
 from ...registry import op
 from ..conv import ConvTranspose as _conv_transpose
 from ..conv import conv_geometry, spatial_attrs, window_taps
+from ..elementwise import clamp
 from ..pool import MaxPool as _max_pool
 
 MS = "com.microsoft"
@@ -63,8 +64,8 @@ def CropAndResize(xp, X, rois, batch_indices, crop_size, *, extrapolation_value=
     b = xp.reshape(batch_indices.astype(np.int64), (R, 1, 1))
 
     def gather(yi, xi):  # -> (R, C, CH, CW)
-        yi = xp.clip(yi, 0, H - 1).astype(np.int64)[:, :, None]
-        xi = xp.clip(xi, 0, W - 1).astype(np.int64)[:, None, :]
+        yi = clamp(xp, yi, 0, H - 1).astype(np.int64)[:, :, None]
+        xi = clamp(xp, xi, 0, W - 1).astype(np.int64)[:, None, :]
         return xp.moveaxis(X[b, :, yi, xi], -1, 1).astype(ct)
 
     if mode == "nearest":

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
+from ..elementwise import clamp
 from ..indexing import GatherND_11 as _gather_nd
 from ..shape import Pad_11 as _pad
 from ..shape import Trilu as _trilu
@@ -141,7 +142,7 @@ def _cdist_metric(xp, metric, A, B):
                 b = b - b.mean(axis=-1, keepdims=True)
             dot = (a * b).sum(axis=-1)
             norm = xp.sqrt((a * a).sum(axis=-1)) * xp.sqrt((b * b).sum(axis=-1))
-            return xp.clip(1.0 - dot / norm, 0.0, 2.0)
+            return clamp(xp, 1.0 - dot / norm, 0.0, 2.0)
         return cos
     if metric == "hamming":
         return lambda a, b: (a != b).sum(axis=-1).astype(A.dtype) / n

@@ -24,6 +24,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
+from ..elementwise import clamp
 from ..pool import AveragePool as _average_pool
 from ..pool import _geometry as _pool_geometry
 from ..pool import _sum_windows
@@ -62,7 +63,7 @@ def _quant(xp, v, scale, zero_point, dtype):
     q = xp.rint(v.astype(_F32) / _scalar(xp, scale))
     if zero_point is not None:
         q = q + _scalar(xp, zero_point)
-    return xp.clip(q, lo, hi).astype(dtype)
+    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 def _check_8bit(*arrays):
@@ -89,7 +90,7 @@ def QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_sc
     b = B.astype(_F32) - (0.0 if B_zero_point is None else _scalar(xp, B_zero_point))
     lo, hi = _range(dtype)
     q = xp.rint(a * ra + b * rb + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
-    return xp.clip(q, lo, hi).astype(dtype)
+    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 @op("QLinearMul", domain=MS, since=1)
@@ -102,7 +103,7 @@ def QLinearMul(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_sc
     ratio = _scalar(xp, A_scale) * _scalar(xp, B_scale) / _scalar(xp, C_scale)
     lo, hi = _range(dtype)
     q = xp.rint(a * b * ratio + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
-    return xp.clip(q, lo, hi).astype(dtype)
+    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 @op("MulInteger", domain=MS, since=1)
@@ -180,7 +181,7 @@ def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_p
     dtype = _out_dtype(X, y_zero_point)
     lo, hi = _range(dtype)
     q = xp.rint(y / _scalar(xp, y_scale) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point)))
-    return xp.clip(q, lo, hi).astype(dtype)
+    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 @op("QLinearGlobalAveragePool", domain=MS, since=1)
@@ -198,7 +199,7 @@ def QLinearGlobalAveragePool(xp, X, x_scale, x_zero_point, y_scale, y_zero_point
     dtype = _out_dtype(X, y_zero_point)
     lo, hi = _range(dtype)
     q = xp.rint(acc.astype(_F32) * ratio) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point))
-    return xp.clip(q, lo, hi).astype(dtype)
+    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 @op("QLinearReduceMean", domain=MS, since=1)

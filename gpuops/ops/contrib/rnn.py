@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
+from ..elementwise import clamp
 from ..rnn import _Activations, _lstm_cell
 
 MS = "com.microsoft"
@@ -62,7 +63,7 @@ def AttnLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=
     RT = xp.swapaxes(R, 1, 2)  # (D, H, 4H)
     keys = xp.matmul(M[None], MW[:, None])  # (D, B, Tm, A)
     act = _Activations(xp, activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], D)
-    pre = (lambda v: xp.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+    pre = (lambda v: clamp(xp, v, -clip, clip)) if clip is not None else (lambda v: v)
     cell = _lstm_cell(xp, P, input_forget)
 
     h = xp.zeros((D, Bn, H), dtype=X.dtype) if initial_h is None else initial_h

@@ -28,6 +28,7 @@ from ...errors import NodeError
 from ...registry import op
 from .. import activation as _act
 from ..conv import conv as _conv
+from ..elementwise import clamp
 from ..indexing import _check_bounds
 from ..linalg import Gemm as _gemm
 from ..linalg import MatMul as _matmul
@@ -69,7 +70,7 @@ def fused_activation(xp, Y, name: str | None, alpha=None, beta=None, gamma=None)
     if name == "HardSigmoid":
         return _act.HardSigmoid(xp, Y, alpha=a(0.2), beta=b(0.5))
     if name == "Clip":
-        return xp.clip(Y, a(-np.inf), b(np.inf)).astype(Y.dtype)
+        return clamp(xp, Y, a(-np.inf), b(np.inf))
     if name == "Elu":
         return _act.Elu(xp, Y, alpha=a(1.0))
     if name == "Selu":
