@@ -1,6 +1,6 @@
 """Per-``evaluate()`` time of MDF models: gpuops' MDFSession vs modeci-mdf's reference engine.
 
-    python -m benchmarks.mdf [--device cpu] [--examples ../shared/mdf-examples] [--out DIR] [--quick]
+    python -m benchmarks.mdf [--device cpu] [--examples DIR] [--out DIR] [--quick]
 
 Models: ``Simple.json`` and ``converted/mlp_pure_mdf.json`` (the MLP; the goal is >= 20x on cpu).
 Both engines evaluate the same graph repeatedly in one process after warm-up (the reference's
@@ -11,18 +11,40 @@ writes mdf.json under --out.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import functools
+import gzip
 import io
 import json
 import platform
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 MODELS = ["Simple.json", "converted/mlp_pure_mdf.json"]
-DEFAULT_EXAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "mdf-examples"
+DEFAULT_EXAMPLES = Path(__file__).resolve().parents[1] / "tests" / "mdf" / "examples"
+
+
+@functools.lru_cache(maxsize=None)
+def examples_dir(src: Path = DEFAULT_EXAMPLES) -> Path:
+    """The MDF examples as plain files: ``src`` itself, or (when it holds ``*.json.gz``) a temporary
+    copy with those unpacked, removed at exit."""
+    src = Path(src)
+    packed = sorted(src.rglob("*.json.gz"))
+    if not packed:
+        return src
+    dst = Path(tempfile.mkdtemp(prefix="gpuops-mdf-examples-"))
+    atexit.register(shutil.rmtree, dst, True)
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.gz"))
+    for f in packed:
+        with gzip.open(f) as z:
+            (dst / f.relative_to(src).with_suffix("")).write_bytes(z.read())
+    return dst
 
 
 def per_call_ms(fn, min_time: float, repeat: int) -> dict:
@@ -95,11 +117,12 @@ def main(argv=None) -> int:
     if not a.examples.is_dir():
         print(f"no MDF examples at {a.examples}")
         return 1
+    examples = examples_dir(a.examples)
     min_time, repeat = (0.05, 3) if a.quick else (0.5, 7)
     import modeci_mdf
     import gpuops
 
-    runs = [bench(a.examples / m, a.device, min_time, repeat) for m in MODELS]
+    runs = [bench(examples / m, a.device, min_time, repeat) for m in MODELS]
     doc = {"python": platform.python_version(), "gpuops": gpuops.__version__,
            "modeci_mdf": getattr(modeci_mdf, "__version__", "?"), "runs": runs}
     text = json.dumps(doc, indent=1)

@@ -1,20 +1,16 @@
 """The MDF benchmark runs, agrees with modeci-mdf, and is faster than it."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("modeci_mdf")
 
-EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "mdf-examples"
 
-
-@pytest.mark.skipif(not EXAMPLES.is_dir(), reason=f"MDF EXAMPLES MISSING: {EXAMPLES} does not exist")
 def test_mdf_benchmark_quick(tmp_path):
     from benchmarks.mdf import main
 
-    assert main(["--quick", "--device", "cpu", "--examples", str(EXAMPLES), "--out", str(tmp_path)]) == 0
+    assert main(["--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0
     runs = {r["model"]: r for r in json.loads((tmp_path / "mdf.json").read_text())["runs"]}
     assert set(runs) == {"Simple.json", "mlp_pure_mdf.json"}
     for r in runs.values():

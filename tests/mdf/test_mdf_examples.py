@@ -1,8 +1,7 @@
-"""The public MDF examples (``../shared/mdf-examples``) on cpu and cuda: EXPECTED.json, the README's
+"""The public MDF examples (vendored in ``tests/mdf/examples``) on cpu and cuda: EXPECTED.json, the README's
 known results, and modeci-mdf's reference engine run side by side over several runs."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,14 +13,13 @@ from gpuops.device import uses_standin  # noqa: E402
 from gpuops.errors import UnsupportedOpError  # noqa: E402
 from gpuops.mdf import MDFSession  # noqa: E402
 
+from benchmarks.mdf import examples_dir  # noqa: E402
+
 from .reference import assert_same, reference_graph, reference_step  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "mdf-examples"
-pytestmark = pytest.mark.skipif(
-    not EXAMPLES.is_dir(),
-    reason=f"MDF EXAMPLES MISSING: {EXAMPLES} does not exist; the MDF example tests need shared/ beside the repo")
+EXAMPLES = examples_dir()
 DEVICES = ["cpu", "cuda"]
-EXPECTED = json.loads((EXAMPLES / "EXPECTED.json").read_text()) if EXAMPLES.is_dir() else {}
+EXPECTED = json.loads((EXAMPLES / "EXPECTED.json").read_text())
 
 # every example the reference engine runs, with the time increments of the runs to compare
 TIMED = {"States.json": 0.01, "NewtonCoolingModel.json": 0.1, "FN.mdf.json": 0.00005,
