@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -50,6 +51,22 @@ class Device:
     def to_host(self, value: Any) -> np.ndarray:
         return to_host(value)
 
+    def host_sync_count(self) -> int:
+        """Host syncs on this thread so far. The stand-in counts every one (device reads, shapes that
+        depend on device data, inside any library); on CuPy only gpuops' own device->host copies
+        (host inputs, host-only nodes) are known."""
+        if self.kind == "cpu":
+            return 0
+        if self.lib.__name__.startswith("gpuops.cuda_standin"):
+            return self.lib.sync_count()
+        return getattr(_counts, "syncs", 0)
+
+    def kernel_launch_count(self) -> int | None:
+        """Device op calls and kernel launches on this thread so far (the stand-in only; None on CuPy)."""
+        if self.kind == "cuda" and self.lib.__name__.startswith("gpuops.cuda_standin"):
+            return self.lib.launch_count()
+        return None
+
     def is_native(self, value: Any) -> bool:
         """True when ``value`` is already where this device keeps it: an array of its namespace, or a
         host array of a dtype the device cannot hold."""
@@ -58,11 +75,15 @@ class Device:
         return isinstance(value, (self.lib or np).ndarray)
 
 
+_counts = threading.local()  # gpuops' own device->host copies on this thread (see host_sync_count)
+
+
 def to_host(value: Any) -> np.ndarray:
     """Any array (NumPy, CuPy, DLPack-capable) -> a NumPy array on the host."""
     if isinstance(value, np.ndarray):
         return value
     if type(value).__module__.startswith(("cupy", "gpuops.cuda_standin")):
+        _counts.syncs = getattr(_counts, "syncs", 0) + 1
         return value.get()  # cupy.ndarray.get(): the explicit device -> host copy
     if hasattr(value, "__dlpack__") and not isinstance(value, np.generic):
         try:

@@ -114,9 +114,10 @@ def test_profile_records_every_node(tmp_path):
     for dev in ("cpu", "cuda"):
         sess = gpuops.InferenceSession(chain_model(n=5), device=dev)
         sess.run(None, {"x": np.ones((2, 256), np.float32)}, profile=True)
-        prof = sess.last_profile
+        prof = sess.last_profile["nodes"]
         assert [p["node"] for p in prof] == ["relu0", "mul1", "relu2", "mul3", "relu4"]
         assert all(p["wall_ms"] >= 0 and p["output_bytes"] == 2 * 256 * 4 for p in prof)
+        assert all(p["host_syncs"] == 0 for p in prof) and sess.last_profile["host_syncs"]["count"] == 0
         if dev == "cuda":
             assert all("device_ms" in p for p in prof)
         sess.save_profile(tmp_path / f"{dev}.json")

@@ -72,7 +72,7 @@ class InferenceSession:
         self._inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name not in init_names]
         self._optional_inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name in init_names]
         self._outputs = [_node_arg(vi) for vi in self.model.graph.output]
-        self.last_profile: list[dict] | None = None
+        self.last_profile: dict | None = None
         self._graphs = CudaGraphs(self) if cuda_graph and self.device.kind == "cuda" else None
         self._host_nodes: set = set()  # (op, dtypes) already logged as running on the host
         self._closed = False
@@ -102,8 +102,12 @@ class InferenceSession:
 
         Outputs are NumPy arrays, or device arrays with ``output_device="device"`` (CuPy arrays on
         CUDA). Feeds may be NumPy, CuPy or any DLPack-capable arrays (taken without a host copy when
-        they already live on this device). ``profile=True`` records per-node times and bytes in
-        :attr:`last_profile` (see :meth:`save_profile`).
+        they already live on this device). ``profile=True`` runs node by node and sets
+        :attr:`last_profile` to ``{"device", "nodes", "host_syncs", "kernel_launches"}``: a record per
+        node (times, bytes, ``host_syncs``), the host syncs between feed upload and output download
+        (``{"count", "nodes"}``: how many, and the nodes where they happened) and the device op calls.
+        On the CPU stand-in of CuPy every sync and launch is counted; on CuPy, host syncs count
+        gpuops' own device->host copies (host inputs, host-only nodes) and ``kernel_launches`` is None.
         """
         if self._closed:
             raise GpuopsError("the session is closed")
@@ -116,7 +120,7 @@ class InferenceSession:
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
         ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
         try:
-            with self.memory.active():
+            with self.memory.active(), blas_threads(self.threads):
                 feeds = self._check_feeds(input_feed)
                 use_graph = self._graphs is not None and self._graphs.usable and not profile
                 outs = self._graphs.run(feeds, names) if use_graph else None
@@ -130,17 +134,40 @@ class InferenceSession:
         except OutOfMemoryError:
             self.memory.release_cached()
             raise
-        self.last_profile = ctx.profile
+        self.last_profile = None if not profile else {
+            "device": str(self.device),
+            "nodes": ctx.profile,
+            "host_syncs": {"count": syncs,
+                           "nodes": list(dict.fromkeys(r["node"] for r in ctx.profile if r["host_syncs"]))},
+            "kernel_launches": launches,
+        }
         return outs if output_device == "device" else [_to_host(v) for v in outs]
 
     def save_profile(self, path) -> None:
         """Write :attr:`last_profile` (from ``run(..., profile=True)``) as JSON."""
+                    syncs, launches = self.device.host_sync_count(), self.device.kernel_launch_count()
         import json
 
         if self.last_profile is None:
             raise GpuopsError("no profile recorded: call run(..., profile=True) first")
+                    if profile:
+                        syncs = self.device.host_sync_count() - syncs
+                        launches = None if launches is None else self.device.kernel_launch_count() - launches
         with open(path, "w") as f:
-            json.dump({"device": str(self.device), "nodes": self.last_profile}, f, indent=1)
+            json.dump(self.last_profile, f, indent=1)
+
+    def cuda_graph_status(self) -> dict:
+        """Whether the last feed shapes run as a captured CUDA graph (``cuda_graph=True``):
+        ``{"captured": bool, "blocking_node": str | None, "reason": str | None}``; when capture
+        failed, the node that broke it and why."""
+        g = self._graphs
+        if g is None:
+            why = "cuda_graph is off" if self.device.kind == "cuda" else f"CUDA graphs need a CUDA device, not {self.device}"
+            return {"captured": False, "blocking_node": None, "reason": why}
+        if g.usable and g.graph is None:
+            return {"captured": False, "blocking_node": None, "reason": "not captured yet: run() once first"}
+        return {"captured": g.usable and g.graph is not None, "blocking_node": g.blocking_node,
+                "reason": g.reason}
 
     def close(self) -> None:
         """Release every device buffer this session holds (weights included)."""
@@ -217,6 +244,7 @@ class CudaGraphs:
         return [self.env[n].copy() for n in names]
 
     def _capture(self, key, feeds: dict) -> bool:
+        self.blocking_node = self.reason = None
         s, lib = self.session, self.session.device.lib
         self.graph = self.env = None
         inputs = {k: v.copy() for k, v in feeds.items()}
@@ -226,12 +254,12 @@ class CudaGraphs:
             del warm
             env = dict(s.plan.weights, **inputs)
             self.stream = lib.cuda.Stream(non_blocking=True)
-            ctx = self._ctx()
             with self.stream:
                 self.stream.begin_capture()
                 try:
                     run_plan(s.plan, env, ctx)
                 finally:
+        ctx = self._ctx()
                     graph = self.stream.end_capture()
             s.memory.note_run(ctx.live)
         except OutOfMemoryError:
@@ -252,6 +280,8 @@ class CudaGraphs:
 def _feed_to_device(device: Device, value):
     if value is None:
         return None
+            self.blocking_node = ctx.failed_node
+            self.reason = f"{type(e).__name__}: {e}"
     if isinstance(value, list):
         return [_feed_to_device(device, v) for v in value]
     return value if device.is_native(value) else device.asarray(value)
@@ -295,6 +325,7 @@ class Subgraph:
     def input_names(self) -> list[str]:
         return [i.name for i in self.plan.inputs]
 
+    failed_node: str | None = None  # the innermost node that raised
     @property
     def output_names(self) -> list[str]:
         return list(self.plan.outputs)
@@ -360,15 +391,18 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             raise NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}") from e
         outs = result if isinstance(result, tuple) else (result,)
         if len(outs) < sum(1 for o in step.outputs if o):
+            ctx.failed_node = ctx.failed_node or step.name
             raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
                             f"{len(step.outputs)}")
         for name, value in zip(step.outputs, outs):
             if name:
+            ctx.failed_node = ctx.failed_node or step.name
                 env[name] = value
                 live.add(_nbytes(value))
         if profile is not None:
             profile.append(timer.done(step, outs))
         ctx.memory.note_node()
+            ctx.failed_node = ctx.failed_node or step.name
         for name in () if ctx.keep_all else step.release:
             value = env.pop(name, None)
             if value is not None and name in plan.produced:
@@ -418,6 +452,7 @@ class NodeTimer:
             self.events[1].record()
             self.events[1].synchronize()
             rec["device_ms"] = self.device.lib.cuda.get_elapsed_time(*self.events)
+        self.syncs0 = device.host_sync_count()
         rec["wall_ms"] = (time.perf_counter() - self.t0) * 1e3
         rec["output_bytes"] = sum(_nbytes(v) for v in outs)
         rec["pool_bytes_delta"] = self.memory.used_bytes() - self.bytes0
@@ -433,6 +468,7 @@ def _gather(step: Step, env: dict, device: Device) -> list:
             args.append(step.host_consts[i])
         else:
             try:
+        rec["host_syncs"] = self.device.host_sync_count() - self.syncs0
                 value = env[name]
             except KeyError:
                 raise NodeError(f"{step.describe()}: input {name!r} has no value") from None
