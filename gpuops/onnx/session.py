@@ -120,17 +120,21 @@ class InferenceSession:
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
         ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
         try:
-            with self.memory.active(), blas_threads(self.threads):
+            with self.memory.active():
                 feeds = self._check_feeds(input_feed)
                 use_graph = self._graphs is not None and self._graphs.usable and not profile
                 outs = self._graphs.run(feeds, names) if use_graph else None
                 if outs is None:
                     env = dict(self.plan.weights)
                     env.update(feeds)
+                    syncs, launches = self.device.host_sync_count(), self.device.kernel_launch_count()
                     run_plan(self.plan, env, ctx)
                     outs = [env[n] for n in names]
                     del env
                     self.memory.note_run(ctx.live)
+                    if profile:
+                        syncs = self.device.host_sync_count() - syncs
+                        launches = None if launches is None else self.device.kernel_launch_count() - launches
         except OutOfMemoryError:
             self.memory.release_cached()
             raise
@@ -145,14 +149,10 @@ class InferenceSession:
 
     def save_profile(self, path) -> None:
         """Write :attr:`last_profile` (from ``run(..., profile=True)``) as JSON."""
-                    syncs, launches = self.device.host_sync_count(), self.device.kernel_launch_count()
         import json
 
         if self.last_profile is None:
             raise GpuopsError("no profile recorded: call run(..., profile=True) first")
-                    if profile:
-                        syncs = self.device.host_sync_count() - syncs
-                        launches = None if launches is None else self.device.kernel_launch_count() - launches
         with open(path, "w") as f:
             json.dump(self.last_profile, f, indent=1)
 
@@ -162,7 +162,8 @@ class InferenceSession:
         failed, the node that broke it and why."""
         g = self._graphs
         if g is None:
-            why = "cuda_graph is off" if self.device.kind == "cuda" else f"CUDA graphs need a CUDA device, not {self.device}"
+            why = ("cuda_graph is off" if self.device.kind == "cuda"
+                   else f"CUDA graphs need a CUDA device, not {self.device}")
             return {"captured": False, "blocking_node": None, "reason": why}
         if g.usable and g.graph is None:
             return {"captured": False, "blocking_node": None, "reason": "not captured yet: run() once first"}
@@ -232,6 +233,7 @@ class CudaGraphs:
         self.usable = True
         self.key = None
         self.graph = self.stream = self.inputs = self.env = None
+        self.blocking_node = self.reason = None
 
     def run(self, feeds: dict, names: list[str]) -> list | None:
         key = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))
@@ -244,10 +246,10 @@ class CudaGraphs:
         return [self.env[n].copy() for n in names]
 
     def _capture(self, key, feeds: dict) -> bool:
-        self.blocking_node = self.reason = None
         s, lib = self.session, self.session.device.lib
         self.graph = self.env = None
         inputs = {k: v.copy() for k, v in feeds.items()}
+        ctx = self._ctx()
         try:
             warm = dict(s.plan.weights, **inputs)
             run_plan(s.plan, warm, self._ctx())
@@ -259,7 +261,6 @@ class CudaGraphs:
                 try:
                     run_plan(s.plan, env, ctx)
                 finally:
-        ctx = self._ctx()
                     graph = self.stream.end_capture()
             s.memory.note_run(ctx.live)
         except OutOfMemoryError:
@@ -268,6 +269,8 @@ class CudaGraphs:
             log.info("gpuops: the model cannot run as a CUDA graph (%s: %s); running node by node",
                      type(e).__name__, e)
             self.usable = False
+            self.blocking_node = ctx.failed_node
+            self.reason = f"{type(e).__name__}: {e}"
             return False
         self.key, self.graph, self.inputs, self.env = key, graph, inputs, env
         return True
@@ -280,8 +283,6 @@ class CudaGraphs:
 def _feed_to_device(device: Device, value):
     if value is None:
         return None
-            self.blocking_node = ctx.failed_node
-            self.reason = f"{type(e).__name__}: {e}"
     if isinstance(value, list):
         return [_feed_to_device(device, v) for v in value]
     return value if device.is_native(value) else device.asarray(value)
@@ -313,6 +314,7 @@ class RunContext:
     live: LiveBytes = field(default_factory=LiveBytes)
     host_nodes_logged: set = field(default_factory=set)
     keep_all: bool = False  # no liveness releases (a CUDA graph capture keeps its buffers)
+    failed_node: str | None = None  # the innermost node that raised
 
 
 class Subgraph:
@@ -325,7 +327,6 @@ class Subgraph:
     def input_names(self) -> list[str]:
         return [i.name for i in self.plan.inputs]
 
-    failed_node: str | None = None  # the innermost node that raised
     @property
     def output_names(self) -> list[str]:
         return list(self.plan.outputs)
@@ -379,30 +380,30 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             if step_xp is not xp:
                 result = _to_device(ctx.device, result)
         except GpuopsError as e:
+            ctx.failed_node = ctx.failed_node or step.name
             if step.name in str(e):
                 raise
             raise type(e)(f"{step.describe()}: {e}") from e
         except MemoryError as e:
+            ctx.failed_node = ctx.failed_node or step.name
             limit = ctx.memory.stats()["limit_bytes"]
             raise OutOfMemoryError(f"{step.describe()} ran out of device memory on {ctx.device}"
                                    + (f" (session memory_limit {limit:,} bytes)" if limit else "")
                                    + f": {e}") from None
         except Exception as e:
+            ctx.failed_node = ctx.failed_node or step.name
             raise NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}") from e
         outs = result if isinstance(result, tuple) else (result,)
         if len(outs) < sum(1 for o in step.outputs if o):
-            ctx.failed_node = ctx.failed_node or step.name
             raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
                             f"{len(step.outputs)}")
         for name, value in zip(step.outputs, outs):
             if name:
-            ctx.failed_node = ctx.failed_node or step.name
                 env[name] = value
                 live.add(_nbytes(value))
         if profile is not None:
             profile.append(timer.done(step, outs))
         ctx.memory.note_node()
-            ctx.failed_node = ctx.failed_node or step.name
         for name in () if ctx.keep_all else step.release:
             value = env.pop(name, None)
             if value is not None and name in plan.produced:
@@ -440,6 +441,7 @@ class NodeTimer:
     def __init__(self, device: Device, memory: MemoryManager):
         self.device, self.memory = device, memory
         self.bytes0 = memory.used_bytes()
+        self.syncs0 = device.host_sync_count()
         self.events = None
         if device.kind == "cuda":
             self.events = (device.lib.cuda.Event(), device.lib.cuda.Event())
@@ -452,10 +454,10 @@ class NodeTimer:
             self.events[1].record()
             self.events[1].synchronize()
             rec["device_ms"] = self.device.lib.cuda.get_elapsed_time(*self.events)
-        self.syncs0 = device.host_sync_count()
         rec["wall_ms"] = (time.perf_counter() - self.t0) * 1e3
         rec["output_bytes"] = sum(_nbytes(v) for v in outs)
         rec["pool_bytes_delta"] = self.memory.used_bytes() - self.bytes0
+        rec["host_syncs"] = self.device.host_sync_count() - self.syncs0
         return rec
 
 
@@ -468,7 +470,6 @@ def _gather(step: Step, env: dict, device: Device) -> list:
             args.append(step.host_consts[i])
         else:
             try:
-        rec["host_syncs"] = self.device.host_sync_count() - self.syncs0
                 value = env[name]
             except KeyError:
                 raise NodeError(f"{step.describe()}: input {name!r} has no value") from None
