@@ -69,7 +69,7 @@ def cmd_run(a) -> int:
 
     a.model = resolve_model_path(a.model)
     t0 = time.perf_counter()
-    sess = InferenceSession(a.model, device=a.device)
+    sess = InferenceSession(a.model, device=a.device, optimized_model_path=a.save_optimized)
     t_load = time.perf_counter() - t0
     given = dict(load_input(item) for item in a.input)
     rng = np.random.default_rng(a.seed)
@@ -140,6 +140,7 @@ def main(argv=None) -> int:
     r.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up")
     r.add_argument("--batch", type=int, default=1, help="size of symbolic dimensions")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--save-optimized", metavar="PATH", help="write the optimized model (valid ONNX) there")
     r.set_defaults(fn=cmd_run)
     i = sub.add_parser("info", help="version and devices")
     i.add_argument("--json", action="store_true")

@@ -17,6 +17,8 @@ from ..dtypes import device_supported, np_dtype, type_name
 from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
 from ..memory import LiveBytes, MemoryManager
 from ..registry import canonical_domain
+from ..optimizer import optimize as optimize_model
+from ..optimizer import save_model
 from .model import load_model
 from .plan import Plan, PlanBuilder, Step
 
@@ -55,12 +57,16 @@ class InferenceSession:
     ``cuda_graph=True`` (CUDA only) captures the whole run as a CUDA graph for each set of feed shapes
     and replays it; a graph that cannot be captured (a node reads device values on the host, as
     Loop and If do) falls back to running node by node, logged once.
+    ``optimize`` is the graph optimizer's level, ``"all"`` (default), ``"basic"`` or ``"none"``
+    (see :mod:`gpuops.optimizer`); ``optimized_model_path`` saves the optimized model there.
     """
 
     def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None,
-                 cuda_graph: bool = False):
+                 cuda_graph: bool = False, optimize: str = "all", optimized_model_path=None):
         self.device = get_device(device)
-        self.model = load_model(model)
+        self.model = optimize_model(load_model(model), optimize)
+        if optimized_model_path is not None:
+            save_model(self.model, optimized_model_path)
         opsets = {canonical_domain(imp.domain): imp.version for imp in self.model.opset_import} or {"": 1}
         functions = {(canonical_domain(f.domain), f.name): f for f in self.model.functions}
         self.opsets = opsets

@@ -1,0 +1,77 @@
+"""Plan-time graph optimizer: rewrites an ONNX model before gpuops builds its plan.
+
+``optimize(model, level)`` returns an optimized copy of the model (the input is not changed). The
+result is a valid ONNX model using only ai.onnx and com.microsoft ops, which onnxruntime runs too.
+
+Levels (as onnxruntime's graph_optimization_level):
+
+* ``"none"``: the model as given.
+* ``"basic"``: rewrites that keep to ai.onnx ops: constant folding (:mod:`.constant_folding`),
+  Shape/Size of static shapes (:mod:`.shape_to_constant`), no-op removal (:mod:`.eliminate_noops`),
+  common subexpressions (:mod:`.cse`), BatchNormalization into Conv/ConvTranspose/Gemm
+  (:mod:`.fold_batchnorm`), Mul/Add by constants into Conv (:mod:`.fold_mul_add_into_conv`),
+  MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`).
+* ``"all"``: also the com.microsoft fusions: Conv + Add + activation -> FusedConv
+  (:mod:`.conv_fusion`), Transposes into MatMul -> FusedMatMul, and the transformer patterns
+  (:mod:`.gelu`, :mod:`.layernorm`).
+
+The rewrites run in rounds until none applies. Only the main graph is rewritten (subgraphs of
+If/Loop/Scan run as given; the values they read from the main graph keep their names).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import onnx
+
+from ..errors import GpuopsError
+from . import constant_folding, shape_to_constant
+from .constant_folding import FOLD_LIMIT
+from .graph import Graph
+
+LEVELS = ("none", "basic", "all")
+MAX_ROUNDS = 8
+
+__all__ = ["optimize", "save_model", "LEVELS", "FOLD_LIMIT"]
+
+
+def _passes(level: str, fold_limit: int):
+    basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply]
+    if level == "basic":
+        return basic
+    return basic + []
+
+
+def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT) -> onnx.ModelProto:
+    """An optimized copy of ``model`` at ``level`` ("none", "basic" or "all"; see the module doc).
+
+    ``fold_limit`` caps the bytes of one folded node's outputs (default 1 GiB): a larger constant
+    result (e.g. an Expand to a huge shape) is left to run time.
+    """
+    if level not in LEVELS:
+        raise GpuopsError(f"optimize must be one of {LEVELS}, not {level!r}")
+    if level == "none":
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = Graph(copy)
+    passes = _passes(level, fold_limit)
+    for _ in range(MAX_ROUNDS):
+        changed = False
+        for p in passes:
+            changed |= p(graph)
+        if not changed:
+            break
+    return graph.to_model()
+
+
+def save_model(model: onnx.ModelProto, path) -> None:
+    """Write ``model`` to ``path`` (tensors over 2 GiB in all go to an external data file beside it)."""
+    import os
+
+    try:
+        onnx.save_model(model, os.fspath(path))
+    except ValueError:  # the 2 GiB protobuf limit
+        onnx.save_model(model, os.fspath(path), save_as_external_data=True,
+                        location=os.path.basename(os.fspath(path)) + ".data")

@@ -1,0 +1,287 @@
+"""The mutable view of a model's main graph that the rewrites work on.
+
+Nodes stay ``onnx.NodeProto`` objects (edited in place); constants are NumPy arrays. A value is
+*constant* when it is an initializer that is not also a graph input, or a value a rewrite folded.
+Initializers that are graph inputs are overridable (the caller may feed them) and never constant,
+except in models of IR version < 4, where every initializer must be listed as an input and
+onnxruntime treats them all as constants; gpuops does the same here.
+
+*Protected* values (graph outputs, and names that subgraphs read from this scope) keep their name
+and their producer: a rewrite may not rename them or fuse their producer away.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, helper, numpy_helper
+
+from ..dtypes import onnx_dtype
+from ..onnx.plan import tensor_to_numpy
+from ..registry import canonical_domain
+
+MS = "com.microsoft"
+# values that shape inference sees with their data (shape vectors, axes, scalars); larger
+# constants are declared as typed inputs so inference stays cheap
+_INFER_CONST_ELEMENTS = 4096
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    """The value of ``node``'s attribute ``name``, or ``default``."""
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def set_attrs(node: onnx.NodeProto, **values) -> None:
+    """Set (or, with ``None``, remove) attributes of ``node``."""
+    keep = [a for a in node.attribute if a.name not in values]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+    for k, v in values.items():
+        if v is not None:
+            node.attribute.append(helper.make_attribute(k, v))
+
+
+def has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _subgraph_reads(node: onnx.NodeProto, out: set[str]) -> None:
+    """Every name a node's subgraphs read (their own locals included: a superset is safe)."""
+    for a in node.attribute:
+        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)
+        for g in graphs:
+            for n in g.node:
+                out.update(n.input)
+                _subgraph_reads(n, out)
+            out.update(o.name for o in g.output)
+
+
+class Graph:
+    """The main graph of ``model`` (which the optimizer owns and edits)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        g = model.graph
+        self.nodes: list[onnx.NodeProto] = list(g.node)
+        self.opsets = {canonical_domain(o.domain): o.version for o in model.opset_import}
+        self.input_names = [i.name for i in g.input]
+        self.output_names = [o.name for o in g.output]
+        self._protos = {t.name: t for t in g.initializer}
+        overridable = set(self.input_names) & set(self._protos) if model.ir_version >= 4 else set()
+        self._arrays: dict[str, np.ndarray] = {}
+        self.consts: set[str] = set(self._protos) - overridable
+        self.changed_consts: set[str] = set()
+        reads: set[str] = set()
+        for n in self.nodes:
+            _subgraph_reads(n, reads)
+        self.protected = set(self.output_names) | reads
+        self._names = {n.name for n in self.nodes} | {o for n in self.nodes for o in n.output} | set(self._protos)
+        self._names |= set(self.input_names)
+        self._shapes: dict[str, tuple] | None = None
+        self.index()
+
+    # -- structure -----------------------------------------------------------------------------
+
+    def index(self) -> None:
+        """Recompute producers and consumers (call after structural edits)."""
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for n in self.nodes:
+            for x in n.input:
+                if x:
+                    self.consumers.setdefault(x, []).append(n)
+            for o in n.output:
+                if o:
+                    self.producer[o] = n
+
+    def single_use(self, name: str) -> bool:
+        """``name`` is read by exactly one node and is not protected."""
+        return name not in self.protected and len(self.consumers.get(name, ())) == 1
+
+    def unused(self, name: str) -> bool:
+        return not name or (name not in self.protected and not self.consumers.get(name))
+
+    def only_consumer(self, name: str, op_type: str):
+        """The one consumer of ``name`` if it is a ``op_type`` node of ai.onnx, else None."""
+        if not self.single_use(name):
+            return None
+        n = self.consumers[name][0]
+        return n if n.op_type == op_type and canonical_domain(n.domain) == "" else None
+
+    def producer_of(self, name: str, op_type: str):
+        n = self.producer.get(name)
+        return n if n is not None and n.op_type == op_type and canonical_domain(n.domain) == "" else None
+
+    def remove(self, *nodes: onnx.NodeProto) -> None:
+        ids = {id(n) for n in nodes}
+        self.nodes = [n for n in self.nodes if id(n) not in ids]
+        self.invalidate()
+
+    def rename_uses(self, old: str, new: str) -> None:
+        """Make every node that reads ``old`` read ``new`` (``old`` must not be protected)."""
+        for n in self.consumers.get(old, ()):
+            n.input[:] = [new if x == old else x for x in n.input]
+        self.consumers.setdefault(new, []).extend(self.consumers.pop(old, []))
+
+    def unique(self, base: str) -> str:
+        name, i = base, 0
+        while name in self._names:
+            i += 1
+            name = f"{base}_{i}"
+        self._names.add(name)
+        return name
+
+    def opset(self, domain: str = "") -> int:
+        return self.opsets.get(domain, 0)
+
+    def use_domain(self, domain: str, version: int = 1) -> None:
+        if domain not in self.opsets:
+            self.opsets[domain] = version
+            self.model.opset_import.append(helper.make_opsetid(domain, version))
+
+    def make_node(self, op_type: str, inputs, outputs, domain: str = "", **attrs) -> onnx.NodeProto:
+        return helper.make_node(op_type, list(inputs), list(outputs), name=self.unique(f"opt/{op_type}"),
+                                domain=domain, **{k: v for k, v in attrs.items() if v is not None})
+
+    # -- constants -----------------------------------------------------------------------------
+
+    def is_const(self, name: str) -> bool:
+        return bool(name) and name in self.consts
+
+    def value(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = tensor_to_numpy(self._protos[name])
+        return self._arrays[name]
+
+    def const_value(self, name: str):
+        """The constant's array, or None when ``name`` is not constant."""
+        return self.value(name) if self.is_const(name) else None
+
+    def set_const(self, name: str, array: np.ndarray) -> None:
+        """``name`` now holds the constant ``array`` (its producer, if any, is the caller's to remove)."""
+        self._arrays[name] = np.asarray(array)
+        self.consts.add(name)
+        self.changed_consts.add(name)
+        self._names.add(name)
+
+    def add_const(self, array: np.ndarray, base: str) -> str:
+        name = self.unique(base)
+        self.set_const(name, array)
+        return name
+
+    # -- shapes --------------------------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        self._shapes = None
+
+    def info(self, name: str):
+        """(elem_type, shape) of a value from shape inference; dims are ints or None. None if unknown."""
+        if self.is_const(name):
+            v = self.value(name)
+            try:
+                return onnx_dtype(v.dtype), tuple(v.shape)
+            except Exception:
+                return None
+        if self._shapes is None:
+            self._shapes = self._infer()
+        return self._shapes.get(name)
+
+    def shape(self, name: str):
+        """The fully static shape of a value, or None."""
+        i = self.info(name)
+        if i is None or i[1] is None or any(d is None for d in i[1]):
+            return None
+        return i[1]
+
+    def elem_type(self, name: str):
+        i = self.info(name)
+        return i[0] if i else None
+
+    def _infer(self) -> dict[str, tuple]:
+        m = onnx.ModelProto()
+        m.ir_version = max(self.model.ir_version, 4)
+        m.opset_import.extend(self.model.opset_import)
+        m.functions.extend(self.model.functions)
+        g = m.graph
+        g.node.extend(self.nodes)
+        g.input.extend(self.model.graph.input)
+        declared = set(self.input_names)
+        for name in self._live_consts():
+            small = name in self._arrays and self._arrays[name].size <= _INFER_CONST_ELEMENTS
+            if name in self._protos and name not in self._arrays:
+                t = self._protos[name]
+                small = int(np.prod(t.dims)) <= _INFER_CONST_ELEMENTS
+                if small:
+                    g.initializer.append(t)
+                elif name not in declared:
+                    g.input.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
+                continue
+            v = self._arrays[name]
+            try:
+                if small:
+                    g.initializer.append(numpy_helper.from_array(v, name))
+                elif name not in declared:
+                    g.input.append(helper.make_tensor_value_info(name, onnx_dtype(v.dtype), list(v.shape)))
+            except Exception:
+                pass
+        g.value_info.extend(self.model.graph.value_info)
+        g.output.extend(self.model.graph.output)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True).graph
+        except Exception:
+            inferred = g
+        out = {}
+        for vi in [*inferred.input, *inferred.value_info, *inferred.output]:
+            t = vi.type
+            if not t.HasField("tensor_type") or not t.tensor_type.elem_type:
+                continue
+            tt = t.tensor_type
+            shape = None
+            if tt.HasField("shape"):
+                shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+            out[vi.name] = (tt.elem_type, shape)
+        return out
+
+    # -- output --------------------------------------------------------------------------------
+
+    def _live_consts(self) -> list[str]:
+        used = {x for n in self.nodes for x in n.input} | self.protected
+        return [c for c in self.consts if c in used]
+
+    def to_model(self) -> onnx.ModelProto:
+        """Write the edited graph back into the model; unused constants are dropped."""
+        g = self.model.graph
+        live = set(self._live_consts())
+        old_ir = self.model.ir_version < 4
+        new_consts = []
+        inits = []
+        for t in g.initializer:
+            if t.name in self.consts and t.name not in live:
+                continue  # folded away (in IR < 4 its graph input goes too)
+            inits.append(numpy_helper.from_array(self._arrays[t.name], t.name)
+                         if t.name in self.changed_consts else t)
+        have = {t.name for t in inits}
+        for name in sorted(live - have):
+            tensor = numpy_helper.from_array(self._arrays[name], name)
+            if old_ir:  # IR < 4: an initializer must be a graph input; a Constant node is not
+                new_consts.append(helper.make_node("Constant", [], [name], name=self.unique("opt/Constant"),
+                                                   value=tensor))
+            else:
+                inits.append(tensor)
+        del g.initializer[:]
+        g.initializer.extend(inits)
+        dropped = {t for t in self._protos if t in self.consts and t not in live}
+        if dropped:
+            keep = [i for i in g.input if i.name not in dropped]
+            del g.input[:]
+            g.input.extend(keep)
+        del g.node[:]
+        g.node.extend(new_consts + self.nodes)
+        produced = {o for n in self.nodes for o in n.output}
+        vis = [vi for vi in g.value_info if vi.name in produced]
+        del g.value_info[:]
+        g.value_info.extend(vis)
+        return self.model

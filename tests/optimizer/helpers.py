@@ -1,0 +1,59 @@
+"""Helpers of the optimizer tests: optimize a model, check which ops it has, and check that the
+optimized model gives the unoptimized one's results in gpuops (cpu and the CUDA path) and in
+onnxruntime."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+
+import gpuops
+from gpuops.optimizer import optimize
+from tests.conformance.harness import assert_close, device_guard
+from tests.ops.common import DEVICES, make_model, run_ort  # noqa: F401  (make_model re-exported)
+
+
+def ops(model: onnx.ModelProto) -> Counter:
+    return Counter(n.op_type for n in model.graph.node)
+
+
+def run(model, feeds, device="cpu", level="all"):
+    sess = gpuops.InferenceSession(model, device=device, optimize=level)
+    with device_guard(device):
+        return sess.run(None, dict(feeds))
+
+
+def check(model, feeds, *, gone=(), present=(), kept=(), level="all", rtol=1e-5, atol=1e-5, ort=True):
+    """Optimize ``model`` at ``level``: the op types in ``gone`` disappear, those in ``present``
+    appear, those in ``kept`` stay; on every device the optimized session gives the unoptimized
+    one's outputs; the optimized model passes onnx's checker (if the original does) and
+    onnxruntime runs it to the same results. Returns the optimized model."""
+    opt = optimize(model, level)
+    have = ops(opt)
+    assert not [o for o in gone if o in have], f"not rewritten: {dict(have)}"
+    assert all(have[o] for o in present), f"missing {present}: {dict(have)}"
+    assert all(have[o] for o in kept), f"lost {kept}: {dict(have)}"
+    assert [o.name for o in opt.graph.output] == [o.name for o in model.graph.output]
+    for device in DEVICES:
+        want = run(model, feeds, device, "none")
+        got = run(model, feeds, device, level)
+        for name, g, w in zip([o.name for o in model.graph.output], got, want):
+            assert_close(g, w, rtol, atol, f"{device} {name}")
+        if device == "cpu":
+            reference = want
+    if _valid(model):
+        onnx.checker.check_model(opt)
+    if ort:
+        for g, w in zip(run_ort(opt, feeds), reference):
+            assert_close(np.asarray(g), w, rtol, atol, "onnxruntime")
+    return opt
+
+
+def _valid(model) -> bool:
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError:
+        return False
+    return True
