@@ -1,4 +1,4 @@
-"""Command line: ``gpuops run MODEL.onnx``, ``gpuops info``, ``gpuops bench``."""
+"""Command line: ``gpuops run MODEL.onnx``, ``gpuops info``, ``gpuops selftest``, ``gpuops bench``."""
 
 from __future__ import annotations
 
@@ -115,6 +115,15 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_selftest(a) -> int:
+    from . import selftest
+
+    model = None if a.model == "none" else a.model or (selftest.QUICK_MODEL if a.quick else selftest.DEFAULT_MODEL)
+    report = selftest.run(a.device, model, rtol=a.rtol, atol=a.atol, strict=a.strict)
+    print(json.dumps(report, indent=1, default=str) if a.json else selftest.format_report(report))
+    return 0 if report["ok"] else 1
+
+
 def cmd_bench(args: list[str]) -> int:
     import os
 
@@ -145,6 +154,16 @@ def main(argv=None) -> int:
     i = sub.add_parser("info", help="version and devices")
     i.add_argument("--json", action="store_true")
     i.set_defaults(fn=cmd_info)
+    t = sub.add_parser("selftest", help="check the installation: versions, every kernel family, a model on "
+                       "cpu and cuda (exits 1 on any mismatch)")
+    t.add_argument("--device", default="auto", help="auto, cuda, cuda:N or cpu")
+    t.add_argument("--json", action="store_true", help="print the report as JSON")
+    t.add_argument("--model", default=None, help="model to compare (default light:resnet50; 'none' to skip)")
+    t.add_argument("--quick", action="store_true", help="a small model (light:squeezenet) instead of resnet50")
+    t.add_argument("--strict", action="store_true", help="host syncs and graphs that do not capture fail too")
+    t.add_argument("--rtol", type=float, default=1e-3)
+    t.add_argument("--atol", type=float, default=1e-4)
+    t.set_defaults(fn=cmd_selftest)
     sub.add_parser("bench", help="benchmark suite: gpuops bench --help", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its options belong to the benchmark runner

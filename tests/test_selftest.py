@@ -1,0 +1,181 @@
+"""``gpuops selftest``: its report on this machine's CUDA path (the CPU stand-in in CI, real CuPy on a
+GPU), and a non-zero exit whenever a kernel or a model disagrees with its reference."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from gpuops import device as _device
+from gpuops import kernels, selftest
+from gpuops.cli import main
+from gpuops.ops.cuda import conv as cuda_conv
+from gpuops.ops.cuda import detection as cuda_detection
+from tests.ops.common import make_model
+
+
+def _selftest(capsys, *args) -> tuple[int, dict]:
+    rc = main(["selftest", "--json", *args])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_selftest_checks_every_kernel_family_and_a_light_model():
+    """The command as a user runs it, in a fresh process (with the small model: resnet50 takes a
+    minute on the CPU stand-in)."""
+    r = subprocess.run([sys.executable, "-m", "gpuops", "selftest", "--device", "cuda", "--json", "--quick"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    assert report["ok"] and report["failures"] == []
+    env = report["environment"]
+    assert env["device"] == "cuda:0" and env["standin"] == _device.uses_standin()
+    assert [g["name"] for g in env["gpus"]][:1] == ["cuda:0"]
+    if not _device.uses_standin():
+        for key in ("cupy", "cuda_runtime", "cuda_driver", "nvrtc"):
+            assert not str(env[key]).startswith("unavailable"), (key, env[key])
+
+    families = {f["family"]: f for f in report["kernels"]}
+    assert list(families) == ["cupy", *selftest.FAMILIES]
+    for name, file in selftest.FAMILIES.items():
+        fam = families[name]
+        assert fam["ok"] and fam["file"] == file and fam["instantiations"] == len(kernels.NAME_EXPRESSIONS[file])
+        cases = [c.name for c in selftest.KERNEL_CASES if c.family == name]
+        assert [c["name"] for c in fam["cases"]] == cases and len(cases) >= 3
+        for c in fam["cases"]:
+            assert c["ok"] and c["max_abs_diff"] <= 1e-2
+        assert all(file in c["kernels"] for c in fam["cases"] if "empty" not in c["name"] and "no-boxes" not in c["name"])
+
+    (model,) = report["models"]
+    assert model["model"] == "light:squeezenet" and model["ok"]
+    runs = {r["name"]: r for r in model["runs"]}
+    assert list(runs) == ["cpu", "cuda", "cuda_graph"]
+    assert runs["cpu"]["against"] == "onnx stored outputs"
+    assert runs["cuda"]["against"] == runs["cuda_graph"]["against"] == "cpu"
+    # a light model needs no host sync between upload and download, and captures as one graph
+    assert runs["cuda"]["host_syncs"] == 0 and runs["cuda"]["sync_nodes"] == []
+    assert runs["cuda_graph"]["graph"] == {"captured": True, "blocking_node": None, "reason": None}
+
+
+def test_the_default_model_is_resnet50(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(selftest, "run", lambda device, model, **kw: seen.append((device, model)) or
+                        {"ok": True, "environment": {}, "failures": [], "notes": []})
+    for args in ([], ["--quick"], ["--model", "none"], ["--model", "x.onnx", "--device", "cpu"]):
+        assert main(["selftest", "--json", *args]) == 0
+    assert seen == [("auto", "light:resnet50"), ("auto", "light:squeezenet"), ("auto", None), ("cpu", "x.onnx")]
+
+
+@pytest.fixture(scope="module")
+def small_cnn(tmp_path_factory):
+    """A small CNN (convolution, depthwise convolution with bias, Relu, pooling) as an .onnx file."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], group=8, strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["c2"], ["y"])]
+    inits = [("w1", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+             ("w2", rng.standard_normal((8, 1, 3, 3)).astype(np.float32)),
+             ("b2", rng.standard_normal(8).astype(np.float32))]
+    model = make_model(nodes, {"x": np.zeros((1, 3, 12, 12), np.float32)}, ["y"], inits=inits, opset=17)
+    path = tmp_path_factory.mktemp("selftest") / "small_cnn.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_text_report_and_cpu_device(capsys):
+    assert main(["selftest", "--device", "cpu", "--quick"]) == 0
+    text = capsys.readouterr().out
+    assert "gpuops selftest on cpu" in text and "model light:squeezenet" in text and "selftest passed" in text
+    rc, report = _selftest(capsys, "--device", "cpu", "--quick")
+    assert rc == 0 and "kernels" not in report and report["notes"]
+    assert [(r["name"], r["against"], r["ok"]) for r in report["models"][0]["runs"]] == \
+        [("cpu", "onnx stored outputs", True)]
+
+
+def _off_by_one(fn):
+    def wrong(*args, **kwargs):
+        y = fn(*args, **kwargs)
+        return None if y is None else y + 1
+    return wrong
+
+
+def test_a_wrong_kernel_fails_the_selftest(capsys, monkeypatch, small_cnn):
+    monkeypatch.setattr(cuda_conv, "conv", _off_by_one(cuda_conv.conv))
+    rc, report = _selftest(capsys, "--device", "cuda", "--model", small_cnn)
+    assert rc == 1 and not report["ok"]
+    conv = next(f for f in report["kernels"] if f["family"] == "conv")
+    bad = {c["name"] for c in conv["cases"] if not c["ok"]}
+    float_cases = {c.name for c in selftest.KERNEL_CASES
+                   if c.family == "conv" and c.op_type in ("Conv", "FusedConv") and "empty" not in c.name}
+    assert bad == float_cases
+    assert all(f["ok"] for f in report["kernels"] if f["family"] != "conv")
+    assert any(f.startswith("kernel case conv2d-strided-dilated-bias: output 0: max |diff|")
+               for f in report["failures"])
+    runs = [(r["name"], r["ok"]) for r in report["models"][0]["runs"]]  # the model's convolutions are off too
+    assert runs == [("cuda", False), ("cuda_graph", False)]
+
+
+def test_a_kernel_that_never_runs_fails_the_selftest(capsys, monkeypatch):
+    monkeypatch.setattr(cuda_detection, "roi_align", lambda *a, **k: None)  # always the generic op
+    rc, report = _selftest(capsys, "--device", "cuda", "--model", "none")
+    assert rc == 1 and "models" not in report
+    fam = next(f for f in report["kernels"] if f["family"] == "roi_align")
+    assert not fam["ok"] and all("no roi_align.cu kernel ran" in c["error"] for c in fam["cases"])
+    assert all(c["max_abs_diff"] == 0 for c in fam["cases"])  # the generic op agrees with itself
+
+
+def test_a_kernel_that_fails_to_compile_fails_the_selftest(capsys, monkeypatch):
+    def broken(file, *args, **kwargs):
+        raise RuntimeError(f"nvrtc: cannot open source file for {file}")
+
+    monkeypatch.setattr(kernels, "get_function", broken)
+    rc, report = _selftest(capsys, "--device", "cuda", "--model", "none")
+    assert rc == 1
+    for fam in report["kernels"][1:]:
+        assert not fam["ok"] and "cannot open source file" in fam["error"] and fam["cases"] == []
+    assert report["kernels"][0]["ok"]  # CuPy's own kernels still work
+
+
+def test_a_model_mismatch_and_a_missing_device_fail_the_selftest(capsys, monkeypatch, small_cnn):
+    from gpuops.onnx import InferenceSession
+
+    run = InferenceSession.run
+
+    def wrong_on_cuda(self, *args, **kwargs):
+        outs = run(self, *args, **kwargs)
+        return [np.asarray(o) * 1.01 for o in outs] if self.device.kind == "cuda" else outs
+
+    monkeypatch.setattr(InferenceSession, "run", wrong_on_cuda)
+    monkeypatch.setattr(selftest, "kernel_checks", lambda dev: [])
+    rc, report = _selftest(capsys, "--device", "cuda", "--model", small_cnn)
+    assert rc == 1
+    assert [(r["name"], r["ok"]) for r in report["models"][0]["runs"]] == [("cuda", False), ("cuda_graph", False)]
+    assert report["failures"][0].startswith(f"model {small_cnn} cuda: output 0: max |diff|")
+    monkeypatch.setattr(InferenceSession, "run", run)
+    rc, report = _selftest(capsys, "--device", "cpu", "--model", small_cnn)  # against the reference evaluator
+    assert rc == 0 and report["models"][0]["runs"][0]["against"] == "onnx reference evaluator"
+    rc, report = _selftest(capsys, "--device", "cuda:7", "--model", "none")
+    assert rc == 1 and "cuda:7" in report["failures"][0] and report["environment"]["device"] is None
+
+
+@pytest.mark.parametrize("got,want,ok", [
+    ([np.float32([1, 2])], [np.float32([1, 2.001])], True),
+    ([np.float32([1, 2])], [np.float32([1, 2.01])], False),
+    ([np.float32([1, np.nan])], [np.float32([1, 2])], False),
+    ([np.float32([np.inf, np.nan])], [np.float32([np.inf, np.nan])], True),
+    ([np.int8([1, 2])], [np.int16([1, 2])], False),
+    ([np.int8([1, 2])], [np.int8([1, 2, 3])], False),
+    ([np.float32(3)], [np.float32(3)], True),
+])
+def test_compare(got, want, ok):
+    assert selftest.compare(got, want, rtol=1e-3)[0] is ok
+
+
+def test_cli_exit_status_in_a_subprocess_is_non_zero_on_failure():
+    r = subprocess.run([sys.executable, "-m", "gpuops", "selftest", "--device", "cuda:9", "--model", "none"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "selftest FAILED" in r.stdout
