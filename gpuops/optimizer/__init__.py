@@ -26,7 +26,7 @@ from functools import partial
 import onnx
 
 from ..errors import GpuopsError
-from . import constant_folding, cse, eliminate_noops, shape_to_constant
+from . import constant_folding, cse, eliminate_noops, fold_batchnorm, fold_mul_add_into_conv, shape_to_constant
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph
 
@@ -37,7 +37,7 @@ __all__ = ["optimize", "save_model", "LEVELS", "FOLD_LIMIT"]
 
 
 def _passes(level: str, fold_limit: int):
-    basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply, eliminate_noops.apply, cse.apply]
+    basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply, eliminate_noops.apply, cse.apply, fold_batchnorm.apply, fold_mul_add_into_conv.apply]
     if level == "basic":
         return basic
     return basic + []

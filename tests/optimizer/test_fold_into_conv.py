@@ -1,0 +1,88 @@
+"""BatchNormalization folded into Conv / ConvTranspose / Gemm; Mul and Add by constants into Conv."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from gpuops.optimizer import optimize
+
+from .helpers import check, make_model, ops
+
+rng = np.random.default_rng(0)
+F = TensorProto.FLOAT
+
+
+def _f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _bn(x, y, M, prefix="bn"):
+    node = helper.make_node("BatchNormalization", [x] + [f"{prefix}_{k}" for k in ("s", "b", "m", "v")], [y],
+                            epsilon=1e-3)
+    params = [(f"{prefix}_s", _f32(M)), (f"{prefix}_b", _f32(M)), (f"{prefix}_m", _f32(M)),
+              (f"{prefix}_v", rng.random(M).astype(np.float32) + 0.5)]
+    return node, params
+
+
+def _out():
+    return [helper.make_tensor_value_info("Y", F, None)]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_batchnorm_into_conv(bias):
+    X, W, B = _f32(2, 3, 7, 7), _f32(4, 3, 3, 3), _f32(4)
+    bn, params = _bn("c", "Y", 4)
+    conv = helper.make_node("Conv", ["X", "W", "B"] if bias else ["X", "W"], ["c"], pads=[1, 1, 1, 1])
+    inits = [("W", W)] + ([("B", B)] if bias else []) + params
+    check(make_model([conv, bn], {"X": X}, _out(), inits=inits), {"X": X}, gone=["BatchNormalization"],
+          kept=["Conv"], level="basic", atol=1e-4)
+
+
+def test_batchnorm_into_grouped_conv_transpose():
+    X, W, B = _f32(1, 4, 5, 5), _f32(4, 3, 3, 3), _f32(6)
+    bn, params = _bn("c", "Y", 6)
+    conv = helper.make_node("ConvTranspose", ["X", "W", "B"], ["c"], group=2, strides=[2, 2])
+    m = make_model([conv, bn], {"X": X}, _out(), inits=[("W", W), ("B", B)] + params)
+    check(m, {"X": X}, gone=["BatchNormalization"], kept=["ConvTranspose"], level="basic", atol=1e-4)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_batchnorm_into_gemm(trans_b):
+    A, Bw, C = _f32(3, 5), _f32(6, 5) if trans_b else _f32(5, 6), _f32(1, 6)
+    bn, params = _bn("g", "Y", 6)
+    gemm = helper.make_node("Gemm", ["A", "Bw", "C"], ["g"], transB=trans_b, alpha=0.5, beta=2.0)
+    m = make_model([gemm, bn], {"A": A}, _out(), inits=[("Bw", Bw), ("C", C)] + params)
+    check(m, {"A": A}, gone=["BatchNormalization"], kept=["Gemm"], level="basic", atol=1e-4)
+
+
+def test_batchnorm_after_non_constant_weights_kept():
+    X, W = _f32(1, 3, 5, 5), _f32(4, 3, 1, 1)
+    bn, params = _bn("c", "Y", 4)
+    m = make_model([helper.make_node("Conv", ["X", "W"], ["c"]), bn], {"X": X, "W": W}, _out(), inits=params)
+    check(m, {"X": X, "W": W}, kept=["BatchNormalization"])
+
+
+def test_batchnorm_when_conv_output_is_read_twice_kept():
+    X, W = _f32(1, 3, 5, 5), _f32(4, 3, 1, 1)
+    bn, params = _bn("c", "y", 4)
+    m = make_model([helper.make_node("Conv", ["X", "W"], ["c"]), bn, helper.make_node("Add", ["c", "y"], ["Y"])],
+                   {"X": X}, _out(), inits=[("W", W)] + params)
+    check(m, {"X": X}, kept=["BatchNormalization"])
+
+
+@pytest.mark.parametrize("shape", [(), (4, 1, 1), (1, 4, 1, 1), (1,)])
+def test_mul_add_into_conv(shape):
+    X, W = _f32(1, 3, 5, 5), _f32(4, 3, 3, 3)
+    mul, add = _f32(*shape), _f32(*shape)
+    nodes = [helper.make_node("Conv", ["X", "W"], ["c"]), helper.make_node("Mul", ["mul", "c"], ["m"]),
+             helper.make_node("Add", ["m", "add"], ["Y"])]
+    m = make_model(nodes, {"X": X}, _out(), inits=[("W", W), ("mul", mul), ("add", add)])
+    opt = check(m, {"X": X}, gone=["Mul", "Add"], kept=["Conv"], level="basic", atol=1e-4)
+    assert len(opt.graph.node) == 1
+
+
+def test_mul_by_spatial_constant_kept():
+    X, W = _f32(1, 3, 5, 5), _f32(4, 3, 3, 3)
+    nodes = [helper.make_node("Conv", ["X", "W"], ["c"]), helper.make_node("Mul", ["c", "k"], ["Y"])]
+    m = make_model(nodes, {"X": X}, _out(), inits=[("W", W), ("k", _f32(1, 1, 3, 3))])
+    assert ops(optimize(m, "basic"))["Mul"] == 1
