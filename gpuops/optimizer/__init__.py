@@ -26,7 +26,8 @@ from functools import partial
 import onnx
 
 from ..errors import GpuopsError
-from . import constant_folding, cse, eliminate_noops, fold_batchnorm, fold_mul_add_into_conv, shape_to_constant
+from . import (constant_folding, conv_fusion, cse, eliminate_noops, fold_batchnorm, fold_mul_add_into_conv,
+               shape_to_constant)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph
 
@@ -40,7 +41,7 @@ def _passes(level: str, fold_limit: int):
     basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply, eliminate_noops.apply, cse.apply, fold_batchnorm.apply, fold_mul_add_into_conv.apply]
     if level == "basic":
         return basic
-    return basic + []
+    return basic + [conv_fusion.apply]
 
 
 def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT) -> onnx.ModelProto:

@@ -69,6 +69,8 @@ def fused_activation(xp, Y, name: str | None, alpha=None, beta=None, gamma=None)
         return _act.Sigmoid(xp, Y)
     if name == "HardSigmoid":
         return _act.HardSigmoid(xp, Y, alpha=a(0.2), beta=b(0.5))
+    if name == "HardSwish":
+        return _act.HardSwish(xp, Y)
     if name == "Clip":
         return clamp(xp, Y, a(-np.inf), b(np.inf))
     if name == "Elu":

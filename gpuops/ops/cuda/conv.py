@@ -176,8 +176,10 @@ for _v in (1, 11, 22):
 @op("FusedConv", domain="com.microsoft", since=1, device="cuda")
 def FusedConv(xp, X, W, B=None, Z=None, *, activation="", activation_params=None, auto_pad="NOTSET",
               dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-             strides=strides, act=activation_code(activation, activation_params), Z=Z)
+    Y = None
+    if (activation or "") in _ACTIVATIONS:  # the epilogue's activations; others run the generic op
+        Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+                 pads=pads, strides=strides, act=activation_code(activation, activation_params), Z=Z)
     if Y is None:
         return generic("FusedConv", 1, "com.microsoft")(
             xp, X, W, B, Z, activation=activation, activation_params=activation_params, auto_pad=auto_pad,
