@@ -1,0 +1,70 @@
+"""MatMul + Add -> Gemm, and Transposes folded into Gemm / FusedMatMul."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from gpuops.optimizer import optimize
+
+from .helpers import check, make_model, ops
+
+rng = np.random.default_rng(0)
+F = TensorProto.FLOAT
+
+
+def _f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _out():
+    return [helper.make_tensor_value_info("Y", F, None)]
+
+
+@pytest.mark.parametrize("cshape", [(5,), (1, 5), (4, 5), (4, 1), ()])
+def test_matmul_add_to_gemm(cshape):
+    A, B, C = _f32(4, 3), _f32(3, 5), _f32(*cshape)
+    nodes = [helper.make_node("MatMul", ["A", "B"], ["p"]), helper.make_node("Add", ["C", "p"], ["Y"])]
+    m = make_model(nodes, {"A": A, "C": C}, _out(), inits=[("B", B)])
+    check(m, {"A": A, "C": C}, gone=["MatMul", "Add"], present=["Gemm"], level="basic")
+
+
+def test_batched_matmul_add_kept():
+    A, B, C = _f32(2, 4, 3), _f32(3, 5), _f32(5)
+    nodes = [helper.make_node("MatMul", ["A", "B"], ["p"]), helper.make_node("Add", ["p", "C"], ["Y"])]
+    m = make_model(nodes, {"A": A}, _out(), inits=[("B", B), ("C", C)])
+    check(m, {"A": A}, kept=["MatMul", "Add"])
+
+
+def test_widening_add_kept():
+    A, B, C = _f32(4, 3), _f32(3, 5), _f32(2, 4, 5)
+    nodes = [helper.make_node("MatMul", ["A", "B"], ["p"]), helper.make_node("Add", ["p", "C"], ["Y"])]
+    m = make_model(nodes, {"A": A, "C": C}, _out(), inits=[("B", B)])
+    check(m, {"A": A, "C": C}, kept=["MatMul", "Add"])
+
+
+def test_transposes_into_gemm():
+    A, B, C = _f32(3, 4), _f32(5, 3), _f32(5)
+    nodes = [helper.make_node("Transpose", ["A"], ["At"]), helper.make_node("Transpose", ["B"], ["Bt"], perm=[1, 0]),
+             helper.make_node("Gemm", ["At", "Bt", "C"], ["Y"], transB=0)]
+    m = make_model(nodes, {"A": A, "B": B}, _out(), inits=[("C", C)])
+    opt = check(m, {"A": A, "B": B}, gone=["Transpose"], kept=["Gemm"], level="basic")
+    attrs = {a.name: a.i for a in opt.graph.node[0].attribute}
+    assert attrs == {"transA": 1, "transB": 1}
+
+
+def test_transposes_into_fused_matmul():
+    """Batched: a Transpose of the last two axes (as attention's K^T) -> com.microsoft FusedMatMul."""
+    Q, K = _f32(2, 3, 4, 8), _f32(2, 3, 4, 8)
+    nodes = [helper.make_node("Transpose", ["K"], ["Kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["Q", "Kt"], ["Y"])]
+    m = make_model(nodes, {"Q": Q, "K": K}, _out())
+    check(m, {"Q": Q, "K": K}, gone=["Transpose", "MatMul"], present=["FusedMatMul"])
+    assert ops(optimize(m, "basic"))["Transpose"] == 1
+
+
+def test_other_transposes_kept():
+    Q, K = _f32(2, 4, 3, 8), _f32(2, 3, 8, 4)
+    nodes = [helper.make_node("Transpose", ["Q"], ["Qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["Qt", "K"], ["Y"])]
+    m = make_model(nodes, {"Q": Q, "K": K}, _out())
+    check(m, {"Q": Q, "K": K}, kept=["Transpose", "MatMul"])
