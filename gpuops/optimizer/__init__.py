@@ -26,8 +26,8 @@ from functools import partial
 import onnx
 
 from ..errors import GpuopsError
-from . import (constant_folding, conv_fusion, cse, eliminate_noops, fold_batchnorm, fold_mul_add_into_conv,
-               matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
+from . import (constant_folding, conv_fusion, cse, eliminate_noops, fold_batchnorm, fold_mul_add_into_conv, gelu,
+               layernorm, matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph
 
@@ -38,10 +38,13 @@ __all__ = ["optimize", "save_model", "LEVELS", "FOLD_LIMIT"]
 
 
 def _passes(level: str, fold_limit: int):
-    basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply, eliminate_noops.apply, cse.apply, fold_batchnorm.apply, fold_mul_add_into_conv.apply, matmul_add_to_gemm.apply, transpose_into_matmul.apply]
+    basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply, eliminate_noops.apply,
+             cse.apply, fold_batchnorm.apply, fold_mul_add_into_conv.apply, matmul_add_to_gemm.apply,
+             transpose_into_matmul.apply]
     if level == "basic":
         return basic
-    return basic + [partial(transpose_into_matmul.apply, fused_matmul=True), conv_fusion.apply]
+    return basic + [partial(transpose_into_matmul.apply, fused_matmul=True), gelu.apply, layernorm.apply,
+                    conv_fusion.apply]
 
 
 def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT) -> onnx.ModelProto:

@@ -1,0 +1,85 @@
+"""GELU written out with Erf -> com.microsoft Gelu.
+
+TorchScript emits ``x * (1 + Erf(x / sqrt 2)) * 0.5`` (Div, Erf, Add, Mul, Mul); the dynamo exporter
+(onnxscript) emits ``x * (0.5 * (1 + Erf(x * (1 / sqrt 2))))``; the factor 0.5 may also multiply x
+first. Every order of the two products is matched."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import TensorProto
+
+from .graph import MS, Graph
+
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16)
+
+
+def _scalar(graph: Graph, name: str, want: float, rtol=1e-3) -> bool:
+    v = graph.const_value(name)
+    return v is not None and v.size == 1 and math.isclose(float(np.asarray(v).reshape(())), want, rel_tol=rtol)
+
+
+def _other(node, name):
+    return node.input[1] if node.input[0] == name else node.input[0]
+
+
+def _erf_input(graph: Graph, erf):
+    """x when the Erf reads x / sqrt(2) or x * (1 / sqrt(2)) (single use)."""
+    n = graph.producer.get(erf.input[0])
+    if n is None or n.domain not in ("", "ai.onnx") or not graph.single_use(erf.input[0]):
+        return None, None
+    if n.op_type == "Div" and _scalar(graph, n.input[1], math.sqrt(2)):
+        return n.input[0], n
+    if n.op_type == "Mul":
+        for x, c in ((n.input[0], n.input[1]), (n.input[1], n.input[0])):
+            if _scalar(graph, c, 1 / math.sqrt(2)):
+                return x, n
+    return None, None
+
+
+def _products(graph: Graph, start: str, x: str):
+    """The nodes multiplying ``start`` by x and by 0.5 (in any order), and the final output."""
+    m1 = graph.only_consumer(start, "Mul")
+    if m1 is None:
+        return None
+    o1 = _other(m1, start)
+    if o1 == x or _scalar(graph, o1, 0.5):
+        m2 = graph.only_consumer(m1.output[0], "Mul")
+        if m2 is None:
+            return None
+        o2 = _other(m2, m1.output[0])
+        if {o1 == x, o2 == x} == {True, False} and (_scalar(graph, o2, 0.5) or _scalar(graph, o1, 0.5)):
+            return [m1, m2]
+        return None
+    half = graph.producer_of(o1, "Mul")  # (x * 0.5) * (1 + erf)
+    if half is not None and graph.single_use(o1) and x in half.input and _scalar(graph, _other(half, x), 0.5):
+        return [half, m1]
+    return None
+
+
+def apply(graph: Graph) -> bool:
+    removed = []
+    for erf in graph.nodes:
+        if erf.op_type != "Erf" or erf.domain not in ("", "ai.onnx") or erf in removed:
+            continue
+        x, scale = _erf_input(graph, erf)
+        if x is None or graph.elem_type(x) not in _FLOATS:
+            continue
+        add = graph.only_consumer(erf.output[0], "Add")
+        if add is None or not _scalar(graph, _other(add, erf.output[0]), 1.0, 1e-6):
+            continue
+        muls = _products(graph, add.output[0], x)
+        if muls is None:
+            continue
+        last = muls[-1]
+        last.op_type, last.domain = "Gelu", MS
+        last.input[:] = [x]
+        del last.attribute[:]
+        removed.extend([scale, erf, add, *muls[:-1]])
+        graph.use_domain(MS)
+    if removed:
+        graph.remove(*removed)
+        graph.index()
+    return bool(removed)
