@@ -1,10 +1,9 @@
 """Convolution ops: Conv, ConvTranspose, DeformConv, Col2Im, CausalConvWithState.
 
 Convolutions run as im2col + one GEMM per group. ``im2col`` is one copy out of a strided view
-(``as_strided``) of the padded input; a 1x1 stride-1 unpadded kernel is a direct GEMM on the input,
-and a depthwise kernel (one input channel per group) is a multiply-add per tap. float16/bfloat16
-convolve in float32 and are cast back, as onnxruntime does on CPU. ``col2im`` loops over kernel
-taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
+(``as_strided``) of the padded input, and a 1x1 stride-1 unpadded kernel is a direct GEMM on the
+input. float16/bfloat16 convolve in float32 and are cast back, as onnxruntime does on CPU.
+``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
 ``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces a
 device override of Conv reuses; the generic :func:`conv` stays its fallback and test oracle.
 """
@@ -213,8 +212,8 @@ COLS_BYTES = 1 << 28  # bound on one im2col buffer; bigger batches are convolved
 
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
          pads=None, strides=None):
-    """N-D convolution: im2col + one GEMM per group; direct GEMM for unpadded stride-1 1x1 kernels,
-    a multiply-add per tap for depthwise kernels."""
+    """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
+    channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels."""
     _check_conv_shapes(X, W, group, kernel_shape)
     up = compute_dtype(X.dtype)
     if up is not None:
@@ -227,8 +226,6 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     M = W.shape[0]
     K = math.prod(kernel)
     L = math.prod(out)
-    if group > 1 and group == C:
-        return _add_bias(_depthwise(xp, X, W, kernel, strides, dilations, pb, pe, out), B)
     Wm = xp.reshape(W, (M, (C // group) * K))
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
@@ -241,24 +238,6 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         parts.append(grouped_matmul(xp, Wm, xp.reshape(cols, (Xn.shape[0], C * K, L)), group))
     Y = parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
     return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
-
-
-def _depthwise(xp, X, W, kernel, strides, dilations, pb, pe, out):
-    """One input channel per group (``M = C * mult``): for each tap, scale the tap's view of X by its
-    per-channel weights and accumulate. No GEMM: the inner dimension would be one tap long."""
-    N, C = X.shape[:2]
-    mult = W.shape[0] // C
-    Wt = xp.reshape(W, (1, C, mult, math.prod(kernel)) + (1,) * len(out))
-    Y = None
-    for t, view in enumerate(window_taps(xp, X, kernel, strides, dilations, pb, pe, out)):
-        term = xp.expand_dims(view, 2) * Wt[:, :, :, t]
-        if Y is None:
-            Y = term
-        elif isinstance(Y, np.ndarray):
-            Y += term
-        else:
-            Y = Y + term
-    return xp.reshape(Y, (N, C * mult) + tuple(out))
 
 
 @op("Conv", since=1)

@@ -1,4 +1,4 @@
-"""The fast CPU compute paths (strided im2col, direct 1x1 GEMM, vectorised depthwise conv, float16 in
+"""The fast CPU compute paths (strided im2col, direct 1x1 GEMM, depthwise and grouped conv, float16 in
 float32, exact integer GEMMs through float BLAS, RNN input projections) against onnxruntime and
 against the generic formulas they replace."""
 
