@@ -6,7 +6,14 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+import gpuops
+from gpuops.errors import NodeError
 from gpuops.ops.cuda import detection
+from gpuops.selftest import ROI_BATCH as BATCH
+from gpuops.selftest import ROIS
+from gpuops.selftest import nms_boxes as _boxes
+
+from tests.ops.common import one_node_model
 
 from .test_conv_kernels import ort_run
 
@@ -20,13 +27,6 @@ def reference(op_type, inputs, attrs, opset):
     model = helper.make_model(helper.make_graph([helper.make_node(op_type, names, ["y"], **attrs)], "g", vi, [out]),
                               opset_imports=[helper.make_opsetid("", opset)])
     return ReferenceEvaluator(model).run(None, {n: a for n, a in zip(names, inputs) if a is not None})[0]
-
-
-ROIS = np.array([[0, 0, 5, 5], [1.3, 2.2, 9.7, 8.1],  # inside
-                 [-4, -3, 20, 15], [11, 9, 14, 13], [-9, -9, -3, -2],  # partly / wholly outside the image
-                 [3, 3, 3, 3], [2, 5, 2, 9],  # zero area, zero width
-                 [5, 6, 2, 1]], np.float32)  # corners reversed
-BATCH = np.array([0, 1, 1, 0, 1, 0, 1, 0], np.int64)
 
 
 @pytest.mark.parametrize("sampling_ratio", [0, 2])
@@ -61,16 +61,6 @@ def test_roi_align_float16_and_empty(dev):
     no_rois = detection.roi_align(dev.xp, dev.put(X), dev.put(np.zeros((0, 4), np.float16)),
                                   dev.put(np.zeros(0, np.int64)), output_height=2, output_width=2)
     assert dev.get(no_rois).shape == (0, 3, 2, 2)
-
-
-def _boxes(rng, B, N, center_point_box):
-    boxes = rng.uniform(0, 10, (B, N, 4)).astype(np.float32)
-    if center_point_box:
-        boxes[..., 2:] = rng.uniform(0.5, 4, (B, N, 2))
-    else:  # corners in any diagonal order: swap some pairs
-        flip = rng.random((B, N)) < 0.5
-        boxes[flip] = boxes[flip][:, [2, 3, 0, 1]]
-    return boxes
 
 
 NMS_CASES = {  # (max_output_boxes_per_class, iou_threshold, score_threshold)
@@ -127,3 +117,18 @@ def test_non_max_suppression_chunks_and_edges(dev, monkeypatch):
     want16 = reference("NonMaxSuppression", [boxes.astype(np.float16).astype(np.float32),
                                              scores.astype(np.float16).astype(np.float32), *host], {}, 11)
     np.testing.assert_array_equal(got, want16)
+
+
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+@pytest.mark.parametrize("bad", [-1, 2, 2**31 - 1, -2**63])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_roi_align_batch_index_out_of_range_is_a_node_error(device, bad, sampling_ratio):
+    """As onnxruntime: an index outside [0, N) is refused, with the same message on both devices
+    (the cpu path used to take -1 as the last image, the kernel gave zeros; issue 15)."""
+    X = np.random.default_rng(1).standard_normal((2, 3, 10, 13)).astype(np.float32)
+    batch = BATCH.astype(np.int64).copy()
+    batch[-1] = bad
+    feeds = {"X": X, "rois": ROIS, "batch_indices": batch}
+    model = one_node_model("RoiAlign", feeds, opset=16, sampling_ratio=sampling_ratio)
+    with pytest.raises(NodeError, match=rf"batch_indices'?: index {bad} is out of range \[0, 1\]"):
+        gpuops.InferenceSession(model, device=device).run(None, feeds)

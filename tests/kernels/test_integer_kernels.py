@@ -8,11 +8,7 @@ import pytest
 from gpuops.ops import quantize as generic
 from gpuops.ops.cuda import conv as cuda_conv
 from gpuops.ops.cuda import quantize as cuda_quant
-
-
-def _ints(rng, shape, dtype):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+from gpuops.selftest import ints as _ints
 
 
 MATMUL_CASES = {  # A shape, B shape, a_zero_point shape, b_zero_point shape (None: absent)

@@ -8,6 +8,7 @@ import pytest
 
 from gpuops.ops import quantize as generic
 from gpuops.ops.cuda import quantize as cuda_quant
+from gpuops.selftest import quantize_input as _input
 
 INTS = [np.uint8, np.int8, np.uint16, np.int16, ml_dtypes.uint4, ml_dtypes.int4, ml_dtypes.uint2, ml_dtypes.int2]
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the oracle's 1e9 inputs
@@ -22,12 +23,6 @@ def _bits(a: np.ndarray) -> np.ndarray:
 def _same(got: np.ndarray, want: np.ndarray):
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(_bits(got), _bits(want))
-
-
-def _input(rng, shape=(3, 5, 7)):
-    x = (rng.standard_normal(shape) * 40).astype(np.float32)
-    x.flat[:8] = [0.5, 1.5, 2.5, -0.5, -2.5, 1e9, -1e9, 0.0]  # ties round to even; saturation
-    return x
 
 
 def _params(rng, layout, scale_dtype, target, float8):
