@@ -399,6 +399,14 @@ def _query(fn):
         return f"unavailable ({type(e).__name__}: {e})"[:300]
 
 
+def _nvrtc(lib):
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError:
+        nvrtc = lib.cuda.nvrtc
+    return nvrtc
+
+
 def environment(dev: Device | None) -> dict:
     """Versions and devices, CuPy's view of CUDA included (each item says why when unavailable)."""
     env = {"gpuops": __version__, "python": platform.python_version(), "platform": platform.platform(),
@@ -415,7 +423,7 @@ def environment(dev: Device | None) -> dict:
         rt = lib.cuda.runtime
         env["cuda_runtime"] = _query(lambda: _cuda_version(rt.runtimeGetVersion()))
         env["cuda_driver"] = _query(lambda: _cuda_version(rt.driverGetVersion()))
-        env["nvrtc"] = _query(lambda: ".".join(map(str, lib.cuda.nvrtc.getVersion())))
+        env["nvrtc"] = _query(lambda: ".".join(map(str, _nvrtc(lib).getVersion())))
         env["cuda_path"] = _query(lambda: lib.cuda.get_cuda_path())
     gpus = []
     for d in _query(_device.devices) if lib is not None else []:

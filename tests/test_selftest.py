@@ -4,6 +4,7 @@ GPU), and a non-zero exit whenever a kernel or a model disagrees with its refere
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -179,3 +180,21 @@ def test_cli_exit_status_in_a_subprocess_is_non_zero_on_failure():
     r = subprocess.run([sys.executable, "-m", "gpuops", "selftest", "--device", "cuda:9", "--model", "none"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "selftest FAILED" in r.stdout
+
+
+def test_environment_reports_the_cuda_versions_cupy_sees(monkeypatch):
+    def no_driver():
+        raise RuntimeError("CUDA driver version is insufficient")
+
+    runtime = SimpleNamespace(runtimeGetVersion=lambda: 12060, driverGetVersion=no_driver, getDeviceCount=lambda: 0)
+    fake = SimpleNamespace(__version__="14.2.0", cuda=SimpleNamespace(
+        runtime=runtime, nvrtc=SimpleNamespace(getVersion=lambda: (12, 9)), get_cuda_path=lambda: None))
+    monkeypatch.setattr(_device, "_cupy", lambda: fake)
+    monkeypatch.setattr(_device, "uses_standin", lambda: False)
+    monkeypatch.setitem(sys.modules, "cupy_backends", None)  # NVRTC through cupy.cuda.nvrtc
+    env = selftest.environment(None)
+    assert (env["cupy"], env["cuda_runtime"], env["nvrtc"], env["cuda_path"]) == ("14.2.0", "12.6", "12.9", None)
+    assert env["cuda_driver"] == "unavailable (RuntimeError: CUDA driver version is insufficient)"
+    assert env["standin"] is False and env["gpus"] == []
+    text = selftest.format_report({"environment": env, "ok": True, "failures": [], "notes": []})
+    assert "cuda_runtime  12.6" in text and "nvrtc         12.9" in text
