@@ -25,8 +25,7 @@ _ACT_PARAMS = {
 
 
 def _sigmoid(xp, x):
-    e = xp.exp(-xp.abs(x))  # never overflows
-    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    return xp.tanh(x * 0.5) * 0.5 + 0.5  # never overflows; three ops instead of a branch on the sign
 
 
 def _activation(xp, name: str, a, b):
@@ -88,8 +87,9 @@ class _Activations:
 
 
 def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, direction, activations,
-                acts, clip, layout, cell):
-    """Shared driver: returns ``(Y, *final_states)`` in the node's layout."""
+                acts, clip, layout, cell, fold_rb=False):
+    """Shared driver: returns ``(Y, *final_states)`` in the node's layout. ``fold_rb``: the cell only
+    adds the recurrence bias to ``h @ R^T``, so it joins the input projection once for all steps."""
     dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
     if dirs is None:
         raise NodeError(f"direction must be forward, reverse or bidirectional, got {direction!r}")
@@ -112,7 +112,9 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
     XW = xp.matmul(xp.reshape(X, (1, T * batch, in_size)), xp.swapaxes(W, 1, 2))
     XW = xp.reshape(XW, (D, T, batch, GH))
     Rb = None
-    if B is not None:
+    if B is not None and fold_rb:
+        XW = XW + (B[:, :GH] + B[:, GH:])[:, None, None, :]
+    elif B is not None:
         XW = XW + B[:, None, None, :GH]
         Rb = B[:, None, GH:]
     if any(dirs):  # step order: a reverse direction sees time backwards
@@ -190,6 +192,10 @@ def _lstm_cell(xp, P, input_forget):
         g = xw + xp.matmul(h, RT)
         if Rb is not None:
             g = g + Rb
+        if P is None and not input_forget:  # gates i, o, f are contiguous and share activation f
+            iof = act(0, pre(g[..., :3 * H]))
+            c = iof[..., 2 * H:] * c + iof[..., :H] * act(1, pre(g[..., 3 * H:]))
+            return [iof[..., H:2 * H] * act(2, c), c]
         gi, go, gf, gc = (g[..., j * H:(j + 1) * H] for j in range(4))  # gate order i, o, f, c
         if P is not None:
             gi = gi + P[:, None, :H] * c
@@ -224,7 +230,7 @@ def RNN(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_a
         acts = acts[:1]
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h], n_gates=1, hidden_size=hidden_size,
                        direction=direction, activations=acts, acts=(activation_alpha, activation_beta, ["Tanh"]),
-                       clip=clip, layout=layout, cell=_rnn_cell(xp))
+                       clip=clip, layout=layout, cell=_rnn_cell(xp), fold_rb=True)
 
 
 @op("GRU", since=1)  # linear_before_reset arrived in GRU-3; harmless to accept here
@@ -262,4 +268,4 @@ def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h, initial_c], n_gates=4,
                        hidden_size=hidden_size, direction=direction, activations=activations,
                        acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"]),
-                       clip=clip, layout=layout, cell=_lstm_cell(xp, P, input_forget))
+                       clip=clip, layout=layout, cell=_lstm_cell(xp, P, input_forget), fold_rb=True)

@@ -139,3 +139,38 @@ def test_conv_integer_extremes_match_the_int64_formula(name, device):
     np.testing.assert_array_equal(got, want)
     if len(case[2]) == 2:
         np.testing.assert_array_equal(got, run_ort(one_node_model("ConvInteger", feeds, **attrs), feeds)[0])
+
+
+# -- recurrences --------------------------------------------------------------------------------
+
+
+def _rnn_feeds(op_type, direction, seed=0, T=5, batch=3, inp=4, H=6):
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op_type]
+    D = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(seed)
+    return {"X": rng.standard_normal((T, batch, inp)).astype(np.float32),
+            "W": rng.standard_normal((D, gates * H, inp)).astype(np.float32),
+            "R": rng.standard_normal((D, gates * H, H)).astype(np.float32),
+            "B": rng.standard_normal((D, 2 * gates * H)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_recurrences_with_folded_bias_match_onnxruntime(op_type, direction, device):
+    feeds = _rnn_feeds(op_type, direction)
+    assert_op_matches_ort(op_type, feeds, device, outputs=2, rtol=1e-5, atol=1e-5, hidden_size=6,
+                          direction=direction)
+
+
+def test_lstm_joint_gate_path_matches_the_gate_by_gate_path():
+    """Without peepholes the i, o, f gates go through one activation call; zero peepholes take the
+    gate-by-gate path, which must give the same result."""
+    from gpuops.ops import rnn
+
+    f = _rnn_feeds("LSTM", "bidirectional", seed=2)
+    kw = {"direction": "bidirectional", "hidden_size": 6, "activations": ["HardSigmoid", "Tanh", "Softsign"] * 2}
+    fast = rnn.LSTM(xnp, f["X"], f["W"], f["R"], f["B"], **kw)
+    slow = rnn.LSTM(xnp, f["X"], f["W"], f["R"], f["B"], None, None, None, np.zeros((2, 18), np.float32), **kw)
+    for a, b in zip(fast, slow):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
