@@ -11,6 +11,10 @@ with the spec's defaults. An op with several outputs returns a tuple; a Python `
 sequence value. ``host_inputs`` names input positions that are shape-like (shape, axes, pads,
 repeats...): the executor hands them over as NumPy arrays, pulled from the device once per session
 when they are constant. ``n_outputs=True`` passes the node's output count as ``n_outputs=``.
+``syncs="reason"`` declares that the op itself reads device data on the host (a data-dependent
+output size, a loop condition...): on CUDA such a node synchronises with the host and cannot be
+captured in a CUDA graph. Every other op, and every input outside ``host_inputs``, must stay on the
+device (no ``.item()``, boolean masks, ``nonzero``, array-api-compat ``clip``...).
 
 A node resolves to the implementation with the highest ``since`` <= the model's opset for the
 node's domain. A device override (``@op(..., device="cuda")``, kernel-backed) is chosen on that
@@ -42,6 +46,7 @@ class OpImpl:
     device: str | None = None
     host_inputs: frozenset[int] = frozenset()
     n_outputs: bool = False
+    syncs: str | None = None
 
     @property
     def attributes(self) -> frozenset[str] | None:
@@ -56,11 +61,11 @@ _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
 
 
 def op(op_type: str, *, domain: str = ONNX_DOMAIN, since: int = 1, device: str | None = None,
-       host_inputs: tuple[int, ...] = (), n_outputs: bool = False):
+       host_inputs: tuple[int, ...] = (), n_outputs: bool = False, syncs: str | None = None):
     """Register the decorated function as ``domain::op_type`` from opset version ``since``."""
 
     def register(fn: Callable) -> Callable:
-        impl = OpImpl(op_type, canonical_domain(domain), since, fn, device, frozenset(host_inputs), n_outputs)
+        impl = OpImpl(op_type, canonical_domain(domain), since, fn, device, frozenset(host_inputs), n_outputs, syncs)
         impls = _REGISTRY.setdefault((impl.domain, op_type), [])
         if any(i.since == since and i.device == device for i in impls):
             raise ValueError(f"{domain or 'ai.onnx'}::{op_type} since {since} registered twice")

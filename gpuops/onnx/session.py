@@ -19,6 +19,8 @@ from ..memory import LiveBytes, MemoryManager
 from ..registry import canonical_domain
 from ..optimizer import optimize as optimize_model
 from ..optimizer import save_model
+from ..threads import blas_threads
+from ..threads import resolve as resolve_threads
 from .model import load_model
 from .plan import Plan, PlanBuilder, Step
 
@@ -59,11 +61,15 @@ class InferenceSession:
     Loop and If do) falls back to running node by node, logged once.
     ``optimize`` is the graph optimizer's level, ``"all"`` (default), ``"basic"`` or ``"none"``
     (see :mod:`gpuops.optimizer`); ``optimized_model_path`` saves the optimized model there.
+    ``threads``: BLAS threads of the CPU ops during :meth:`run` (default: half of the available
+    CPUs, which holds up when other processes load the machine; see :mod:`gpuops.threads`).
     """
 
     def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None,
-                 cuda_graph: bool = False, optimize: str = "all", optimized_model_path=None):
+                 cuda_graph: bool = False, optimize: str = "all", optimized_model_path=None,
+                 threads: int | None = None):
         self.device = get_device(device)
+        self.threads = resolve_threads(threads)
         self.model = optimize_model(load_model(model), optimize)
         if optimized_model_path is not None:
             save_model(self.model, optimized_model_path)
@@ -126,7 +132,7 @@ class InferenceSession:
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
         ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
         try:
-            with self.memory.active():
+            with self.memory.active(), blas_threads(self.threads):
                 feeds = self._check_feeds(input_feed)
                 use_graph = self._graphs is not None and self._graphs.usable and not profile
                 outs = self._graphs.run(feeds, names) if use_graph else None

@@ -68,7 +68,7 @@ def If(xp, cond, *, then_branch, else_branch):
 
 # -- Loop ------------------------------------------------------------------------------------------
 
-@op("Loop", since=1, host_inputs=(0, 1))
+@op("Loop", since=1, host_inputs=(0, 1), syncs="reads the body's condition output after every iteration")
 def Loop(xp, M=None, cond=None, *v_initial, body):
     n_carried = len(body.input_names) - 2
     if n_carried < 0:

@@ -170,7 +170,7 @@ def _suppression_matrix(xp, boxes, center_point_box: int, iou_threshold: float):
     return ok & (iou > iou_threshold)
 
 
-@op("NonMaxSuppression", since=10, host_inputs=(2, 3, 4))
+@op("NonMaxSuppression", since=10, host_inputs=(2, 3, 4), syncs="the output's size depends on the data")
 def NonMaxSuppression(xp, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                       score_threshold=None, *, center_point_box=0):
     """int64 [num_selected, 3] rows (batch, class, box), by batch, class, then descending score."""

@@ -2,8 +2,9 @@
 
 Indices may be negative (counting from the end of their axis). Out-of-range indices raise a
 :class:`NodeError` naming the input and the accepted bounds rather than wrapping (CuPy's ``take``
-wraps silently): the bounds check reads the indices' min and max back to the host, one small
-explicit transfer per node.
+wraps silently). The bounds check needs the indices' min and max on the host: on a device it is
+deferred to the end of the run (:mod:`.checks`), so no node synchronises, and the ops index with
+indices wrapped into range (:func:`_normalise`), which changes nothing for valid ones.
 
 Scatter reductions with duplicate indices. NumPy has ``np.add.at`` but CuPy has no portable
 equivalent for every reduction (no ``multiply.at``), and plain fancy assignment keeps an arbitrary
@@ -20,9 +21,9 @@ import math
 
 import numpy as np
 
-from ..device import to_host
 from ..errors import NodeError
 from ..registry import op
+from .checks import require
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -38,18 +39,22 @@ def _check_bounds(xp, indices, bounds: tuple[int, ...], name: str = "indices") -
         return
     k = len(bounds)
     flat = xp.reshape(indices, (-1, k))
-    lo, hi = to_host(xp.stack([xp.min(flat, axis=0), xp.max(flat, axis=0)])).astype(np.int64)
-    for j, n in enumerate(bounds):
-        if lo[j] < -n or hi[j] >= n:
-            bad = int(lo[j]) if lo[j] < -n else int(hi[j])
-            where = f" (component {j} of the index tuples)" if k > 1 else ""
-            raise NodeError(f"input {name!r}: index {bad} is out of range [-{n}, {n - 1}]{where}")
+
+    def check(lohi):
+        lo, hi = lohi.astype(np.int64)
+        for j, n in enumerate(bounds):
+            if lo[j] < -n or hi[j] >= n:
+                bad = int(lo[j]) if lo[j] < -n else int(hi[j])
+                where = f" (component {j} of the index tuples)" if k > 1 else ""
+                raise NodeError(f"input {name!r}: index {bad} is out of range [-{n}, {n - 1}]{where}")
+
+    require(xp.stack([xp.min(flat, axis=0), xp.max(flat, axis=0)]), check)
 
 
 def _normalise(xp, indices, n):
-    """Indices (already bounds-checked) with negative values counted from the end, as int64."""
-    indices = indices.astype(np.int64)
-    return xp.where(indices < 0, indices + n, indices)
+    """Indices (bounds-checked, perhaps deferred) with negative values counted from the end, as int64;
+    out-of-range ones wrap into [0, n) so that a deferred check's run cannot fault."""
+    return indices.astype(np.int64) % max(n, 1)
 
 
 def _element_indices(xp, data, indices, axis: int):
@@ -112,8 +117,7 @@ def _gather_nd(xp, data, indices, batch_dims: int):
     ind = xp.reshape(indices, (batch, math.prod(mid), k)).astype(np.int64)
     lin = xp.zeros(ind.shape[:2], dtype=np.int64)
     for j, (n, stride) in enumerate(zip(dims, _strides(dims))):  # k is small: one pass per component
-        c = ind[..., j]
-        lin = lin + xp.where(c < 0, c + n, c) * stride
+        lin = lin + _normalise(xp, ind[..., j], n) * stride
     flat = xp.reshape(data, (batch, math.prod(dims)) + rest)
     out = flat[xp.reshape(xp.arange(batch, dtype=np.int64), (batch, 1)), lin]
     return xp.reshape(out, tuple(data.shape[:b]) + mid + rest)
@@ -217,8 +221,7 @@ def _scatter_nd(xp, data, indices, updates, reduction: str):
     ind = xp.reshape(indices, (-1, k)).astype(np.int64)
     lin = xp.zeros((ind.shape[0],), dtype=np.int64)
     for j, (n, stride) in enumerate(zip(dims, _strides(dims))):
-        c = ind[:, j]
-        lin = lin + xp.where(c < 0, c + n, c) * stride
+        lin = lin + _normalise(xp, ind[:, j], n) * stride
     out = _scatter_rows(xp, xp.reshape(data, (math.prod(dims), math.prod(rest))), lin,
                         xp.reshape(updates, (ind.shape[0], math.prod(rest))), reduction)
     return xp.reshape(out, tuple(data.shape))
@@ -259,13 +262,15 @@ def TensorScatter(xp, past_cache, update, write_indices=None, *, axis=-2, mode="
         write_indices = xp.zeros((batch,), dtype=np.int64)
     start = xp.reshape(write_indices.astype(np.int64), (batch, 1))
     pos = start + xp.reshape(xp.arange(seq, dtype=np.int64), (1, seq))  # (batch, seq) cache positions
-    if mode == "circular":
-        pos = pos % max_len
-    else:
-        lo, hi = to_host(xp.stack([xp.min(write_indices), xp.max(write_indices)])).astype(np.int64)
-        if lo < 0 or hi + seq > max_len:
-            raise NodeError(f"input 'write_indices': write index {int(lo if lo < 0 else hi)} + sequence "
-                            f"length {seq} is out of range [0, {max_len}] (linear mode)")
+    if mode == "linear":
+        def check(lohi):
+            lo, hi = lohi.astype(np.int64)
+            if lo < 0 or hi + seq > max_len:
+                raise NodeError(f"input 'write_indices': write index {int(lo if lo < 0 else hi)} + sequence "
+                                f"length {seq} is out of range [0, {max_len}] (linear mode)")
+
+        require(xp.stack([xp.min(write_indices), xp.max(write_indices)]), check)
+    pos = pos % max_len  # circular mode; in linear mode a no-op on valid positions
     # one broadcasting index array per axis; the cache axis takes the per-batch positions
     index = []
     for i, d in enumerate(update.shape):

@@ -569,7 +569,7 @@ def ReverseSequence(xp, input, sequence_lens, *, batch_axis=1, time_axis=0):
 # -- Compress, Unique, NonZero, Where, OneHot ---------------------------------------------------
 
 
-@op("Compress", since=9)
+@op("Compress", since=9, syncs="the output's size depends on the data")
 def Compress(xp, input, condition, *, axis=None):
     if axis is None:
         input = xp.reshape(input, (-1,))
@@ -586,7 +586,7 @@ def Compress(xp, input, condition, *, axis=None):
     return xp.take(input, xp.nonzero(condition)[0], axis=axis)
 
 
-@op("Unique", since=11)
+@op("Unique", since=11, syncs="the output's size depends on the data")
 def Unique(xp, X, *, axis=None, sorted=1):  # noqa: A002 - the spec's attribute name
     if axis is None:
         rows = xp.reshape(X, (-1,))
@@ -618,7 +618,7 @@ def Unique(xp, X, *, axis=None, sorted=1):  # noqa: A002 - the spec's attribute 
     return Y, indices, inverse, counts
 
 
-@op("NonZero", since=9)
+@op("NonZero", since=9, syncs="the output's size depends on the data")
 def NonZero(xp, X):
     if X.ndim == 0:  # a scalar has no coordinates: shape (0, 1) if it is non-zero, else (0, 0)
         n = xp.nonzero(xp.reshape(X, (1,)))[0].shape[0]

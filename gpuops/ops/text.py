@@ -198,7 +198,7 @@ def TfIdfVectorizer(xp, X, *, max_gram_length, max_skip_count, min_gram_length, 
     return out if X.ndim == 2 else out[0]
 
 
-@op("ImageDecoder", since=20)
+@op("ImageDecoder", since=20, syncs="decodes the bytes on the host")
 def ImageDecoder(xp, encoded_stream, *, pixel_format="RGB"):
     """Decodes an encoded image (uint8 bytes) to uint8 [H, W, 3] (RGB or BGR) or [H, W, 1]
     (Grayscale) with Pillow on the host."""

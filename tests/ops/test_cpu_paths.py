@@ -174,3 +174,42 @@ def test_lstm_joint_gate_path_matches_the_gate_by_gate_path():
     slow = rnn.LSTM(xnp, f["X"], f["W"], f["R"], f["B"], None, None, None, np.zeros((2, 18), np.float32), **kw)
     for a, b in zip(fast, slow):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+
+def test_session_threads_are_applied_during_runs_and_restored():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import gpuops
+    from gpuops import threads as threads_mod
+
+    feeds = {"A": np.ones((8, 8), np.float32), "B": np.ones((8, 8), np.float32)}
+    model = one_node_model("MatMul", feeds)
+    seen = []
+    real = threads_mod.blas_threads
+
+    def spy(n):
+        seen.append(n)
+        return real(n)
+
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("gpuops.onnx.session.blas_threads", spy)
+        with threads_mod.blas_threads(3):
+            inside = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+        assert inside == [3] * len(before)
+        one = gpuops.InferenceSession(model, device="cpu", threads=1).run(None, feeds)
+        default = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
+    assert seen == [1, threads_mod.default_threads()]
+    assert [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"] == before
+    np.testing.assert_array_equal(one[0], default[0])
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4"])
+def test_bad_thread_counts_are_refused(bad):
+    import gpuops
+
+    feeds = {"A": np.ones((2, 2), np.float32), "B": np.ones((2, 2), np.float32)}
+    with pytest.raises(gpuops.GpuopsError, match="threads must be"):
+        gpuops.InferenceSession(one_node_model("MatMul", feeds), device="cpu", threads=bad)

@@ -217,7 +217,7 @@ def Range(xp, start, limit, delta=None):
     return _range(xp, start, limit, delta)
 
 
-@op("Unique", domain=MS, since=1)
+@op("Unique", domain=MS, since=1, syncs="the output's size depends on the data")
 def Unique(xp, x):
     """The distinct values of a 1-D tensor in order of first occurrence, each element's index into
     them, and their counts."""

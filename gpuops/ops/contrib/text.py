@@ -166,7 +166,8 @@ def WordConvEmbedding(xp, Sequence, W, B, C, *, char_embedding_size=None, conv_w
     _check_bounds(xp, Sequence, (C.shape[0],), "Sequence")
     ids = Sequence.astype(np.int64)
     length = xp.where(ids[:, 0] > 0, xp.sum((ids > 0).astype(np.int64), axis=1), 0)  # (S,)
-    emb = xp.reshape(xp.take(C, xp.reshape(ids, (-1,)), axis=0), (S, L, dim)).astype(np.float32)
+    rows = xp.reshape(ids % max(C.shape[0], 1), (-1,))  # negative from the end; in range if the check is deferred
+    emb = xp.reshape(xp.take(C, rows, axis=0), (S, L, dim)).astype(np.float32)
     P = L - width + 1
     windows = xp.concat([emb[:, t:t + P, :] for t in range(width)], axis=2)  # (S, P, width*dim)
     conv = xp.matmul(windows, xp.reshape(W, (M, width * dim)).astype(np.float32).T) + B.astype(np.float32)
@@ -184,5 +185,5 @@ def TorchEmbedding(xp, weight, indices, padding_idx=None, scale_grad_by_freq=Non
         raise NodeError(f"weight must be 2-D, got shape {tuple(weight.shape)}")
     _check_bounds(xp, indices, (weight.shape[0],))
     idx = indices.astype(np.int64)
-    idx = xp.where(idx < 0, idx + weight.shape[0], idx)
+    idx = idx % max(weight.shape[0], 1)  # negative from the end; a deferred bounds check's run stays in range
     return xp.reshape(xp.take(weight, xp.reshape(idx, (-1,)), axis=0), tuple(indices.shape) + (weight.shape[1],))

@@ -220,19 +220,23 @@ def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None
         raise NodeError(f"input_ids must be (batch, sequence), got shape {tuple(input_ids.shape)}")
     Bn, S = input_ids.shape
     _check_bounds(xp, input_ids, (word_embedding.shape[0],), "input_ids")
-    emb = xp.take(word_embedding, xp.reshape(input_ids.astype(np.int64), (-1,)), axis=0)
+
+    def wrap(ids, table):  # negative ids count from the end; in range while a deferred check is pending
+        return xp.reshape(ids.astype(np.int64) % max(table.shape[0], 1), (-1,))
+
+    emb = xp.take(word_embedding, wrap(input_ids, word_embedding), axis=0)
     if position_ids is None:
         if S > position_embedding.shape[0]:
             raise NodeError(f"sequence length {S} exceeds the {position_embedding.shape[0]} position embeddings")
         pos = xp.broadcast_to(position_embedding[None, :S], (Bn, S, position_embedding.shape[1]))
     else:
         _check_bounds(xp, position_ids, (position_embedding.shape[0],), "position_ids")
-        pid = xp.broadcast_to(position_ids.astype(np.int64), (Bn, S))
-        pos = xp.take(position_embedding, xp.reshape(pid, (-1,)), axis=0)
+        pid = xp.broadcast_to(position_ids, (Bn, S))
+        pos = xp.take(position_embedding, wrap(pid, position_embedding), axis=0)
     emb = xp.reshape(emb, (Bn, S, -1)) + xp.reshape(pos, (Bn, S, -1))
     if segment_embedding is not None and segment_ids is not None:
         _check_bounds(xp, segment_ids, (segment_embedding.shape[0],), "segment_ids")
-        seg = xp.take(segment_embedding, xp.reshape(segment_ids.astype(np.int64), (-1,)), axis=0)
+        seg = xp.take(segment_embedding, wrap(segment_ids, segment_embedding), axis=0)
         emb = emb + xp.reshape(seg, (Bn, S, -1))
     Y = _layer_norm(xp, emb, gamma, beta, axis=-1, epsilon=epsilon, stash_type=1)[0]
     if mask is None:

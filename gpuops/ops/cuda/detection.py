@@ -149,4 +149,5 @@ def _nms_op(since: int):
 
 
 for _v in (10, 11):
-    op("NonMaxSuppression", since=_v, device="cuda", host_inputs=(2, 3, 4))(_nms_op(_v))
+    op("NonMaxSuppression", since=_v, device="cuda", host_inputs=(2, 3, 4),
+       syncs="reads how many boxes were selected")(_nms_op(_v))

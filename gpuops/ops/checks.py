@@ -1,0 +1,73 @@
+"""Input checks that need device data (index bounds, batch indices), without a host sync per node.
+
+An op hands :func:`require` a small device array of the values a check needs (an index's min and
+max) and a function that raises :class:`NodeError` from their host copy. Outside a
+:func:`deferred` block the check runs at once: on NumPy that is free, on a device it is one explicit
+read. Inside one -- the executor opens it around a run on a device -- the arrays are kept and
+:meth:`Deferred.check` reads them all after the last node, where the outputs are read anyway, and
+raises the first failure. The run's values are then discarded, so an op whose check is deferred
+must compute without faulting on bad data (indices clamped into range, as CuPy's gathers wrap).
+A CUDA graph keeps the arrays its capture recorded: a replay refreshes them, and the same
+:class:`Deferred` checks them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Callable
+
+import numpy as np
+
+from ..device import to_host
+from ..errors import NodeError
+
+_state = threading.local()
+
+
+class Deferred:
+    """The checks of one run, in node order: (device values, check of their host copy, node)."""
+
+    def __init__(self):
+        self.pending: list[tuple[object, Callable, str]] = []
+        self.node = ""  # the executor's current node, for messages
+
+    def check(self) -> None:
+        """Read every pending check's values (one explicit transfer each) and run the checks in node
+        order; the first failure raises, naming its node."""
+        for values, fn, node in self.pending:
+            try:
+                fn(to_host(values))
+            except NodeError as e:
+                if node and node not in str(e):
+                    raise NodeError(f"{node}: {e}") from None
+                raise
+
+
+def active() -> Deferred | None:
+    """The innermost :func:`deferred` block's checks on this thread, if any."""
+    stack = getattr(_state, "stack", None)
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def deferred():
+    """Collect the checks of the ops run inside the block (this thread) in a :class:`Deferred`."""
+    d = Deferred()
+    _state.stack = getattr(_state, "stack", []) + [d]
+    try:
+        yield d
+    finally:
+        _state.stack = _state.stack[:-1]
+
+
+def require(values, check: Callable) -> bool:
+    """Run ``check(host copy of values)`` (it raises ``NodeError`` on bad input) now, or defer it to
+    the end of the run inside :func:`deferred` when ``values`` live on a device. Returns True when
+    deferred: the caller must then keep its computation safe on bad input."""
+    d = active()
+    if d is None or isinstance(values, np.ndarray):
+        check(to_host(values))
+        return False
+    d.pending.append((values, check, d.node))
+    return True
