@@ -295,34 +295,26 @@ def _guarded(rec: dict, fn) -> bool:
 
 # -- models --------------------------------------------------------------------------------------
 
-def model_inputs(spec: str, seed: int = 0):
-    """(path, feeds, expected outputs or None). A ``light:NAME`` model gets the input onnx's backend
-    test runner gives it (``arange(n) / n``) and its stored expected outputs; any other model random
-    feeds of its declared shapes (batch 1)."""
+def model_inputs(spec: str, path: str, inputs, seed: int = 0) -> tuple[dict, list | None]:
+    """(feeds, expected outputs or None) for the model ``spec`` at ``path`` with graph ``inputs``
+    (:class:`NodeArg`). A ``light:NAME`` model gets the input onnx's backend test runner gives it
+    (``arange(n) / n``) and its stored expected outputs; any other model random feeds of its declared
+    shapes (batch 1)."""
     import onnx
     from onnx import numpy_helper
 
-    from .cli import _random_feed, resolve_model_path
-    from .onnx import InferenceSession
+    from .cli import _random_feed
 
-    path = resolve_model_path(spec)
-    if spec.startswith("light:"):
-        model = onnx.load(path, load_external_data=False)
-        inits = {t.name for t in model.graph.initializer}
-        feeds = {}
-        for vi in model.graph.input:
-            if vi.name in inits:
-                continue
-            shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-            n = int(np.prod(shape))
-            feeds[vi.name] = (np.arange(n, dtype=np.float32).reshape(shape) / n).astype(np.float32)
-        prefix = path[: -len(".onnx")]
-        expected = [numpy_helper.to_array(onnx.load_tensor(f"{prefix}_output_{i}.pb"))
-                    for i in range(len(model.graph.output))]
-        return path, feeds, expected
-    rng = np.random.default_rng(seed)
-    args = InferenceSession(path, device="cpu").get_inputs()
-    return path, {a.name: _random_feed(a, rng, 1) for a in args}, None
+    if not spec.startswith("light:"):
+        rng = np.random.default_rng(seed)
+        return {a.name: _random_feed(a, rng, 1) for a in inputs}, None
+    feeds = {}
+    for a in inputs:
+        n = int(np.prod(a.shape))
+        feeds[a.name] = (np.arange(n, dtype=np.float32).reshape(a.shape) / n).astype(np.float32)
+    prefix = path[: -len(".onnx")]
+    n_out = len(onnx.load(path, load_external_data=False).graph.output)
+    return feeds, [numpy_helper.to_array(onnx.load_tensor(f"{prefix}_output_{i}.pb")) for i in range(n_out)]
 
 
 def _second_feeds(feeds: dict) -> dict:
@@ -337,10 +329,13 @@ def model_check(spec: str, dev: Device, rtol: float = 1e-3, atol: float = 1e-4) 
     on different feeds), each against the cpu path."""
     from .onnx import InferenceSession
 
+    from .cli import resolve_model_path
+
     rec: dict = {"model": spec, "runs": []}
-    path, feeds, expected = model_inputs(spec)
-    feeds2 = _second_feeds(feeds)
+    path = resolve_model_path(spec)
     cpu_sess = InferenceSession(path, device="cpu")
+    feeds, expected = model_inputs(spec, path, cpu_sess.get_inputs())
+    feeds2 = _second_feeds(feeds)
     cpu = cpu_sess.run(None, feeds)
     cpu2 = cpu_sess.run(None, feeds2)
 
