@@ -18,6 +18,7 @@ import numpy as np
 from ..device import to_host
 from ..errors import NodeError
 from ..registry import op
+from .checks import require
 
 # -- RoiAlign ------------------------------------------------------------------------------------
 
@@ -43,6 +44,23 @@ def _interp_axis(xp, v, size: int, valid):
     return low, high, xp.where(keep, 1.0 - frac, zero), xp.where(keep, frac, zero)
 
 
+def batch_index_array(xp, batch_indices, N: int, R: int):
+    """RoiAlign's ``batch_indices`` as int64, checked to lie in [0, N) -- a :class:`NodeError` as in
+    onnxruntime, on a device at the end of the run (:mod:`.checks`) -- and wrapped into range meanwhile."""
+    if tuple(batch_indices.shape) != (R,):
+        raise NodeError(f"RoiAlign: batch_indices has shape {tuple(batch_indices.shape)}, expected ({R},)")
+    b = batch_indices.astype(np.int64)
+    if R:
+        def check(lohi):
+            lo, hi = (int(v) for v in lohi)
+            if lo < 0 or hi >= N:
+                raise NodeError(f"RoiAlign: input 'batch_indices': index {lo if lo < 0 else hi} is out of range "
+                                f"[0, {N - 1}] (X holds {N} images)")
+
+        require(xp.stack([xp.min(b), xp.max(b)]), check)
+    return b % max(N, 1)
+
+
 def _roi_align(xp, X, rois, batch_indices, *, half_pixel, mode, output_height, output_width,
                sampling_ratio, spatial_scale):
     mode = mode.lower()
@@ -51,8 +69,9 @@ def _roi_align(xp, X, rois, batch_indices, *, half_pixel, mode, output_height, o
     if X.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 4:
         raise NodeError(f"RoiAlign expects X [N, C, H, W] and rois [R, 4], got {tuple(X.shape)} and "
                         f"{tuple(rois.shape)}")
-    _, C, H, W = (int(d) for d in X.shape)
+    N, C, H, W = (int(d) for d in X.shape)
     R, PH, PW = int(rois.shape[0]), int(output_height), int(output_width)
+    batch_indices = batch_index_array(xp, batch_indices, N, R)
     if R == 0:
         return xp.zeros((0, C, PH, PW), dtype=X.dtype)
     ct = np.float64 if X.dtype == np.float64 else np.float32
@@ -84,7 +103,7 @@ def _roi_align(xp, X, rois, batch_indices, *, half_pixel, mode, output_height, o
     xx, xmask = samples(start_w, bin_w, grid_w, PW, Gw)
     y_lo, y_hi, wy_lo, wy_hi = _interp_axis(xp, yy, H, ymask)  # [R, PH, Gh]
     x_lo, x_hi, wx_lo, wx_hi = _interp_axis(xp, xx, W, xmask)  # [R, PW, Gw]
-    taps = (batch_indices.astype(np.int64), y_lo, y_hi, wy_lo, wy_hi, ymask, x_lo, x_hi, wx_lo, wx_hi, xmask, count)
+    taps = (batch_indices, y_lo, y_hi, wy_lo, wy_hi, ymask, x_lo, x_hi, wx_lo, wx_hi, xmask, count)
     # rois are pooled in chunks that bound the gathered intermediate's size
     per_roi = C * (PH * Gh * W + PW * Gw * PH if mode == "avg" else PH * Gh * PW * Gw)
     step = max(1, _ROI_CHUNK_ELEMENTS // per_roi)
@@ -125,7 +144,7 @@ def _pool_max(xp, X, ct, b, y_lo, y_hi, wy_lo, wy_hi, ymask, x_lo, x_hi, wx_lo, 
     return xp.permute_dims(out, (0, 3, 1, 2))
 
 
-@op("RoiAlign", since=10)
+@op("RoiAlign", since=10, syncs="sampling_ratio=0 sizes the sample grid by the rois' largest one, read on the host")
 def RoiAlign_10(xp, X, rois, batch_indices, *, mode="avg", output_height=1, output_width=1,
                 sampling_ratio=0, spatial_scale=1.0):
     """Opset 10 has no pixel shift (what opset 16 calls 'output_half_pixel')."""
@@ -133,7 +152,7 @@ def RoiAlign_10(xp, X, rois, batch_indices, *, mode="avg", output_height=1, outp
                       output_width=output_width, sampling_ratio=sampling_ratio, spatial_scale=spatial_scale)
 
 
-@op("RoiAlign", since=16)  # 22 only adds bfloat16
+@op("RoiAlign", since=16, syncs="sampling_ratio=0 sizes the sample grid by the rois' largest one, read on the host")  # 22 only adds bfloat16
 def RoiAlign_16(xp, X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg",
                 output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
     if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):

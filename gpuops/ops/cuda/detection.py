@@ -13,6 +13,7 @@ from ... import kernels
 from ...device import to_host
 from ...errors import NodeError
 from ...registry import op
+from ..detection import batch_index_array
 from ._launch import contiguous, f32, generic, i32, i64, launch, on_device
 
 _CT = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
@@ -32,13 +33,12 @@ def roi_align(xp, X, rois, batch_indices, *, mode="avg", output_height=1, output
         raise NodeError(f"RoiAlign: output_height/output_width must be positive, got {output_height}/{output_width}")
     N, C, H, W = (int(d) for d in X.shape)
     R = int(rois.shape[0])
-    if tuple(batch_indices.shape) != (R,):
-        raise NodeError(f"RoiAlign: batch_indices has shape {tuple(batch_indices.shape)}, expected ({R},)")
+    batch_indices = batch_index_array(xp, batch_indices, N, R)
     PH, PW = int(output_height), int(output_width)
     Y = xp.empty((R, C, PH, PW), dtype=X.dtype)
     if Y.size:
         rois = contiguous(xp, rois.astype(X.dtype) if rois.dtype != X.dtype else rois)
-        bi = contiguous(xp, batch_indices.astype(np.int64) if batch_indices.dtype != np.int64 else batch_indices)
+        bi = contiguous(xp, batch_indices)
         launch("roi_align.cu", f"roi_align<{_CT[np.dtype(X.dtype)]}>", X, Y.size,
                (contiguous(xp, X), rois, bi, Y, i64(Y.size), i32(N), i32(C), i32(H), i32(W), i32(PH), i32(PW),
                 i32(sampling_ratio), f32(spatial_scale), i32(1 if half_pixel else 0), i32(1 if mode == "max" else 0)))
