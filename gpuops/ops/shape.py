@@ -548,6 +548,8 @@ def Trilu(xp, input, k=None, *, upper=1):
     if input.ndim < 2:
         raise NodeError(f"Trilu needs an input of rank >= 2, got shape {tuple(input.shape)}")
     k = 0 if k is None else int(_scalar(k))
+    # any int64 k is valid: past the matrix's diagonals it keeps all or nothing (no overflow at -2**63)
+    k = min(max(k, -int(input.shape[-2])), int(input.shape[-1]))
     return xp.triu(input, k=k) if upper else xp.tril(input, k=k)
 
 

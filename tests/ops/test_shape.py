@@ -302,6 +302,17 @@ def test_trilu_batched(device, upper, k):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k", [-2**63, -4, -3, 4, 5, 2**63 - 1])
+def test_trilu_takes_any_int64_k(device, k):
+    """Past the matrix's diagonals k keeps everything or nothing; -2**63 does not overflow (issue 15)."""
+    x = np.arange(1, 13, dtype=np.float32).reshape(3, 4)
+    for upper, oracle in ((1, np.triu), (0, np.tril)):
+        node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
+        (got,) = run_node(node, [("x", x), ("k", np.array(k, np.int64))], device)
+        np.testing.assert_array_equal(got, oracle(x, min(max(k, -3), 4)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("batch_axis, time_axis", [(0, 1), (1, 0)])
 def test_reverse_sequence_with_trailing_dims(device, batch_axis, time_axis):
     x = np.arange(3 * 4 * 2, dtype=np.float32).reshape(3, 4, 2)
