@@ -252,36 +252,49 @@ class Graph:
         return [c for c in self.consts if c in used]
 
     def to_model(self) -> onnx.ModelProto:
-        """Write the edited graph back into the model; unused constants are dropped."""
+        """Write the edited graph back into the model; unused constants are dropped. (Tensors are
+        filled in place: a light model's folded weights are hundreds of MB.)"""
         g = self.model.graph
         live = set(self._live_consts())
-        old_ir = self.model.ir_version < 4
-        new_consts = []
-        inits = []
-        for t in g.initializer:
-            if t.name in self.consts and t.name not in live:
-                continue  # folded away (in IR < 4 its graph input goes too)
-            inits.append(numpy_helper.from_array(self._arrays[t.name], t.name)
-                         if t.name in self.changed_consts else t)
-        have = {t.name for t in inits}
-        for name in sorted(live - have):
-            tensor = numpy_helper.from_array(self._arrays[name], name)
-            if old_ir:  # IR < 4: an initializer must be a graph input; a Constant node is not
-                new_consts.append(helper.make_node("Constant", [], [name], name=self.unique("opt/Constant"),
-                                                   value=tensor))
-            else:
-                inits.append(tensor)
-        del g.initializer[:]
-        g.initializer.extend(inits)
         dropped = {t for t in self._protos if t in self.consts and t not in live}
+        for i in reversed(range(len(g.initializer))):
+            t = g.initializer[i]
+            if t.name in dropped:
+                del g.initializer[i]  # folded away (in IR < 4 its graph input goes too)
+            elif t.name in self.changed_consts:
+                _fill(t, t.name, self._arrays[t.name])
+        new = sorted(live - set(self._protos))
         if dropped:
             keep = [i for i in g.input if i.name not in dropped]
             del g.input[:]
             g.input.extend(keep)
         del g.node[:]
-        g.node.extend(new_consts + self.nodes)
+        for name in new:
+            if self.model.ir_version < 4:  # an initializer must be a graph input there; a Constant node is not
+                n = g.node.add()
+                n.op_type, n.name = "Constant", self.unique("opt/Constant")
+                n.output.append(name)
+                a = n.attribute.add()
+                a.name, a.type = "value", AttributeProto.TENSOR
+                _fill(a.t, name, self._arrays[name])
+            else:
+                _fill(g.initializer.add(), name, self._arrays[name])
+        g.node.extend(self.nodes)
         produced = {o for n in self.nodes for o in n.output}
         vis = [vi for vi in g.value_info if vi.name in produced]
         del g.value_info[:]
         g.value_info.extend(vis)
         return self.model
+
+
+def _fill(t: onnx.TensorProto, name: str, array: np.ndarray) -> None:
+    """Write ``array`` into the tensor ``t`` (raw bytes for NumPy's own numeric types)."""
+    array = np.asarray(array)
+    if array.dtype.kind in "biufc" and array.dtype.type.__module__ == "numpy" and array.dtype.byteorder != ">":
+        t.Clear()
+        t.name = name
+        t.data_type = onnx_dtype(array.dtype)
+        t.dims.extend(array.shape)
+        t.raw_data = np.ascontiguousarray(array).tobytes()
+    else:
+        t.CopyFrom(numpy_helper.from_array(array, name))
