@@ -168,11 +168,11 @@ def _launched() -> None:
 class ndarray:
     """A "device" array: a NumPy array that only leaves the device through ``get()``."""
 
-    __slots__ = ("_a", "__weakref__")
+    __slots__ = ("_a", "_m", "__weakref__")
     __array_ufunc__ = None  # NumPy ufuncs refuse us (as they refuse CuPy arrays); operators defer to us
 
-    def __init__(self, a: np.ndarray):
-        self._a = a
+    def __init__(self, a: np.ndarray, m: "_Buffer | None" = None):
+        self._a, self._m = a, m or _track(a)
 
     shape = property(lambda self: self._a.shape)
     dtype = property(lambda self: self._a.dtype)
@@ -186,14 +186,19 @@ class ndarray:
     device = property(lambda self: cuda.Device(0))
 
     def get(self, stream=None, order="C", out=None) -> np.ndarray:
-        """The explicit device->host copy."""
+        """The explicit device->host copy (on ``stream``, default the current one, which it synchronises)."""
         _sync(".get()", explicit=True)
+        stream = stream or _current_stream()
+        _access(stream, (self,), ())
+        stream.synchronize()
         transfers["d2h"] += 1
         return np.array(self._a, copy=True)
 
     def set(self, arr, stream=None) -> None:
+        """The explicit host->device copy, enqueued on ``stream`` (default: the current one)."""
         _no_capture(".set()")
         transfers["h2d"] += 1
+        _access(stream or _current_stream(), (), (self,))
         self._a[...] = arr
 
     def __array__(self, *args, **kwargs):
@@ -290,7 +295,6 @@ def _wrap(x):
     if isinstance(x, np.ndarray):
         if not device_supported(x.dtype):  # as CuPy: no strings, bfloat16, float8, int4 on the device
             raise TypeError(f"Unsupported dtype {x.dtype}")
-        _track(x)
         return ndarray(x)
     if isinstance(x, np.generic):  # CuPy returns 0-d device arrays, never host scalars
         return _wrap(np.asarray(x))
@@ -315,15 +319,43 @@ def _unwrap(x):
     return x
 
 
+# NumPy methods that write into the array they are bound to
+_MUTATORS = {"fill", "put", "itemset", "sort", "partition", "resize", "setfield", "__setitem__",
+             "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+             "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"}
+
+
 def _call(f, args, kwargs=None):
-    """Run a NumPy callable on device arrays; inside a stream capture, also record it for replay."""
+    """Run a NumPy callable on device arrays, enqueued on the current stream (its reads checked
+    against the buffers' last writers); inside a stream capture, also record it for replay."""
     kwargs = kwargs or {}
     _launched()
-    out = _wrap(f(*_unwrap(args), **_unwrap(kwargs)))
     ops = getattr(_state, "capture", None)
+    stream = _current_stream()
+    reads, writes = _reads_writes(f, args, kwargs)
+    if ops is None:  # a capture runs nothing on the device: its graph's launches are checked instead
+        _access(stream, reads, ())
+    out = _wrap(f(*_unwrap(args), **_unwrap(kwargs)))
+    _access(stream, (), writes + [o for o in _leaves(out) if isinstance(o, ndarray)], check=False)
     if ops is not None:
         ops.append((f, args, kwargs, out))
     return out
+
+
+def _reads_writes(f, args, kwargs):
+    reads = [a for a in _leaves((args, kwargs)) if isinstance(a, ndarray)]
+    writes = [a for a in _leaves(kwargs.get("out")) if isinstance(a, ndarray)]
+    if f is operator.setitem or getattr(f, "__name__", "") == "copyto":
+        writes.append(args[0])
+    owner = getattr(f, "__self__", None)
+    if isinstance(owner, np.ndarray):
+        m = _meta.get(id(_base(owner)))
+        if m is not None:
+            view = ndarray(owner, m)
+            reads.append(view)
+            if getattr(f, "__name__", "") in _MUTATORS:
+                writes.append(view)
+    return reads, writes
 
 
 def _is_device(x) -> bool:
@@ -380,7 +412,9 @@ class _Wrapped:
 
 
 def _leaves(x):
-    if isinstance(x, (tuple, list)):
+    if isinstance(x, ndarray):
+        yield x
+    elif isinstance(x, (tuple, list)):
         for v in x:
             yield from _leaves(v)
     elif isinstance(x, dict):
@@ -429,7 +463,8 @@ def _hooks() -> list:
 
 
 _ROUND = 512
-DEVICE_MEMORY = 16 << 30  # what the stand-in "GPU" reports as its total memory
+DEVICE_MEMORY = 16 << 30  # what each stand-in "GPU" reports as its total memory
+DEVICE_COUNT = 1  # stand-in GPUs (GPUOPS_STANDIN_DEVICES overrides)
 
 
 class MemoryPool:
@@ -494,7 +529,6 @@ class MemoryPool:
 
 
 _default_pool = MemoryPool()
-_owners: dict[int, object] = {}
 
 
 def get_default_memory_pool() -> MemoryPool:
@@ -505,55 +539,242 @@ def _current_pool() -> MemoryPool:
     return getattr(_state, "pool", None) or _default_pool
 
 
-def _track(a: np.ndarray) -> None:
-    """Charge a new array buffer to the current pool; it is returned when NumPy frees it."""
-    base = a
-    while isinstance(base.base, np.ndarray):
-        base = base.base
+class _Buffer:
+    """What the stand-in knows of one device allocation: its pool charge and its last write."""
+
+    __slots__ = ("device", "writer", "wseq", "__weakref__")
+
+    def __init__(self, device: int):
+        self.device = device
+        self.writer: "_Stream | None" = None  # the stream of the last write, and its position there
+        self.wseq = 0
+
+
+_meta: dict[int, _Buffer] = {}  # id(base array) -> its buffer
+
+
+def _base(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _track(a: np.ndarray) -> _Buffer:
+    """The buffer of ``a``'s base array; a new one is charged to the current pool and returned to it
+    when NumPy frees the memory."""
+    base = _base(a)
     key = id(base)
-    if key in _owners or not base.flags.owndata:
-        return
-    pool = _current_pool()
-    size = pool.malloc(base.nbytes)
-    _owners[key] = weakref.finalize(base, _release, key, pool, size)
+    m = _meta.get(key)
+    if m is not None:
+        return m
+    m = _meta[key] = _Buffer(_current_device())
+    if base.flags.owndata:
+        pool = _current_pool()
+        size = pool.malloc(base.nbytes)
+        weakref.finalize(base, _release, key, pool, size)
+    else:
+        weakref.finalize(base, _meta.pop, key, None)
+    return m
 
 
 def _release(key, pool, size):
-    _owners.pop(key, None)
+    _meta.pop(key, None)
     pool.free(size)
 
 
 # -- the cuda submodule ------------------------------------------------------------------------
 
-class _Context:
-    """A ``with`` block that selects nothing and a ``synchronize`` with nothing to wait for."""
+class StreamRaceError(RuntimeError):
+    """A buffer read on one stream while its last write, on another, may not have finished: no event
+    wait or host synchronisation orders the two (what compute-sanitizer's racecheck would report)."""
+
+
+def _current_device() -> int:
+    return getattr(_state, "device", 0)
+
+
+class _Device:
+    """``cuda.Device(i)``: as a ``with`` block it makes ``i`` this thread's current device."""
+
+    def __init__(self, device=None):
+        self.id = _current_device() if device is None else int(getattr(device, "id", device))
+        if not 0 <= self.id < _Runtime.getDeviceCount():
+            raise RuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {self.id}")
+
+    def __int__(self):
+        return self.id
+
+    def __eq__(self, other):
+        return isinstance(other, _Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return f"<CUDA Device {self.id}>"
+
+    def use(self):
+        _state.device = self.id
 
     def __enter__(self):
+        self._prev = getattr(self, "_prev", [])
+        self._prev.append(_current_device())
+        _state.device = self.id
         return self
 
     def __exit__(self, *exc):
+        _state.device = self._prev.pop()
         return False
 
     def synchronize(self):
-        pass
+        _no_capture("Device.synchronize()")
+        for st in list(_Stream._all):
+            if st.device_id == self.id:
+                st._host_wait(st.seq)
 
 
-class _Device(_Context):
-    def __init__(self, index: int = 0):
-        self.id = index
+class _Stream:
+    """A CUDA stream: work is enqueued on it in order. The legacy default stream (``Stream.null``) of a
+    device is ordered against every blocking stream of that device, and a ``non_blocking`` stream
+    against nothing: only an event wait (``wait_event``) or a host synchronisation orders it."""
+
+    _all: "weakref.WeakSet[_Stream]" = weakref.WeakSet()
+
+    def __init__(self, null=False, non_blocking=False, ptr=None, device_id=None, **kwargs):
+        self.device_id = _current_device() if device_id is None else device_id
+        self.null, self.non_blocking = null, non_blocking and not null
+        self.seq = 0  # how many operations were enqueued
+        self.after: dict = {}  # stream -> the position in it that this stream waits for
+        self.done = 0  # the position the host has waited for
+        self.ptr = 0 if null else id(self)
+        _Stream._all.add(self)
+
+    def __repr__(self):
+        kind = "legacy default" if self.null else "non-blocking" if self.non_blocking else "blocking"
+        return f"<{kind} stream {self.ptr:#x} of device {self.device_id}>"
+
+    def __enter__(self):
+        _streams().setdefault(self.device_id, []).append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _streams()[self.device_id].pop()
+        return False
+
+    def use(self):
+        stack = _streams().setdefault(self.device_id, [])
+        stack[-1:] = [self]
+        return self
+
+    def _enqueue(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _host_wait(self, seq: int) -> None:
+        self.done = max(self.done, seq)
+        for st, pos in list(self.after.items()):  # what it waited for has finished too
+            st._host_wait(pos)
+
+    def synchronize(self):
+        _no_capture("Stream.synchronize()")
+        self._host_wait(self.seq)
+
+    def wait_event(self, event: "_Event") -> None:
+        if event.stream is not None:
+            self.after[event.stream] = max(self.after.get(event.stream, 0), event.seq)
+            for st, pos in event.after.items():
+                self.after[st] = max(self.after.get(st, 0), pos)
+
+    def record(self, event=None) -> "_Event":
+        event = event or _Event()
+        event.record(self)
+        return event
+
+    def orders(self, writer: "_Stream", wseq: int) -> bool:
+        """True when work enqueued on this stream now runs after ``writer``'s operation ``wseq``."""
+        if writer is self or writer.done >= wseq or self.after.get(writer, 0) >= wseq:
+            return True
+        if writer.device_id == self.device_id and (
+                (writer.null and not self.non_blocking) or (self.null and not writer.non_blocking)):
+            return True  # the legacy default stream's implicit synchronisation
+        return False
+
+    def begin_capture(self, mode=None):
+        if self.null:
+            raise StreamCaptureError("cudaErrorStreamCaptureUnsupported: the legacy default stream "
+                                     "cannot be captured")
+        if getattr(_state, "capture", None) is not None:
+            raise StreamCaptureError("a capture is already in progress")
+        _state.capture = []
+        _state.capture_stream = self
+
+    def end_capture(self) -> "_Graph":
+        ops, _state.capture = _state.capture, None
+        return _Graph(ops)
+
+    def is_capturing(self) -> bool:
+        return getattr(_state, "capture", None) is not None and getattr(_state, "capture_stream", None) is self
+
+
+_null_streams: dict[int, _Stream] = {}
+
+
+def _null_stream(device: int) -> _Stream:
+    st = _null_streams.get(device)
+    if st is None:
+        st = _null_streams[device] = _Stream(null=True, device_id=device)
+    return st
+
+
+def _streams() -> dict:
+    if not hasattr(_state, "streams"):
+        _state.streams = {}
+    return _state.streams
+
+
+def _current_stream() -> _Stream:
+    dev = _current_device()
+    stack = _streams().get(dev)
+    return stack[-1] if stack else _null_stream(dev)
+
+
+def _access(stream: _Stream, reads, writes, check=True) -> None:
+    """Enqueue one operation on ``stream`` reading ``reads`` and writing ``writes`` (device arrays);
+    a read (or overwrite) of a buffer whose last write on another stream is unordered raises."""
+    seq = stream._enqueue()
+    if check:
+        for a in (*reads, *writes):
+            m = a._m
+            if m.writer is not None and not stream.orders(m.writer, m.wseq):
+                raise StreamRaceError(
+                    f"a buffer last written on {m.writer!r} is used on {stream!r} with no event wait or "
+                    "synchronisation in between: the two may run concurrently")
+    for a in writes:
+        a._m.writer, a._m.wseq = stream, seq
 
 
 class _Event:
     def __init__(self, *args, **kwargs):
         self.t = None
+        self.stream: _Stream | None = None
+        self.seq = 0
+        self.after: dict = {}
 
     def record(self, stream=None):
         import time
 
+        stream = stream or _current_stream()
+        self.stream, self.seq, self.after = stream, stream.seq, dict(stream.after)
         self.t = time.perf_counter()
 
     def synchronize(self):
-        pass
+        _no_capture("Event.synchronize()")
+        if self.stream is not None:
+            self.stream._host_wait(self.seq)
+
+    @property
+    def done(self) -> bool:
+        return True
 
 
 def _get_elapsed_time(start: _Event, end: _Event) -> float:
@@ -571,18 +792,31 @@ def _using_allocator(malloc=None):
         _state.pool = prev
 
 
+DEVICE_COUNT_ENV = "GPUOPS_STANDIN_DEVICES"
+
+
 class _Runtime:
     @staticmethod
     def getDeviceCount() -> int:
-        return 1
+        return int(os.environ.get(DEVICE_COUNT_ENV, "") or DEVICE_COUNT)
+
+    @staticmethod
+    def getDevice() -> int:
+        return _current_device()
 
     @staticmethod
     def getDeviceProperties(index: int) -> dict:
-        return {"name": b"gpuops CPU stand-in", "totalGlobalMem": DEVICE_MEMORY}
+        _Device(index)
+        return {"name": b"gpuops CPU stand-in", "totalGlobalMem": DEVICE_MEMORY,
+                "pciBusID": 0x10 + index, "pciDeviceID": 0, "pciDomainID": 0}
 
     @staticmethod
     def runtimeGetVersion() -> int:
         return 0
+
+    @staticmethod
+    def deviceSynchronize() -> None:
+        _Device().synchronize()
 
     @staticmethod
     def memGetInfo():
@@ -591,14 +825,20 @@ class _Runtime:
 
 class _Graph:
     """A captured stream: replaying it re-runs every recorded call on the same buffers, writing each
-    result into the array the capture produced, as a CUDA graph re-launches its kernels."""
+    result into the array the capture produced, as a CUDA graph re-launches its kernels. The launch is
+    enqueued on ``stream``: every buffer it reads must be ordered before it there."""
 
     def __init__(self, ops):
         self._ops = ops
 
     def launch(self, stream=None):
+        _no_capture("Graph.launch()")
+        stream = stream or _current_stream()
         for f, args, kwargs, out in self._ops:
+            reads, writes = _reads_writes(f, args, kwargs)
+            _access(stream, reads, ())
             _copy_into(out, f(*_unwrap(args), **_unwrap(kwargs)))
+            _access(stream, (), writes + [o for o in _leaves(out) if isinstance(o, ndarray)], check=False)
 
 
 def _copy_into(out, new):
@@ -610,22 +850,29 @@ def _copy_into(out, new):
             _copy_into(o, n)
 
 
-class _Stream(_Context):
-    def __init__(self, non_blocking=False, **kwargs):
-        pass
+def _get_current_stream(device_id=None) -> _Stream:
+    if device_id is None:
+        return _current_stream()
+    with _Device(device_id):
+        return _current_stream()
 
-    def begin_capture(self, mode=None):
-        if getattr(_state, "capture", None) is not None:
-            raise StreamCaptureError("a capture is already in progress")
-        _state.capture = []
 
-    def end_capture(self) -> _Graph:
-        ops, _state.capture = _state.capture, None
-        return _Graph(ops)
+class _StreamNamespace:
+    """``cuda.Stream``: the class, with CuPy's ``Stream.null`` (this device's legacy default stream)."""
+
+    def __call__(self, *args, **kwargs):
+        return _Stream(*args, **kwargs)
+
+    def __instancecheck__(self, obj):
+        return isinstance(obj, _Stream)
+
+    @property
+    def null(self) -> _Stream:
+        return _null_stream(_current_device())
 
 
 cuda = types.SimpleNamespace(
-    Stream=_Stream,
+    Stream=_StreamNamespace(), get_current_stream=_get_current_stream,
     alloc_pinned_memory=lambda nbytes: bytearray(nbytes),  # page-locked on a GPU; plain memory here
     Device=_Device, MemoryPool=MemoryPool, MemoryHook=MemoryHook, using_allocator=_using_allocator,
     Event=_Event, get_elapsed_time=_get_elapsed_time, runtime=_Runtime,

@@ -252,7 +252,10 @@ class CudaGraphs:
         if key != self.key and not self._capture(key, feeds):
             return None
         for k, buf in self.inputs.items():
-            buf[...] = feeds[k]
+            buf[...] = feeds[k]  # on the current stream, which the graph's stream does not follow by itself
+        ready = self.session.device.lib.cuda.Event()
+        ready.record()
+        self.stream.wait_event(ready)
         self.graph.launch(stream=self.stream)
         self.stream.synchronize()
         return [self.env[n].copy() for n in names]
