@@ -35,6 +35,8 @@ import numpy as np
 
 from ..device import Device, to_host
 from ..errors import ModelError
+from . import batch as B
+from .batch import Batched
 
 NOT_CONST = object()
 MAX_EXPRESSION_LENGTH = 10_000  # characters
@@ -210,7 +212,13 @@ class _Compiler:
         try:  # a literal: a numeric one becomes one device array, once
             value = self.v.literal(ast.literal_eval(node))
         except ValueError:
-            return lambda s: [f(s) for f in items]
+            xp = self.v.xp
+
+            def items_of(s):
+                out = [f(s) for f in items]
+                return B.stack_items(xp, out) if B.is_batched(*out) else out
+
+            return items_of
         return lambda s: value
 
     def c_Tuple(self, node):
@@ -239,8 +247,15 @@ class _Compiler:
             return lambda s: +a(s)
         if isinstance(node.op, ast.Invert):
             return lambda s: ~a(s)
-        truth = self.v.truth
-        return lambda s: not truth(a(s))
+        truth, xp = self.v.truth, self.v.xp
+
+        def not_(s):
+            value = a(s)
+            if isinstance(value, Batched):
+                return Batched(xp.logical_not(B.row_truth(value).a))
+            return not truth(value)
+
+        return not_
 
     def c_Compare(self, node):
         ops = [_CMPOPS[type(o)] for o in node.ops]
@@ -251,11 +266,15 @@ class _Compiler:
         truth = self.v.truth
 
         def chain(s):
-            left = parts[0](s)
+            left, rows = parts[0](s), None
             for op, f in zip(ops, parts[1:]):
                 right = f(s)
                 result = op(left, right)
-                if not truth(result):
+                if rows is not None:
+                    result = rows & result
+                if isinstance(result, Batched):  # rows differ: every comparison, combined per row
+                    rows = result
+                elif not truth(result):
                     return result
                 left = right
             return result
@@ -267,23 +286,46 @@ class _Compiler:
         truth = self.v.truth
         is_and = isinstance(node.op, ast.And)
 
+        xp = self.v.xp
+
         def boolop(s):
-            for f in parts:
-                value = f(s)
-                if truth(value) != is_and:
+            value = parts[0](s)
+            for f in parts[1:]:
+                if isinstance(value, Batched):  # per row: the first value whose truth decides
+                    other, t = f(s), B.row_truth(value)
+                    value = B.where(xp, t, other, value) if is_and else B.where(xp, t, value, other)
+                elif truth(value) != is_and:
                     return value
+                else:
+                    value = f(s)
             return value
 
         return boolop
 
     def c_IfExp(self, node):
         test, body, orelse = self.compile(node.test), self.compile(node.body), self.compile(node.orelse)
-        truth = self.v.truth
-        return lambda s: body(s) if truth(test(s)) else orelse(s)
+        truth, xp = self.v.truth, self.v.xp
+
+        def ifexp(s):
+            t = test(s)
+            if isinstance(t, Batched):  # per row: both branches, then selected
+                return B.where(xp, B.row_truth(t), body(s), orelse(s))
+            return body(s) if truth(t) else orelse(s)
+
+        return ifexp
 
     def c_Subscript(self, node):
         value, index = self.compile(node.value), self.compile(node.slice)
-        return lambda s: value(s)[index(s)]
+        xp = self.v.xp
+
+        def subscript(s):
+            v, i = value(s), index(s)
+            if isinstance(i, Batched) or isinstance(i, tuple) and B.is_batched(*i):  # an index per row
+                parts = list(i) if isinstance(i, tuple) else [i]
+                return B.map_rows(xp, lambda x, *ix: x[tuple(ix) if isinstance(i, tuple) else ix[0]], [v, *parts])
+            return v[i]
+
+        return subscript
 
     def c_Slice(self, node):
         parts = [self.compile(p) if p is not None else (lambda s: None) for p in (node.lower, node.upper, node.step)]
@@ -328,6 +370,8 @@ class _Compiler:
         def call(*args, **kwargs):
             if size_of is not None:
                 _check_size(name, size_of, args, kwargs)
+            if B.is_batched(*args, *kwargs.values()):
+                return _batched_call(v, name, xp_fn, args, kwargs)
             if any(v.is_array(a) for a in args) or any(v.is_array(a) for a in kwargs.values()):
                 return xp_fn(*[v.array(a) if isinstance(a, list) else a for a in args], **kwargs)
             return _from_host(v, np_fn(*args, **kwargs))
@@ -343,23 +387,42 @@ class _Compiler:
         xp = v.xp
         if name in ("int", "float", "bool"):
             cast = {"int": int, "float": float, "bool": bool}[name]
-            return lambda x=0: cast(v.host_scalar(x))
+            return lambda x=0: (B.map_rows(xp, lambda r: cast(v.host_scalar(r)), [x]) if isinstance(x, Batched)
+                                else cast(v.host_scalar(x)))
         if name in ("min", "max"):
             pair = xp.minimum if name == "min" else xp.maximum
             whole = xp.min if name == "min" else xp.max
             py = min if name == "min" else max
 
             def minmax(*args, **kwargs):
+                if B.is_batched(*args):
+                    return B.reduce(whole, args[0]) if len(args) == 1 else reduce(
+                        lambda a, b: B.apply(pair, a, b), args)
                 if any(v.is_array(a) for a in args):
                     return whole(args[0]) if len(args) == 1 else reduce(pair, args)
                 return py(*args, **kwargs)
 
             return minmax
         if name == "sum":
-            return lambda x, start=0: xp.sum(x, axis=0) + start if v.is_array(x) else sum(x, start)
+            return lambda x, start=0: (B.reduce(xp.sum, x, axis=0) + start if isinstance(x, Batched) else
+                                       xp.sum(x, axis=0) + start if v.is_array(x) else sum(x, start))
         if name == "round":
             return lambda x, n=None: (xp.round(x, n or 0) if v.is_array(x) else round(x, n))
         return {"abs": abs, "len": len, "pow": _pow}[name]
+
+
+def _batched_call(v: Values, name: str, fn: Callable, args, kwargs):
+    """A numpy function on batched arguments: element by element, a reduction over logical axes, a
+    batched matrix product, or else once per row."""
+    args = [v.array(a) if isinstance(a, list) else a for a in args]
+    if name in B.ELEMENTWISE:
+        return B.apply(fn, *args, **kwargs)
+    if name in B.REDUCTIONS and isinstance(args[0], Batched) and not B.is_batched(*args[1:], *kwargs.values()):
+        return B.reduce(fn, *args, **kwargs)
+    if name in ("matmul", "dot") and len(args) == 2 and not kwargs and (name == "matmul" or max(
+            B._logical_ndim(a) for a in args) <= 2):
+        return B.matmul(*args)
+    return B.map_rows(v.xp, fn, args, kwargs)
 
 
 def _count(shape) -> int:

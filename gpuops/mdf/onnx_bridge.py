@@ -20,6 +20,8 @@ from .. import ops as _ops  # noqa: F401  (registers the op families)
 from .. import registry
 from ..device import to_host
 from ..errors import GpuopsError, ModelError, NodeError, UnsupportedOpError
+from . import batch as B
+from .batch import Batched
 from .expr import Values
 
 DEFAULT_OPSET = 15
@@ -29,6 +31,12 @@ _PROMOTED = frozenset(["Add", "Sub", "Mul", "Div", "Clip", "Greater", "GreaterOr
                        "Mean", "Sum", "PRelu", "Max", "Min"])
 _A = OpSchema.AttrType
 _GRAPH_ATTRS = (_A.GRAPH, _A.GRAPHS)
+
+# ops that act element by element (inputs broadcast): batched inputs run in one call, aligned by row
+_ROWWISE = frozenset("""Abs Neg Relu Sigmoid Tanh Exp Log Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh
+    Floor Ceil Round Sqrt Erf Softplus Softsign Reciprocal LeakyRelu Elu Selu Celu HardSigmoid HardSwish Sign
+    Not IsNaN IsInf Identity Cast Add Sub Mul Div Pow Mod Greater GreaterOrEqual Less LessOrEqual Equal And
+    Or Xor Where Max Min Sum Mean PRelu Clip""".split())
 
 
 def model_opset(model) -> int:
@@ -103,6 +111,9 @@ class OnnxCall:
         attrs = {}
         for name, typ in self.attr_types.items():
             v = scope.get(name)
+            if isinstance(v, Batched):
+                raise NodeError(f"{self.where}: onnx::{self.op_type} attribute {name!r} differs per row, "
+                                "which batched sessions do not support")
             if v is not None and "onnx_" not in name:
                 attrs[name] = self._memoised((name, "attr"), v, lambda v=v, typ=typ: _attribute(v, typ))
         if self.impl.n_outputs:  # every output the schema has, as the reference asks onnxruntime for
@@ -113,12 +124,30 @@ class OnnxCall:
             else:
                 attrs["n_outputs"] = self.n_outputs
         try:
-            result = self.impl.fn(xp, *inputs, **attrs)
+            if B.is_batched(*inputs):
+                result = self._batched(xp, inputs, attrs)
+            else:
+                result = self.impl.fn(xp, *inputs, **attrs)
         except GpuopsError as e:
             raise type(e)(f"{self.where}: onnx::{self.op_type}: {e}") from e
         except Exception as e:
             raise NodeError(f"{self.where}: onnx::{self.op_type} failed: {type(e).__name__}: {e}") from e
         return self._result(result, attrs)
+
+    def _batched(self, xp, inputs: list, attrs: dict):
+        """The op on inputs some of which are batched: in one call when it acts element by element
+        (and its host inputs, Clip's bounds, are the same for every row), else once per row."""
+        host = self.impl.host_inputs
+        fixed = inputs[1:] if self.op_type == "Clip" else [x for i, x in enumerate(inputs) if i in host]
+        if self.op_type in _ROWWISE and not B.is_batched(*fixed):
+            result = self.impl.fn(xp, *B.aligned(*inputs), **attrs)
+            return tuple(Batched(r) for r in result) if isinstance(result, tuple) else Batched(result)
+
+        def row(*xs):
+            return self.impl.fn(xp, *[to_host(x) if i in host and self.values.is_array(x) else x
+                                      for i, x in enumerate(xs)], **attrs)
+
+        return B.map_rows(xp, row, inputs)
 
     def _variadic(self, scope: dict) -> list:
         out = []
@@ -150,6 +179,8 @@ class OnnxCall:
         def convert():
             if isinstance(v, list) and v and all(values.is_array(x) for x in v):
                 return v  # a sequence
+            if isinstance(v, Batched):
+                return v.astype(np.int64) if v.dtype == np.int32 else v
             if isinstance(v, (bool, int, float)):
                 a = values.array(np.atleast_1d(v))
             elif values.is_array(v):

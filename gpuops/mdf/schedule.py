@@ -37,6 +37,7 @@ class Schedule:
         self._rank = {n: i for i, n in enumerate(self.order)}
         self.static: list[list[str]] | None = None
         self.scheduler = None
+        self.reads_values = False  # a condition reads node values (Threshold...)
         if not has_conditions(graph):
             self.static = toposort_levels(deps, self.order)
             return
@@ -107,6 +108,7 @@ class Schedule:
         if "dependencies" in args and "dependencies" not in sig.parameters and "dependency" in sig.parameters:
             args["dependency"] = args.pop("dependencies")
         if "custom_parameter_getter" in sig.parameters:
+            self.reads_values = True
             if "dependency" not in args or "parameter" not in args:
                 raise ModelError(f"{where}: needs 'dependency' and 'parameter'")
             dep, param = args["dependency"], args["parameter"]

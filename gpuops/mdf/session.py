@@ -26,6 +26,8 @@ import numpy as np
 
 from ..device import Device, get_device, to_host
 from ..errors import FeedError, GpuopsError, ModelError, NodeError
+from . import batch as B
+from .batch import Batched
 from .expr import NOT_CONST, Values, compile_expr, compile_value
 from .functions import ACTR, STANDARD
 from .load import load_model, select_graph
@@ -39,13 +41,19 @@ class MDFSession:
 
     ``model`` is a ``.json``/``.yaml`` path or a ``modeci_mdf`` Model; ``device`` is ``"cpu"``,
     ``"cuda"``, ``"cuda:N"`` or ``"auto"``; ``graph`` is a graph id (default: the first graph).
+
+    ``batch=N`` evaluates N independent instances of the model in lock-step: values given to
+    ``run`` (``inputs``, ``params``) whose leading axis has length N give each instance its own
+    value, other values are shared, and every output comes back with a leading axis of N. Row i
+    equals an unbatched session given row i's values (see :mod:`gpuops.mdf.batch`).
     """
 
-    def __init__(self, model, device: str | Device = "auto", graph: str | None = None):
+    def __init__(self, model, device: str | Device = "auto", graph: str | None = None, *, batch: int | None = None):
         self.device = get_device(device)
         self.model = load_model(model)
         self.graph = select_graph(self.model, graph)
         deps = validate_graph(self.graph)
+        self.batch = _batch_size(batch, self.graph)
         self._values = Values(self.device)
         opset = model_opset(self.model)
         self._nodes = {n.id: _Node(n, self._values, opset) for n in self.graph.nodes}
@@ -55,18 +63,29 @@ class MDFSession:
         nodes, values = self._nodes, self._values  # (no reference back to the session: no cycle)
         self._schedule = Schedule(self.graph, deps, lambda nid, name: _host_value(values, nodes[nid].lookup(name)),
                                   lambda nid: nodes[nid].names)
+        if self.batch is not None and self._schedule.reads_values:
+            raise ModelError(f"graph {self.graph.id!r}: conditions that read values (Threshold) are not "
+                             "supported in batched sessions yet")
         self._ran: set[str] = set()  # nodes that have run in any run so far
         self.execution_trace: list[str] = []
 
     def run(self, time_increment: float | None = None, inputs: dict | None = None, *,
-            output_device: str = "cpu") -> dict[str, Any]:
+            params: dict | None = None, output_device: str = "cpu") -> dict[str, Any]:
         """One evaluation of the graph; returns ``{"node.port": value}`` for every output port that
         has a value. ``inputs`` sets input ports first (``{"node.port" or "port": value}``).
+
+        ``params`` overrides parameters (``{"node.param" or "param": value}``) from this run on: a
+        parameter defined by a value or a function takes the given value instead; a stateful one
+        (a time derivative, a ``default_initial_value`` or a value that reads itself) takes it as
+        its current state and as the value it is initialised to.
+
         Numbers and arrays come back as NumPy arrays (device arrays with ``output_device="device"``);
         ACT-R values (dicts, strings, lists) as they are."""
         if output_device not in ("cpu", "device"):
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
         dt = None if time_increment is None else _number(time_increment)
+        if params:
+            self._override(params)
         if inputs:
             self._feed(inputs)
         trace = []
@@ -98,11 +117,39 @@ class MDFSession:
                 known = [f"{nid}.{p.id}" for nid, node in self._nodes.items() for p in node.ports]
                 raise FeedError(f"inputs: {key!r} is not an input port; the input ports are {known}")
             for p in ports:
-                p.put(self._values.literal(value))
+                p.put(self._batched(value, p.default))
+
+    def _override(self, params: dict) -> None:
+        if not isinstance(params, dict):
+            raise FeedError(f"params must be a dict of 'node.param' (or 'param') -> value, not {type(params).__name__}")
+        for key, value in params.items():
+            found = [p for nid, node in self._nodes.items() for p in node.params
+                     if key == f"{nid}.{p.id}" or key == p.id]
+            if not found:
+                known = [f"{nid}.{p.id}" for nid, node in self._nodes.items() for p in node.params]
+                raise FeedError(f"params: {key!r} is not a parameter; the parameters are {known}")
+            for p in found:
+                p.override(self._batched(value, p.known()))
+
+    def _batched(self, value, like):
+        """A value given to ``run``: batched when it has a leading axis of N (beyond the rank of
+        ``like``, the value it replaces, when that is an array)."""
+        value = self._values.literal(value)
+        n = self.batch
+        if n is None or not hasattr(value, "shape") or not value.ndim or value.shape[0] != n:
+            return value
+        base = getattr(like, "ndim", 0) if not isinstance(like, (list, dict, str)) else None
+        return Batched(value) if base is None or value.ndim == base + 1 else value
 
     def _export(self, value, where: str):
         v = self._values
-        if isinstance(value, tuple) or isinstance(value, list) and any(v.is_array(x) for x in value):
+        if self.batch is not None and not isinstance(value, (tuple, list, dict, str)):
+            if isinstance(value, Batched):
+                value = value.a
+            elif isinstance(value, (bool, int, float, complex, np.generic)) or v.is_array(value):
+                value = v.xp.broadcast_to(v.array(value), (self.batch, *np.shape(value))).copy()
+        if isinstance(value, tuple) or isinstance(value, list) and any(
+                v.is_array(x) or isinstance(x, Batched) for x in value):
             return type(value)(self._export(x, where) for x in value)  # several ONNX outputs, a sequence
         if isinstance(value, (bool, int, float, complex, np.generic)):
             return np.asarray(value) if where == "cpu" else v.array(np.asarray(value))
@@ -122,7 +169,22 @@ def _number(x):
     return x
 
 
+def _batch_size(batch, graph) -> int | None:
+    if batch is None:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise GpuopsError(f"batch must be a positive integer (the number of instances), not {batch!r}")
+    actr = sorted({f"{n.id}.{x.id}" for n in graph.nodes for x in [*n.parameters, *n.functions]
+                   if x.function in ACTR})
+    if actr:
+        raise ModelError(f"graph {graph.id!r}: ACT-R functions ({', '.join(actr)}) work on dicts and strings, "
+                         "which cannot be batched; use one session per instance")
+    return int(batch)
+
+
 def _where(values: Values, mask, a, b):
+    if isinstance(mask, Batched) or isinstance(a, Batched) or isinstance(b, Batched):
+        return B.where(values.xp, mask, a, b)
     if not any(values.is_array(x) for x in (mask, a, b)):
         return a if values.truth(mask) else b
     return values.xp.where(values.array(mask), values.array(a), values.array(b))
@@ -239,6 +301,23 @@ class _Param:
         self.stateful = self.td is not None or self.init is not None or (
             isinstance(p.value, str) and self.value is not None and p.id in self.value.names)
         self.cur = None
+
+    def override(self, value) -> None:
+        const = compile_value(value, set(), self.values, self.where)
+        if self.stateful:
+            self.init = const
+        else:
+            self.value, self.call, self.td = const, None, None
+        self.cur = value
+
+    def known(self):
+        """The value before the next evaluation when it is known without evaluating (else None)."""
+        if self.cur is not None:
+            return self.cur
+        for e in (self.init, self.value):
+            if e is not None and e.const is not NOT_CONST:
+                return e.const
+        return None
 
     def current(self, scope: dict):
         """The value before this evaluation (the reference's ``get_current_value``)."""
