@@ -1,12 +1,14 @@
 """Mul and Add by a per-output-channel constant after a Conv with constant weights fold into the
 weights and bias: Conv(X, W, B) * c = Conv(X, W * c, B * c) and Conv(X, W, B) + c = Conv(X, W, B + c),
-for c a scalar or of shape (M, 1, ...) / (1, M, 1, ...) that does not widen the output."""
+for c a scalar or of shape (M, 1, ...) / (1, M, 1, ...) that does not widen the output. After an
+inference BatchNormalization with constant scale and bias (densenet's BatchNormalization follows a
+Concat), they fold into that scale and bias the same way."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph
+from .graph import Graph, attr
 
 
 def _channel_vector(c: np.ndarray, rank: int, M: int):
@@ -55,7 +57,42 @@ def apply(graph: Graph) -> bool:
         conv.input[:] = inputs
         conv.output[0] = node.output[0]
         removed.append(node)
+    for bn in graph.nodes:
+        if bn.domain in ("", "ai.onnx") and bn.op_type == "BatchNormalization" and bn not in removed:
+            node = _into_batchnorm(graph, bn)
+            if node is not None:
+                removed.append(node)
     if removed:
         graph.remove(*removed)
         graph.index()
     return bool(removed)
+
+
+def _into_batchnorm(graph: Graph, bn):
+    """Fold the Mul/Add after ``bn`` into its scale and bias; returns the folded node or None."""
+    y = bn.output[0]
+    if len(bn.input) < 5 or any(o for o in bn.output[1:] if not graph.unused(o)) or not graph.single_use(y):
+        return None
+    if attr(bn, "training_mode", 0) or attr(bn, "spatial", 1) != 1 or (graph.opset() < 7 and not attr(bn, "is_test", 0)):
+        return None
+    node = graph.consumers[y][0]
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Mul", "Add"):
+        return None
+    other = node.input[1] if node.input[0] == y else node.input[0]
+    scale, bias, c = (graph.const_value(x) for x in (bn.input[1], bn.input[2], other))
+    info = graph.info(bn.input[0])
+    if scale is None or bias is None or c is None or other == y or info is None or info[1] is None:
+        return None
+    if scale.dtype.kind != "f" or c.dtype != scale.dtype or bias.dtype != scale.dtype:
+        return None
+    v = _channel_vector(c, len(info[1]), scale.shape[0])
+    if v is None:
+        return None
+    if node.op_type == "Mul":
+        scale, bias = scale * v, bias * v
+        bn.input[1] = graph.add_const(scale.astype(c.dtype), bn.input[1] + "_mul")
+    else:
+        bias = bias + v
+    bn.input[2] = graph.add_const(bias.astype(c.dtype), bn.input[2] + "_" + node.op_type.lower())
+    bn.output[0] = node.output[0]
+    return node

@@ -86,3 +86,13 @@ def test_mul_by_spatial_constant_kept():
     nodes = [helper.make_node("Conv", ["X", "W"], ["c"]), helper.make_node("Mul", ["c", "k"], ["Y"])]
     m = make_model(nodes, {"X": X}, _out(), inits=[("W", W), ("k", _f32(1, 1, 3, 3))])
     assert ops(optimize(m, "basic"))["Mul"] == 1
+
+
+def test_mul_add_into_batchnorm():
+    """densenet: BatchNormalization (after a Concat) -> Mul -> Add by per-channel constants."""
+    X = _f32(1, 4, 5, 5)
+    bn, params = _bn("X", "b", 4)
+    nodes = [bn, helper.make_node("Mul", ["b", "mul"], ["m"]), helper.make_node("Add", ["add", "m"], ["Y"])]
+    m = make_model(nodes, {"X": X}, _out(), inits=params + [("mul", _f32(4, 1, 1)), ("add", _f32(1, 4, 1, 1))])
+    opt = check(m, {"X": X}, gone=["Mul", "Add"], kept=["BatchNormalization"], level="basic", atol=1e-4)
+    assert len(opt.graph.node) == 1
