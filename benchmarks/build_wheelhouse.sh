@@ -39,17 +39,20 @@ case $cuda in
 esac
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
-pip=(python3 -m pip)
-download=("${pip[@]}" download --dest "$dir")
+# pip wheel: every dependency as a wheel (a dependency published only as a source distribution is
+# built here, so the GPU machine never needs a build backend); pip download for another Python
+# (binary wheels only).
 if [[ -n $pyver ]]; then
-    download+=(--python-version "$pyver" --only-binary=:all: --platform manylinux2014_x86_64
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform linux_x86_64)
+    get=(python3 -m pip download --dest "$dir" --only-binary=:all: --python-version "$pyver"
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64)
+else
+    get=(python3 -m pip wheel --wheel-dir "$dir")
 fi
 
 cd "$ROOT"
-"${pip[@]}" wheel --no-deps --wheel-dir "$dir" .
-"${download[@]}" ".[$extra,test,bench]" "cuda-toolkit[sanitizer]==$cuda.*" pip "setuptools>=68" wheel
+python3 -m pip wheel --no-deps --wheel-dir "$dir" .
+"${get[@]}" ".[$extra,test,bench]" "cuda-toolkit[sanitizer]==$cuda.*" pip "setuptools>=68" wheel
 if ((ort)); then
-    "${download[@]}" "$ort_spec" || echo "build_wheelhouse: no $ort_spec (the bench runs without the CUDA EP peer)"
+    "${get[@]}" "$ort_spec" || echo "build_wheelhouse: no $ort_spec (the bench runs without the CUDA EP peer)"
 fi
 echo "wheelhouse: $dir ($(find "$dir" -name '*.whl' | wc -l) wheels, $(du -sh "$dir" | cut -f1))"
