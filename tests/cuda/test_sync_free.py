@@ -1,0 +1,109 @@
+"""Ops stay on the device (issue 12, item 4): no host sync inside a node unless its op declares one
+(``@op(..., syncs=reason)``). On the stand-in every sync CuPy would make is counted, those inside
+array-api-compat included (its ``clip`` assigns through boolean masks), so each op below -- all of
+which once clipped that way -- must report 0 host syncs in ``run(profile=True)`` and equal the cpu
+path. Index bounds checks (``gpuops.ops.checks``) are deferred to the end of a device run."""
+
+import array_api_compat.numpy as anp
+import numpy as np
+import pytest
+from onnx import helper
+
+import gpuops
+from gpuops import device as _device
+from gpuops import registry
+from gpuops.errors import NodeError
+from gpuops.ops import checks, indexing
+
+from tests.ops.common import make_model
+
+pytestmark = pytest.mark.skipif(not _device.uses_standin(), reason="sync accounting is a stand-in feature")
+
+RNG = np.random.default_rng(15)
+MS = "com.microsoft"
+
+
+def _f(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _u8(*shape):
+    return RNG.integers(0, 256, shape).astype(np.uint8)
+
+
+def _s(v, dtype=np.float32):
+    return np.array(v, dtype)
+
+
+# name: (op, domain, opset, node inputs, feeds, initializers, attributes)
+CASES = {
+    "HardSigmoid": ("HardSigmoid", "", 18, ["x"], {"x": _f(3, 4, scale=4)}, {}, dict(alpha=0.3, beta=0.4)),
+    "HardSwish": ("HardSwish", "", 18, ["x"], {"x": _f(3, 4, scale=4)}, {}, {}),
+    "RNN-hardsigmoid-clip": ("RNN", "", 18, ["X", "W", "R"], {"X": _f(4, 2, 3)}, {"W": _f(1, 5, 3), "R": _f(1, 5, 5)},
+                             dict(hidden_size=5, activations=["HardSigmoid"], clip=0.5)),
+    "LSTM-clip": ("LSTM", "", 18, ["X", "W", "R"], {"X": _f(3, 2, 3)}, {"W": _f(1, 16, 3), "R": _f(1, 16, 4)},
+                  dict(hidden_size=4, clip=0.3)),
+    "Resize-uint8": ("Resize", "", 18, ["X", "", "scales"], {"X": _u8(1, 1, 4, 4)},
+                     {"scales": _s([1, 1, 1.7, 2.3])}, dict(mode="linear")),
+    "GridSample-border": ("GridSample", "", 20, ["X", "grid"], {"X": _f(1, 2, 4, 5), "grid": _f(1, 3, 3, 2, scale=1.5)},
+                          {}, dict(padding_mode="border")),
+    "MaxRoiPool": ("MaxRoiPool", "", 18, ["X", "rois"], {"X": _f(1, 2, 6, 6)},
+                   {"rois": _s([[0, 0, 0, 3, 3], [0, 1, 2, 9, 5]])}, dict(pooled_shape=[2, 2])),
+    "ReverseSequence": ("ReverseSequence", "", 18, ["x", "lens"], {"x": _f(4, 2, 3)}, {"lens": _s([3, 4], np.int64)},
+                        dict(batch_axis=1, time_axis=0)),
+    "QuantizeLinear-int32": ("QuantizeLinear", "", 21, ["x", "scale", "zp"],
+                             {"x": RNG.integers(-3000, 3000, (3, 4)).astype(np.int32)},
+                             {"scale": _s(7.0), "zp": np.array(3, np.int8)}, {}),
+    "QLinearAdd": ("QLinearAdd", MS, 1, ["A", "sa", "za", "B", "sb", "zb", "sc", "zc"], {"A": _u8(2, 5), "B": _u8(2, 5)},
+                   {"sa": _s(0.05), "za": np.uint8(100), "sb": _s(0.1), "zb": np.uint8(7), "sc": _s(0.04),
+                    "zc": np.uint8(9)}, {}),
+    "QLinearGlobalAveragePool": ("QLinearGlobalAveragePool", MS, 1, ["X", "sx", "zx", "sy", "zy"], {"X": _u8(1, 2, 3, 3)},
+                                 {"sx": _s(0.5), "zx": np.uint8(10), "sy": _s(0.05), "zy": np.uint8(200)}, {}),
+    "CropAndResize": ("CropAndResize", MS, 1, ["X", "rois", "bi", "size"], {"X": _f(1, 2, 5, 5)},
+                      {"rois": _s([[0, 0, 0.8, 1.2], [-0.2, 0.1, 0.5, 0.9]]), "bi": np.array([0, 0], np.int32),
+                       "size": np.array([3, 3], np.int32)}, {}),
+    "CDist-cosine": ("CDist", MS, 1, ["A", "B"], {"A": _f(3, 4), "B": _f(2, 4)}, {}, dict(metric="cosine")),
+}
+
+
+def _model(case):
+    op_type, domain, opset, inputs, feeds, inits, attrs = CASES[case]
+    node = helper.make_node(op_type, inputs, ["y"], domain=domain, name="node", **attrs)
+    return make_model(node, feeds, ["y"], inits=list(inits.items()), opset=18 if domain else opset,
+                      opsets={domain: opset} if domain else None), feeds
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_op_runs_on_the_device_without_host_syncs(case):
+    model, feeds = _model(case)
+    op_type, domain, opset = CASES[case][:3]
+    assert registry.resolve(domain, op_type, opset, device="cuda").syncs is None
+    (want,) = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
+    sess = gpuops.InferenceSession(model, device="cuda")
+    (got,) = sess.run(None, feeds, profile=True)
+    assert sess.last_profile["host_syncs"] == {"count": 0, "nodes": []}
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_ops_that_read_device_data_on_the_host_declare_it():
+    for domain, op_type, opset in [("", "NonZero", 13), ("", "Unique", 11), ("", "Compress", 11), ("", "Loop", 19),
+                                   ("", "NonMaxSuppression", 11), (MS, "Unique", 1)]:
+        assert registry.resolve(domain, op_type, opset, device="cuda").syncs, op_type
+
+
+def test_deferred_bounds_checks_read_nothing_until_the_end_of_the_run():
+    from gpuops import cuda_standin as sd
+
+    xp = sd.xp
+    data = _f(5, 3)
+    ok, bad = np.array([[4, -5], [0, 2]], np.int64), np.array([[1, 7]], np.int64)
+    with checks.deferred() as d, sd.tally() as t:
+        good = indexing.Gather(xp, xp.asarray(data), xp.asarray(ok))
+        indexing.Gather(xp, xp.asarray(data), xp.asarray(bad))  # computes (wrapped), reports later
+    assert t.syncs == [] and len(d.pending) == 2
+    np.testing.assert_array_equal(good.get(), data[ok])
+    with pytest.raises(NodeError, match=r"index 7 is out of range \[-5, 4\]"):
+        d.check()
+    with pytest.raises(NodeError, match=r"index 7 is out of range \[-5, 4\]"):  # the cpu path: at once
+        indexing.Gather(anp, data, bad)
