@@ -215,9 +215,9 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
     channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels."""
     _check_conv_shapes(X, W, group, kernel_shape)
-    up = compute_dtype(X.dtype)
-    if up is not None:
-        Y = conv(xp, X.astype(up), W.astype(up), None if B is None else B.astype(up), auto_pad=auto_pad,
+    ct = compute_dtype(X.dtype)
+    if ct is not None:
+        Y = conv(xp, X.astype(ct), W.astype(ct), None if B is None else B.astype(ct), auto_pad=auto_pad,
                  dilations=dilations, group=group, pads=pads, strides=strides)
         return Y.astype(X.dtype)
     kernel, strides, dilations, pb, pe = spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)

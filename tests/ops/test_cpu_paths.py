@@ -213,3 +213,22 @@ def test_bad_thread_counts_are_refused(bad):
     feeds = {"A": np.ones((2, 2), np.float32), "B": np.ones((2, 2), np.float32)}
     with pytest.raises(gpuops.GpuopsError, match="threads must be"):
         gpuops.InferenceSession(one_node_model("MatMul", feeds), device="cpu", threads=bad)
+
+
+# -- float16 through float32 --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type, shapes, attrs", [
+    ("MatMul", {"A": (2, 3, 5, 7), "B": (7, 4)}, {}),
+    ("MatMul", {"A": (6,), "B": (3, 6, 2)}, {}),
+    ("Gemm", {"A": (7, 5), "B": (4, 7), "C": (4,)}, {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}),
+])
+def test_float16_matmul_and_gemm_are_computed_in_float32(op_type, shapes, attrs, device):
+    rng = np.random.default_rng(4)
+    f16 = {k: rng.standard_normal(s).astype(np.float16) for k, s in shapes.items()}
+    (got,) = run_op(op_type, f16, device, **attrs)
+    f32 = {k: v.astype(np.float32) for k, v in f16.items()}
+    (want,) = run_ort(one_node_model(op_type, f32, **attrs), f32)
+    assert got.dtype == np.float16  # float32 sums rounded once: equal up to a last-bit tie of either BLAS
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float16).astype(np.float32), rtol=1e-3, atol=1e-3)
