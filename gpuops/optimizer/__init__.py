@@ -10,10 +10,11 @@ Levels (as onnxruntime's graph_optimization_level):
   Shape/Size of static shapes (:mod:`.shape_to_constant`), no-op removal (:mod:`.eliminate_noops`),
   common subexpressions (:mod:`.cse`), BatchNormalization into Conv/ConvTranspose/Gemm
   (:mod:`.fold_batchnorm`), Mul/Add by constants into Conv (:mod:`.fold_mul_add_into_conv`),
-  MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`).
+  MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
+  dead nodes (:mod:`.dead_code`).
 * ``"all"``: also the com.microsoft fusions: Conv + Add + activation -> FusedConv
   (:mod:`.conv_fusion`), Transposes into MatMul -> FusedMatMul, and the transformer patterns
-  (:mod:`.gelu`, :mod:`.layernorm`).
+  (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`).
 
 The rewrites run in rounds until none applies. Only the main graph is rewritten (subgraphs of
 If/Loop/Scan run as given; the values they read from the main graph keep their names).
@@ -26,8 +27,8 @@ from functools import partial
 import onnx
 
 from ..errors import GpuopsError
-from . import (constant_folding, conv_fusion, cse, eliminate_noops, fold_batchnorm, fold_mul_add_into_conv, gelu,
-               layernorm, matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
+from . import (attention, constant_folding, conv_fusion, cse, dead_code, eliminate_noops, fold_batchnorm,
+               fold_mul_add_into_conv, gelu, layernorm, matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph
 
@@ -40,11 +41,11 @@ __all__ = ["optimize", "save_model", "LEVELS", "FOLD_LIMIT"]
 def _passes(level: str, fold_limit: int):
     basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply, eliminate_noops.apply,
              cse.apply, fold_batchnorm.apply, fold_mul_add_into_conv.apply, matmul_add_to_gemm.apply,
-             transpose_into_matmul.apply]
+             transpose_into_matmul.apply, dead_code.apply]
     if level == "basic":
         return basic
-    return basic + [partial(transpose_into_matmul.apply, fused_matmul=True), gelu.apply, layernorm.apply,
-                    conv_fusion.apply]
+    return basic + [attention.apply, gelu.apply, layernorm.apply, conv_fusion.apply,
+                    partial(transpose_into_matmul.apply, fused_matmul=True), dead_code.apply]
 
 
 def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT) -> onnx.ModelProto:

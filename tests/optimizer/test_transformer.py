@@ -91,3 +91,72 @@ def test_layernorm_below_opset17_without_residual_kept():
     X = rng.standard_normal((2, 4, 16)).astype(np.float32)
     m = make_model(_layernorm_nodes("X"), {"X": X}, _out(), inits=_ln_consts(16), opset=14)
     assert ops(optimize(m))["ReduceMean"] == 2
+
+
+def _attention_model(style, *, mask=False, causal=False, bias=False, B=2, S=5, N=2, H=4):
+    """One self-attention layer as an exporter writes it: TorchScript (Div by sqrt(H), K^T by one
+    Transpose (0, 2, 3, 1), HF's padding mask) or dynamo (Q and K each times H^-1/4, K's heads then
+    Transpose (0, 1, 3, 2)); optionally causal (a constant lower-triangular Where) and an additive
+    (B, 1, S, S) bias input."""
+    D = N * H
+    x = rng.standard_normal((B, S, D)).astype(np.float32)
+    feeds = {"x": x}
+    inits = [("one", np.float32(1)), ("filter", np.float32(-10000.0)), ("sqrtH", np.float32(math.sqrt(H))),
+             ("qscale", np.float32(H ** -0.25)), ("heads", np.array([B, S, N, H], np.int64)),
+             ("merged", np.array([B, S, D], np.int64)), ("neg", np.float32(np.finfo(np.float32).min)),
+             ("tril", np.tril(np.ones((S, S), bool))[None, None])]
+    nodes = []
+    for p in "qkv":
+        inits += [(f"W{p}", rng.standard_normal((D, D)).astype(np.float32) / 3),
+                  (f"b{p}", rng.standard_normal(D).astype(np.float32))]
+        nodes += [helper.make_node("MatMul", ["x", f"W{p}"], [f"{p}0"]),
+                  helper.make_node("Add", [f"b{p}", f"{p}0"] if p == "k" else [f"{p}0", f"b{p}"], [f"{p}1"]),
+                  helper.make_node("Reshape", [f"{p}1", "heads"], [f"{p}2"])]
+    if style == "torchscript":
+        nodes += [helper.make_node("Transpose", ["q2"], ["Q"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Transpose", ["k2"], ["Kt"], perm=[0, 2, 3, 1]),
+                  helper.make_node("MatMul", ["Q", "Kt"], ["qk"]),
+                  helper.make_node("Div", ["qk", "sqrtH"], ["s0"])]
+    else:
+        nodes += [helper.make_node("Transpose", ["q2"], ["Q0"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Transpose", ["k2"], ["K0"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Transpose", ["K0"], ["K1"], perm=[0, 1, 3, 2]),
+                  helper.make_node("Mul", ["Q0", "qscale"], ["Q"]), helper.make_node("Mul", ["K1", "qscale"], ["Kt"]),
+                  helper.make_node("MatMul", ["Q", "Kt"], ["s0"])]
+    s = "s0"
+    if causal:
+        nodes.append(helper.make_node("Where", ["tril", s, "neg"], ["s1"]))
+        s = "s1"
+    if mask:
+        m = np.ones((B, S), np.int64)
+        m[0, -2:] = 0
+        feeds["mask"] = m
+        nodes += [helper.make_node("Unsqueeze", ["mask", "ax1"], ["m1"]),
+                  helper.make_node("Unsqueeze", ["m1", "ax2"], ["m2"]),
+                  helper.make_node("Cast", ["m2"], ["m3"], to=TensorProto.FLOAT),
+                  helper.make_node("Sub", ["one", "m3"], ["m4"]), helper.make_node("Mul", ["m4", "filter"], ["m5"]),
+                  helper.make_node("Add", [s, "m5"], ["s2"])]
+        inits += [("ax1", np.array([1])), ("ax2", np.array([2]))]
+        s = "s2"
+    if bias:
+        feeds["bias"] = rng.standard_normal((B, 1, S, S)).astype(np.float32)
+        nodes.append(helper.make_node("Add", ["bias", s], ["s3"]))
+        s = "s3"
+    nodes += [helper.make_node("Softmax", [s], ["p"], axis=-1),
+              helper.make_node("Transpose", ["v2"], ["V"], perm=[0, 2, 1, 3]),
+              helper.make_node("MatMul", ["p", "V"], ["c0"]),
+              helper.make_node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["c1", "merged"], ["Y"])]
+    return make_model(nodes, feeds, _out(), inits=inits, opset=14), feeds
+
+
+ATTENTION_CASES = [("torchscript", {}), ("torchscript", {"mask": True}), ("dynamo", {"causal": True}),
+                   ("dynamo", {"mask": True, "causal": True}), ("torchscript", {"bias": True})]
+
+
+@pytest.mark.parametrize("style,kw", ATTENTION_CASES, ids=[f"{s}-{'-'.join(k) or 'plain'}" for s, k in ATTENTION_CASES])
+def test_attention(style, kw):
+    m, feeds = _attention_model(style, **kw)
+    opt = check(m, feeds, present=["Attention"], gone=["Softmax", "MatMul", "Transpose", "Reshape", "Where", "Unsqueeze"],
+                atol=1e-4)
+    assert ops(opt)["Attention"] == 1 and len(opt.graph.node) == 1 + ("mask" in kw)  # + the Cast of the mask

@@ -1,0 +1,257 @@
+"""Self-attention written out -> com.microsoft Attention (one node, packed Q/K/V projection).
+
+Matched, as TorchScript and the dynamo exporter write a BERT / GPT-style layer (without past)::
+
+    q|k|v = MatMul(x, W) + b  ->  Reshape (B, S, N, H)  ->  Transpose (0, 2, 1, 3)
+    K^T   = Transpose (0, 2, 3, 1) of the reshaped k, or Transpose (0, 1, 3, 2) of k's heads
+    scores = MatMul(Q, K^T), scaled by Div/Mul with a constant (or Q and K each by a constant)
+    [+ (1 - Cast(Unsqueeze(mask))) * filter]   the padding mask of a raw (B, T) 0/1 input
+    [+ a 4-D additive bias (b, n, S, T)]       attention_bias
+    [Where(causal, scores, fill) or + causal]  a constant lower-triangular mask: unidirectional
+    Softmax(last axis) -> MatMul(., V) -> Transpose (0, 2, 1, 3) -> Reshape (B, S, N * Hv)
+
+Q, K and V must read the same 3-D x with constant weights and biases. The padding mask becomes
+``mask_index`` (cast to int32, as onnxruntime takes it) with ``mask_filter_value`` = filter.
+Attention with past key/values (generation) is not fused.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import TensorProto
+
+from .graph import MS, Graph, attr
+
+_MINUS_BIG = -1e4  # a fill at or below this masks a key
+
+
+def _node(graph: Graph, name: str, op: str, nodes: list, single=True):
+    """The ai.onnx ``op`` node making ``name`` (recorded in ``nodes``), if ``name`` is read only once."""
+    n = graph.producer_of(name, op)
+    if n is None or (single and not graph.single_use(name)):
+        return None
+    nodes.append(n)
+    return n
+
+
+def _scalar(graph: Graph, name: str):
+    v = graph.const_value(name)
+    return None if v is None or v.size != 1 else float(np.asarray(v, np.float64).reshape(()))
+
+
+def _heads(graph: Graph, name: str, nodes: list, perm):
+    """(x, W, b, reshape shape) of Transpose(perm) <- Reshape(4-D) <- Add(MatMul(x, W), b)."""
+    t = _node(graph, name, "Transpose", nodes)
+    if t is None or list(attr(t, "perm", [])) != perm:
+        return None
+    r = _node(graph, t.input[0], "Reshape", nodes)
+    shape = graph.const_value(r.input[1]) if r is not None else None
+    if shape is None or shape.shape != (4,):
+        return None
+    add = _node(graph, r.input[0], "Add", nodes)
+    if add is None:
+        return None
+    for mm_out, b in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
+        mm = graph.producer_of(mm_out, "MatMul")
+        if mm is not None and graph.single_use(mm_out):
+            W, B = graph.const_value(mm.input[1]), graph.const_value(b)
+            if W is not None and B is not None and W.ndim == 2 and B.shape == (W.shape[1],):
+                nodes.append(mm)
+                return mm.input[0], W, B, [int(d) for d in shape]
+    return None
+
+
+def _key_heads(graph: Graph, name: str, nodes: list):
+    t = graph.producer_of(name, "Transpose")
+    if t is not None and list(attr(t, "perm", [])) == [0, 1, 3, 2] and graph.single_use(name):
+        nodes.append(t)
+        return _heads(graph, t.input[0], nodes, [0, 2, 1, 3])
+    return _heads(graph, name, nodes, [0, 2, 3, 1])
+
+
+def _scaled(graph: Graph, name: str, nodes: list):
+    """(input, factor) through an optional Mul/Div by a scalar constant."""
+    for op in ("Mul", "Div"):
+        n = graph.producer_of(name, op)
+        if n is None or not graph.single_use(name):
+            continue
+        for a, c in ((n.input[0], n.input[1]), (n.input[1], n.input[0]) if op == "Mul" else (None, None)):
+            v = _scalar(graph, c) if c else None
+            if v is not None and v != 0:
+                nodes.append(n)
+                return a, (v if op == "Mul" else 1 / v)
+    return name, 1.0
+
+
+def _is_causal(c: np.ndarray, S: int, T: int, masked) -> bool:
+    c = np.asarray(c)
+    if c.ndim < 2 or c.shape[-2:] != (S, T) or any(d != 1 for d in c.shape[:-2]):
+        return False
+    keep = np.arange(T)[None, :] <= np.arange(S)[:, None] + (T - S)
+    return bool(np.array_equal(~masked(c.reshape(S, T)), keep))
+
+
+def _padding_mask(graph: Graph, term: str, nodes: list):
+    """(raw mask input, filter) of (1 - Cast(Unsqueeze(Unsqueeze(mask)))) * filter."""
+    mul = graph.producer_of(term, "Mul")
+    if mul is None:
+        return None
+    for s, c in ((mul.input[0], mul.input[1]), (mul.input[1], mul.input[0])):
+        fill, sub = _scalar(graph, c), graph.producer_of(s, "Sub")
+        if fill is None or sub is None or _scalar(graph, sub.input[0]) != 1.0:
+            continue
+        x, chain = sub.input[1], [mul, sub]
+        cast = graph.producer_of(x, "Cast")
+        if cast is not None:
+            chain.append(cast)
+            x = cast.input[0]
+        axes = []
+        while (u := graph.producer_of(x, "Unsqueeze")) is not None:
+            a = attr(u, "axes")
+            if a is None and len(u.input) > 1:
+                a = graph.const_value(u.input[1])
+            if a is None:
+                return None
+            axes = [int(v) for v in np.asarray(a).reshape(-1)] + axes
+            chain.append(u)
+            x = u.input[0]
+        info = graph.info(x)
+        if sorted(axes) != [1, 2] or info is None or info[1] is None or len(info[1]) != 2:
+            return None
+        return x, fill
+    return None
+
+
+def _reaches_matmul(graph: Graph, name: str, depth: int) -> bool:
+    """Whether ``name`` is a MatMul's output, or one through up to ``depth`` Add/Where/Mul/Div."""
+    n = graph.producer.get(name)
+    if n is None or n.domain not in ("", "ai.onnx"):
+        return False
+    if n.op_type == "MatMul":
+        return True
+    return depth > 0 and n.op_type in ("Add", "Where", "Mul", "Div") and any(
+        _reaches_matmul(graph, x, depth - 1) for x in n.input if x)
+
+
+def _match(graph: Graph, sm):
+    nodes = [sm]
+    axis = attr(sm, "axis", -1 if graph.opset() >= 13 else 1)
+    if axis not in (-1, 3):
+        return None
+    # after the softmax: context, heads merged
+    pv = graph.only_consumer(sm.output[0], "MatMul")
+    if pv is None or pv.input[0] != sm.output[0]:
+        return None
+    nodes.append(pv)
+    ctx_t = graph.only_consumer(pv.output[0], "Transpose")
+    if ctx_t is None or list(attr(ctx_t, "perm", [])) != [0, 2, 1, 3]:
+        return None
+    nodes.append(ctx_t)
+    final = graph.only_consumer(ctx_t.output[0], "Reshape")
+    if final is None:
+        return None
+    nodes.append(final)
+    v = _heads(graph, pv.input[1], nodes, [0, 2, 1, 3])
+    # before the softmax: masks, scale, scores
+    s, causal, fill, mask, bias = sm.input[0], False, None, None, None
+    for _ in range(3):
+        where = _node(graph, s, "Where", nodes)
+        if where is not None:
+            cond, f = graph.const_value(where.input[0]), _scalar(graph, where.input[2])
+            if cond is None or f is None or f > _MINUS_BIG or causal:
+                return None
+            causal, fill, s = cond, f, where.input[1]
+            continue
+        add = _node(graph, s, "Add", nodes)
+        if add is None:
+            break
+        sides = [(a, t) for a, t in ((add.input[0], add.input[1]), (add.input[1], add.input[0]))
+                 if _reaches_matmul(graph, a, 4)]
+        if len(sides) != 1:
+            return None
+        a, term = sides[0]
+        c = graph.const_value(term)
+        if c is not None and causal is False:
+            causal, fill = c, None
+        elif mask is None and (pm := _padding_mask(graph, term, [])) is not None:
+            mask = pm
+        elif bias is None and c is None:
+            bias = term
+        else:
+            return None
+        s = a
+    scores, scale = _scaled(graph, s, nodes)
+    qk = _node(graph, scores, "MatMul", nodes)
+    if qk is None or v is None:
+        return None
+    qa, qs = _scaled(graph, qk.input[0], nodes)
+    ka, ks = _scaled(graph, qk.input[1], nodes)
+    q = _heads(graph, qa, nodes, [0, 2, 1, 3])
+    k = _key_heads(graph, ka, nodes)
+    if q is None or k is None:
+        return None
+    (x, Wq, bq, sq), (xk, Wk, bk, sk), (xv, Wv, bv, sv) = q, k, v
+    info = graph.shape(x)
+    if xk != x or xv != x or info is None or len(info) != 3 or graph.elem_type(x) != TensorProto.FLOAT:
+        return None
+    Bn, S, D = info
+    N = sq[2]
+    if Wq.shape != Wk.shape or Wv.shape[0] != D or Wq.shape[0] != D or N <= 0 or sk[2] != N or sv[2] != N:
+        return None
+    hidden, hv = Wq.shape[1], Wv.shape[1]
+    if hidden % N or hv % N or sq[3] not in (-1, hidden // N) or sv[3] not in (-1, hv // N):
+        return None
+    if graph.shape(final.output[0]) != (Bn, S, hv):
+        return None
+    T = S
+    masked = (lambda m: m <= _MINUS_BIG) if fill is None else (lambda m: ~m.astype(bool))
+    if causal is not False and not _is_causal(causal, S, T, masked):
+        return None
+    if bias is not None:
+        b = graph.shape(bias)
+        if b is None or len(b) != 4 or b[0] not in (1, Bn) or b[1] not in (1, N) or b[2:] != (S, T):
+            return None
+    if any(o in graph.protected for n in nodes if n is not final for o in n.output):
+        return None
+    return dict(nodes=nodes, final=final, x=x, W=np.concatenate([Wq, Wk, Wv], axis=1),
+                b=np.concatenate([bq, bk, bv]), N=N, scale=scale * qs * ks, head=hidden // N,
+                causal=causal is not False, mask=mask, bias=bias, sizes=None if hv == hidden else [hidden, hidden, hv])
+
+
+def apply(graph: Graph) -> bool:
+    removed = []
+    for sm in graph.nodes:
+        if sm.op_type != "Softmax" or sm.domain not in ("", "ai.onnx") or sm in removed:
+            continue
+        m = _match(graph, sm)
+        if m is None or any(n in removed for n in m["nodes"]):
+            continue
+        final = m["final"]
+        mask_index = ""
+        attrs = {"num_heads": m["N"], "unidirectional": int(m["causal"]), "qkv_hidden_sizes": m["sizes"]}
+        if m["mask"] is not None:
+            raw, fill = m["mask"]
+            mask_index = raw
+            if graph.elem_type(raw) != TensorProto.INT32:
+                mask_index = graph.unique(raw + "_int32")
+                graph.nodes.insert(graph.nodes.index(final), graph.make_node("Cast", [raw], [mask_index],
+                                                                            to=TensorProto.INT32))
+            attrs["mask_filter_value"] = fill
+        if not math.isclose(m["scale"], 1 / math.sqrt(m["head"]), rel_tol=1e-6):
+            attrs["scale"] = m["scale"]
+        inputs = [m["x"], graph.add_const(m["W"], "attention_qkv_weight"), graph.add_const(m["b"], "attention_qkv_bias"),
+                  mask_index]
+        if m["bias"] is not None:
+            inputs += ["", m["bias"]]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        node = graph.make_node("Attention", inputs, [final.output[0]], domain=MS, **attrs)
+        graph.nodes[graph.nodes.index(final)] = node
+        removed.extend(n for n in m["nodes"] if n is not final)
+        graph.use_domain(MS)
+    if removed:
+        graph.remove(*removed)
+        graph.index()
+    return bool(removed)
