@@ -192,45 +192,44 @@ def _rowwise(xp, p, a):
     return p
 
 
-def _centered(xp, a, zero_point, rowwise: bool):
-    a = a.astype(np.int32)
+def _centered(xp, a, zero_point, rowwise: bool, dtype=np.int32):
+    a = a.astype(dtype)
     if zero_point is None:
         return a
     zp = _rowwise(xp, zero_point, a) if rowwise else zero_point
-    return a - zp.astype(np.int32)
+    return a - zp.astype(dtype)
 
 
 @op("MatMulInteger", since=10)
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
-    a, b = _centered(xp, A, a_zero_point, True), _centered(xp, B, b_zero_point, False)
-    return exact_int_gemm(xp, xp.matmul, a, b, A.shape[-1], _span(A.dtype) * _span(B.dtype))
+    bound = A.shape[-1] * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)
+    dtype = exact_dtype(bound)
+    a, b = _centered(xp, A, a_zero_point, True, dtype), _centered(xp, B, b_zero_point, False, dtype)
+    return wrap_int32(xp.matmul(a, b), bound)
 
 
-def exact_int_gemm(xp, gemm, a, b, k: int, dtype_bound: int):
-    """``gemm(a, b)`` of int32 operands with ``k``-term dot products, wrapped to int32 as an int32
-    accumulator would wrap, computed exactly through float BLAS where the sums fit: float32 when
-    ``k * max|a| * max|b| < 2**24``, float64 below ``2**53``, else int64 arithmetic. On a device
-    ``dtype_bound`` (a bound of ``|a| * |b|`` from the input types) stands for the maxima, whose
-    reading would be a host sync."""
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        bound = k * _absmax(a) * _absmax(b)
-    else:
-        bound = k * dtype_bound
-    dtype = np.float32 if bound < 2 ** 24 else np.float64 if bound < 2 ** 53 else np.int64
-    y = gemm(a.astype(dtype), b.astype(dtype))
-    if bound < 2 ** 31:
-        return y.astype(np.int32)
-    return y.astype(np.int64).astype(np.int32)  # wraps modulo 2**32, as int32 accumulation does
+def exact_dtype(bound: int):
+    """The type of an exact integer GEMM whose partial sums stay below ``bound`` in magnitude: float32
+    (BLAS) below ``2**24``, float64 (BLAS) below ``2**53``, else int64."""
+    return np.float32 if bound < 2 ** 24 else np.float64 if bound < 2 ** 53 else np.int64
 
 
-def _span(dtype) -> int:
-    """A bound of ``|x - zero_point|`` for values and zero points of an integer ``dtype``."""
-    return 2 ** (8 * np.dtype(dtype).itemsize)
+def wrap_int32(y, bound: int):
+    """An exact integer GEMM result as int32, wrapping modulo ``2**32`` as int32 accumulation would."""
+    return y.astype(np.int32) if bound < 2 ** 31 else y.astype(np.int64).astype(np.int32)
 
 
-def _absmax(a) -> int:
-    return max(int(a.max()), -int(a.min())) if a.size else 0
+def _max_centered(dtype, zero_point) -> int:
+    """A bound of ``|x - zero_point|`` over the values of ``dtype``, from the type's range and the
+    zero point (a NumPy array: read here; on a device, bounded by the type, since reading it would
+    be a host sync)."""
+    lo, hi = _INT_RANGES.get(np.dtype(dtype), (-(2 ** 31), 2 ** 31 - 1))
+    if zero_point is None:
+        return max(-lo, hi)
+    if isinstance(zero_point, np.ndarray) and zero_point.size:
+        return max(hi - int(zero_point.min()), int(zero_point.max()) - lo)
+    return hi - lo
 
 
 def _requantize(xp, acc, multiplier, y_zero_point):
@@ -273,15 +272,18 @@ def _per_channel(xp, p, ndim: int, axis: int):
 
 
 def _conv_int32(xp, x, x_zero_point, w, w_zero_point, B=None, **attrs):
-    """int32 convolution of (x - x_zero_point) with (w - w_zero_point); padding contributes 0."""
-    X = x.astype(np.int32)
+    """int32 convolution of (x - x_zero_point) with (w - w_zero_point); padding contributes 0. Exact
+    through float BLAS where the sums fit (see :func:`exact_dtype`), wrapping like int32."""
+    k = int(np.prod(w.shape[1:]))  # terms per output: input channels per group times kernel taps
+    bound = k * _max_centered(x.dtype, x_zero_point) * _max_centered(w.dtype, w_zero_point)
+    dtype = exact_dtype(bound)
+    X = x.astype(dtype)
     if x_zero_point is not None:
-        X = X - xp.reshape(x_zero_point, ()).astype(np.int32)
-    W = w.astype(np.int32)
+        X = X - xp.reshape(x_zero_point, ()).astype(dtype)
+    W = w.astype(dtype)
     if w_zero_point is not None:
-        W = W - _per_channel(xp, w_zero_point, w.ndim, 0).astype(np.int32)
-    k = int(np.prod(W.shape[1:]))  # terms per output: input channels per group times kernel taps
-    Y = exact_int_gemm(xp, lambda x_, w_: _conv(xp, x_, w_, **attrs), X, W, k, _span(x.dtype) * _span(w.dtype))
+        W = W - _per_channel(xp, w_zero_point, w.ndim, 0).astype(dtype)
+    Y = wrap_int32(_conv(xp, X, W, **attrs), bound)
     return Y if B is None else Y + xp.reshape(B.astype(np.int32), (1, -1) + (1,) * (Y.ndim - 2))
 
 

@@ -102,7 +102,10 @@ def test_exact_int_gemm_is_bit_identical_to_integer_arithmetic(magnitude, k, pat
     b = rng.integers(-magnitude, magnitude + 1, (k, 5)).astype(np.int32)
     a[0], b[:, 0] = magnitude, magnitude  # one extreme dot product per case
     a[1], b[:, 1] = -magnitude, magnitude
-    got = quantize_mod.exact_int_gemm(xnp, xnp.matmul, a, b, k, 2 ** 62)
+    bound = k * magnitude * magnitude
+    dtype = quantize_mod.exact_dtype(bound)
+    assert np.dtype(dtype).name == path.split(",")[0]
+    got = quantize_mod.wrap_int32(np.matmul(a.astype(dtype), b.astype(dtype)), bound)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, _int_formula(a, b))
 
