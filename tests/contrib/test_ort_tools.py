@@ -494,3 +494,20 @@ def test_decoder_masked_self_attention_formula():
     want_present = feeds["past"].copy()
     want_present[:, :, :, :P + 1] = present
     check(node, feeds, ref=lambda **_: [y, want_present], atol=1e-5)
+
+
+def test_remove_and_restore_padding_formula():
+    counts = np.array([3, 1, 4], np.int32)
+    x = rand(3, 4, 6)
+    feeds = {"x": x, "n": counts}
+    node = ms_node("RemovePadding", ["x", "n"], ["tokens", "offset", "cu", "longest"])
+    assert not ort_has_kernel(node, feeds)
+    valid = np.arange(4)[None, :] < counts[:, None]
+    flat = np.arange(12).reshape(3, 4)
+    offset = np.concatenate([flat[valid], flat[~valid]]).reshape(3, 4).astype(np.int32)
+    tokens = x[valid]
+    check(node, feeds, ref=lambda x, n: [tokens, offset, np.array([0, 3, 4, 8], np.int32), np.array([4], np.int32)])
+    restore = ms_node("RestorePadding", ["t", "offset"], ["y"])
+    feeds = {"t": tokens, "offset": offset}
+    assert not ort_has_kernel(restore, feeds)
+    check(restore, feeds, ref=lambda t, offset: [np.where(valid[..., None], x, 0).astype(np.float32)])

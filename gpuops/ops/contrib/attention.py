@@ -1,7 +1,7 @@
 """Attention ops of onnxruntime's transformer optimizer and generation tools: MultiHeadAttention,
 GroupQueryAttention, RotaryEmbedding, the packed (padding-free) PackedAttention and
-PackedMultiHeadAttention, and the decoding ops DecoderMaskedMultiHeadAttention and
-DecoderMaskedSelfAttention.
+PackedMultiHeadAttention with the RemovePadding / RestorePadding around them, and the decoding ops
+DecoderMaskedMultiHeadAttention and DecoderMaskedSelfAttention.
 
 Everything is scaled dot-product attention on (batch, heads, sequence, head_size) tensors, computed in
 float32 for float16 inputs. Masks follow onnxruntime's CPU kernels: key-padding masks and causal masks
@@ -495,3 +495,38 @@ def DecoderMaskedSelfAttention(xp, input, weights, bias, mask_index=None, past=N
                           past_sequence_length, past_present_share_buffer, mask_index, attention_bias, beam_width,
                           cache_indirection, filter_value, _scale(scale, Q.shape[-1]), input.dtype)
     return out if n_outputs == 1 else (out, xp.stack([Kp, Vp]))
+
+
+# -- padding removal around packed attention (convert_to_packing_mode) --------------------------
+
+@op("RemovePadding", domain=MS, since=1, host_inputs=(1,))
+def RemovePadding(xp, input, sequence_token_count):  # noqa: A002
+    """(B, S, H) right-padded input and each sequence's token count -> the tokens (T, H), token_offset
+    (B, S: the padded positions of the tokens first, then those of the padding), the cumulative
+    sequence lengths (B + 1) and the longest sequence (1)."""
+    Bn, S = input.shape[:2]
+    counts = np.asarray(sequence_token_count).reshape(-1).astype(np.int64)
+    if counts.shape[0] != Bn or (counts < 0).any() or (counts > S).any():
+        raise NodeError(f"sequence_token_count {counts.tolist()} does not fit batch {Bn} of length {S}")
+    valid = np.arange(S)[None, :] < counts[:, None]
+    flat = np.arange(Bn * S).reshape(Bn, S)
+    offset = np.concatenate([flat[valid], flat[~valid]]).reshape(Bn, S).astype(np.int32)
+    cumulative = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    longest = np.array([counts.max() if Bn else 0], np.int32)
+    return _pack(xp, input, valid), xp.asarray(offset), xp.asarray(cumulative), xp.asarray(longest)
+
+
+@op("RestorePadding", domain=MS, since=1, host_inputs=(1,))
+def RestorePadding(xp, input, token_offset):  # noqa: A002
+    """Tokens (T, H) back to (B, S, H) at the positions ``token_offset`` gives, zeros elsewhere."""
+    Bn, S = token_offset.shape
+    T = input.shape[0]
+    offset = np.asarray(token_offset).reshape(-1).astype(np.int64)
+    if sorted(offset.tolist()) != list(range(Bn * S)) or T > Bn * S:
+        raise NodeError(f"token_offset is not a permutation of the {Bn * S} padded positions for {T} tokens")
+    source = np.argsort(offset)  # padded position -> its index in token_offset
+    valid = source < T
+    out = xp.take(input, xp.asarray(np.where(valid, source, 0)), axis=0)
+    keep = xp.asarray(valid.reshape((-1,) + (1,) * (input.ndim - 1)))
+    out = xp.where(keep, out, xp.zeros((), dtype=input.dtype))
+    return xp.reshape(out, (Bn, S) + tuple(input.shape[1:]))
