@@ -14,7 +14,7 @@ from onnx import TensorProto
 
 from .graph import MS, Graph, attr
 
-_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16)
+_FLOATS = (TensorProto.FLOAT,)  # what onnxruntime's CPU kernels of both ops take
 
 
 def _last_axis(graph: Graph, node, rank) -> bool:

@@ -1,5 +1,5 @@
 """MatMul(A, B) + C -> Gemm(A, B, C) when A and B are 2-D (static ranks) and C broadcasts to the
-(M, N) product without widening it (Gemm's unidirectional broadcast). Float types only."""
+(M, N) product without widening it (Gemm's unidirectional broadcast). float32 and float64 only."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from onnx import TensorProto
 
 from .graph import Graph
 
-_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)
+_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE)
 
 
 def _rank(graph: Graph, name: str):

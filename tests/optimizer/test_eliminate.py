@@ -66,3 +66,14 @@ def test_cse_keeps_random_ops():
              helper.make_node("Sub", ["a", "b"], ["Y"])]
     m = make_model(nodes, {"X": X}, _out("Y"))
     assert ops(optimize(m))["RandomNormalLike"] == 2
+
+
+def test_values_read_by_subgraphs_keep_their_names():
+    """An If branch reads ``a`` (made by an Identity) from the main graph: the Identity stays."""
+    branch = helper.make_graph([helper.make_node("Neg", ["a"], ["r"])], "then", [], _out("r"))
+    other = helper.make_graph([helper.make_node("Abs", ["a"], ["r2"])], "else", [], _out("r2"))
+    nodes = [helper.make_node("Identity", ["X"], ["a"]),
+             helper.make_node("If", ["cond"], ["Y"], then_branch=branch, else_branch=other)]
+    m = make_model(nodes, {"X": X, "cond": np.array(True)}, _out("Y"))
+    opt = check(m, {"X": X, "cond": np.array(True)})
+    assert ops(opt) == {"Identity": 1, "If": 1}
