@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import platform
 import subprocess
 import sys
@@ -134,9 +135,19 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few minutes on 2 CPU cores")
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--no-mdf", action="store_true", help="skip the MDF models")
+    ap.add_argument("--peers", action="store_true",
+                    help="CPU: gpuops and onnxruntime alternate run for run with the same thread count; "
+                         "adds float16 variants, the dispatch chain and the issue-13 goals")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="--peers: threads of both runtimes (default: gpuops' default)")
+    ap.add_argument("--no-float16", action="store_true", help="--peers: skip the float16 variants")
+    ap.add_argument("--conv-shapes", action="store_true",
+                    help="--peers: GFLOP/s of every light-model Conv shape against np.matmul of the same GEMM")
     a = ap.parse_args(argv)
     if a.quick:
         a.warmup, a.repeat, a.budget = 1, 3, 1.0
+    if a.peers:
+        return peers_main(a)
     names = [n for n in a.models.split(",") if n]
     batches = [int(b) for b in a.batch.split(",")]
     suite = M.suite(names or None)
@@ -162,6 +173,26 @@ def main(argv=None) -> int:
     print(paths[1].read_text())
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0 if all("error" not in r and r["agree"] for r in runs) else 1
+
+
+def peers_main(a) -> int:
+    from . import cpu_peers
+    from gpuops.threads import default_threads
+
+    a.threads = a.threads or default_threads()
+    result = cpu_peers.run(a)
+    result = {"env": environment("cpu"), "settings": vars(a), **result}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "peers.json", out / "peers.md"]
+    paths[0].write_text(json.dumps(result, indent=1, default=str))
+    paths[1].write_text(cpu_peers.markdown(result))
+    paths += cpu_peers.plot(result, out / "peers.png")
+    print(paths[1].read_text())
+    print("wrote " + ", ".join(str(p) for p in paths))
+    # float16 variants may overflow where onnxruntime keeps float32 between nodes: reported, not fatal
+    return 0 if all("error" not in r and (r.get("agree", True) or r["variant"] == "float16")
+                    for r in result["runs"]) else 1
 
 
 if __name__ == "__main__":
