@@ -1,8 +1,9 @@
-"""GELU written out with Erf -> com.microsoft Gelu.
+"""GELU written out -> com.microsoft Gelu (Erf form) or FastGelu (tanh form).
 
 TorchScript emits ``x * (1 + Erf(x / sqrt 2)) * 0.5`` (Div, Erf, Add, Mul, Mul); the dynamo exporter
 (onnxscript) emits ``x * (0.5 * (1 + Erf(x * (1 / sqrt 2))))``; the factor 0.5 may also multiply x
-first. Every order of the two products is matched."""
+first (as GPT-2's tanh form does: ``0.5 x (1 + Tanh(sqrt(2 / pi) (x + 0.044715 Pow(x, 3))))``).
+Every order of the two products, and of each Mul's and Add's operands, is matched."""
 
 from __future__ import annotations
 
@@ -59,12 +60,41 @@ def _products(graph: Graph, start: str, x: str):
     return None
 
 
+def _mul_by(graph: Graph, name: str, want: float):
+    """(other operand, node) when ``name`` is a single-use Mul of something by the constant ``want``."""
+    n = graph.producer_of(name, "Mul")
+    if n is None or not graph.single_use(name):
+        return None, None
+    for x, c in ((n.input[0], n.input[1]), (n.input[1], n.input[0])):
+        if _scalar(graph, c, want):
+            return x, n
+    return None, None
+
+
+def _tanh_input(graph: Graph, tanh):
+    """x when the Tanh reads sqrt(2 / pi) * (x + 0.044715 * Pow(x, 3)) (single uses)."""
+    inner, m1 = _mul_by(graph, tanh.input[0], math.sqrt(2 / math.pi))
+    add = graph.producer_of(inner, "Add") if inner else None
+    if add is None or not graph.single_use(inner):
+        return None, None
+    for x, cube in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
+        p, m2 = _mul_by(graph, cube, 0.044715)
+        pw = graph.producer_of(p, "Pow") if p else None
+        if pw is not None and graph.single_use(p) and pw.input[0] == x and _scalar(graph, pw.input[1], 3.0, 1e-6):
+            return x, [m1, add, m2, pw]
+    return None, None
+
+
 def apply(graph: Graph) -> bool:
     removed = []
     for erf in graph.nodes:
-        if erf.op_type != "Erf" or erf.domain not in ("", "ai.onnx") or erf in removed:
+        if erf.op_type not in ("Erf", "Tanh") or erf.domain not in ("", "ai.onnx") or erf in removed:
             continue
-        x, scale = _erf_input(graph, erf)
+        if erf.op_type == "Erf":
+            x, scale = _erf_input(graph, erf)
+            scale = [scale]
+        else:
+            x, scale = _tanh_input(graph, erf)
         if x is None or graph.elem_type(x) not in _FLOATS:
             continue
         add = graph.only_consumer(erf.output[0], "Add")
@@ -74,10 +104,10 @@ def apply(graph: Graph) -> bool:
         if muls is None:
             continue
         last = muls[-1]
-        last.op_type, last.domain = "Gelu", MS
+        last.op_type, last.domain = ("Gelu" if erf.op_type == "Erf" else "FastGelu"), MS
         last.input[:] = [x]
         del last.attribute[:]
-        removed.extend([scale, erf, add, *muls[:-1]])
+        removed.extend([*scale, erf, add, *muls[:-1]])
         graph.use_domain(MS)
     if removed:
         graph.remove(*removed)

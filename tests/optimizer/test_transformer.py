@@ -46,6 +46,20 @@ def test_gelu(form):
     assert len(opt.graph.node) == 1
 
 
+def test_tanh_gelu():
+    """GPT-2's 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) -> FastGelu."""
+    X = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["half", "X"], ["h"]), helper.make_node("Pow", ["X", "three"], ["p"]),
+             helper.make_node("Mul", ["c", "p"], ["cp"]), helper.make_node("Add", ["X", "cp"], ["i"]),
+             helper.make_node("Mul", ["k", "i"], ["ki"]), helper.make_node("Tanh", ["ki"], ["t"]),
+             helper.make_node("Add", ["one", "t"], ["a"]), helper.make_node("Mul", ["h", "a"], ["Y"])]
+    consts = [("half", np.float32(0.5)), ("three", np.float32(3)), ("c", np.float32(0.044715)),
+              ("k", np.float32(math.sqrt(2 / math.pi))), ("one", np.float32(1))]
+    m = make_model(nodes, {"X": X}, _out(), inits=consts, opset=14)
+    opt = check(m, {"X": X}, gone=["Tanh", "Pow", "Mul", "Add"], present=["FastGelu"])
+    assert len(opt.graph.node) == 1
+
+
 def test_gelu_with_other_scale_kept():
     X = rng.standard_normal((2, 8)).astype(np.float32)
     consts = [(n, np.float32(0.7)) if n == "half" else (n, v) for n, v in GELU_CONSTS]
