@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -177,8 +178,12 @@ def main(argv=None) -> int:
 
 def peers_main(a) -> int:
     from . import cpu_peers
-    from gpuops.threads import default_threads
 
+    try:
+        from gpuops.threads import default_threads
+    except ImportError:  # a gpuops from before threads= (a baseline checkout)
+        def default_threads():
+            return max(1, (os.cpu_count() or 2) // 2)
     a.threads = a.threads or default_threads()
     result = cpu_peers.run(a)
     result = {"env": environment("cpu"), "settings": vars(a), **result}
