@@ -47,15 +47,28 @@ done
 cd "$ROOT"
 
 # -- the parts --------------------------------------------------------------------------------------
+# A test part is PATH[@DEVICE][#I/N]: a test folder or file; for the conformance suite, the device
+# it runs on (GPUOPS_CONFORMANCE_DEVICES); the I-th of N interleaved shards (benchmarks/pytest_shard.py)
+# for the suites whose CuPy kernel compilation, paid once per new kernel, could pass 10 minutes.
+declare -A SHARDS=([tests/conformance/test_node_cases.py@cuda]=4 [tests/conformance/test_node_cases.py@cpu]=2
+    [tests/ops]=2)
+emit() {
+    local n=${SHARDS[$1]:-1} i
+    if ((n == 1)); then
+        echo "$1"
+    else
+        for ((i = 1; i <= n; i++)); do echo "$1#$i/$n"; done
+    fi
+}
 test_parts() {
     local d f
     for d in tests/*/; do
         d=${d%/}
         compgen -G "$d/test_*.py" >/dev/null || continue
         if [[ $d == tests/conformance ]]; then  # the largest: one part per file and device
-            for f in "$d"/test_*.py; do echo "$f@cpu" && echo "$f@cuda"; done
+            for f in "$d"/test_*.py; do emit "$f@cpu" && emit "$f@cuda"; done
         else
-            echo "$d"
+            emit "$d"
         fi
     done
     echo "tests/test_*.py"
@@ -70,11 +83,16 @@ fi
 if ((${#selected[@]} == 0)); then
     mapfile -t selected < <(seq 1 "${#PARTS[@]}")
 fi
-for n in "${selected[@]}"; do
+for k in "${!selected[@]}"; do  # a part by number or by name
+    n=${selected[k]}
+    for i in "${!PARTS[@]}"; do
+        if [[ ${PARTS[i]} == "$n" ]]; then n=$((i + 1)); fi
+    done
     if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > ${#PARTS[@]})); then
         echo "gpu_validate: no part $n (there are ${#PARTS[@]}; see --list-parts)" >&2
         exit 2
     fi
+    selected[k]=$n
 done
 
 # -- where results go -------------------------------------------------------------------------------
@@ -129,6 +147,22 @@ sanitizer() {
         fi
     done
     return 1
+}
+
+test_part() {  # test_part PATH[@DEVICE][#I/N]
+    local name=$1 path=${1%%[@#]*} dev args=()
+    if [[ $name == *@* ]]; then
+        dev=${name#*@}
+        run export GPUOPS_CONFORMANCE_DEVICES="${dev%%#*}"
+    fi
+    if [[ $name == *#* ]]; then
+        args=(-p benchmarks.pytest_shard --shard "${name#*#}")
+    fi
+    if [[ $path == "tests/test_*.py" ]]; then
+        pytest_part "$(slug "$name")" "${args[@]}" tests/test_*.py
+    else
+        pytest_part "$(slug "$name")" "${args[@]}" "$path"
+    fi
 }
 
 pytest_part() {  # pytest_part NAME PATH...
@@ -214,10 +248,7 @@ run_part() {  # run_part N: the N-th part
     case $name in
         install) part_install ;;
         selftest) part_selftest ;;
-        tests/test_\*.py) pytest_part "$(slug "$name")" tests/test_*.py ;;
-        tests/conformance/*@*) run export GPUOPS_CONFORMANCE_DEVICES="${name#*@}"
-                               pytest_part "$(slug "$name")" "${name%@*}" ;;
-        tests/*) pytest_part "$(slug "$name")" "$name" ;;
+        tests/*) test_part "$name" ;;
         memcheck) part_sanitizer memcheck tests/kernels ;;
         # racecheck checks shared memory: the kernels that use it (quantize.cu, nms.cu)
         racecheck) part_sanitizer racecheck tests/kernels/test_{quantize,integer,detection}_kernels.py ;;
@@ -226,11 +257,10 @@ run_part() {  # run_part N: the N-th part
     esac
 }
 
-slug() {
+slug() {  # a file name for a part
     local s=${1#tests/}
-    s=${s/.py@/-}
-    s=${s%.py}
-    s=${s//\//-}
+    s=${s/.py/}
+    s=${s//[\/@#]/-}
     echo "${s//\*/all}"
 }
 

@@ -1,11 +1,15 @@
 """benchmarks/gpu_validate.sh and build_wheelhouse.sh, as far as a machine without a GPU can check
-them: shellcheck, the list of parts (which must cover every test file), the commands of a dry run,
-and a failing part failing the run."""
+them: shellcheck, the list of parts (which must cover every test file), the test shards, the
+commands of a dry run, and a failing part failing the run."""
 
 import re
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from benchmarks import pytest_shard
 from tests.test_repo_lint import _tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,13 +41,38 @@ def test_parts_cover_every_test_file():
     tests = parts[2:-4]
     covered = set()
     for part in tests:
-        path = part.partition("@")[0]
+        path = re.split("[@#]", part)[0]
         covered |= {p for p in ROOT.glob(path)} if "*" in path else \
             {p for p in ROOT.joinpath(path).rglob("test_*.py")} if ROOT.joinpath(path).is_dir() else {ROOT / path}
     every = set(ROOT.glob("tests/**/test_*.py"))
     assert every <= covered, sorted(str(p.relative_to(ROOT)) for p in every - covered)
     conformance = [p for p in tests if p.startswith("tests/conformance/")]  # the largest suite: per file and device
-    assert conformance and {p.rpartition("@")[2] for p in conformance} == {"cpu", "cuda"}
+    assert conformance and {re.split("[@#]", p)[1] for p in conformance} == {"cpu", "cuda"}
+    shards = [p for p in tests if "#" in p]
+    for base in {p.partition("#")[0] for p in shards}:
+        n = len([p for p in shards if p.partition("#")[0] == base])
+        assert [p.partition("#")[2] for p in shards if p.startswith(base + "#")] == [f"{i}/{n}" for i in range(1, n + 1)]
+
+
+def _shard(spec, items: list) -> tuple[list, list]:
+    deselected = []
+    config = SimpleNamespace(getoption=lambda name: spec,
+                             hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
+    items = list(items)
+    pytest_shard.pytest_collection_modifyitems(config, items)
+    return items, deselected
+
+
+def test_shards_split_a_suite_into_disjoint_parts():
+    every = [f"test_{i}" for i in range(11)]
+    parts = [_shard(f"{i}/3", every) for i in (1, 2, 3)]
+    assert sorted(sum((kept for kept, _ in parts), [])) == sorted(every) and all(kept for kept, _ in parts)
+    for kept, deselected in parts:
+        assert sorted(kept + deselected) == sorted(every)
+    assert _shard(None, every) == (every, [])
+    for bad in ("0/3", "4/3", "x"):
+        with pytest.raises(pytest.UsageError):
+            _shard(bad, every)
 
 
 def test_dry_run_prints_every_command(tmp_path):
@@ -58,6 +87,10 @@ def test_dry_run_prints_every_command(tmp_path):
     pytest_lines = [line for line in out.splitlines() if " -m pytest " in line]
     assert len(pytest_lines) == len(parts) - 4 - 2 + 2  # the test parts, and both sanitizer runs
     assert all(line.startswith("timeout 590 ") and "--junitxml" in line for line in pytest_lines)
+    for part in parts:
+        if "#" in part:
+            assert sum(f"--shard {part.partition('#')[2]} {re.split('[@#]', part)[0]}" in line
+                       for line in pytest_lines) == parts.count(part)
     assert "compute-sanitizer --tool memcheck --error-exitcode 99" in out
     assert "compute-sanitizer --tool racecheck --error-exitcode 99" in out
     assert f"{venv}/bin/gpuops selftest --device cuda --json > {tmp_path}/out/selftest.json" in out
@@ -71,6 +104,8 @@ def test_selected_parts_and_bad_arguments(tmp_path):
     r = _validate("--dry-run", "--cuda", "13", "--wheelhouse", str(tmp_path), "--part", "1,2")
     assert r.returncode == 0 and re.findall(r"^# part (\d+)", r.stdout, re.M) == ["1", "2"]
     assert "-e .\\[cuda13\\,test\\,bench\\]" in r.stdout
+    r = _validate("--dry-run", "--part", "tests/kernels")  # by name
+    assert r.returncode == 0 and re.findall(r"^# part \d+: (.*)$", r.stdout, re.M) == ["tests/kernels"]
     assert _validate("--part", "999").returncode == 2
     assert _validate("--part", "x").returncode == 2
     assert _validate("--cuda", "11").returncode == 2
