@@ -8,11 +8,11 @@
 #   benchmarks/gpu_validate.sh --wheelhouse W --part 1       # one part (repeat --part, or 2,3,4)
 #   benchmarks/gpu_validate.sh --dry-run                     # print the commands only
 #
-# Part 1 installs gpuops[cuda,test,bench] from the wheelhouse into a virtual environment (--venv,
-# default .venv-gpu; --venv DIR without --wheelhouse uses an environment that is already there) and
-# records the device, driver and versions. Later parts: `gpuops selftest --json`; the test suite
-# against real CuPy, one part per test folder (the conformance suite one per file), each under
-# `timeout`; compute-sanitizer memcheck and racecheck on the kernel tests (when compute-sanitizer is
+# Part 1 installs gpuops[cuda,test,bench] (editable) from the wheelhouse into a virtual environment
+# (--venv, default ~/.cache/gpuops-validate/venv; --venv DIR without --wheelhouse uses one that is
+# already there) and records the device, driver and versions. Later parts: `gpuops selftest --json`;
+# the test suite against real CuPy, one part per test folder (the conformance suite per file and
+# device; the longest suites in shards), each under `timeout`; compute-sanitizer memcheck and racecheck on the kernel tests (when compute-sanitizer is
 # found: PATH, CUDA_HOME, or the cuda-toolkit[sanitizer] wheel); `gpuops bench`. CUPY_CACHE_DIR is
 # kept between parts, so CuPy's kernel compilation is paid once. A part's log, exit status and
 # JUnit XML go to <out>/parts/; <out>/summary.md is rewritten after every invocation. The exit
@@ -22,7 +22,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PART_TIMEOUT=${GPUOPS_PART_TIMEOUT:-590}
 CACHE=${GPUOPS_VALIDATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuops-validate}
-wheelhouse="" venv="$ROOT/.venv-gpu" out="" extra="cuda" dry=0 list=0
+wheelhouse="" venv="$CACHE/venv" out="" extra="cuda" dry=0 list=0
 selected=()
 
 usage() {

@@ -82,7 +82,7 @@ def test_dry_run_prints_every_command(tmp_path):
     parts = _parts()
     assert re.findall(r"^# part (\d+): (.*)$", out, re.M) == [(str(i + 1), p) for i, p in enumerate(parts)]
     assert re.search(r"^# CUPY_CACHE_DIR=/\S+ ", out, re.M)
-    venv = ROOT / ".venv-gpu"
+    venv = re.search(r"^# CUPY_CACHE_DIR=(\S+)/cupy ", out, re.M).group(1) + "/venv"
     assert f"{venv}/bin/pip install --no-index --find-links {tmp_path} -e .\\[cuda\\,test\\,bench\\]" in out
     pytest_lines = [line for line in out.splitlines() if " -m pytest " in line]
     assert len(pytest_lines) == len(parts) - 4 - 2 + 2  # the test parts, and both sanitizer runs

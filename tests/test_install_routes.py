@@ -16,7 +16,8 @@ else:
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", "results"}
+SKIP_DIRS = {"build", "dist", "__pycache__", "results"}  # and hidden folders (.git, virtual environments)
+HIDDEN_KEPT = {".github", ".ci"}
 # a CuPy wheel requirement as written in a file: name, optional extras, optional version clause
 CUPY_REQ = re.compile(r"cupy-cuda(?:\d+x|\$\{CUDA_MAJOR\}x)(\[[^\]\s\"']*\])?(\s*[=~<>!]=?\s*[\w.${}*]+)?")
 
@@ -56,8 +57,12 @@ def test_cuda_dockerfile_installs_cupy_14_with_the_toolkit():
 def _text_files():
     for path in ROOT.rglob("*"):
         rel = path.relative_to(ROOT)
-        if path.is_file() and not SKIP_DIRS.intersection(rel.parts) and not rel.parts[0].endswith(".egg-info") \
-                and path.suffix not in (".onnx", ".pb", ".png", ".whl", ".so", ".pyc") and path.stat().st_size < 2e6:
+        folders = rel.parts[:-1]
+        if any(f in SKIP_DIRS or f.endswith(".egg-info") or (f.startswith(".") and f not in HIDDEN_KEPT)
+               for f in folders):
+            continue
+        if path.is_file() and path.suffix not in (".onnx", ".pb", ".png", ".whl", ".so", ".pyc", ".data") \
+                and path.stat().st_size < 2e6:
             try:
                 yield rel, path.read_text()
             except UnicodeDecodeError:
