@@ -12,9 +12,10 @@
 # (--venv, default ~/.cache/gpuops-validate/venv; --venv DIR without --wheelhouse uses one that is
 # already there) and records the device, driver and versions. Later parts: `gpuops selftest --json`;
 # the test suite against real CuPy, one part per test folder (the conformance suite per file and
-# device; the longest suites in shards), each under `timeout`; compute-sanitizer memcheck and racecheck on the kernel tests (when compute-sanitizer is
-# found: PATH, CUDA_HOME, or the cuda-toolkit[sanitizer] wheel); `gpuops bench`. CUPY_CACHE_DIR is
-# kept between parts, so CuPy's kernel compilation is paid once. A part's log, exit status and
+# device; the longest suites in shards), each under `timeout`; compute-sanitizer memcheck and
+# racecheck on the kernel tests (when compute-sanitizer is found: PATH, CUDA_HOME, or the
+# cuda-toolkit[sanitizer] wheel); `gpuops bench`. CUPY_CACHE_DIR is kept between parts, so CuPy's
+# kernel compilation is paid once. A part's log, exit status and
 # JUnit XML go to <out>/parts/; <out>/summary.md is rewritten after every invocation. The exit
 # status is non-zero when any part run in this invocation failed.
 set -euo pipefail
