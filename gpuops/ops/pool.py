@@ -9,7 +9,6 @@ explicitly padded input (``count_include_pad=1``; cells added by ``ceil_mode`` n
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -35,16 +34,25 @@ def _lowest(dtype):
     return int(np.iinfo(dtype).min) if np.issubdtype(dtype, np.integer) else -np.inf
 
 
-def _window_counts(in_shape, kernel, strides, dilations, pb, pe, out, include_pad):
-    """Host array ``out``-shaped: how many cells of each window count toward the average."""
+def _window_counts(xp, in_shape, kernel, strides, dilations, pb, pe, out, include_pad, dtype):
+    """How many cells of each window count toward the average: a number when all windows agree,
+    else an ``out``-shaped array built on the device (a host->device copy would stop a CUDA graph
+    capture), the product of one count vector per axis."""
+    axes = [(n, k, s, d, b, (-b, n + e) if include_pad else (0, n), o)
+            for n, k, s, d, b, e, o in zip(in_shape, kernel, strides, dilations, pb, pe, out)]
     per_axis = []
-    for n, k, s, d, b, e, o in zip(in_shape, kernel, strides, dilations, pb, pe, out):
+    for n, k, s, d, b, (lo, hi), o in axes:
         p = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b  # input coordinate of each cell
-        lo, hi = (-b, n + e) if include_pad else (0, n)
         per_axis.append(((p >= lo) & (p < hi)).sum(axis=1))
-    counts = per_axis[0]
-    for c in per_axis[1:]:
-        counts = np.multiply.outer(counts, c)
+    if all(c.size == 0 or (c == c[0]).all() for c in per_axis):
+        return float(math.prod(int(c[0]) if c.size else 1 for c in per_axis))
+    counts = None
+    for i, (n, k, s, d, b, (lo, hi), o) in enumerate(axes):
+        p = xp.reshape(xp.arange(o, dtype=xp.int64) * s - b, (o, 1)) + xp.reshape(xp.arange(k, dtype=xp.int64) * d,
+                                                                                   (1, k))
+        c = xp.sum(((p >= lo) & (p < hi)).astype(dtype), axis=1)
+        c = xp.reshape(c, (1, 1) + (1,) * i + (o,) + (1,) * (len(axes) - i - 1))
+        counts = c if counts is None else counts * c
     return counts
 
 
@@ -73,7 +81,7 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
         elif n_outputs > 1:
             upd = v > best  # strict: the first maximum in row-major window order wins
             best = xp.where(upd, v, best)
-            arg = xp.where(upd, xp.asarray(t, dtype=xp.int64), arg)
+            arg = xp.where(upd, xp.full_like(arg, t), arg)
         else:
             best = xp.maximum(best, v)
     if n_outputs == 1:
@@ -82,9 +90,9 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
 
 
 def _max_indices(xp, shape, arg, kernel, strides, dilations, pb, out, storage_order):
-    """Flat indices (into the unpadded X) of the window maxima picked by tap id ``arg``."""
+    """Flat indices (into the unpadded X) of the window maxima picked by tap id ``arg`` (row-major over
+    the kernel), computed on the device."""
     nd = len(kernel)
-    taps = np.array(list(itertools.product(*(range(k) for k in kernel))), dtype=np.int64).reshape(-1, nd)
     in_shape = shape[2:]
     # spatial strides of the flattening: row-major, or column-major over the spatial axes
     order = range(nd - 1, -1, -1) if storage_order == 0 else range(nd)
@@ -94,8 +102,9 @@ def _max_indices(xp, shape, arg, kernel, strides, dilations, pb, out, storage_or
         m *= in_shape[i]
     flat = None
     for i in range(nd):
-        pos = (np.arange(out[i]) * strides[i] - pb[i]).reshape((1, 1) + (1,) * i + (-1,) + (1,) * (nd - i - 1))
-        coord = xp.asarray(pos, dtype=xp.int64) + xp.take(xp.asarray(taps[:, i] * dilations[i]), arg)
+        pos = xp.reshape(xp.arange(out[i], dtype=xp.int64) * strides[i] - pb[i],
+                         (1, 1) + (1,) * i + (-1,) + (1,) * (nd - i - 1))
+        coord = pos + (arg // math.prod(kernel[i + 1:])) % kernel[i] * dilations[i]
         term = coord * mult[i]
         flat = term if flat is None else flat + term
     nc = xp.reshape(xp.arange(shape[0] * shape[1], dtype=xp.int64), (shape[0], shape[1]) + (1,) * nd)
@@ -111,10 +120,8 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
     kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
     total = _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out)
-    counts = _window_counts(X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad)
-    if counts.size and (counts == counts.flat[0]).all():
-        return total / float(counts.flat[0])
-    return total / xp.asarray(counts, dtype=X.dtype)
+    return total / _window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad,
+                                  X.dtype)
 
 
 @op("LpPool", since=1)

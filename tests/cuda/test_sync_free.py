@@ -107,3 +107,24 @@ def test_deferred_bounds_checks_read_nothing_until_the_end_of_the_run():
         d.check()
     with pytest.raises(NodeError, match=r"index 7 is out of range \[-5, 4\]"):  # the cpu path: at once
         indexing.Gather(anp, data, bad)
+
+
+@pytest.mark.parametrize("op_type,attrs", [
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 0, 2, 1], strides=[2, 1], ceil_mode=1)),  # uneven counts
+    ("MaxPool", dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1], dilations=[2, 1], n_outputs=2)),  # with indices
+])
+def test_pools_copy_nothing_from_the_host(op_type, attrs):
+    """A host->device copy inside a node stops a CUDA graph capture (pageable memory): the window
+    counts and the argmax indices are built on the device."""
+    from gpuops import cuda_standin as sd
+
+    impl = registry.resolve("", op_type, 19, device="cuda")
+    x = _f(2, 3, 7, 6)
+    want = impl.fn(anp, x, **attrs)
+    X = sd.xp.asarray(x)
+    before = sd.transfers["h2d"]
+    with sd.tally() as t:
+        got = impl.fn(sd.xp, X, **attrs)
+    assert sd.transfers["h2d"] == before and t.syncs == []
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        np.testing.assert_allclose(g.get(), w, rtol=1e-6)
