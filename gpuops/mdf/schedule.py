@@ -1,20 +1,30 @@
 """Scheduling: which nodes run at each time step of one ``run()``.
 
 A graph without conditions runs each node once per run, in the consideration sets of its
-dependency toposort (what graph-scheduler does with its default conditions), computed once. A
-graph with conditions is scheduled by ``graph_scheduler`` itself, with MDF conditions parsed as
-modeci-mdf's reference engine parses them: ``{type, kwargs}``, node ids as dependencies,
-``dependencies`` accepted for ``dependency``, nested conditions, ``TimeScale.X`` strings, and
-``Threshold`` reading the node's current value (copied to the host explicitly) through a
-custom parameter getter. Termination conditions are keyed by time scale
-(``environment_state_update``, ``TimeScale.PASS``...).
+dependency toposort (what graph-scheduler does with its default conditions), computed once.
+Conditions are parsed as modeci-mdf's reference engine parses them: ``{type, kwargs}``, node ids
+as dependencies, ``dependencies`` accepted for ``dependency``, nested conditions, ``TimeScale.X``
+strings, and ``Threshold`` reading the node's current value (copied to the host explicitly).
+Termination conditions are keyed by time scale (``environment_state_update``, ``TimeScale.PASS``...).
+
+Every condition is built as a graph-scheduler condition (which validates it) and, for the types
+:class:`Machine` knows, as a closure over our own scheduler state: the same loop as
+``graph_scheduler.Scheduler.run`` (passes over the consideration sets, a set repeated until no
+more of its nodes become ready, call counts per time scale, "useable" counts for EveryNCalls),
+without its bookkeeping. When no condition reads values or state kept across runs, one run's
+steps are computed once at session creation and replayed (a static execution sequence); otherwise
+the machine runs step by step. Graphs with a condition it does not know (TimeInterval, absolute
+time, WhenFinished...) are scheduled by graph-scheduler itself.
 """
 
 from __future__ import annotations
 
 import inspect
+import operator
 import re
 from typing import Callable, Iterable
+
+import numpy as np
 
 from ..errors import GpuopsError, ModelError
 from .load import mdf_module
@@ -36,6 +46,8 @@ class Schedule:
         self.order = [n.id for n in graph.nodes]
         self._rank = {n: i for i, n in enumerate(self.order)}
         self.static: list[list[str]] | None = None
+        self._first: list[list[str]] | None = None  # the first run's steps, when they differ
+        self._just_ran = False
         self.scheduler = None
         self.reads_values = False  # a condition reads node values (Threshold...)
         if not has_conditions(graph):
@@ -48,8 +60,11 @@ class Schedule:
                              f"pip install 'gpuops[mdf]' ({e})") from None
         self._gs = gs
         self._value_of, self._names_of = value_of, names_of
+        self._fast: dict[int, Callable] = {}  # id(graph-scheduler condition) -> our closure
+        self._dynamic = False  # a condition reads values or state kept across runs
+        self.machine = None
         nodes = set(self.order)
-        node_conds = {nid: self.parse(c, nodes, f"condition of node {nid!r}")
+        node_conds = {nid: self.parse(c, nodes, f"condition of node {nid!r}", nid)
                       for nid, c in (graph.conditions.node_specific or {}).items()}
         termination = {}
         for scale, c in (graph.conditions.termination or {}).items():
@@ -60,10 +75,42 @@ class Schedule:
                                           conditions=node_conds, termination_conds=termination)
         except Exception as e:
             raise ModelError(f"graph {graph.id!r}: graph-scheduler rejects its conditions: {e}") from e
+        self.machine = self._machine(node_conds, termination)
+        if self.machine is not None and not self.machine.dynamic:
+            # the same steps every run, but for JustRan, which reads the last step of the run before:
+            # runs from the second on repeat when the second ends as the first does
+            first = list(self.machine.run())
+            last = self.machine.last
+            second = list(self.machine.run()) if self._just_ran else first
+            if self.machine.last == last:
+                self.static, self._first = second, first
+
+    def _machine(self, node_conds: dict, termination: dict):
+        TS = self._gs.TimeScale
+        fast = {nid: self._fast.get(id(c)) for nid, c in node_conds.items()}
+        ends = {scale: self._fast.get(id(c)) for scale, c in termination.items()}
+        if None in fast.values() or None in ends.values() or set(ends) - {TS.ENVIRONMENT_STATE_UPDATE,
+                                                                           TS.ENVIRONMENT_SEQUENCE, TS.PASS}:
+            return None
+        order, graph = self.order, self.scheduler.graph
+
+        def default(node):  # graph-scheduler's: Always, or EveryNCalls(sender, 1) for each sender
+            senders = list(graph[node])
+            return lambda st: all(st.useable[d][node] >= 1 for d in senders)
+
+        conds = [fast[n] if n in fast else default(n) for n in order]
+        return Machine(order, [sorted(level, key=self._rank.__getitem__) for level in self.scheduler.consideration_queue],
+                       conds, ends.get(TS.ENVIRONMENT_STATE_UPDATE) or _all_have_run(order, TS.ENVIRONMENT_STATE_UPDATE),
+                       ends.get(TS.ENVIRONMENT_SEQUENCE) or _NEVER, self._dynamic)
 
     def steps(self) -> Iterable[list[str]]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
         if self.static is not None:
             return self.static
+        if self.machine is not None:
+            return self.machine.run()
         return self._scheduled()
 
     def _scheduled(self):
@@ -93,7 +140,7 @@ class Schedule:
             raise ModelError(f"{where}: unknown time scale {scale!r} "
                              f"(one of {[t.name.lower() for t in ts]})") from None
 
-    def parse(self, cond, nodes: set, where: str):
+    def parse(self, cond, nodes: set, where: str, owner: str | None = None):
         gs = self._gs
         if isinstance(cond, dict):
             typ, kwargs = cond.get("type"), cond.get("kwargs") or cond.get("args") or {}
@@ -104,7 +151,7 @@ class Schedule:
             raise ModelError(f"{where}: unknown condition type {typ!r}")
         where = f"{where} ({typ})"
         sig = inspect.signature(cls)
-        args = {k: self._arg(k, v, nodes, where) for k, v in kwargs.items()}
+        args = {k: self._arg(k, v, nodes, where, owner) for k, v in kwargs.items()}
         if "dependencies" in args and "dependencies" not in sig.parameters and "dependency" in sig.parameters:
             args["dependency"] = args.pop("dependencies")
         if "custom_parameter_getter" in sig.parameters:
@@ -122,15 +169,83 @@ class Schedule:
                 value = args.pop(name)
                 positional = list(value) if isinstance(value, (list, tuple)) else [value]
         try:
-            return cls(*positional, **args)
+            made = cls(*positional, **args)
         except Exception as e:  # TypeError for bad arguments, graph-scheduler's ConditionError...
             raise ModelError(f"{where}: {type(e).__name__}: {e}") from None
+        self._fast[id(made)] = self._closure(cls, sig, positional, args, owner)
+        return made
 
-    def _arg(self, key: str, value, nodes: set, where: str):
+    def _closure(self, cls, sig, positional: list, args: dict, owner):
+        """Our closure ``f(state) -> bool`` for one condition, or None for a type we do not know."""
+        TS = self._gs.TimeScale
+        name = cls.__name__
+        default = sig.parameters["time_scale"].default if "time_scale" in sig.parameters else None
+        ts = args.get("time_scale", default)
+        n, dep = args.get("n"), args.get("dependency")
+        fast = self._fast
+        if name in ("Always", "Never"):
+            return _ALWAYS if name == "Always" else _NEVER
+        if name in ("All", "Any", "And", "Or"):
+            kids = [*positional, *[c for v in args.values() for c in (v if isinstance(v, list) else [v])]]
+            kids = [fast.get(id(c)) for c in kids]
+            if None in kids:
+                return None
+            combine = all if name in ("All", "And") else any
+            return lambda st: combine(k(st) for k in kids)
+        if name == "Not":
+            kid = fast.get(id(args.get("condition", positional[0] if positional else None)))
+            return None if kid is None else (lambda st: not kid(st))
+        if name == "NWhen":
+            kid = fast.get(id(args.get("condition", positional[0] if positional else None)))
+            if kid is None:
+                return None
+            self._dynamic = True
+            limit, seen = args.get("n", 1), [0]
+
+            def nwhen(st):
+                if seen[0] < limit and kid(st):
+                    seen[0] += 1
+                    return True
+                return False
+
+            return nwhen
+        compare = _COMPARE.get(name)
+        if name == "AtEnvironmentStateUpdateStart":
+            return lambda st: st.passes == 0
+        if compare is not None and name.endswith(("Pass", "Passes")) and ts == TS.ENVIRONMENT_STATE_UPDATE:
+            if name == "EveryNPasses":
+                return lambda st: st.passes % n == 0
+            return lambda st: compare(st.passes, n)
+        if compare is not None and "ConsiderationSetExecution" in name and ts == TS.ENVIRONMENT_STATE_UPDATE:
+            return lambda st: compare(st.sets, n)
+        if compare is not None and "EnvironmentStateUpdate" in name and ts == TS.ENVIRONMENT_SEQUENCE:
+            self._dynamic = True
+            return lambda st: compare(st.runs, n)
+        if name == "EveryNCalls":  # calls of dep since owner last ran
+            return None if owner is None else (lambda st: st.useable[dep][owner] >= n)
+        if compare is not None and name.endswith(("Calls", "Call", "Combined")) and isinstance(ts, TS):
+            self._dynamic |= ts.value > TS.ENVIRONMENT_STATE_UPDATE.value
+            if name == "AfterNCallsCombined":
+                deps = list(positional)
+                return lambda st: sum(st.counts[ts][d] for d in deps) >= n
+            return lambda st: compare(st.counts[ts][dep], n)
+        if name == "AllHaveRun" and isinstance(ts, TS):
+            self._dynamic |= ts.value > TS.ENVIRONMENT_STATE_UPDATE.value
+            return _all_have_run(list(positional) or self.order, ts)
+        if name == "JustRan":
+            self._just_ran = True
+            return lambda st: dep in st.last
+        if name == "Threshold":
+            self._dynamic = True
+            return _threshold(self._value_of, dep, args["parameter"], args["threshold"], args.get("comparator", ">="),
+                              args.get("indices"), args.get("atol", 0), args.get("rtol", 0))
+        return None
+
+    def _arg(self, key: str, value, nodes: set, where: str, owner=None):
         if isinstance(value, list):
-            return [self._arg(key, v, nodes, where) for v in value]
+            return [self._arg(key, v, nodes, where, owner) for v in value]
         if isinstance(value, dict) and "type" in value or isinstance(value, mdf_module().Condition):
-            return self.parse(value, nodes, where)
+            return self.parse(value, nodes, where, owner)
         if isinstance(value, str):
             if key in ("dependency", "dependencies") and value not in nodes:
                 raise ModelError(f"{where}: {key} {value!r} is not a node of the graph")
@@ -138,3 +253,102 @@ class Schedule:
             if m and value not in nodes:
                 return self._time_scale(value, where)
         return value
+
+
+# -- our scheduler -------------------------------------------------------------------------------
+
+def _ALWAYS(st):
+    return True
+
+
+def _NEVER(st):
+    return False
+
+
+# comparisons of a count with n, by the condition's name
+_COMPARE = {"BeforePass": operator.lt, "AtPass": operator.eq, "AfterPass": operator.gt, "AfterNPasses": operator.ge,
+            "EveryNPasses": operator.eq,
+            "BeforeConsiderationSetExecution": operator.lt, "AtConsiderationSetExecution": operator.eq,
+            "AfterConsiderationSetExecution": operator.gt, "AfterNConsiderationSetExecutions": operator.ge,
+            "BeforeEnvironmentStateUpdate": operator.lt, "AtEnvironmentStateUpdate": operator.eq,
+            "AfterEnvironmentStateUpdate": operator.gt, "AfterNEnvironmentStateUpdates": operator.ge,
+            "BeforeNCalls": operator.lt, "AtNCalls": operator.eq, "AfterCall": operator.gt,
+            "AfterNCalls": operator.ge, "AfterNCallsCombined": operator.ge, "EveryNCalls": operator.ge}
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+def _all_have_run(nodes: list, ts):
+    return lambda st: all(st.counts[ts][d] >= 1 for d in nodes)
+
+
+def _threshold(value_of, dep, parameter, threshold, comparator, indices, atol, rtol):
+    def threshold_(st):
+        v = value_of(dep, parameter)
+        for i in indices or ():
+            v = v[i]
+        v = float(v)
+        if comparator in ("==", "!="):
+            return bool(np.isclose(v, threshold, atol=atol, rtol=rtol)) == (comparator == "==")
+        return _OPS[comparator](v, threshold)
+
+    return threshold_
+
+
+class Machine:
+    """graph-scheduler's ``Scheduler.run`` loop over our own state (see the module docstring).
+    ``run()`` yields the node ids of each step of one run, in graph order."""
+
+    def __init__(self, order: list, queue: list, conds: list, end_run: Callable, end_all: Callable,
+                 dynamic: bool):
+        import graph_scheduler as gs
+
+        self.order, self.queue, self.dynamic = order, queue, dynamic
+        self.cond = dict(zip(order, conds))
+        self.end_run, self.end_all = end_run, end_all
+        self.scales = list(gs.TimeScale)
+        self._pass_scales = [t for t in self.scales if t.value <= gs.TimeScale.PASS.value]
+        self._run_scales = [t for t in self.scales if t.value <= gs.TimeScale.ENVIRONMENT_STATE_UPDATE.value]
+        self.counts = {t: dict.fromkeys(order, 0) for t in self.scales}
+        self.useable: dict = {}
+        self.passes = self.sets = self.runs = 0
+        self.last: set = set()
+
+    def run(self):
+        counts, order = self.counts, self.order
+        for t in self._run_scales:
+            counts[t] = dict.fromkeys(order, 0)
+        self.useable = {a: dict.fromkeys(order, 0) for a in order}
+        self.passes = self.sets = 0
+        done = lambda: self.end_run(self) or self.end_all(self)  # noqa: E731
+        while not done():
+            for t in self._pass_scales:
+                counts[t] = dict.fromkeys(order, 0)
+            changed = False
+            for level in self.queue:
+                if done():
+                    break
+                ran: list = []
+                grew = True
+                while grew:  # a node that runs may make others of the same set ready
+                    grew = False
+                    for node in level:
+                        if node not in ran and self.cond[node](self):
+                            ran.append(node)
+                            grew = changed = True
+                            for t in self.scales:
+                                counts[t][node] += 1
+                            for row in self.useable.values():
+                                row[node] = 0
+                            mine = self.useable[node]
+                            for other in mine:
+                                mine[other] += 1
+                if ran:
+                    self.last = set(ran)
+                    self.sets += 1
+                    yield sorted(ran, key=order.index)
+            if not changed:
+                self.last = set()
+                self.sets += 1
+                yield []
+            self.passes += 1
+        self.runs += 1
