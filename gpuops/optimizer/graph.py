@@ -210,22 +210,15 @@ class Graph:
         g.input.extend(self.model.graph.input)
         declared = set(self.input_names)
         for name in self._live_consts():
-            small = name in self._arrays and self._arrays[name].size <= _INFER_CONST_ELEMENTS
-            if name in self._protos and name not in self._arrays:
-                t = self._protos[name]
-                small = int(np.prod(t.dims)) <= _INFER_CONST_ELEMENTS
-                if small:
-                    g.initializer.append(t)
-                elif name not in declared:
-                    g.input.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
-                continue
-            v = self._arrays[name]
+            t = None if name in self._arrays else self._protos[name]
+            dims = list(t.dims) if t is not None else list(self._arrays[name].shape)
             try:
-                if small:
-                    g.initializer.append(numpy_helper.from_array(v, name))
+                if int(np.prod(dims)) <= _INFER_CONST_ELEMENTS:
+                    g.initializer.append(t if t is not None else numpy_helper.from_array(self._arrays[name], name))
                 elif name not in declared:
-                    g.input.append(helper.make_tensor_value_info(name, onnx_dtype(v.dtype), list(v.shape)))
-            except Exception:
+                    elem = t.data_type if t is not None else onnx_dtype(self._arrays[name].dtype)
+                    g.input.append(helper.make_tensor_value_info(name, elem, dims))
+            except Exception:  # a dtype ONNX cannot hold: inference goes on without the value
                 pass
         g.value_info.extend(self.model.graph.value_info)
         g.output.extend(self.model.graph.output)
