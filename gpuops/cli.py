@@ -124,6 +124,29 @@ def cmd_selftest(a) -> int:
     return 0 if report["ok"] else 1
 
 
+def cmd_batch(a) -> int:
+    from .batch import Progress, n_rows, read_table, write_table
+
+    model = resolve_model_path(a.model)
+    table = read_table(a.input)
+    bar = Progress(n_rows(table))
+    t0 = time.perf_counter()
+    if a.ray is None:
+        from .batch import run_table
+
+        out = run_table(model, table, batch_size=a.batch_size, device=a.device, progress=bar)
+    else:
+        from .ray import run_table as ray_run_table
+
+        out = ray_run_table(model, table, batch_size=a.batch_size, device=a.device, address=a.ray or None,
+                            workers=a.workers, progress=bar)
+    bar.close()
+    write_table(a.output, out)
+    elapsed = time.perf_counter() - t0
+    print(f"{n_rows(out)} rows -> {a.output} in {elapsed:.2f} s ({n_rows(out) / max(elapsed, 1e-9):,.1f} rows/s)")
+    return 0
+
+
 def cmd_bench(args: list[str]) -> int:
     import os
 
@@ -164,6 +187,16 @@ def main(argv=None) -> int:
     t.add_argument("--rtol", type=float, default=1e-3)
     t.add_argument("--atol", type=float, default=1e-4)
     t.set_defaults(fn=cmd_selftest)
+    b = sub.add_parser("batch", help="run every row of a Parquet file or .npy/.npz folder through a model")
+    b.add_argument("model", help="an .onnx path, or light:NAME")
+    b.add_argument("--input", required=True, help="a .parquet file, or a folder of .npy columns / .npz shards")
+    b.add_argument("--output", required=True, help="a .parquet file, or a folder (one .npy per column)")
+    b.add_argument("--batch-size", type=int, default=64)
+    b.add_argument("--device", default="auto")
+    b.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run on Ray actors, one per GPU: a local Ray, or the cluster at ADDRESS")
+    b.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per GPU, or 1)")
+    b.set_defaults(fn=cmd_batch)
     sub.add_parser("bench", help="benchmark suite: gpuops bench --help", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its options belong to the benchmark runner
