@@ -1,0 +1,307 @@
+"""Small float32 models in the shapes the torch exporters write, built with onnx.helper: an MLP, a CNN
+with BatchNormalization and residuals, a depthwise CNN with HardSwish and squeeze-excitation, a
+BERT-like encoder with an attention mask, a GPT-like decoder with past keys / values and a ViT-like
+patch embedding. Hidden sizes are tiny so that every tool variant runs in a fraction of a second.
+
+Each builder takes ``batch``: a symbolic name (the dynamic form, as exporters write with dynamic
+axes) or an int (the static-shape form), and returns a :class:`Zoo` entry.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+SEQ, PAST = 5, 3  # sequence lengths of the transformer feeds
+VOCAB, HIDDEN, HEADS, MAX_POS = 24, 16, 2, 16
+
+
+@dataclass
+class Zoo:
+    name: str
+    model: onnx.ModelProto
+    feeds: Callable[[int, np.random.Generator], dict]  # batch size -> example feeds
+    model_type: str | None  # onnxruntime.transformers.optimizer model type(s) that apply
+
+
+class Graph:
+    """A graph under construction: named initializers (seeded random weights) and nodes."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.count = 0
+
+    def name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}_{self.count}"
+
+    def const(self, value, prefix="c") -> str:
+        n = self.name(prefix)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), n))
+        return n
+
+    def weight(self, *shape, scale=None, prefix="w") -> str:
+        scale = 1 / math.sqrt(shape[0] if len(shape) > 1 else 4) if scale is None else scale
+        return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), prefix)
+
+    def op(self, op_type, *inputs, outputs=1, domain="", **attrs):
+        outs = [self.name(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=self.name(op_type), domain=domain,
+                                           **attrs))
+        return outs[0] if outputs == 1 else outs
+
+    def output(self, value: str, name: str) -> None:
+        """Name the value ``value`` as the graph output ``name``."""
+        for node in self.nodes:
+            node.input[:] = [name if i == value else i for i in node.input]
+            node.output[:] = [name if o == value else o for o in node.output]
+
+    def model(self, inputs, outputs, opset) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, "zoo", inputs, outputs, initializer=self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8,
+                                  producer_name="pytorch")
+        onnx.checker.check_model(model)
+        return model
+
+
+def _io(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+# -- building blocks ----------------------------------------------------------------------------
+
+def linear(g: Graph, x, n_in, n_out, gemm=False):
+    """torch.nn.Linear: Gemm(transB=1) on 2-D input, else MatMul + Add."""
+    if gemm:
+        return g.op("Gemm", x, g.weight(n_out, n_in), g.weight(n_out, scale=0.1), transB=1)
+    return g.op("Add", g.op("MatMul", x, g.weight(n_in, n_out)), g.weight(n_out, scale=0.1))
+
+
+def conv_bn(g: Graph, x, c_in, c_out, k=3, stride=1, group=1, act="Relu"):
+    y = g.op("Conv", x, g.weight(c_out, c_in // group, k, k, scale=1 / math.sqrt(c_in // group * k * k)),
+             kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=group)
+    y = g.op("BatchNormalization", y, g.const(1 + 0.1 * g.rng.standard_normal(c_out).astype(np.float32)),
+             g.weight(c_out, scale=0.1), g.weight(c_out, scale=0.1),
+             g.const((0.5 + g.rng.random(c_out)).astype(np.float32)), epsilon=1e-5)
+    return g.op(act, y) if act else y
+
+
+def layer_norm(g: Graph, x, d, opset):
+    """LayerNormalization as exporters write it: the node at opset >= 17, else the decomposition."""
+    scale, bias = g.const((1 + 0.1 * g.rng.standard_normal(d)).astype(np.float32)), g.weight(d, scale=0.1)
+    if opset >= 17:
+        return g.op("LayerNormalization", x, scale, bias, axis=-1, epsilon=1e-5)
+    mean = g.op("ReduceMean", x, axes=[-1])
+    d_ = g.op("Sub", x, mean)
+    var = g.op("ReduceMean", g.op("Pow", d_, g.const(np.float32(2))), axes=[-1])
+    std = g.op("Sqrt", g.op("Add", var, g.const(np.float32(1e-5))))
+    return g.op("Add", g.op("Mul", g.op("Div", d_, std), scale), bias)
+
+
+def gelu(g: Graph, x):
+    """Gelu as torch exports it at these opsets: x * 0.5 * (1 + erf(x / sqrt 2))."""
+    e = g.op("Erf", g.op("Div", x, g.const(np.float32(math.sqrt(2)))))
+    return g.op("Mul", g.op("Mul", x, g.op("Add", e, g.const(np.float32(1)))), g.const(np.float32(0.5)))
+
+
+def quick_gelu(g: Graph, x):
+    """CLIP's activation: x * sigmoid(1.702 x)."""
+    return g.op("Mul", x, g.op("Sigmoid", g.op("Mul", x, g.const(np.float32(1.702)))))
+
+
+def _split_heads(g: Graph, x, d, key=False):
+    """(B, S, D) -> (B, N, S, h), or (B, N, h, S) for keys."""
+    r = g.op("Reshape", x, g.const(np.array([0, 0, HEADS, d // HEADS], np.int64)))
+    return g.op("Transpose", r, perm=[0, 2, 3, 1] if key else [0, 2, 1, 3])
+
+
+def attention(g: Graph, x, d, mask_add=None, past=None, opset=17):
+    """BERT / GPT-2 style self-attention: three projections, Q K^T / sqrt(h) (+ additive mask),
+    softmax, V; with ``past`` (2, B, N, P, h) the keys / values are appended and the present returned."""
+    q = _split_heads(g, linear(g, x, d, d), d)
+    k = _split_heads(g, linear(g, x, d, d), d, key=past is None)
+    v = _split_heads(g, linear(g, x, d, d), d)
+    present = None
+    if past is not None:
+        pk, pv = g.op("Split", past, outputs=2, axis=0, **({"num_outputs": 2} if opset >= 18 else {}))
+        pk, pv = g.op("Squeeze", pk, g.const(np.array([0], np.int64))), g.op("Squeeze", pv, g.const(np.array([0], np.int64)))
+        k = g.op("Concat", pk, k, axis=-2)
+        v = g.op("Concat", pv, v, axis=-2)
+        present = g.op("Concat", g.op("Unsqueeze", k, g.const(np.array([0], np.int64))),
+                       g.op("Unsqueeze", v, g.const(np.array([0], np.int64))), axis=0)
+        k = g.op("Transpose", k, perm=[0, 1, 3, 2])
+    s = g.op("Div", g.op("MatMul", q, k), g.const(np.float32(math.sqrt(d // HEADS))))
+    if mask_add is not None:
+        s = g.op("Add", s, mask_add)
+    p = g.op("Softmax", s, axis=-1)
+    o = g.op("Transpose", g.op("MatMul", p, v), perm=[0, 2, 1, 3])
+    o = g.op("Reshape", o, g.const(np.array([0, 0, d], np.int64)))
+    return linear(g, o, d, d), present
+
+
+def bert_mask(g: Graph, mask):
+    """(B, S) 0/1 int64 -> the additive (B, 1, 1, S) mask (1 - m) * -10000, as BERT exports it."""
+    m = g.op("Unsqueeze", g.op("Unsqueeze", mask, g.const(np.array([1], np.int64))), g.const(np.array([2], np.int64)))
+    m = g.op("Cast", m, to=TensorProto.FLOAT)
+    return g.op("Mul", g.op("Sub", g.const(np.float32(1)), m), g.const(np.float32(-10000)))
+
+
+# -- the zoo ------------------------------------------------------------------------------------
+
+def mlp(batch) -> Zoo:
+    g = Graph(1)
+    h = g.op("Relu", linear(g, "x", 12, 24, gemm=True))
+    h = g.op("LeakyRelu", linear(g, h, 24, 24, gemm=True), alpha=0.1)
+    h = g.op("Sigmoid", linear(g, h, 24, 16, gemm=True))
+    g.output(g.op("Softmax", linear(g, h, 16, 10, gemm=True), axis=-1), "probs")
+    model = g.model([_io("x", TensorProto.FLOAT, [batch, 12])], [_io("probs", TensorProto.FLOAT, [batch, 10])], 17)
+    return Zoo("mlp", model, lambda b, rng: {"x": rng.standard_normal((b, 12)).astype(np.float32)}, None)
+
+
+def _image_feeds(b, rng):
+    return {"pixels": rng.standard_normal((b, 3, 16, 16)).astype(np.float32)}
+
+
+def cnn(batch) -> Zoo:
+    g = Graph(2)
+    x = conv_bn(g, "pixels", 3, 8)
+    y = conv_bn(g, conv_bn(g, x, 8, 8), 8, 8, act=None)
+    x = g.op("Relu", g.op("Add", y, x))  # residual
+    x = g.op("MaxPool", x, kernel_shape=[2, 2], strides=[2, 2])
+    x = conv_bn(g, x, 8, 16, stride=2)
+    y = conv_bn(g, conv_bn(g, x, 16, 16), 16, 16, act=None)
+    x = g.op("Relu", g.op("Add", x, y))
+    x = g.op("AveragePool", x, kernel_shape=[2, 2], strides=[1, 1])
+    x = g.op("Flatten", g.op("GlobalAveragePool", x), axis=1)
+    g.output(linear(g, x, 16, 10, gemm=True), "logits")
+    model = g.model([_io("pixels", TensorProto.FLOAT, [batch, 3, 16, 16])],
+                    [_io("logits", TensorProto.FLOAT, [batch, 10])], 17)
+    return Zoo("cnn", model, _image_feeds, None)
+
+
+def depthwise_cnn(batch) -> Zoo:
+    g = Graph(3)
+    x = conv_bn(g, "pixels", 3, 8, stride=2, act="HardSwish")
+    y = conv_bn(g, x, 8, 8, group=8, act="HardSwish")  # depthwise
+    se = g.op("GlobalAveragePool", y)  # squeeze-excitation
+    se = g.op("Relu", g.op("Conv", se, g.weight(4, 8, 1, 1), g.weight(4, scale=0.1), kernel_shape=[1, 1]))
+    se = g.op("HardSigmoid", g.op("Conv", se, g.weight(8, 4, 1, 1), g.weight(8, scale=0.1), kernel_shape=[1, 1]),
+              alpha=1 / 6, beta=0.5)
+    y = conv_bn(g, g.op("Mul", y, se), 8, 8, k=1, act=None)  # pointwise
+    x = g.op("Add", x, y)
+    x = conv_bn(g, x, 8, 16, k=1, act="HardSwish")
+    x = g.op("Flatten", g.op("GlobalAveragePool", x), axis=1)
+    g.output(linear(g, g.op("HardSwish", linear(g, x, 16, 16, gemm=True)), 16, 10, gemm=True), "logits")
+    model = g.model([_io("pixels", TensorProto.FLOAT, [batch, 3, 16, 16])],
+                    [_io("logits", TensorProto.FLOAT, [batch, 10])], 17)
+    return Zoo("depthwise_cnn", model, _image_feeds, None)
+
+
+def _token_feeds(b, rng, past=False):
+    feeds = {"input_ids": rng.integers(0, VOCAB, (b, SEQ)).astype(np.int64)}
+    total = SEQ + (PAST if past else 0)
+    mask = np.ones((b, total), np.int64)
+    mask[-1, total - 2:] = 0 if b > 1 else 1  # the last sequence of a batch is padded
+    feeds["attention_mask"] = mask
+    if past:
+        for i in range(2):
+            feeds[f"past_{i}"] = rng.standard_normal((2, b, HEADS, PAST, HIDDEN // HEADS)).astype(np.float32)
+    else:
+        feeds["token_type_ids"] = rng.integers(0, 2, (b, SEQ)).astype(np.int64)
+    return feeds
+
+
+def bert(batch, layers=2, opset=14) -> Zoo:
+    g = Graph(4)
+    d = HIDDEN
+    word = g.op("Gather", g.weight(VOCAB, d, scale=0.5), "input_ids")
+    seg = g.op("Gather", g.weight(2, d, scale=0.5), "token_type_ids")
+    seq_len = g.op("Gather", g.op("Shape", "input_ids"), g.const(np.int64(1)), axis=0)
+    pos_ids = g.op("Slice", g.const(np.arange(MAX_POS, dtype=np.int64)[None]), g.const(np.array([0], np.int64)),
+                   g.op("Unsqueeze", seq_len, g.const(np.array([0], np.int64))), g.const(np.array([1], np.int64)),
+                   g.const(np.array([1], np.int64)))
+    pos = g.op("Gather", g.weight(MAX_POS, d, scale=0.5), pos_ids)
+    x = layer_norm(g, g.op("Add", g.op("Add", word, seg), pos), d, opset)
+    mask = bert_mask(g, "attention_mask")
+    for _ in range(layers):
+        a, _ = attention(g, x, d, mask)
+        x = layer_norm(g, g.op("Add", a, x), d, opset)
+        f = linear(g, gelu(g, linear(g, x, d, 4 * d)), 4 * d, d)
+        x = layer_norm(g, g.op("Add", f, x), d, opset)
+    g.output(x, "last_hidden_state")
+    tokens = [batch, "sequence"] if isinstance(batch, str) else [batch, SEQ]
+    model = g.model([_io(n, TensorProto.INT64, tokens) for n in ("input_ids", "attention_mask", "token_type_ids")],
+                    [_io("last_hidden_state", TensorProto.FLOAT, tokens + [d])], opset)
+    return Zoo("bert", model, lambda b, rng: _token_feeds(b, rng), "bert")
+
+
+def gpt(batch, layers=2, opset=18) -> Zoo:
+    """GPT-2 style: pre-LN blocks, causal self-attention over past + new tokens, a present per layer."""
+    g = Graph(5)
+    d = HIDDEN
+    # positions continue after the past: past_length .. past_length + S - 1
+    past_len = g.op("Gather", g.op("Shape", "past_0"), g.const(np.int64(3)), axis=0)
+    seq_len = g.op("Gather", g.op("Shape", "input_ids"), g.const(np.int64(1)), axis=0)
+    total = g.op("Add", past_len, seq_len)
+    pos_ids = g.op("Unsqueeze", g.op("Range", past_len, total, g.const(np.int64(1))), g.const(np.array([0], np.int64)))
+    x = g.op("Add", g.op("Gather", g.weight(VOCAB, d, scale=0.5), "input_ids"),
+             g.op("Gather", g.weight(MAX_POS, d, scale=0.5), pos_ids))
+    # additive mask: causal (key t visible to query s when t <= past + s) and key padding
+    ones = g.op("ConstantOfShape", g.op("Concat", g.op("Unsqueeze", total, g.const(np.array([0], np.int64))),
+                                        g.op("Unsqueeze", total, g.const(np.array([0], np.int64))), axis=0),
+                value=numpy_helper.from_array(np.array([1], np.uint8)))
+    causal = g.op("Trilu", g.op("Cast", ones, to=TensorProto.FLOAT), upper=0)
+    causal = g.op("Slice", causal, g.op("Unsqueeze", past_len, g.const(np.array([0], np.int64))),
+                  g.op("Unsqueeze", total, g.const(np.array([0], np.int64))), g.const(np.array([0], np.int64)))
+    keys = g.op("Cast", g.op("Unsqueeze", "attention_mask", g.const(np.array([1, 2], np.int64))), to=TensorProto.FLOAT)
+    mask = g.op("Mul", g.op("Sub", g.const(np.float32(1)), g.op("Mul", causal, keys)), g.const(np.float32(-10000)))
+    for i in range(layers):
+        a, present = attention(g, layer_norm(g, x, d, opset), d, mask, past=f"past_{i}", opset=opset)
+        g.output(present, f"present_{i}")
+        x = g.op("Add", x, a)
+        f = linear(g, gelu(g, linear(g, layer_norm(g, x, d, opset), d, 4 * d)), 4 * d, d)
+        x = g.op("Add", x, f)
+    g.output(linear(g, layer_norm(g, x, d, opset), d, VOCAB), "logits")
+    dyn = isinstance(batch, str)
+    seq, past, tot = ("sequence", "past_sequence", "total_sequence") if dyn else (SEQ, PAST, SEQ + PAST)
+    cache = [2, batch, HEADS, past, d // HEADS]
+    inputs = ([_io("input_ids", TensorProto.INT64, [batch, seq]), _io("attention_mask", TensorProto.INT64, [batch, tot])]
+              + [_io(f"past_{i}", TensorProto.FLOAT, cache) for i in range(layers)])
+    outputs = ([_io("logits", TensorProto.FLOAT, [batch, seq, VOCAB])]
+               + [_io(f"present_{i}", TensorProto.FLOAT, [2, batch, HEADS, tot, d // HEADS]) for i in range(layers)])
+    return Zoo("gpt", g.model(inputs, outputs, opset), lambda b, rng: _token_feeds(b, rng, past=True), "gpt2")
+
+
+def vit(batch, layers=2, opset=18) -> Zoo:
+    """ViT: 4x4 patches by a strided Conv, a class token, learned positions, pre-LN blocks (the first
+    with GELU, the next with CLIP's QuickGelu), a head."""
+    g = Graph(6)
+    d, patches = HIDDEN, 16
+    x = g.op("Conv", "pixels", g.weight(d, 3, 4, 4, scale=0.2), g.weight(d, scale=0.1), kernel_shape=[4, 4],
+             strides=[4, 4])
+    x = g.op("Transpose", g.op("Reshape", x, g.const(np.array([0, d, -1], np.int64))), perm=[0, 2, 1])
+    batch_dim = g.op("Gather", g.op("Shape", "pixels"), g.const(np.array([0], np.int64)), axis=0)
+    cls = g.op("Expand", g.weight(1, 1, d, scale=0.5),
+               g.op("Concat", batch_dim, g.const(np.array([1, 1], np.int64)), axis=0))
+    x = g.op("Add", g.op("Concat", cls, x, axis=1), g.weight(1, patches + 1, d, scale=0.5))
+    for i in range(layers):
+        a, _ = attention(g, layer_norm(g, x, d, opset), d)
+        x = g.op("Add", x, a)
+        act = gelu if i == 0 else quick_gelu
+        f = linear(g, act(g, linear(g, layer_norm(g, x, d, opset), d, 4 * d)), 4 * d, d)
+        x = g.op("Add", x, f)
+    x = g.op("Gather", layer_norm(g, x, d, opset), g.const(np.int64(0)), axis=1)
+    g.output(linear(g, x, d, 10, gemm=True), "logits")
+    model = g.model([_io("pixels", TensorProto.FLOAT, [batch, 3, 16, 16])],
+                    [_io("logits", TensorProto.FLOAT, [batch, 10])], opset)
+    return Zoo("vit", model, _image_feeds, "vit")
+
+
+BUILDERS = {"mlp": mlp, "cnn": cnn, "depthwise_cnn": depthwise_cnn, "bert": bert, "gpt": gpt, "vit": vit}

@@ -1,0 +1,232 @@
+"""onnxruntime's own model tools, each as a variant: float32 model in, transformed model out.
+
+- ``opt-L<level>[-gpu]``: onnxruntime.transformers.optimizer.optimize_model with the entry's model
+  type, opt_level and use_gpu. With opt_level > 0 the tool first has an onnxruntime session rewrite
+  the model (FusedConv, FusedGemm, NCHWc...) and save it; its helper for that imports torch only to
+  look for ROCm, so that step is taken here with onnxruntime directly (the same session options), then
+  optimize_model runs its python fusions. With use_gpu and no CUDA provider the tool skips that step.
+- ``opt-...-mha`` / ``-packed``: fusions to MultiHeadAttention, or the fused Attention converted to
+  PackedAttention by convert_to_packing_mode.
+- ``qdyn-...``: quantize_dynamic (int8 / uint8 weights, per-channel, reduce_range), also on the
+  optimized BERT (QAttention, QEmbedLayerNormalization).
+- ``qstatic-<format>-<activations><weights>...``: quantize_static QOperator / QDQ with a calibration
+  reader, int8 / uint8 (and int16 / uint16 activations in QDQ), per-channel, reduce_range.
+- ``fp16``: the optimizer's OnnxModel.convert_float_to_float16 with keep_io_types (float32 graph
+  inputs and outputs); ``fp16-converter``: onnxruntime.transformers.float16 on its own;
+  ``opt-fp16-gpu``: optimize_model(use_gpu=True) then the float16 conversion (float16 contrib ops).
+- ``nbits-<format>-<sym|asym>``: the 4-bit weight-only MatMulNBitsQuantizer (MatMulNBits, or QDQ
+  DequantizeLinear with blocked int4 weights), Gather included (GatherBlockQuantized).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import onnx
+
+logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+logging.getLogger("root").setLevel(logging.ERROR)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    apply: Callable  # (model, zoo entry, workdir) -> model
+    tol: float  # relative tolerance (of the output's magnitude) against onnxruntime
+    applies: Callable = field(default=lambda zoo: True)
+
+
+def _save(model, workdir, name):
+    path = os.path.join(workdir, name + ".onnx")
+    onnx.save(model, path)
+    return path
+
+
+def original(model, zoo, workdir):
+    return model
+
+
+def _ort_offline(model, opt_level, workdir):
+    """What optimize_by_onnxruntime does on the CPU provider: a session saving its optimized graph."""
+    import onnxruntime as ort
+
+    levels = {1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, 2: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              99: ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = levels[opt_level]
+    options.optimized_model_filepath = os.path.join(workdir, f"ort_o{opt_level}.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return onnx.load(options.optimized_model_filepath)
+
+
+def _optimize(model, zoo, model_type, opt_level, use_gpu, workdir=None, **options):
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    if opt_level and not use_gpu:
+        model = _ort_offline(model, opt_level, workdir)
+    fusion = FusionOptions(model_type)
+    for k, v in options.items():
+        setattr(fusion, k, v)
+    optimized = optimize_model(model, model_type=model_type, num_heads=2, hidden_size=16, opt_level=0,
+                               use_gpu=use_gpu, optimization_options=fusion)
+    return _saved(optimized, workdir)
+
+
+def _saved(onnx_model, workdir):
+    """The model as the tools save it (save_model_to_file sorts the nodes and imports com.microsoft)."""
+    path = os.path.join(workdir or tempfile.mkdtemp(), "optimized.onnx")
+    onnx_model.save_model_to_file(path)
+    return onnx.load(path)
+
+
+def optimizer(model_type, opt_level, use_gpu=False, **options):
+    """The optimizer with ``model_type`` (None: the zoo entry's own, "bert" for the CNNs and the MLP)."""
+    def apply(model, zoo, workdir):
+        return _optimize(model, zoo, model_type or zoo.model_type or "bert", opt_level, use_gpu, workdir, **options)
+    return apply
+
+
+def packed(model, zoo, workdir):
+    from onnxruntime.transformers.convert_to_packing_mode import PackingMode
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    fused = OnnxModel(_optimize(model, zoo, "bert", 0, True, workdir))
+    PackingMode(fused).convert()
+    return _saved(fused, workdir)
+
+
+def qdyn(optimized_first=False, **kw):
+    def apply(model, zoo, workdir):
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        src = _save(model, workdir, "f32")
+        if optimized_first:  # the quantizer needs the contrib ops' output types: symbolic shape inference
+            src = _save(_optimize(model, zoo, zoo.model_type, 0, False, workdir), workdir, "optimized")
+            quant_pre_process(src, src, skip_optimization=True, skip_onnx_shape=True)
+        out = os.path.join(workdir, "qdyn.onnx")
+        quantize_dynamic(src, out, **({"weight_type": QuantType.QInt8} | kw))
+        return onnx.load(out)
+    return apply
+
+
+class _Calibration:
+    """Four batches of random feeds, of the model's batch size where it is static."""
+
+    def __init__(self, zoo):
+        rng = np.random.default_rng(7)
+        dim = zoo.model.graph.input[0].type.tensor_type.shape.dim[0]
+        batch = dim.dim_value if dim.HasField("dim_value") else 1
+        self.batches = iter([zoo.feeds(batch, rng) for _ in range(4)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def qstatic(fmt, activation, weight, **kw):
+    def apply(model, zoo, workdir):
+        from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        src = _save(model, workdir, "f32")
+        pre = os.path.join(workdir, "pre.onnx")
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
+        out = os.path.join(workdir, "qstatic.onnx")
+        quantize_static(pre, out, _Calibration(zoo), quant_format=getattr(QuantFormat, fmt),
+                        activation_type=getattr(QuantType, activation), weight_type=getattr(QuantType, weight), **kw)
+        return onnx.load(out)
+    return apply
+
+
+def fp16(model, zoo, workdir):
+    """The optimizer's float16 conversion (OnnxModel.convert_float_to_float16), saved by the tool."""
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    m = OnnxModel(model)
+    m.convert_float_to_float16(keep_io_types=True)
+    return _saved(m, workdir)
+
+
+def optimized_fp16(model, zoo, workdir):
+    """The usual GPU flow: optimize_model(use_gpu=True), then convert_float_to_float16(keep_io_types)."""
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    m = OnnxModel(_optimize(model, zoo, zoo.model_type or "bert", 0, True, workdir))
+    m.convert_float_to_float16(keep_io_types=True)
+    return _saved(m, workdir)
+
+
+def fp16_converter(model, zoo, workdir):
+    """onnxruntime.transformers.float16.convert_float_to_float16 used on its own."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    return convert_float_to_float16(model, keep_io_types=True)
+
+
+def nbits(fmt, symmetric):
+    def apply(model, zoo, workdir):
+        from onnxruntime.quantization import QuantFormat
+        from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+        ops = ("MatMul", "Gather") if fmt == "QOperator" else ("MatMul",)  # the tool's QDQ form skips Gather
+        config = DefaultWeightOnlyQuantConfig(block_size=16, is_symmetric=symmetric,
+                                              quant_format=getattr(QuantFormat, fmt), op_types_to_quantize=ops)
+        q = MatMulNBitsQuantizer(model, algo_config=config)
+        q.process()
+        return q.model.model
+    return apply
+
+
+def _transformer(zoo):
+    return zoo.model_type is not None
+
+
+def _opset(zoo):
+    return next(o.version for o in zoo.model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def _nbits_applies(zoo):
+    """MatMul weights to quantize, at an opset the tool's opset-21 output keeps valid (it raises the
+    ai.onnx import to 21 without converting the nodes: ReduceMean-13 or Split-13 become invalid)."""
+    return _transformer(zoo) and _opset(zoo) >= 18
+
+
+def _bert(zoo):
+    return zoo.model_type == "bert"
+
+
+# quantized outputs agree exactly in most cases; where a float intermediate lands on a rounding boundary
+# one quantization step flips, and that step propagates
+F32_TOL, Q_TOL, F16_TOL = 1e-4, 5e-2, 2e-2
+
+VARIANTS = [
+    Variant("f32", original, F32_TOL),
+    *[Variant(f"opt-L{level}{'-gpu' if gpu else ''}", optimizer(None, level, gpu), F32_TOL)
+      for level in (0, 1, 2, 99) for gpu in (False, True)],
+    Variant("opt-mha-gpu", optimizer("bert", 0, True, use_multi_head_attention=True), F32_TOL, _transformer),
+    Variant("opt-packed", packed, F32_TOL, _bert),
+    Variant("opt-clip", optimizer("clip", 0), F32_TOL, lambda z: z.name == "vit"),
+    Variant("qdyn-s8", qdyn(), Q_TOL),
+    Variant("qdyn-u8-perchannel-reducerange", qdyn(per_channel=True, reduce_range=True), Q_TOL),
+    Variant("qdyn-optimized", qdyn(optimized_first=True), Q_TOL, _transformer),
+    Variant("qstatic-QOperator-u8s8", qstatic("QOperator", "QUInt8", "QInt8"), Q_TOL),
+    Variant("qstatic-QOperator-u8u8-perchannel", qstatic("QOperator", "QUInt8", "QUInt8", per_channel=True), Q_TOL),
+    Variant("qstatic-QOperator-s8s8-reducerange", qstatic("QOperator", "QInt8", "QInt8", reduce_range=True), Q_TOL),
+    Variant("qstatic-QDQ-u8s8", qstatic("QDQ", "QUInt8", "QInt8"), Q_TOL),
+    Variant("qstatic-QDQ-s8s8-perchannel", qstatic("QDQ", "QInt8", "QInt8", per_channel=True), Q_TOL),
+    Variant("qstatic-QDQ-u16s8", qstatic("QDQ", "QUInt16", "QInt8"), Q_TOL),
+    Variant("qstatic-QDQ-s16s16", qstatic("QDQ", "QInt16", "QInt16"), Q_TOL),
+    Variant("fp16", fp16, F16_TOL),
+    Variant("fp16-converter", fp16_converter, F16_TOL),
+    Variant("opt-fp16-gpu", optimized_fp16, F16_TOL),
+    Variant("nbits-QOperator-sym", nbits("QOperator", True), Q_TOL, _nbits_applies),
+    Variant("nbits-QOperator-asym", nbits("QOperator", False), Q_TOL, _nbits_applies),
+    Variant("nbits-QDQ-asym", nbits("QDQ", False), Q_TOL, _nbits_applies),
+]
