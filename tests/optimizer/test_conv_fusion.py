@@ -60,19 +60,16 @@ def test_broadcast_residual_not_fused():
 
 
 def test_fusion_reduces_steps_and_kernel_launches():
-    """Fewer plan steps on both devices, and fewer device launches per run on the CUDA path."""
+    """Fewer plan steps on both devices, and fewer kernel launches per run on the CUDA path (counted
+    by the profile where the device counts them: the CPU stand-in of CuPy)."""
     m, feeds = _model(True, ACTIVATIONS[0])
     launches = {}
     for level in ("none", "all"):
-        steps = {d: len(gpuops.InferenceSession(m, device=d, optimize=level).plan.steps) for d in DEVICES}
-        assert steps == dict.fromkeys(DEVICES, 3 if level == "none" else 1)
-        if gpuops.device.uses_standin():
-            from gpuops import cuda_standin
-
-            sess = gpuops.InferenceSession(m, device="cuda", optimize=level)
-            sess.run(None, feeds)
-            with cuda_standin.tally() as t:
-                sess.run(None, feeds)
-            launches[level] = t.launches
-    if launches:
+        for device in DEVICES:
+            sess = gpuops.InferenceSession(m, device=device, optimize=level)
+            assert len(sess.plan.steps) == (3 if level == "none" else 1)
+            sess.run(None, feeds, profile=True)
+            if device == "cuda":
+                launches[level] = sess.last_profile["kernel_launches"]
+    if launches["none"] is not None:
         assert launches["all"] < launches["none"], launches
