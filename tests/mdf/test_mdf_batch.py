@@ -105,6 +105,9 @@ def test_examples_with_time_derivatives(device):
                params={"amp": rng.uniform(1, 3, n), "sine_node.period": rng.uniform(0.2, 1, n)})
     rows_match(EXAMPLES / "NewtonCoolingModel.json", n, device, [None] + [0.1] * 40,
                params={"cooling_coeff": rng.uniform(0.05, 0.2, n), "T_a": 20.0})
+    # integrate-and-fire neurons: spikes and resets are parameter conditions, which differ per row
+    rows_match(EXAMPLES / "RNN" / "IAF_net.json", n, device, [None] + [0.1] * 100,
+               params={"tau": rng.uniform(5, 15, n), "amplitude": rng.uniform(0, 20, (n, 8))})
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -23,7 +23,7 @@ EXPECTED = json.loads((EXAMPLES / "EXPECTED.json").read_text())
 
 # every example the reference engine runs, with the time increments of the runs to compare
 TIMED = {"States.json": 0.01, "NewtonCoolingModel.json": 0.1, "FN.mdf.json": 0.00005,
-         "SwitchedRLC_Circuit.json": 0.001}
+         "SwitchedRLC_Circuit.json": 0.001, "RNN/IAF_net.json": 0.1}
 RUNNABLE = ["Simple.json", "ABCD.json", "Arrays.json", "ParametersFunctions.json", "abc_conditions.json",
             "conditions/threshold_condition.json", "conditions/everyncalls_condition.json",
             "conditions/timeinterval_condition.json", "conditions/Composite_mdf_condition.json",
