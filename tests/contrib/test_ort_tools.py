@@ -511,3 +511,15 @@ def test_remove_and_restore_padding_formula():
     feeds = {"t": tokens, "offset": offset}
     assert not ort_has_kernel(restore, feeds)
     check(restore, feeds, ref=lambda t, offset: [np.where(valid[..., None], x, 0).astype(np.float32)])
+
+
+@pytest.mark.parametrize("op_type,domain", [("QOrderedMatMul", "com.microsoft"), ("BeamSearch", "com.microsoft")])
+def test_tool_emitted_op_gpuops_lacks_fails_at_session_creation(op_type, domain):
+    # the optimizer's QOrdered fusions (QDQ BERT, CUDA-only kernels) and convert_generation's search loops
+    import gpuops
+    from gpuops.errors import UnsupportedOpError
+
+    node = ms_node(op_type, ["x"], ["y"], domain=domain)
+    node.name = "the_node"
+    with pytest.raises(UnsupportedOpError, match=rf"'the_node'.*{domain}::{op_type} at opset 1"):
+        gpuops.InferenceSession(make_model(node, {"x": rand(2, 2)}), device="cpu")
