@@ -97,6 +97,24 @@ def test_text_report_and_cpu_device(capsys):
         [("cpu", "onnx stored outputs", True)]
 
 
+def test_a_wrong_kernel_under_a_uniform_softmax_fails_the_selftest(capsys, monkeypatch, tmp_path):
+    """Constant weights (as in the light models) make a classifier's softmax uniform whatever the
+    convolution computes: the selftest compares the logits too."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["logits"]), helper.make_node("Softmax", ["logits"], ["prob"])]
+    model = make_model(nodes, {"x": np.zeros((1, 3, 8, 8), np.float32)}, ["prob"],
+                       inits=[("w", np.full((10, 3, 3, 3), 0.1, np.float32))], opset=17)
+    path = str(tmp_path / "uniform.onnx")
+    onnx.save(model, path)
+    monkeypatch.setattr(selftest, "kernel_checks", lambda dev: [])
+    rc, report = _selftest(capsys, "--device", "cuda", "--model", path)
+    assert rc == 0 and report["models"][0]["outputs"] == ["prob", "logits"]
+    assert report["models"][0]["runs"][1]["new_feeds_change_outputs"]
+    monkeypatch.setattr(cuda_conv, "conv", _off_by_one(cuda_conv.conv))
+    rc, report = _selftest(capsys, "--device", "cuda", "--model", path)
+    assert rc == 1 and report["failures"][0].startswith(f"model {path} cuda: output 1: max |diff|")
+
+
 def _off_by_one(fn):
     def wrong(*args, **kwargs):
         y = fn(*args, **kwargs)
