@@ -137,8 +137,8 @@ def TfIdfVectorizer(xp, X, *, max_gram_length, max_skip_count, min_gram_length, 
     """Counts of the pool's n-grams (items ``skip + 1`` apart, for every skip up to ``max_skip_count``;
     1-grams once) per row, weighted by ``mode``. ``weights`` is indexed by output coordinate, as in
     onnxruntime and the onnx reference. Each (size, skip) pair is one vectorised pass: every window
-    becomes an integer code, looked up in the pool's sorted codes, and the hits are counted with
-    ``bincount``."""
+    becomes an integer code, looked up in the pool's sorted codes, and the hits are counted by binary
+    search in their sorted slots (``bincount`` reads a size back to the host on CuPy)."""
     if mode not in ("TF", "IDF", "TFIDF"):
         raise NodeError(f"TfIdfVectorizer mode must be TF, IDF or TFIDF, got {mode!r}")
     if (pool_int64s is None) == (pool_strings is None):
@@ -167,6 +167,7 @@ def TfIdfVectorizer(xp, X, *, max_gram_length, max_skip_count, min_gram_length, 
         ids = xp.zeros(rows.shape, dtype=np.int64)
     dump = n_rows * out_size  # the bincount slot of windows that match no n-gram
     counts = xp.zeros((dump + 1,), dtype=np.int64)
+    every_slot = xp.arange(dump + 1, dtype=np.int64)
     row_base = xp.reshape(xp.arange(n_rows, dtype=np.int64) * out_size, (n_rows, 1))
     for n, (grams, numbers) in _pool_grams(pool, ngram_counts, min_gram_length, max_gram_length).items():
         if (V + 1) ** n >= 2 ** 63:
@@ -188,7 +189,9 @@ def TfIdfVectorizer(xp, X, *, max_gram_length, max_skip_count, min_gram_length, 
             at = clamp(xp, xp.searchsorted(codes_d, xp.reshape(wc, (-1,))), 0, len(codes) - 1)
             at = xp.reshape(at, wc.shape)
             slot = xp.where(codes_d[at] == wc, row_base + cols_d[at], dump)
-            counts = counts + xp.bincount(xp.reshape(slot, (-1,)), minlength=dump + 1)
+            slot = xp.sort(xp.reshape(slot, (-1,)))
+            counts = counts + (xp.searchsorted(slot, every_slot, side="right")
+                               - xp.searchsorted(slot, every_slot, side="left"))
     counts = xp.reshape(counts[:dump], (n_rows, out_size)).astype(np.float32)
     if mode == "TF":
         out = counts

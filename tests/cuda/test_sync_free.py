@@ -1,7 +1,7 @@
 """Ops stay on the device (issue 12, item 4): no host sync inside a node unless its op declares one
 (``@op(..., syncs=reason)``). On the stand-in every sync CuPy would make is counted, those inside
 array-api-compat included (its ``clip`` assigns through boolean masks), so each op below -- all of
-which once clipped that way -- must report 0 host syncs in ``run(profile=True)`` and equal the cpu
+which once clipped that way or counted with ``bincount`` -- must report 0 host syncs in ``run(profile=True)`` and equal the cpu
 path. Index bounds checks (``gpuops.ops.checks``) are deferred to the end of a device run."""
 
 import array_api_compat.numpy as anp
@@ -63,6 +63,9 @@ CASES = {
                       {"rois": _s([[0, 0, 0.8, 1.2], [-0.2, 0.1, 0.5, 0.9]]), "bi": np.array([0, 0], np.int32),
                        "size": np.array([3, 3], np.int32)}, {}),
     "CDist-cosine": ("CDist", MS, 1, ["A", "B"], {"A": _f(3, 4), "B": _f(2, 4)}, {}, dict(metric="cosine")),
+    "TfIdfVectorizer": ("TfIdfVectorizer", "", 18, ["x"], {"x": RNG.integers(1, 9, (2, 6)).astype(np.int64)}, {},
+                        dict(mode="TF", min_gram_length=1, max_gram_length=2, max_skip_count=1, ngram_counts=[0, 4],
+                             ngram_indexes=list(range(7)), pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7])),
 }
 
 
