@@ -72,6 +72,20 @@ def test_fed_overridable_initializers_win_over_plan_time_constants(device):
     assert got[0].shape == (2, 3)  # and the initializers again once no feed overrides them
 
 
+def test_before_ir_4_initializers_listed_as_inputs_are_constants_as_in_onnxruntime():
+    model = overridable_model()
+    model.ir_version = 3
+    assert plan_mod.overridable(model.graph, model.ir_version) == set()
+    sess = gpuops.InferenceSession(model, device="cpu")
+    assert sess.get_overridable_initializers() == [] and [a.name for a in sess.get_inputs()] == ["x"]
+    x = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    assert_same(sess.run(None, x), run_ort(model, x))
+    with pytest.raises(gpuops.FeedError, match="unknown input name"):
+        sess.run(None, {**x, "shape": np.array([3, 2], np.int64)})
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
+        run_ort(model, {**x, "shape": np.array([3, 2], np.int64)})
+
+
 # -- item 10: sparse initializers -------------------------------------------------------------------
 
 def test_valid_sparse_initializers_match_onnxruntime():

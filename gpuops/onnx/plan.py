@@ -131,9 +131,12 @@ def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
     return dense.reshape(dims)
 
 
-def overridable(graph: onnx.GraphProto) -> set[str]:
+def overridable(graph: onnx.GraphProto, ir_version: int | None = None) -> set[str]:
     """Initializers that are also graph inputs: a feed may replace them, so nothing may treat them
-    as constants (host copies at plan time, constant folding)."""
+    as constants (host copies at plan time, constant folding). Before IR version 4 every initializer
+    had to be listed as an input and none is overridable (as in onnxruntime)."""
+    if ir_version is not None and ir_version < 4:
+        return set()
     inits = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
     return {i.name for i in graph.input if i.name in inits}
 
@@ -180,7 +183,8 @@ class PlanBuilder:
         inits = {t.name: tensor_to_numpy(t) for t in graph.initializer}
         inits.update({t.values.name: _sparse_to_dense(t) for t in graph.sparse_initializer})
         input_names = [i.name for i in graph.input]
-        fed = overridable(graph) | set(input_names)
+        over = overridable(graph, self.model.ir_version if self.model is not None else None)
+        fed = set(input_names) - set(inits) | over
         defined = set(input_names) | set(inits)
         if top:
             self._check_calls(graph)
@@ -214,7 +218,7 @@ class PlanBuilder:
             if o not in defined and o not in outer:
                 raise ModelError(f"graph output {o!r} is not produced by any node, input or initializer")
         plan = Plan(graph.input, outputs, inits, steps, free,
-                    optional_inputs={n for n in input_names if n in inits}, output_info=list(graph.output))
+                    optional_inputs=over, output_info=list(graph.output))
         _plan_liveness(plan, keep=set(outputs) | set(inits))
         return plan
 

@@ -82,7 +82,7 @@ class InferenceSession:
             self.plan.upload(self.device)
         init_names = set(self.plan.initializers)
         self._inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name not in init_names]
-        self._optional_inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name in init_names]
+        self._optional_inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name in self.plan.optional_inputs]
         self._outputs = [_node_arg(vi) for vi in self.model.graph.output]
         self.last_profile: dict | None = None
         self._graphs = CudaGraphs(self) if cuda_graph and self.device.kind == "cuda" else None
