@@ -14,7 +14,8 @@ when they are constant. ``n_outputs=True`` passes the node's output count as ``n
 ``syncs="reason"`` declares that the op itself reads device data on the host (a data-dependent
 output size, a loop condition...): on CUDA such a node synchronises with the host and cannot be
 captured in a CUDA graph. Every other op, and every input outside ``host_inputs``, must stay on the
-device (no ``.item()``, boolean masks, ``nonzero``, array-api-compat ``clip``...).
+device (no ``.item()``, boolean masks, ``nonzero``, array-api-compat ``clip``...); a check of
+device data (index bounds) goes through :func:`gpuops.ops.checks.require`, which a device run defers.
 
 A node resolves to the implementation with the highest ``since`` <= the model's opset for the
 node's domain. A device override (``@op(..., device="cuda")``, kernel-backed) is chosen on that

@@ -3,7 +3,7 @@
 An op hands :func:`require` a small device array of the values a check needs (an index's min and
 max) and a function that raises :class:`NodeError` from their host copy. Outside a
 :func:`deferred` block the check runs at once: on NumPy that is free, on a device it is one explicit
-read. Inside one -- the executor opens it around a run on a device -- the arrays are kept and
+read. Inside one -- for the executor to open around a run on a device -- the arrays are kept and
 :meth:`Deferred.check` reads them all after the last node, where the outputs are read anyway, and
 raises the first failure. The run's values are then discarded, so an op whose check is deferred
 must compute without faulting on bad data (indices clamped into range, as CuPy's gathers wrap).

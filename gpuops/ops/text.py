@@ -165,7 +165,7 @@ def TfIdfVectorizer(xp, X, *, max_gram_length, max_skip_count, min_gram_length, 
         ids = xp.where(vocab_d[pos] == rows, pos, V)
     else:
         ids = xp.zeros(rows.shape, dtype=np.int64)
-    dump = n_rows * out_size  # the bincount slot of windows that match no n-gram
+    dump = n_rows * out_size  # the count slot of windows that match no n-gram
     counts = xp.zeros((dump + 1,), dtype=np.int64)
     every_slot = xp.arange(dump + 1, dtype=np.int64)
     row_base = xp.reshape(xp.arange(n_rows, dtype=np.int64) * out_size, (n_rows, 1))
