@@ -6,6 +6,8 @@ bfloat16 BLAS and accumulates float16 in float16). MatMulInteger lives with the 
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -24,6 +26,9 @@ def MatMul(xp, A, B):
     """numpy.matmul semantics: 1-D operands are promoted to matrices and the added dim dropped."""
     if A.ndim == 0 or B.ndim == 0:
         raise NodeError(f"MatMul needs operands of rank >= 1, got shapes {tuple(A.shape)} and {tuple(B.shape)}")
+    if A.ndim > 2 and B.ndim == 2 and A.shape[-1] == B.shape[0]:  # one GEMM over the stacked rows
+        Y = xp.matmul(xp.reshape(_up(A), (-1, A.shape[-1])), _up(B))
+        return xp.reshape(Y, tuple(A.shape[:-1]) + (B.shape[1],)).astype(A.dtype)
     return xp.asarray(xp.matmul(_up(A), _up(B))).astype(A.dtype)  # NumPy gives a scalar for 1-D @ 1-D
 
 
@@ -66,7 +71,10 @@ def Einsum(xp, *Inputs, equation):
     eq = equation.replace(" ", "")
     if eq.split("->")[0].count(",") + 1 != len(Inputs):
         raise NodeError(f"Einsum equation {equation!r} does not match {len(Inputs)} inputs")
-    y = xp.einsum(eq, *(_up(x) for x in Inputs), optimize=len(Inputs) > 2)
+    # optimize: contractions through BLAS (tensordot) rather than einsum's own loops, once the
+    # operands are big enough to repay the path search
+    big = len(Inputs) > 2 or (len(Inputs) == 2 and sum(math.prod(x.shape) for x in Inputs) > 4096)
+    y = xp.einsum(eq, *(_up(x) for x in Inputs), optimize=big)
     return xp.asarray(y).astype(Inputs[0].dtype)
 
 

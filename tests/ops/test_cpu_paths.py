@@ -235,3 +235,17 @@ def test_float16_matmul_and_gemm_are_computed_in_float32(op_type, shapes, attrs,
     (want,) = run_ort(one_node_model(op_type, f32, **attrs), f32)
     assert got.dtype == np.float16  # float32 sums rounded once: equal up to a last-bit tie of either BLAS
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float16).astype(np.float32), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type, shapes, attrs", [
+    ("MatMul", {"A": (3, 4, 5, 70), "B": (70, 9)}, {}),  # stacked rows x 2-D weight: one GEMM
+    ("MatMul", {"A": (2, 5, 70), "B": (3, 1, 70, 9)}, {}),  # broadcast batch: stays batched
+    ("Einsum", {"A": (40, 70), "B": (9, 70)}, {"equation": "ij,kj->ik"}),  # big enough for BLAS
+    ("Einsum", {"A": (3, 40, 70), "B": (3, 70, 9)}, {"equation": "bij,bjk->bik"}),
+    ("Einsum", {"A": (2, 3), "B": (3, 4)}, {"equation": "ij,jk->ik"}),  # small: einsum's own loop
+])
+def test_stacked_matmul_and_einsum_match_onnxruntime(op_type, shapes, attrs, device):
+    rng = np.random.default_rng(5)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    assert_op_matches_ort(op_type, feeds, device, rtol=1e-5, atol=1e-5, **attrs)
