@@ -144,9 +144,19 @@ def main(argv=None) -> int:
     ap.add_argument("--no-float16", action="store_true", help="--peers: skip the float16 variants")
     ap.add_argument("--conv-shapes", action="store_true",
                     help="--peers: GFLOP/s of every light-model Conv shape against np.matmul of the same GEMM")
+    ap.add_argument("--scenario", default=None,
+                    help="MLPerf-style scenarios instead of the suite: single-stream, offline, server, ray "
+                         "(comma-separated) or all; --models picks the model (default transformer_encoder)")
+    ap.add_argument("--qps", type=float, default=None, help="--scenario server: target QPS (default: half capacity)")
+    ap.add_argument("--p99-bound-ms", type=float, default=50.0, help="--scenario server: p99 latency bound")
+    ap.add_argument("--seed", type=int, default=0, help="--scenario server: seed of the Poisson arrivals")
     a = ap.parse_args(argv)
     if a.quick:
         a.warmup, a.repeat, a.budget = 1, 3, 1.0
+    if a.scenario:
+        from .scenarios import run as run_scenarios
+
+        return run_scenarios(a, environment)
     if a.peers:
         return peers_main(a)
     names = [n for n in a.models.split(",") if n]

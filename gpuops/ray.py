@@ -143,7 +143,8 @@ def run_table(model, table: Table, *, batch_size: int = 64, device: str = "auto"
     ctx.execution_options.preserve_order = True
     cols = {k: (pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(v)) if v.ndim > 1 else pa.array(v))
             for k, v in table.items()}
-    ds = rd.from_arrow(pa.table(cols))
+    whole = pa.table(cols)
+    ds = rd.from_arrow([whole.slice(i, batch_size) for i in range(0, max(whole.num_rows, 1), batch_size)])
     model_ref = ray.put(load_model_bytes(model))
     ds = ds.map_batches(Predictor, batch_size=batch_size, batch_format="numpy", concurrency=n,
                         num_gpus=1 if gpus else 0, num_cpus=0 if gpus else 1,

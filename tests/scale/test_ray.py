@@ -112,3 +112,43 @@ def test_cli_batch_ray_output_identical_to_in_process(tmp_path):
     assert main([*args, "--output", str(tmp_path / "ray.parquet"), "--ray", "--workers", "2"]) == 0
     assert (tmp_path / "local.parquet").read_bytes() == (tmp_path / "ray.parquet").read_bytes()
     assert read_table(tmp_path / "ray.parquet")["id"].tolist() == list(range(21))
+
+
+FN = __import__("pathlib").Path(__file__).parent.parent / "mdf" / "examples" / "FN.mdf.json"
+
+
+def _fn_sweep_rows():
+    grid_i, grid_a = np.meshgrid(np.linspace(-0.5, 0.5, 3), np.array([0.5, 1.0]))
+    return {"FNpop_0.Iext": grid_i.ravel(), "FNpop_0.a_w": grid_a.ravel(), "id": np.arange(grid_i.size)}
+
+
+def _fn_one_at_a_time(table, steps):
+    from gpuops.mdf import MDFSession
+
+    out = []
+    for i in range(len(table["id"])):
+        s = MDFSession(str(FN), device="cpu")
+        for _ in range(steps):
+            r = s.run(time_increment=5e-5, params={"FNpop_0.Iext": table["FNpop_0.Iext"][i],
+                                                   "FNpop_0.a_w": table["FNpop_0.a_w"][i]})
+        out.append(np.asarray(r["FNpop_0.OUTPUT"]))
+    return np.stack(out)
+
+
+def test_mdf_sweep_rows_equal_unbatched_sessions():
+    table = _fn_sweep_rows()
+    sweep = gray.MDFSweep(str(FN), device="cpu", outputs=["FNpop_0.OUTPUT"], time_increment=5e-5, steps=20)
+    got = sweep(dict(table))
+    np.testing.assert_allclose(got["FNpop_0.OUTPUT"].reshape(len(table["id"]), -1).ravel(),
+                               _fn_one_at_a_time(table, 20).ravel(), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(got["FNpop_0.OUTPUT"], got["FNpop_0.OUTPUT"].ravel()[0])  # the rows really differ
+
+
+def test_mdf_sweep_on_ray_data():
+    table = _fn_sweep_rows()
+    ds = _dataset(table).map_batches(gray.MDFSweep, fn_constructor_kwargs={
+        "model": str(FN), "device": "cpu", "outputs": ["FNpop_0.OUTPUT"], "time_increment": 5e-5, "steps": 20},
+        concurrency=2, batch_size=2, batch_format="numpy")
+    got = _sorted_by_id(list(ds.iter_batches(batch_size=None, batch_format="numpy")))
+    np.testing.assert_allclose(got["FNpop_0.OUTPUT"].ravel(), _fn_one_at_a_time(table, 20).ravel(),
+                               rtol=1e-12, atol=1e-12)
