@@ -183,14 +183,15 @@ class ndarray:
     strides = property(lambda self: self._a.strides)
     T = property(lambda self: _wrap(self._a.T))
     mT = property(lambda self: _wrap(np.swapaxes(self._a, -1, -2)))
-    device = property(lambda self: cuda.Device(0))
+    device = property(lambda self: _Device(self._m.device))
 
     def get(self, stream=None, order="C", out=None) -> np.ndarray:
         """The explicit device->host copy (on ``stream``, default the current one, which it synchronises)."""
         _sync(".get()", explicit=True)
-        stream = stream or _current_stream()
-        _access(stream, (self,), ())
-        stream.synchronize()
+        with _Device(self._m.device):
+            stream = stream or _current_stream()
+            _access(stream, (self,), ())
+            stream.synchronize()
         transfers["d2h"] += 1
         return np.array(self._a, copy=True)
 
@@ -198,7 +199,8 @@ class ndarray:
         """The explicit host->device copy, enqueued on ``stream`` (default: the current one)."""
         _no_capture(".set()")
         transfers["h2d"] += 1
-        _access(stream or _current_stream(), (), (self,))
+        with _Device(self._m.device):
+            _access(stream or _current_stream(), (), (self,))
         self._a[...] = arr
 
     def __array__(self, *args, **kwargs):
@@ -215,7 +217,7 @@ class ndarray:
         return self._a.__dlpack__(**kwargs)
 
     def __dlpack_device__(self):
-        return self._a.__dlpack_device__()
+        return (_DLPACK_CUDA, self._m.device)
 
     def __getattr__(self, name):
         if name.startswith("__"):  # no __array_interface__ / __array_struct__ back doors to the host
@@ -333,13 +335,24 @@ def _call(f, args, kwargs=None):
     ops = getattr(_state, "capture", None)
     stream = _current_stream()
     reads, writes = _reads_writes(f, args, kwargs)
+    dev = _current_device()
+    for a in reads:
+        if a._m.device != dev:  # as CuPy's kernels do without peer access
+            raise ValueError(f"The device where the array resides ({a._m.device}) is different from the "
+                             f"current device ({dev}). Peer access is unavailable between these devices.")
     if ops is None:  # a capture runs nothing on the device: its graph's launches are checked instead
         _access(stream, reads, ())
     out = _wrap(f(*_unwrap(args), **_unwrap(kwargs)))
-    _access(stream, (), writes + [o for o in _leaves(out) if isinstance(o, ndarray)], check=False)
+    _access(stream, (), writes + _new_buffers(out, reads), check=False)
     if ops is not None:
         ops.append((f, args, kwargs, out))
     return out
+
+
+def _new_buffers(out, reads) -> list:
+    """The arrays of ``out`` in buffers the call made (not views of what it read)."""
+    old = {id(a._m) for a in reads}
+    return [o for o in _leaves(out) if isinstance(o, ndarray) and id(o._m) not in old]
 
 
 def _reads_writes(f, args, kwargs):
@@ -449,83 +462,105 @@ class MemoryHook:
         pass
 
     def __enter__(self):
-        _hooks().append(self)
+        hooks = _hooks()
+        if self.name in hooks:  # CuPy keys a thread's memory hooks by name
+            raise KeyError(f"Hook {self.name} already exists")
+        hooks[self.name] = self
         return self
 
     def __exit__(self, *exc):
-        _hooks().remove(self)
+        del _hooks()[self.name]
 
 
-def _hooks() -> list:
+def _hooks() -> dict:
     if not hasattr(_state, "hooks"):
-        _state.hooks = []
+        _state.hooks = {}
     return _state.hooks
 
 
 _ROUND = 512
 DEVICE_MEMORY = 16 << 30  # what each stand-in "GPU" reports as its total memory
-DEVICE_COUNT = 1  # stand-in GPUs (GPUOPS_STANDIN_DEVICES overrides)
+DEVICE_COUNT = 2  # stand-in GPUs (GPUOPS_STANDIN_DEVICES overrides)
+
+
+class _DevicePool:
+    """One device's part of a pool: best-fit reuse of freed blocks, as CuPy's pool does."""
+
+    def __init__(self):
+        self.used = 0
+        self.free: list[int] = []  # sizes of cached free blocks
+        self.limit = 0
 
 
 class MemoryPool:
-    """Best-fit reuse of freed blocks, as CuPy's pool does (without CUDA)."""
+    """CuPy's ``MemoryPool`` without CUDA: one pool per device inside, and every method acts on the
+    current device (``cuda.Device``), as CuPy's do."""
 
     def __init__(self):
-        self._used = 0
-        self._free: list[int] = []  # sizes of cached free blocks
-        self._limit = 0
+        self._pools: dict[int, _DevicePool] = {}
         self._lock = threading.RLock()  # a GC finalizer may free a block while malloc holds it
+
+    def _pool(self, device: int | None = None) -> _DevicePool:
+        device = _current_device() if device is None else device
+        p = self._pools.get(device)
+        if p is None:
+            p = self._pools[device] = _DevicePool()
+        return p
 
     def malloc(self, size: int) -> int:
         size = -(-max(size, 1) // _ROUND) * _ROUND
+        dev = _current_device()
         with self._lock:
-            fit = min((b for b in self._free if b >= size), default=None)
+            p = self._pool(dev)
+            fit = min((b for b in p.free if b >= size), default=None)
             if fit is not None:
-                self._free.remove(fit)
+                p.free.remove(fit)
                 if fit > size:
-                    self._free.append(fit - size)
+                    p.free.append(fit - size)
             else:
-                if self._limit and self.total_bytes() + size > self._limit:
-                    self._free.clear()  # like CuPy: free cached blocks and retry once
-                    if self._used + size > self._limit:
-                        raise OutOfMemoryError(size, self._used, self._limit)
-                for h in list(_hooks()):
-                    h.alloc_postprocess(0, size, 0)
-            self._used += size
-        for h in list(_hooks()):
-            h.malloc_postprocess(0, size, size, 0, 0)
+                if p.limit and p.used + sum(p.free) + size > p.limit:
+                    p.free.clear()  # like CuPy: free cached blocks and retry once
+                    if p.used + size > p.limit:
+                        raise OutOfMemoryError(size, p.used, p.limit)
+                for h in list(_hooks().values()):
+                    h.alloc_postprocess(dev, size, 0)
+            p.used += size
+        for h in list(_hooks().values()):
+            h.malloc_postprocess(dev, size, size, 0, 0)
         return size
 
-    def free(self, size: int) -> None:
+    def free(self, size: int, device: int = 0) -> None:
         with self._lock:
-            self._used -= size
-            self._free.append(size)
-        for h in list(_hooks()):
-            h.free_postprocess(0, size, 0, 0)
+            p = self._pool(device)
+            p.used -= size
+            p.free.append(size)
+        for h in list(_hooks().values()):
+            h.free_postprocess(device, size, 0, 0)
 
     def used_bytes(self) -> int:
-        return self._used
+        return self._pool().used
 
     def total_bytes(self) -> int:
-        return self._used + sum(self._free)
+        p = self._pool()
+        return p.used + sum(p.free)
 
     def free_bytes(self) -> int:
-        return sum(self._free)
+        return sum(self._pool().free)
 
     def n_free_blocks(self) -> int:
-        return len(self._free)
+        return len(self._pool().free)
 
     def free_all_blocks(self, stream=None) -> None:
         with self._lock:
-            self._free.clear()
+            self._pool().free.clear()
 
     def set_limit(self, size=None, fraction=None) -> None:
         if fraction is not None:
             size = int(DEVICE_MEMORY * fraction)
-        self._limit = int(size or 0)
+        self._pool().limit = int(size or 0)
 
     def get_limit(self) -> int:
-        return self._limit
+        return self._pool().limit
 
 
 _default_pool = MemoryPool()
@@ -567,19 +602,20 @@ def _track(a: np.ndarray) -> _Buffer:
     m = _meta.get(key)
     if m is not None:
         return m
-    m = _meta[key] = _Buffer(_current_device())
+    m = _Buffer(_current_device())
     if base.flags.owndata:
         pool = _current_pool()
-        size = pool.malloc(base.nbytes)
-        weakref.finalize(base, _release, key, pool, size)
+        size = pool.malloc(base.nbytes)  # may raise OutOfMemoryError: then nothing is recorded
+        weakref.finalize(base, _release, key, pool, size, m.device)
     else:
         weakref.finalize(base, _meta.pop, key, None)
+    _meta[key] = m
     return m
 
 
-def _release(key, pool, size):
+def _release(key, pool, size, device):
     _meta.pop(key, None)
-    pool.free(size)
+    pool.free(size, device)
 
 
 # -- the cuda submodule ------------------------------------------------------------------------
@@ -819,7 +855,7 @@ class _Runtime:
         _Device().synchronize()
 
     @staticmethod
-    def memGetInfo():
+    def memGetInfo():  # of the current device
         return DEVICE_MEMORY - _default_pool.total_bytes(), DEVICE_MEMORY
 
 
@@ -838,7 +874,7 @@ class _Graph:
             reads, writes = _reads_writes(f, args, kwargs)
             _access(stream, reads, ())
             _copy_into(out, f(*_unwrap(args), **_unwrap(kwargs)))
-            _access(stream, (), writes + [o for o in _leaves(out) if isinstance(o, ndarray)], check=False)
+            _access(stream, (), writes + _new_buffers(out, reads), check=False)
 
 
 def _copy_into(out, new):
@@ -906,9 +942,19 @@ class RawModule:
 
 # -- the namespace -------------------------------------------------------------------------------
 
+_DLPACK_CUDA = 2  # DLPack's kDLCUDA
+
+
 def asarray(obj, dtype=None, copy=None, **kwargs):
-    """Host data -> device array (an explicit host->device copy); device arrays pass through."""
+    """Host data -> device array (an explicit host->device copy); arrays of the current device pass
+    through, and another device's are copied to it, as CuPy does."""
     if isinstance(obj, ndarray):
+        if obj._m.device != _current_device():
+            with _Device(obj._m.device):
+                _access(_current_stream(), (obj,), ())
+            out = _wrap(np.array(obj._a, dtype=dtype, copy=True))  # a peer copy
+            _access(_current_stream(), (), (out,), check=False)
+            return out
         return obj if dtype is None or obj.dtype == dtype else _wrap(obj._a.astype(dtype))
     if isinstance(obj, (list, tuple)) and any(isinstance(v, ndarray) for v in obj):
         return _wrap(np.asarray(_unwrap(obj), dtype=dtype))
@@ -922,9 +968,18 @@ def asnumpy(a, stream=None) -> np.ndarray:
 
 
 def from_dlpack(x):
+    """A DLPack producer on a (stand-in) CUDA device -> a zero-copy array on that device. CPU producers
+    are refused with CuPy's ``TypeError``."""
     if isinstance(x, ndarray):
         return x
-    return _wrap(np.from_dlpack(x))
+    kind, dev = x.__dlpack_device__()
+    if kind != _DLPACK_CUDA:
+        raise TypeError("CPU arrays cannot be directly imported to CuPy. "
+                        "Use `cupy.array(numpy.from_dlpack(input))` instead." if kind == 1 else
+                        f"Unsupported array type: {kind}")
+    host = types.SimpleNamespace(__dlpack__=x.__dlpack__, __dlpack_device__=lambda: (1, 0))
+    with _Device(dev):  # stand-in device memory is host memory
+        return _wrap(np.from_dlpack(host))
 
 
 class _Namespace(types.ModuleType):

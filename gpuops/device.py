@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import device_supported
-from .errors import DeviceError
+from .errors import DeviceError, FeedError
 
 log = logging.getLogger("gpuops")
 
@@ -42,11 +42,52 @@ class Device:
             return np.asarray(value, dtype=dtype)  # strings, bfloat16, float8, int4...: host-resident
         with self.lib.cuda.Device(self.index):
             if not isinstance(value, (np.ndarray, np.generic, self.lib.ndarray)) and hasattr(value, "__dlpack__"):
-                try:  # torch / jax / ... on this GPU: zero-copy
+                try:  # torch / jax / ... on a GPU: zero-copy
                     value = self.lib.from_dlpack(value)
                 except Exception:  # a host tensor: one explicit copy
                     value = to_host(value)
-            return self.lib.asarray(value, dtype=dtype)
+            return self.lib.asarray(value, dtype=dtype)  # another GPU's array: one peer copy
+
+    def classify(self, value: Any) -> str:
+        """Where a feed lives: ``"host"`` (a NumPy array or scalar), ``"device"`` (already on this
+        device), ``"other-device"`` (a GPU array of another device, or any GPU array for the CPU),
+        ``"dlpack"`` (another library's tensor), ``"python"`` (a Python number or nested list)."""
+        if isinstance(value, (np.ndarray, np.generic)):
+            return "host"
+        if _is_gpu_array(value):
+            return "device" if self.kind == "cuda" and _device_id(value) == self.index else "other-device"
+        if isinstance(value, (bool, int, float, complex, str, list, tuple)):
+            return "python"
+        if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+            return "dlpack"
+        raise FeedError(f"a feed must be an array (NumPy, CuPy or DLPack-capable), a number or a nested "
+                        f"list, not {type(value).__name__}")
+
+    def intake(self, value: Any, dtype=None, upload=None):
+        """A feed -> an array where this device keeps it, classified once (:meth:`classify`) and moved
+        once. Python values are converted to ``dtype``; ``upload(host_array)`` makes the host->device copy
+        (default :meth:`asarray`). Raises :class:`FeedError` for what cannot be a tensor."""
+        kind = self.classify(value)
+        if kind == "device":
+            return value
+        if kind == "python":
+            value = _from_python(value, dtype)
+        elif kind == "dlpack":
+            if self.kind == "cuda":
+                with self.lib.cuda.Device(self.index):
+                    try:  # a tensor on a GPU: zero-copy
+                        value = self.lib.from_dlpack(value)
+                    except (TypeError, BufferError, ValueError):
+                        value = _host_from_dlpack(value)
+                if _is_gpu_array(value):
+                    return value if _device_id(value) == self.index else self.asarray(value)
+            else:
+                value = _host_from_dlpack(value)
+        elif kind == "other-device":
+            return self.asarray(value) if self.kind == "cuda" else to_host(value)
+        if self.kind == "cpu" or not device_supported(value.dtype):
+            return value  # host-resident: the CPU, or a dtype CuPy cannot hold
+        return (upload or self.asarray)(np.asarray(value))
 
     def to_host(self, value: Any) -> np.ndarray:
         return to_host(value)
@@ -68,11 +109,49 @@ class Device:
         return None
 
     def is_native(self, value: Any) -> bool:
-        """True when ``value`` is already where this device keeps it: an array of its namespace, or a
-        host array of a dtype the device cannot hold."""
+        """True when ``value`` is already where this device keeps it: an array of its namespace on this
+        very device, or a host array of a dtype the device cannot hold."""
         if isinstance(value, np.ndarray) and not device_supported(value.dtype):
             return True
-        return isinstance(value, (self.lib or np).ndarray)
+        if self.kind == "cpu":
+            return isinstance(value, np.ndarray)
+        return isinstance(value, self.lib.ndarray) and _device_id(value) == self.index
+
+
+def _is_gpu_array(value) -> bool:
+    return type(value).__module__.startswith(("cupy", "gpuops.cuda_standin")) and hasattr(value, "device")
+
+
+def _device_id(value) -> int:
+    return int(value.device.id)
+
+
+def _host_from_dlpack(value) -> np.ndarray:
+    try:
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise FeedError(f"cannot read a {type(value).__name__} feed through DLPack: {e}") from None
+
+
+def _from_python(value, dtype) -> np.ndarray:
+    """A Python number or (nested) list -> a NumPy array of ``dtype``, or a clear FeedError."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise FeedError(f"a {type(value).__name__} feed is not a tensor; pass a NumPy array")
+    want = np.dtype(dtype) if dtype is not None else None
+    try:
+        probe = np.asarray(value)  # what the elements are, before any cast
+        if probe.dtype == object and want != object:
+            raise ValueError("ragged, mixed or out-of-range elements")
+        if probe.dtype.kind in "US" and want is not None and want.kind not in "USO":
+            raise ValueError("strings are not numbers")
+        return np.asarray(value, dtype=want)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise FeedError(f"cannot make a tensor{f' of {want}' if want else ''} from {_short(value)}: {e}") from None
+
+
+def _short(value) -> str:
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 _counts = threading.local()  # gpuops' own device->host copies on this thread (see host_sync_count)
@@ -199,13 +278,17 @@ def _cuda_info(index: int) -> dict:
         info["device_name"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         info["memory_total"] = int(props["totalGlobalMem"])
         info["cuda_runtime"] = int(cupy.cuda.runtime.runtimeGetVersion())
+        info["pci_bus_id"] = "{:04x}:{:02x}:{:02x}.0".format(
+            int(props.get("pciDomainID", 0)), int(props["pciBusID"]), int(props.get("pciDeviceID", 0)))
     except Exception:
         pass
+    if "pci_bus_id" not in info:  # NVML numbers GPUs in PCI order, ignoring CUDA_VISIBLE_DEVICES:
+        return info  # only the bus id says which NVML device is CUDA's device `index`
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        h = pynvml.nvmlDeviceGetHandleByPciBusId(info["pci_bus_id"])
         mem = pynvml.nvmlDeviceGetMemoryInfo(h)
         info.update(
             device_name=_text(pynvml.nvmlDeviceGetName(h)),

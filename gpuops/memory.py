@@ -9,6 +9,7 @@ visible (allocations vs reuses, current/peak/pooled bytes) and turns running out
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,9 @@ class LiveBytes:
         self.current -= nbytes
 
 
+_hook_ids = itertools.count()
+
+
 @dataclass
 class MemoryManager:
     device: Device
@@ -52,14 +56,15 @@ class MemoryManager:
         lib = self.device.lib
         self.pool = lib.cuda.MemoryPool()
         if self.limit is not None:
-            if isinstance(self.limit, float) and 0 < self.limit <= 1:
-                self.pool.set_limit(fraction=self.limit)
-            else:
-                self.pool.set_limit(size=int(self.limit))
+            with self._on_device():  # a pool's limit is per device: the current one
+                if isinstance(self.limit, float) and 0 < self.limit <= 1:
+                    self.pool.set_limit(fraction=self.limit)
+                else:
+                    self.pool.set_limit(size=int(self.limit))
         manager = self
 
         class _Counter(lib.cuda.MemoryHook):
-            name = "gpuops"
+            name = f"gpuops-{next(_hook_ids)}"  # CuPy keys a thread's hooks by name: one per session
 
             def alloc_postprocess(self, device_id, mem_size, mem_ptr):
                 manager.allocations += 1
@@ -68,6 +73,10 @@ class MemoryManager:
                 manager.reuses += 1  # every pool malloc; the fresh ones are subtracted in stats()
 
         self._hook = _Counter()
+
+    def _on_device(self):
+        """CuPy's pool methods act on the current device: make it this session's."""
+        return self.device.lib.cuda.Device(self.device.index)
 
     @contextlib.contextmanager
     def active(self):
@@ -101,11 +110,14 @@ class MemoryManager:
         return out
 
     def used_bytes(self) -> int:
-        return self.pool.used_bytes() if self.pool is not None else 0
+        if self.pool is None:
+            return 0
+        with self._on_device():
+            return self.pool.used_bytes()
 
     def note_node(self) -> None:
         if self.pool is not None:
-            self.peak = max(self.peak, self.pool.used_bytes())
+            self.peak = max(self.peak, self.used_bytes())
 
     def note_run(self, live: LiveBytes) -> None:
         self.plan_peak = max(self.plan_peak, live.peak)
@@ -113,7 +125,8 @@ class MemoryManager:
 
     def release_cached(self) -> None:
         if self.pool is not None:
-            self.pool.free_all_blocks()
+            with self._on_device():
+                self.pool.free_all_blocks()
 
     def close(self) -> None:
         self._pinned.clear()
@@ -121,15 +134,18 @@ class MemoryManager:
 
     def stats(self) -> dict:
         """current/peak/pooled bytes, allocations vs reuses, and the liveness plan's peak."""
-        pooled = self.pool.total_bytes() if self.pool is not None else 0
+        pooled = limit = None
+        if self.pool is not None:
+            with self._on_device():
+                pooled, limit = self.pool.total_bytes(), self.pool.get_limit()
         return {
             "device": str(self.device),
             "current_bytes": self.used_bytes(),
             "peak_bytes": self.peak,
-            "pooled_bytes": pooled,
+            "pooled_bytes": pooled or 0,
             "allocations": self.allocations,
             "reuses": max(self.reuses - self.allocations, 0),
             "planned_peak_bytes": self.plan_peak,
             "intermediates_total_bytes": self.produced,
-            "limit_bytes": self.pool.get_limit() if self.pool is not None else None,
+            "limit_bytes": limit,
         }

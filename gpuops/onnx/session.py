@@ -208,15 +208,14 @@ class InferenceSession:
         out = {}
         for name, value in feed.items():
             arg = args[name]
-            if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
-                out[name] = _feed_to_device(self.device, value)
-                continue
-            if self.device.is_native(value):
-                arr = value
-            elif isinstance(value, (np.ndarray, np.generic, int, float, bool, list, tuple)):
-                arr = self.memory.upload(np.asarray(_as_array(value, arg)), name)
-            else:  # DLPack-capable (torch, jax...): zero-copy when it lives on this device
-                arr = self.device.asarray(value)
+            try:  # classified once, moved once (Device.intake)
+                if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
+                    out[name] = _feed_to_device(self.device, value)
+                    continue
+                arr = self.device.intake(value, arg.dtype,
+                                         upload=lambda host, key=name: self.memory.upload(host, key))
+            except FeedError as e:
+                raise FeedError(f"input {name!r}: {e}") from None
             if arr.dtype != arg.dtype:
                 raise FeedError(f"input {name!r}: expected dtype {arg.type} ({arg.dtype}), got {arr.dtype}")
             if arg.shape is not None:
@@ -300,13 +299,7 @@ def _feed_to_device(device: Device, value):
         return None
     if isinstance(value, list):
         return [_feed_to_device(device, v) for v in value]
-    return value if device.is_native(value) else device.asarray(value)
-
-
-def _as_array(value, arg: NodeArg):
-    if isinstance(value, (int, float, bool, list, tuple)) and not isinstance(value, np.ndarray):
-        return np.asarray(value, dtype=arg.dtype)
-    return value
+    return device.intake(value)
 
 
 def _to_host(value):
