@@ -488,7 +488,8 @@ def test_decoder_masked_self_attention_formula():
     node = ms_node("DecoderMaskedSelfAttention", ["x", "w", "b", "", "past", "", "plen"], ["y", "present"],
                    num_heads=N, past_present_share_buffer=1)
     assert not ort_has_kernel(node, feeds)
-    afeeds = {"x": feeds["x"], "w": feeds["w"], "b": feeds["b"], "past": np.ascontiguousarray(feeds["past"][:, :, :, :P])}
+    afeeds = {"x": feeds["x"], "w": feeds["w"], "b": feeds["b"],
+              "past": np.ascontiguousarray(feeds["past"][:, :, :, :P])}
     y, present = run_ort(make_model(ms_node("Attention", ["x", "w", "b", "", "past"], ["y", "present"],
                                             num_heads=N), afeeds), afeeds)
     want_present = feeds["past"].copy()

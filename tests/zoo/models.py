@@ -131,7 +131,8 @@ def attention(g: Graph, x, d, mask_add=None, past=None, opset=17):
     present = None
     if past is not None:
         pk, pv = g.op("Split", past, outputs=2, axis=0, **({"num_outputs": 2} if opset >= 18 else {}))
-        pk, pv = g.op("Squeeze", pk, g.const(np.array([0], np.int64))), g.op("Squeeze", pv, g.const(np.array([0], np.int64)))
+        first = g.const(np.array([0], np.int64))
+        pk, pv = g.op("Squeeze", pk, first), g.op("Squeeze", pv, first)
         k = g.op("Concat", pk, k, axis=-2)
         v = g.op("Concat", pv, v, axis=-2)
         present = g.op("Concat", g.op("Unsqueeze", k, g.const(np.array([0], np.int64))),
@@ -272,8 +273,8 @@ def gpt(batch, layers=2, opset=18) -> Zoo:
     dyn = isinstance(batch, str)
     seq, past, tot = ("sequence", "past_sequence", "total_sequence") if dyn else (SEQ, PAST, SEQ + PAST)
     cache = [2, batch, HEADS, past, d // HEADS]
-    inputs = ([_io("input_ids", TensorProto.INT64, [batch, seq]), _io("attention_mask", TensorProto.INT64, [batch, tot])]
-              + [_io(f"past_{i}", TensorProto.FLOAT, cache) for i in range(layers)])
+    inputs = [_io("input_ids", TensorProto.INT64, [batch, seq]), _io("attention_mask", TensorProto.INT64, [batch, tot])]
+    inputs += [_io(f"past_{i}", TensorProto.FLOAT, cache) for i in range(layers)]
     outputs = ([_io("logits", TensorProto.FLOAT, [batch, seq, VOCAB])]
                + [_io(f"present_{i}", TensorProto.FLOAT, [2, batch, HEADS, tot, d // HEADS]) for i in range(layers)])
     return Zoo("gpt", g.model(inputs, outputs, opset), lambda b, rng: _token_feeds(b, rng, past=True), "gpt2")

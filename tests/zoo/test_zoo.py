@@ -82,7 +82,8 @@ def _check(got, want, tol, what, keep=None):
     assert len(got) == len(want), what
     for i, (g, w) in enumerate(zip(got, want)):
         g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, f"{what} output {i}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
+        assert g.shape == w.shape and g.dtype == w.dtype, \
+            f"{what} output {i}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
         if keep is not None and g.ndim >= 2 and g.shape[:2] == keep.shape:
             g, w = g[keep], w[keep]
         err = np.abs(g.astype(np.float64) - w).max() / max(1.0, float(np.abs(w).max()))

@@ -357,8 +357,8 @@ def _packed_attention(xp, Q, K, V, valid, scale, attention_bias, dtype):
 
 
 @op("PackedAttention", domain=MS, since=1, host_inputs=(3, 4))
-def PackedAttention(xp, input, weights, bias, token_offset, cumulative_sequence_length, attention_bias=None,  # noqa: A002
-                    *, num_heads, qkv_hidden_sizes=None, scale=None):
+def PackedAttention(xp, input, weights, bias, token_offset, cumulative_sequence_length,  # noqa: A002
+                    attention_bias=None, *, num_heads, qkv_hidden_sizes=None, scale=None):
     """Attention over packed tokens (T, D): sequence b is tokens cumulative_sequence_length[b]:[b+1];
     ``token_offset`` (B, S) gives the padded shape. Each sequence attends only to itself."""
     Bn, S, cu = _packed_geometry(token_offset, cumulative_sequence_length, input.shape[0])
