@@ -20,6 +20,8 @@ MAX_EXTERNAL_DATA_BYTES = 256 << 30
 """Cap on the total external data one model may load (bytes); raise it for larger models."""
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
+_TENSOR_TEXT = [fd for fd in onnx.TensorProto.DESCRIPTOR.fields
+                if fd.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE)]
 
 
 def load_model(model) -> onnx.ModelProto:
@@ -64,9 +66,12 @@ def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
     stack: list = [proto]
     while stack:
         msg = stack.pop()
-        if isinstance(msg, onnx.TensorProto) and msg.data_location == onnx.TensorProto.EXTERNAL:
-            external.append(msg)
-        for fd, value in msg.ListFields():
+        fields = msg.ListFields()
+        if isinstance(msg, onnx.TensorProto):  # (ListFields would copy the weights: only the text)
+            if msg.data_location == onnx.TensorProto.EXTERNAL:
+                external.append(msg)
+            fields = [(fd, getattr(msg, fd.name)) for fd in _TENSOR_TEXT]
+        for fd, value in fields:
             if fd.type == FieldDescriptor.TYPE_MESSAGE:
                 stack.extend((value,) if isinstance(value, Message) else value)
             elif fd.type == FieldDescriptor.TYPE_STRING:
