@@ -108,13 +108,12 @@ class OnnxCall:
                 inputs.pop()
         if self.op_type in _PROMOTED:
             inputs = _promoted(inputs)
-        attrs = {}
+        attrs, row_attrs = {}, {}
         for name, typ in self.attr_types.items():
             v = scope.get(name)
-            if isinstance(v, Batched):
-                raise NodeError(f"{self.where}: onnx::{self.op_type} attribute {name!r} differs per row, "
-                                "which batched sessions do not support")
-            if v is not None and "onnx_" not in name:
+            if isinstance(v, Batched) and "onnx_" not in name:  # an attribute that differs per row
+                row_attrs[name] = (v, typ)
+            elif v is not None and "onnx_" not in name:
                 attrs[name] = self._memoised((name, "attr"), v, lambda v=v, typ=typ: _attribute(v, typ))
         if self.impl.n_outputs:  # every output the schema has, as the reference asks onnxruntime for
             if self.op_type == "Split":
@@ -124,8 +123,8 @@ class OnnxCall:
             else:
                 attrs["n_outputs"] = self.n_outputs
         try:
-            if B.is_batched(*inputs):
-                result = self._batched(xp, inputs, attrs)
+            if row_attrs or B.is_batched(*inputs):
+                result = self._batched(xp, inputs, attrs, row_attrs)
             else:
                 result = self.impl.fn(xp, *inputs, **attrs)
         except GpuopsError as e:
@@ -134,20 +133,23 @@ class OnnxCall:
             raise NodeError(f"{self.where}: onnx::{self.op_type} failed: {type(e).__name__}: {e}") from e
         return self._result(result, attrs)
 
-    def _batched(self, xp, inputs: list, attrs: dict):
-        """The op on inputs some of which are batched: in one call when it acts element by element
-        (and its host inputs, Clip's bounds, are the same for every row), else once per row."""
+    def _batched(self, xp, inputs: list, attrs: dict, row_attrs: dict):
+        """The op on inputs or attributes some of which are batched: in one call when it acts element
+        by element (and its attributes and host inputs, Clip's bounds, are the same for every row),
+        else once per row."""
         host = self.impl.host_inputs
         fixed = inputs[1:] if self.op_type == "Clip" else [x for i, x in enumerate(inputs) if i in host]
-        if self.op_type in _ROWWISE and not B.is_batched(*fixed):
+        if self.op_type in _ROWWISE and not row_attrs and not B.is_batched(*fixed):
             result = self.impl.fn(xp, *B.aligned(*inputs), **attrs)
             return tuple(Batched(r) for r in result) if isinstance(result, tuple) else Batched(result)
-
-        def row(*xs):
-            return self.impl.fn(xp, *[to_host(x) if i in host and self.values.is_array(x) else x
-                                      for i, x in enumerate(xs)], **attrs)
-
-        return B.map_rows(xp, row, inputs)
+        n = next(v.n for v in [*inputs, *(a for a, _ in row_attrs.values())] if isinstance(v, Batched))
+        rows = []
+        for r in range(n):
+            xs = [x.a[r] if isinstance(x, Batched) else x for x in inputs]
+            at = {**attrs, **{k: _attribute(v.a[r], typ) for k, (v, typ) in row_attrs.items()}}
+            rows.append(self.impl.fn(xp, *[to_host(x) if i in host and self.values.is_array(x) else x
+                                           for i, x in enumerate(xs)], **at))
+        return B.stack(xp, rows)
 
     def _variadic(self, scope: dict) -> list:
         out = []

@@ -26,6 +26,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .batch import Batched
+
 from ..errors import GpuopsError, ModelError
 from .load import mdf_module
 from .validate import toposort_levels
@@ -42,13 +44,14 @@ class Schedule:
     """``steps()`` yields, for one run, the node ids of each time step (in graph order)."""
 
     def __init__(self, graph, deps: dict[str, set[str]], value_of: Callable[[str, str], object],
-                 names_of: Callable[[str], set]):
+                 names_of: Callable[[str], set], rows: int | None = None):
         self.order = [n.id for n in graph.nodes]
+        self.rows = rows  # batched sessions: conditions that read values are evaluated per row
         self._rank = {n: i for i, n in enumerate(self.order)}
         self.static: list[list[str]] | None = None
         self._first: list[list[str]] | None = None  # the first run's steps, when they differ
         self._just_ran = False
-        self.scheduler = None
+        self.scheduler = self.machine = None
         self.reads_values = False  # a condition reads node values (Threshold...)
         if not has_conditions(graph):
             self.static = toposort_levels(deps, self.order)
@@ -62,7 +65,6 @@ class Schedule:
         self._value_of, self._names_of = value_of, names_of
         self._fast: dict[int, Callable] = {}  # id(graph-scheduler condition) -> our closure
         self._dynamic = False  # a condition reads values or state kept across runs
-        self.machine = None
         nodes = set(self.order)
         node_conds = {nid: self.parse(c, nodes, f"condition of node {nid!r}", nid)
                       for nid, c in (graph.conditions.node_specific or {}).items()}
@@ -96,12 +98,15 @@ class Schedule:
 
         def default(node):  # graph-scheduler's: Always, or EveryNCalls(sender, 1) for each sender
             senders = list(graph[node])
-            return lambda st: all(st.useable[d][node] >= 1 for d in senders)
+            return lambda st: _all(st.useable[d][node] >= 1 for d in senders)
 
         conds = [fast[n] if n in fast else default(n) for n in order]
-        return Machine(order, [sorted(level, key=self._rank.__getitem__) for level in self.scheduler.consideration_queue],
-                       conds, ends.get(TS.ENVIRONMENT_STATE_UPDATE) or _all_have_run(order, TS.ENVIRONMENT_STATE_UPDATE),
-                       ends.get(TS.ENVIRONMENT_SEQUENCE) or _NEVER, self._dynamic)
+        args = (order, [sorted(level, key=self._rank.__getitem__) for level in self.scheduler.consideration_queue],
+                conds, ends.get(TS.ENVIRONMENT_STATE_UPDATE) or _all_have_run(order, TS.ENVIRONMENT_STATE_UPDATE),
+                ends.get(TS.ENVIRONMENT_SEQUENCE) or _NEVER, self._dynamic)
+        if self.rows is not None and self.reads_values:
+            return RowMachine(*args, rows=self.rows)
+        return Machine(*args)
 
     def steps(self) -> Iterable[list[str]]:
         if self._first is not None:
@@ -190,14 +195,14 @@ class Schedule:
             kids = [fast.get(id(c)) for c in kids]
             if None in kids:
                 return None
-            combine = all if name in ("All", "And") else any
+            combine = _all if name in ("All", "And") else _any
             return lambda st: combine(k(st) for k in kids)
         if name == "Not":
             kid = fast.get(id(args.get("condition", positional[0] if positional else None)))
-            return None if kid is None else (lambda st: not kid(st))
+            return None if kid is None else (lambda st: _not(kid(st)))
         if name == "NWhen":
             kid = fast.get(id(args.get("condition", positional[0] if positional else None)))
-            if kid is None:
+            if kid is None or self.rows is not None:  # (a count of satisfactions: not per row)
                 return None
             self._dynamic = True
             limit, seen = args.get("n", 1), [0]
@@ -234,7 +239,7 @@ class Schedule:
             return _all_have_run(list(positional) or self.order, ts)
         if name == "JustRan":
             self._just_ran = True
-            return lambda st: dep in st.last
+            return lambda st: st.just_ran(dep)
         if name == "Threshold":
             self._dynamic = True
             return _threshold(self._value_of, dep, args["parameter"], args["threshold"], args.get("comparator", ">="),
@@ -278,20 +283,49 @@ _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge
 
 
 def _all_have_run(nodes: list, ts):
-    return lambda st: all(st.counts[ts][d] >= 1 for d in nodes)
+    return lambda st: _all(st.counts[ts][d] >= 1 for d in nodes)
 
 
 def _threshold(value_of, dep, parameter, threshold, comparator, indices, atol, rtol):
     def threshold_(st):
         v = value_of(dep, parameter)
-        for i in indices or ():
-            v = v[i]
-        v = float(v)
+        if isinstance(v, Batched):  # one value per row (host array, rows first)
+            v = v.a[(slice(None), *(indices or ()))].astype(np.float64).reshape(v.a.shape[0])
+        else:
+            for i in indices or ():
+                v = v[i]
+            v = float(v)
         if comparator in ("==", "!="):
-            return bool(np.isclose(v, threshold, atol=atol, rtol=rtol)) == (comparator == "==")
+            close = np.isclose(v, threshold, atol=atol, rtol=rtol)
+            return close if comparator == "==" else ~close
         return _OPS[comparator](v, threshold)
 
     return threshold_
+
+
+def _all(values):
+    """``all`` of bools or of row masks (a plain False decides at once, as graph-scheduler's All)."""
+    out = True
+    for v in values:
+        if isinstance(v, np.ndarray):
+            out = out & v
+        elif not v:
+            return False
+    return out
+
+
+def _any(values):
+    out = False
+    for v in values:
+        if isinstance(v, np.ndarray):
+            out = out | v
+        elif v:
+            return True
+    return out
+
+
+def _not(v):
+    return ~v if isinstance(v, np.ndarray) else not v
 
 
 class Machine:
@@ -312,6 +346,9 @@ class Machine:
         self.useable: dict = {}
         self.passes = self.sets = self.runs = 0
         self.last: set = set()
+
+    def just_ran(self, node) -> bool:
+        return node in self.last
 
     def run(self):
         counts, order = self.counts, self.order
@@ -351,4 +388,70 @@ class Machine:
                 self.sets += 1
                 yield []
             self.passes += 1
+        self.runs += 1
+
+
+class RowMachine(Machine):
+    """:class:`Machine` for N rows at once, each with its own counts (conditions that read values
+    differ per row): ``run()`` yields, for each step, ``[(node, rows)]`` with ``rows`` a boolean mask
+    of the rows where the node runs. A row that has terminated takes no more steps."""
+
+    def __init__(self, *args, rows: int):
+        super().__init__(*args)
+        self.n = rows
+        z = np.zeros(rows, np.int64)
+        self.counts = {t: {a: z.copy() for a in self.order} for t in self.scales}
+        self.passes, self.sets, self.runs = z.copy(), z.copy(), z.copy()
+        self.last_rows = {a: np.zeros(rows, bool) for a in self.order}
+
+    def just_ran(self, node):
+        return self.last_rows[node]
+
+    def run(self):
+        n, order = self.n, self.order
+        zeros = lambda: np.zeros(n, np.int64)  # noqa: E731
+        for t in self._run_scales:
+            self.counts[t] = {a: zeros() for a in order}
+        self.useable = {a: {b: zeros() for b in order} for a in order}
+        self.passes, self.sets = zeros(), zeros()
+        done = lambda: np.broadcast_to(self.end_run(self) | self.end_all(self), (n,))  # noqa: E731
+        finished = done().copy()
+        while not finished.all():
+            for t in self._pass_scales:
+                self.counts[t] = {a: zeros() for a in order}
+            started = ~finished
+            active = started.copy()
+            changed = np.zeros(n, bool)
+            for level in self.queue:
+                active &= ~done()
+                if not active.any():
+                    break
+                ran = {a: np.zeros(n, bool) for a in level}
+                grew = True
+                while grew:
+                    grew = False
+                    for node in level:
+                        now = np.broadcast_to(self.cond[node](self), (n,)) & active & ~ran[node]
+                        if now.any():
+                            grew = True
+                            ran[node] |= now
+                            changed |= now
+                            for t in self.scales:
+                                self.counts[t][node] += now
+                            for row in self.useable.values():
+                                row[node][now] = 0
+                            for other in self.useable[node].values():
+                                other += now
+                stepped = _any(ran.values()) if ran else np.zeros(n, bool)
+                if stepped.any():
+                    for a in order:
+                        self.last_rows[a] = np.where(stepped, ran.get(a, False), self.last_rows[a])
+                    self.sets += stepped
+                    yield [(a, ran[a]) for a in level if ran[a].any()]
+            idle = started & ~changed
+            for a in order:
+                self.last_rows[a] &= ~idle
+            self.sets += idle
+            self.passes += started
+            finished = done().copy()
         self.runs += 1

@@ -32,7 +32,7 @@ from .expr import NOT_CONST, Values, compile_expr, compile_value
 from .functions import ACTR, STANDARD
 from .load import load_model, select_graph
 from .onnx_bridge import OnnxCall, model_opset
-from .schedule import Schedule
+from .schedule import RowMachine, Schedule
 from .validate import validate_graph
 
 
@@ -62,12 +62,14 @@ class MDFSession:
             self._incoming[e.receiver].append(_Edge(e, self._nodes, self._values))
         nodes, values = self._nodes, self._values  # (no reference back to the session: no cycle)
         self._schedule = Schedule(self.graph, deps, lambda nid, name: _host_value(values, nodes[nid].lookup(name)),
-                                  lambda nid: nodes[nid].names)
-        if self.batch is not None and self._schedule.reads_values:
-            raise ModelError(f"graph {self.graph.id!r}: conditions that read values (Threshold) are not "
-                             "supported in batched sessions yet")
+                                  lambda nid: nodes[nid].names, rows=self.batch)
+        self._per_row = isinstance(self._schedule.machine, RowMachine)  # conditions differ per row
+        if self.batch is not None and self._schedule.reads_values and not self._per_row:
+            raise ModelError(f"graph {self.graph.id!r}: its conditions read values and include a type gpuops "
+                             "cannot evaluate per row (NWhen, TimeInterval...); batched sessions cannot run it")
         self._ran: set[str] = set()  # nodes that have run in any run so far
-        self.execution_trace: list[str] = []
+        self._ran_rows = {nid: np.zeros(self.batch or 0, bool) for nid in self._nodes}  # per row, likewise
+        self.execution_trace: list = []
 
     def run(self, time_increment: float | None = None, inputs: dict | None = None, *,
             params: dict | None = None, output_device: str = "cpu") -> dict[str, Any]:
@@ -88,24 +90,56 @@ class MDFSession:
             self._override(params)
         if inputs:
             self._feed(inputs)
-        trace = []
-        for step in self._schedule.steps():
-            for nid in step:
-                trace.append(nid)
-                self._ran.add(nid)
-                for edge in self._incoming[nid]:
-                    if edge.sender in self._ran:
-                        edge.deliver()
-                self._nodes[nid].evaluate(dt)
-        self.execution_trace = trace
+        if self._per_row:
+            self.execution_trace = self._run_rows(dt)
+        else:
+            trace = []
+            for step in self._schedule.steps():
+                for nid in step:
+                    trace.append(nid)
+                    self._ran.add(nid)
+                    for edge in self._incoming[nid]:
+                        if edge.sender in self._ran:
+                            edge.deliver()
+                    self._nodes[nid].evaluate(dt)
+            self.execution_trace = trace
         out = {}
         for nid, node in self._nodes.items():
             for pid, value in node.out.items():
                 if value is not None:
+                    if self._per_row and not self._ran_rows[nid].all():  # rows where the node never ran
+                        value = self._missing_rows(value, self._ran_rows[nid])
                     out[f"{nid}.{pid}"] = self._export(value, output_device)
         return out
 
+    def _missing_rows(self, value, ran: np.ndarray):
+        """NaN in the rows where the node has not run yet (there the port has no value)."""
+        if isinstance(value, tuple):
+            return tuple(self._missing_rows(v, ran) for v in value)
+        v = self._values
+        a = value.a if isinstance(value, Batched) else v.array(value)
+        a = a.astype(np.float64) if a.dtype.kind != "f" else a
+        return B.where(v.xp, Batched(v.array(ran)), Batched(a) if isinstance(value, Batched) else a, np.nan)
+
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _run_rows(self, dt) -> list[list[str]]:
+        """One run where conditions differ per row: each step names the rows where a node runs;
+        the node is evaluated for every row and its state kept only in those rows (masked
+        updates). Returns one execution trace per row."""
+        traces: list[list[str]] = [[] for _ in range(self.batch)]
+        for step in self._schedule.steps():
+            for nid, rows in step:
+                for i in np.flatnonzero(rows):
+                    traces[i].append(nid)
+                self._ran_rows[nid] |= rows
+                mask = Batched(self._values.array(rows))
+                for edge in self._incoming[nid]:
+                    sent = rows & self._ran_rows[edge.sender]
+                    if sent.any():
+                        edge.deliver(Batched(self._values.array(sent)))
+                self._nodes[nid].evaluate(dt, mask)
+        return traces
 
     def _feed(self, inputs: dict) -> None:
         if not isinstance(inputs, dict):
@@ -160,6 +194,8 @@ class MDFSession:
 
 def _host_value(values: Values, value):
     """A value for scheduler conditions: device arrays are copied to the host explicitly."""
+    if isinstance(value, Batched):
+        return Batched(to_host(value.a))
     return to_host(value) if values.is_array(value) else value
 
 
@@ -198,11 +234,11 @@ class _Edge:
         weight = (edge.parameters or {}).get("weight", 1)
         self.weight = None if type(weight) in (int, float) and weight == 1 else values.literal(weight)
 
-    def deliver(self) -> None:
+    def deliver(self, rows: Batched | None = None) -> None:
         if self.port not in self.source.out:  # the sender has not produced this port yet
             return
         value = self.source.out[self.port]
-        self.target.put(value if self.weight is None else self.weight * value)
+        self.target.put(value if self.weight is None else self.weight * value, rows)
 
 
 class _Port:
@@ -216,18 +252,38 @@ class _Port:
         else:
             self.default = 0.0
         self.pending = self.default if self.reduce == "overwrite" else None
+        self.xp = values.xp
+        self.received: Batched | None = None  # per-row sessions: the rows that hold a pending value
 
-    def put(self, value) -> None:
+    def _reduced(self, value):
         if self.pending is None or self.reduce == "overwrite":
-            self.pending = value
-        elif self.reduce == "add":
-            self.pending = self.pending + value
-        else:
-            self.pending = self.pending * value
+            return value
+        return self.pending + value if self.reduce == "add" else self.pending * value
 
-    def take(self):
-        value = self.default if self.pending is None else self.pending
-        self.pending = None
+    def put(self, value, rows: Batched | None = None) -> None:
+        if rows is None:  # every row (an input, or a session without per-row conditions)
+            self.pending, self.received = self._reduced(value), None
+            return
+        if self.received is None:  # what was pending (the default at first) reached every row
+            self.received = Batched(rows.a | True) if self.pending is not None else Batched(rows.a & False)
+        old = self.default if self.pending is None else self.pending
+        new = B.where(self.xp, self.received, self._reduced(value), value)
+        self.pending = B.where(self.xp, rows, new, old)
+        self.received = Batched(self.received.a | rows.a)
+
+    def take(self, rows: Batched | None = None):
+        if rows is None:
+            value = self.default if self.pending is None else self.pending
+            self.pending = None
+            return value
+        if self.pending is None or self.received is None:
+            value = self.default if self.pending is None else self.pending
+        else:
+            value = B.where(self.xp, self.received, self.pending, self.default)
+        if self.received is not None:
+            self.received = Batched(self.received.a & ~rows.a)
+        else:
+            self.received = Batched(~rows.a) if self.pending is not None else Batched(rows.a & False)
         return value
 
 
@@ -352,7 +408,7 @@ def _field(obj, name):
 
 class _Node:
     def __init__(self, node, values: Values, opset: int):
-        self.id = node.id
+        self.id, self.xp = node.id, values.xp
         where = f"node {node.id!r}"
         self.ports = [_Port(p, values, where) for p in node.input_ports]
         port_ids = [p.id for p in node.input_ports]
@@ -370,13 +426,16 @@ class _Node:
         self.fn_values: dict[str, Any] = {}
         self.out: dict[str, Any] = {}
 
-    def evaluate(self, dt) -> None:
+    def evaluate(self, dt, rows: Batched | None = None) -> None:
+        """Evaluate the node; with ``rows`` (a batched boolean), keep the new state only in those rows."""
+        if rows is not None:
+            before = ([p.cur for p in self.params], dict(self.fn_values), dict(self.out))
         scope: dict[str, Any] = {}
         what = self.id
         try:
             for p in self.ports:
                 what = p.where
-                scope[p.id] = p.take()
+                scope[p.id] = p.take(rows)
             for p in self.params:
                 what = p.where
                 scope[p.id] = p.current(scope)
@@ -387,10 +446,30 @@ class _Node:
                 scope[p.id] = p.evaluate(scope, dt)
             for oid, what, expr in self.outputs:
                 self.out[oid] = None if expr is None else expr(scope)
+            if rows is not None:
+                what = self.id
+                self._keep(rows, *before)
         except GpuopsError:
             raise
         except Exception as e:
             raise NodeError(f"{what}: {type(e).__name__}: {e}") from e
+
+    def _keep(self, rows: Batched, cur: list, fn_values: dict, out: dict) -> None:
+        """New values only in ``rows``; the other rows keep what they had."""
+        xp = self.xp
+
+        def merge(new, old):
+            if old is None or new is None or new is old:
+                return new
+            if isinstance(new, tuple):
+                return tuple(merge(a, b) for a, b in zip(new, old))
+            return B.where(xp, rows, new, old)
+
+        for p, old in zip(self.params, cur):
+            p.cur = merge(p.cur, old)
+        for store, old in ((self.fn_values, fn_values), (self.out, out)):
+            for k, v in store.items():
+                store[k] = merge(v, old.get(k))
 
     def lookup(self, name: str):
         """Current value of ``name`` for scheduler conditions (defaults before the first run)."""
