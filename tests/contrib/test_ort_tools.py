@@ -524,3 +524,20 @@ def test_tool_emitted_op_gpuops_lacks_fails_at_session_creation(op_type, domain)
     node.name = "the_node"
     with pytest.raises(UnsupportedOpError, match=rf"'the_node'.*{domain}::{op_type} at opset 1"):
         gpuops.InferenceSession(make_model(node, {"x": rand(2, 2)}), device="cpu")
+
+
+@pytest.mark.parametrize("quant_type", [0, 1])
+@pytest.mark.parametrize("transB", [1, 0])
+def test_matmul_bnb4(quant_type, transB):
+    N, K, bs = 6, 20, 16  # N * K not a multiple of the block size
+    n = N * K
+    feeds = {"a": rand(2, 3, K if transB else N), "b": randint(0, 256, (n + 1) // 2).astype(np.uint8),
+             "absmax": (rand(-(-n // bs)) ** 2 + 0.1).astype(np.float32)}
+    node = ms_node("MatMulBnb4", list(feeds), ["y"], K=K, N=N, block_size=bs, quant_type=quant_type, transB=transB)
+    ref = None
+    if not transB:  # the spec's A (.., N) @ W (N, K); onnxruntime's CPU kernel computes transB=1 only
+        eye = {"a": np.eye(K, dtype=np.float32), "b": feeds["b"], "absmax": feeds["absmax"]}
+        w_t = run_ort(make_model(ms_node("MatMulBnb4", list(eye), ["w"], K=K, N=N, block_size=bs,
+                                         quant_type=quant_type), eye), eye)[0]  # I @ W^T
+        ref = lambda a, b, absmax: [(a @ w_t.T).astype(np.float32)]  # noqa: E731
+    check(node, feeds, ref=ref, rtol=1e-5, atol=1e-5)

@@ -220,3 +220,34 @@ def GatherBlockQuantized(xp, data, indices, scales, zero_points=None, *, bits=4,
     flat = xp.reshape(idx, (-1,))
     out = xp.take(deq, flat, axis=ga)
     return xp.reshape(out, full[:ga] + tuple(indices.shape) + full[ga + 1:])
+
+
+# bitsandbytes' 4-bit code books (QLoRA): FP4 and NormalFloat4, indexed by the 4-bit code
+_BNB4 = {
+    0: np.array([0.0, 0.005208333333, 0.6666666667, 1.0, 0.3333333333, 0.5, 0.1666666667, 0.25,
+                 -0.0, -0.005208333333, -0.6666666667, -1.0, -0.3333333333, -0.5, -0.1666666667, -0.25], np.float32),
+    1: np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0], np.float32),
+}
+
+
+@op("MatMulBnb4", domain=MS, since=1)
+def MatMulBnb4(xp, A, B, absmax, *, K, N, block_size, quant_type, training_mode=0, transB=1):
+    """A @ W^T (or A @ W with transB=0) for W (N, K) stored flattened as 4-bit FP4 (quant_type 0) or NF4
+    (1) codes, two per byte (the first in the high nibble), each block of ``block_size`` codes scaled by
+    its ``absmax``."""
+    if quant_type not in _BNB4:
+        raise NodeError(f"quant_type must be 0 (FP4) or 1 (NF4), got {quant_type}")
+    n = N * K
+    if B.size != (n + 1) // 2 or absmax.size != -(-n // block_size):
+        raise NodeError(f"B ({B.size} bytes) and absmax ({absmax.size}) do not hold {N} x {K} weights in blocks "
+                        f"of {block_size}")
+    b = xp.reshape(B, (-1, 1)).astype(np.int32)
+    codes = xp.reshape(xp.concat([b >> 4, b & 15], axis=1), (-1,))[:n]
+    book = xp.asarray(_BNB4[quant_type])
+    scale = xp.take(xp.reshape(absmax, (-1,)).astype(np.float32), xp.asarray(np.arange(n) // block_size))
+    W = xp.reshape(xp.take(book, codes) * scale, (N, K))
+    Y = xp.matmul(A.astype(np.float32), xp.swapaxes(W, 0, 1) if transB else W)
+    return Y.astype(A.dtype)
