@@ -16,6 +16,7 @@
   ``opt-fp16-gpu``: optimize_model(use_gpu=True) then the float16 conversion (float16 contrib ops).
 - ``nbits-<format>-<sym|asym>``: the 4-bit weight-only MatMulNBitsQuantizer (MatMulNBits, or QDQ
   DequantizeLinear with blocked int4 weights), Gather included (GatherBlockQuantized).
+- ``bnb4-<fp4|nf4>``: the MatMulBnb4Quantizer (FP4 / NormalFloat4 weights, MatMulBnb4).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def packed(model, zoo, workdir):
     return _saved(fused, workdir)
 
 
-def qdyn(optimized_first=False, **kw):
+def qdyn(optimized_first=False, weight="QInt8", **kw):
     def apply(model, zoo, workdir):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -112,7 +113,7 @@ def qdyn(optimized_first=False, **kw):
             src = _save(_optimize(model, zoo, zoo.model_type, 0, False, workdir), workdir, "optimized")
             quant_pre_process(src, src, skip_optimization=True, skip_onnx_shape=True)
         out = os.path.join(workdir, "qdyn.onnx")
-        quantize_dynamic(src, out, **({"weight_type": QuantType.QInt8} | kw))
+        quantize_dynamic(src, out, weight_type=getattr(QuantType, weight), **kw)
         return onnx.load(out)
     return apply
 
@@ -184,6 +185,16 @@ def nbits(fmt, symmetric):
     return apply
 
 
+def bnb4(quant_type):
+    def apply(model, zoo, workdir):
+        from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+        q = MatMulBnb4Quantizer(model, quant_type, 16)
+        q.process()
+        return q.model.model
+    return apply
+
+
 def _transformer(zoo):
     return zoo.model_type is not None
 
@@ -214,7 +225,7 @@ VARIANTS = [
     Variant("opt-packed", packed, F32_TOL, _bert),
     Variant("opt-clip", optimizer("clip", 0), F32_TOL, lambda z: z.name == "vit"),
     Variant("qdyn-s8", qdyn(), Q_TOL),
-    Variant("qdyn-u8-perchannel-reducerange", qdyn(per_channel=True, reduce_range=True), Q_TOL),
+    Variant("qdyn-u8-perchannel-reducerange", qdyn(weight="QUInt8", per_channel=True, reduce_range=True), Q_TOL),
     Variant("qdyn-optimized", qdyn(optimized_first=True), Q_TOL, _transformer),
     Variant("qstatic-QOperator-u8s8", qstatic("QOperator", "QUInt8", "QInt8"), Q_TOL),
     Variant("qstatic-QOperator-u8u8-perchannel", qstatic("QOperator", "QUInt8", "QUInt8", per_channel=True), Q_TOL),
@@ -223,10 +234,13 @@ VARIANTS = [
     Variant("qstatic-QDQ-s8s8-perchannel", qstatic("QDQ", "QInt8", "QInt8", per_channel=True), Q_TOL),
     Variant("qstatic-QDQ-u16s8", qstatic("QDQ", "QUInt16", "QInt8"), Q_TOL),
     Variant("qstatic-QDQ-s16s16", qstatic("QDQ", "QInt16", "QInt16"), Q_TOL),
+    Variant("qstatic-QDQ-u16u16", qstatic("QDQ", "QUInt16", "QUInt16"), Q_TOL),
     Variant("fp16", fp16, F16_TOL),
     Variant("fp16-converter", fp16_converter, F16_TOL),
     Variant("opt-fp16-gpu", optimized_fp16, F16_TOL),
     Variant("nbits-QOperator-sym", nbits("QOperator", True), Q_TOL, _nbits_applies),
     Variant("nbits-QOperator-asym", nbits("QOperator", False), Q_TOL, _nbits_applies),
     Variant("nbits-QDQ-asym", nbits("QDQ", False), Q_TOL, _nbits_applies),
+    Variant("bnb4-fp4", bnb4(0), Q_TOL, _transformer),
+    Variant("bnb4-nf4", bnb4(1), Q_TOL, _transformer),
 ]
