@@ -167,6 +167,15 @@ def test_unknown_graph_input_element_type_is_a_model_error():
         gpuops.InferenceSession(relu_model(999), device="cpu")
 
 
+@pytest.mark.parametrize("dims, match", [([1 << 40], "declare 1,099,511,627,776 elements"),
+                                         ([2, -3], "negative dimension")])
+def test_initializer_dims_must_fit_its_data(dims, match):
+    t = numpy_helper.from_array(W, "w")
+    t.dims[:] = dims
+    with pytest.raises(gpuops.ModelError, match=match):  # before the optimizer sees it
+        gpuops.InferenceSession(initializer_model(weight=t), device="cpu")
+
+
 def test_corrupted_model_file_is_a_model_error(tmp_path):
     model = functions_model(3)
     data = model.SerializeToString().replace(b"top", b"\xff\xfe\xfd")  # a name no longer UTF-8

@@ -41,9 +41,12 @@ def load_model(model) -> onnx.ModelProto:
         proto, where = _parse(data, str(path)), str(path)
     else:
         raise ModelError(f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}")
-    external = _check(proto, where)
+    tensors = _check(proto, where)
+    external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
     if external:
         _load_external_data(external, base)
+    for t in tensors:
+        _check_size(t)
     return proto
 
 
@@ -60,16 +63,15 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
 
 def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
     """Walk every message of the model once: string fields must be text (protobuf hands invalid
-    UTF-8 back as bytes), and graph inputs/outputs must have known element types. Returns the
-    tensors whose data is external."""
-    external = []
+    UTF-8 back as bytes), and graph inputs/outputs must have known element types. Returns every
+    tensor of the model."""
+    tensors = []
     stack: list = [proto]
     while stack:
         msg = stack.pop()
         fields = msg.ListFields()
         if isinstance(msg, onnx.TensorProto):  # (ListFields would copy the weights: only the text)
-            if msg.data_location == onnx.TensorProto.EXTERNAL:
-                external.append(msg)
+            tensors.append(msg)
             fields = [(fd, getattr(msg, fd.name)) for fd in _TENSOR_TEXT]
         for fd, value in fields:
             if fd.type == FieldDescriptor.TYPE_MESSAGE:
@@ -84,7 +86,21 @@ def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
             t = vi.type
             if t.HasField("tensor_type") and t.tensor_type.elem_type not in _ELEM_TYPES:
                 raise ModelError(f"graph {kind} {vi.name!r} has unknown element type {t.tensor_type.elem_type}")
-    return external
+    return tensors
+
+
+def _check_size(t: onnx.TensorProto) -> None:
+    """A tensor's dims must be non-negative and fit the data it carries (at 4 bits an element at
+    least): a few bytes may not declare a huge tensor."""
+    if any(d < 0 for d in t.dims):
+        raise ModelError(f"tensor {t.name!r} has a negative dimension in {list(t.dims)}")
+    n = 1
+    for d in t.dims:
+        n *= d
+    size = t.ByteSize()
+    if n > 2 * size + 16:
+        raise ModelError(f"tensor {t.name!r}: dims {list(t.dims)} declare {n:,} elements but it holds "
+                         f"only {size:,} bytes")
 
 
 def _load_external_data(tensors: list[onnx.TensorProto], base: Path | None) -> None:
