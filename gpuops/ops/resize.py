@@ -2,8 +2,9 @@
 
 Resize is separable: each resized axis is one vectorised 1-D pass, ``take`` of the tap indices
 along that axis then a weighted sum over the taps. Tap indices and weights depend only on shapes
-and attributes, so they are computed on the host (float64, like the onnx reference) and sent to
-the device once per pass. GridSample gathers every combination of per-dimension taps at once.
+and attributes: float64 formulas (like the onnx reference) run on the host to tell which axes need a
+pass, and again on the device for the pass, where a host->device copy would stop a CUDA graph
+capture. GridSample gathers every combination of per-dimension taps at once.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def _finish(xp, Y, dtype):
     return xp.astype(Y, dtype)
 
 
-# -- Resize: host-side coordinates, taps and weights ---------------------------------------------
+# -- Resize: coordinates, taps and weights, with the array module m (NumPy, or the device's) --------
 
-def _source_coords(mode, out_len, in_len, scale, roi):
+def _source_coords(m, mode, out_len, in_len, scale, roi):
     """Input coordinate of every output index along one axis, and the tf_crop_and_resize outside mask."""
-    y = np.arange(out_len, dtype=np.float64)
+    y = m.arange(out_len, dtype=np.float64)
     width = scale * in_len  # the fractional output length, as the onnx reference uses it
     outside = None
     if mode == "half_pixel":
@@ -53,9 +54,9 @@ def _source_coords(mode, out_len, in_len, scale, roi):
         offset = in_len / 2 * (1 - out_len / width)
         x = offset + (y + 0.5) / scale - 0.5
     elif mode == "pytorch_half_pixel":
-        x = (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
+        x = (y + 0.5) / scale - 0.5 if out_len > 1 else m.zeros(out_len, dtype=np.float64)
     elif mode == "align_corners":
-        x = y * (in_len - 1) / (width - 1) if width != 1 else np.zeros(out_len)
+        x = y * (in_len - 1) / (width - 1) if width != 1 else m.zeros(out_len, dtype=np.float64)
     elif mode == "asymmetric":
         x = y / scale
     elif mode == "tf_half_pixel_for_nn":
@@ -63,7 +64,7 @@ def _source_coords(mode, out_len, in_len, scale, roi):
     elif mode == "tf_crop_and_resize":
         lo, hi = roi
         if width == 1:
-            x = np.full(out_len, (hi - lo) * (in_len - 1) / 2)
+            x = m.full(out_len, float((hi - lo) * (in_len - 1) / 2), dtype=np.float64)
         else:
             x = y * (hi - lo) * (in_len - 1) / (width - 1)
         x = x + lo * (in_len - 1)
@@ -73,8 +74,8 @@ def _source_coords(mode, out_len, in_len, scale, roi):
     return x, outside
 
 
-def _nearest_taps(x, nearest_mode, scale, in_len):
-    f = np.floor(x)
+def _nearest_taps(m, x, nearest_mode, scale, in_len):
+    f = m.floor(x)
     r = x - f
     if nearest_mode == "round_prefer_floor":
         idx = f + (r > 0.5)
@@ -85,52 +86,51 @@ def _nearest_taps(x, nearest_mode, scale, in_len):
     elif nearest_mode == "ceil":
         idx = f + (r > 0)
     elif nearest_mode == "simple":  # Resize-10 / Upsample (onnxruntime): ceil when downsampling, else truncate
-        idx = np.ceil(x) if scale < 1 else np.trunc(x)
+        idx = m.ceil(x) if scale < 1 else m.trunc(x)
     else:
         raise NodeError(f"unsupported nearest_mode {nearest_mode!r}")
-    return np.clip(idx, 0, in_len - 1).astype(np.int64)[:, None], None
+    return m.reshape(clamp(m, idx, 0, in_len - 1).astype(np.int64), (-1, 1)), None
 
 
-def _cubic_kernel(t, A):
-    t = np.abs(t)
+def _cubic_kernel(m, t, A):
+    t = m.abs(t)
     near = ((A + 2) * t - (A + 3)) * t * t + 1
     far = ((A * t - 5 * A) * t + 8 * A) * t - 4 * A
-    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+    return m.where(t <= 1, near, m.where(t < 2, far, 0.0))
 
 
-def _filter_taps(x, mode, scale, in_len, antialias, cubic_coeff_a, exclude_outside):
+def _filter_taps(m, x, mode, scale, in_len, antialias, cubic_coeff_a, exclude_outside):
     """Tap indices (out, n) and weights (out, n) of linear / cubic interpolation (optionally antialiased)."""
     radius = 1 if mode == "linear" else 2
     s = min(scale, 1.0) if antialias else 1.0  # antialias stretches the filter by 1/scale when downscaling
     start = int(np.floor(-radius / s)) + 1
-    offsets = np.arange(start, 2 - start)
-    f = np.floor(x)
-    t = (offsets[None, :] - (x - f)[:, None]) * s  # scaled distance from x to each tap
+    offsets = m.reshape(m.arange(start, 2 - start, dtype=np.int64), (1, -1))
+    f = m.floor(x)
+    t = (offsets - m.reshape(x - f, (-1, 1))) * s  # scaled distance from x to each tap
     if mode == "linear":
-        w = np.clip(1 - np.abs(t), 0, 1)
+        w = clamp(m, 1 - m.abs(t), 0, 1)
     else:
-        w = _cubic_kernel(t, cubic_coeff_a)
+        w = _cubic_kernel(m, t, cubic_coeff_a)
     if antialias:
-        w = w / w.sum(axis=1, keepdims=True)
-    idx = f.astype(np.int64)[:, None] + offsets[None, :]
+        w = w / m.sum(w, axis=1, keepdims=True)
+    idx = m.reshape(f.astype(np.int64), (-1, 1)) + offsets
     if exclude_outside:
-        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
-        total = w.sum(axis=1, keepdims=True)
-        w = w / np.where(total == 0, 1.0, total)
-    return np.clip(idx, 0, in_len - 1), w
+        w = m.where((idx < 0) | (idx >= in_len), 0.0, w)
+        total = m.sum(w, axis=1, keepdims=True)
+        w = w / m.where(total == 0, 1.0, total)
+    return clamp(m, idx, 0, in_len - 1), w
 
 
 def _resize_axis(xp, Y, axis, idx, w, outside, extrapolation_value):
     """One separable pass: gather the taps along ``axis`` and take their weighted sum."""
     out_len, n = idx.shape
-    G = xp.take(Y, xp.asarray(idx.reshape(-1)), axis=axis)
+    G = xp.take(Y, xp.reshape(idx, (-1,)), axis=axis)
     trailing = (1,) * (Y.ndim - axis - 1)
     if w is not None:
         G = xp.reshape(G, Y.shape[:axis] + (out_len, n) + Y.shape[axis + 1:])
-        G = xp.sum(G * xp.asarray(w.reshape((out_len, n) + trailing), dtype=Y.dtype), axis=axis + 1)
-    if outside is not None and outside.any():
-        mask = xp.asarray(outside.reshape((out_len,) + trailing))
-        G = xp.where(mask, xp.asarray(extrapolation_value, dtype=G.dtype), G)
+        G = xp.sum(G * xp.reshape(w, (out_len, n) + trailing).astype(Y.dtype), axis=axis + 1)
+    if outside is not None:
+        G = xp.where(xp.reshape(outside, (out_len,) + trailing), xp.full_like(G, extrapolation_value), G)
     return G
 
 
@@ -179,16 +179,22 @@ def _resize(xp, X, roi=None, scales=None, sizes=None, *, mode="nearest", coordin
 
     Y = X if mode == "nearest" else xp.astype(X, _compute_dtype(X.dtype))
     for a in axes:
-        x, outside = _source_coords(coordinate_transformation_mode, out[a], in_shape[a], scale[a], rois[a])
+        args = (coordinate_transformation_mode, out[a], in_shape[a], scale[a], rois[a])
+        x, outside = _source_coords(np, *args)
         if mode == "nearest":
-            idx, w = _nearest_taps(x, nearest_mode, scale[a], in_shape[a])
-            identity = np.array_equal(idx[:, 0], np.arange(in_shape[a]))
+            identity = np.array_equal(_nearest_taps(np, x, nearest_mode, scale[a], in_shape[a])[0][:, 0],
+                                      np.arange(in_shape[a]))
         else:
-            idx, w = _filter_taps(x, mode, scale[a], in_shape[a], antialias, cubic_coeff_a, exclude_outside)
             identity = np.array_equal(x, np.arange(in_shape[a]))
-        if identity and (outside is None or not outside.any()):
+        outside_any = outside is not None and bool(outside.any())
+        if identity and not outside_any:
             continue
-        Y = _resize_axis(xp, Y, a, idx, w, outside, extrapolation_value)
+        x, outside = _source_coords(xp, *args)
+        if mode == "nearest":
+            idx, w = _nearest_taps(xp, x, nearest_mode, scale[a], in_shape[a])
+        else:
+            idx, w = _filter_taps(xp, x, mode, scale[a], in_shape[a], antialias, cubic_coeff_a, exclude_outside)
+        Y = _resize_axis(xp, Y, a, idx, w, outside if outside_any else None, extrapolation_value)
     return _finish(xp, Y, X.dtype)
 
 

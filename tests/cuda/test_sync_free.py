@@ -112,22 +112,33 @@ def test_deferred_bounds_checks_read_nothing_until_the_end_of_the_run():
         indexing.Gather(anp, data, bad)
 
 
-@pytest.mark.parametrize("op_type,attrs", [
-    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 0, 2, 1], strides=[2, 1], ceil_mode=1)),  # uneven counts
-    ("MaxPool", dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1], dilations=[2, 1], n_outputs=2)),  # with indices
-])
-def test_pools_copy_nothing_from_the_host(op_type, attrs):
-    """A host->device copy inside a node stops a CUDA graph capture (pageable memory): the window
-    counts and the argmax indices are built on the device."""
+NO_COPIES = {  # (op, opset, inputs: device arrays, and NumPy ones for host inputs, attributes)
+    "AveragePool": ("AveragePool", 19, (_f(2, 3, 7, 6),),  # uneven counts
+                    dict(kernel_shape=[3, 3], pads=[1, 0, 2, 1], strides=[2, 1], ceil_mode=1)),
+    "MaxPool": ("MaxPool", 12, (_f(2, 3, 7, 6),), dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1], dilations=[2, 1],
+                                                       n_outputs=2)),  # with indices
+    "Resize-cubic": ("Resize", 19, (_f(1, 2, 5, 6), None, _s([1, 1, 1.6, 0.7])),
+                     dict(mode="cubic", exclude_outside=1, antialias=1)),
+    "Resize-crop": ("Resize", 19, (_f(1, 2, 5, 6), _s([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.4]), None,
+                                   np.array([1, 2, 4, 7], np.int64)),
+                    dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=9)),
+    "Resize-nearest": ("Resize", 19, (_f(1, 2, 5, 6), None, _s([1, 1, 2, 1.5])), dict(nearest_mode="ceil")),
+}
+
+
+@pytest.mark.parametrize("case", NO_COPIES)
+def test_ops_copy_nothing_from_the_host(case):
+    """A host->device copy inside a node stops a CUDA graph capture (pageable memory): window counts,
+    argmax indices and resize taps are built on the device."""
     from gpuops import cuda_standin as sd
 
-    impl = registry.resolve("", op_type, 19, device="cuda")
-    x = _f(2, 3, 7, 6)
-    want = impl.fn(anp, x, **attrs)
-    X = sd.xp.asarray(x)
+    op_type, opset, inputs, attrs = NO_COPIES[case]
+    impl = registry.resolve("", op_type, opset, device="cuda")
+    want = impl.fn(anp, *inputs, **attrs)
+    args = [sd.xp.asarray(a) if i not in impl.host_inputs and a is not None else a for i, a in enumerate(inputs)]
     before = sd.transfers["h2d"]
     with sd.tally() as t:
-        got = impl.fn(sd.xp, X, **attrs)
+        got = impl.fn(sd.xp, *args, **attrs)
     assert sd.transfers["h2d"] == before and t.syncs == []
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-        np.testing.assert_allclose(g.get(), w, rtol=1e-6)
+        np.testing.assert_allclose(g.get(), w, rtol=1e-6, atol=1e-6)
