@@ -239,11 +239,7 @@ class PlanBuilder:
             if fn is None:
                 out.append((node, opsets, calls))
                 continue
-            if key in calls:
-                cycle = " -> ".join(name for _, name in calls[calls.index(key):] + (key,))
-                raise ModelError(f"function {node.op_type!r} calls itself ({cycle}): recursion is not allowed")
-            if len(calls) >= MAX_FUNCTION_DEPTH:
-                _too_deep(calls, key)
+            _check_call(calls, key)
             inner = dict(opsets)
             inner.update({registry.canonical_domain(o.domain): o.version for o in fn.opset_import})
             out.extend(self._expand(_inline(node, fn, self._tag(node)), inner, calls + (key,)))
@@ -256,11 +252,7 @@ class PlanBuilder:
 
         def size(key, chain):
             if key not in sizes:
-                if key in chain:
-                    cycle = " -> ".join(name for _, name in chain[chain.index(key):] + (key,))
-                    raise ModelError(f"function {key[1]!r} calls itself ({cycle}): recursion is not allowed")
-                if len(chain) >= MAX_FUNCTION_DEPTH:
-                    _too_deep(chain, key)
+                _check_call(chain, key)
                 sizes[key] = body(self.functions[key].node, chain + (key,))
             return sizes[key]
 
@@ -346,9 +338,15 @@ class PlanBuilder:
         return Step(name, node.op_type, domain, impl, list(node.input), list(node.output), attrs, subgraphs)
 
 
-def _too_deep(chain: tuple, key: tuple) -> None:
-    raise ModelError(f"function calls nest more than {MAX_FUNCTION_DEPTH} deep, from {chain[0][1]!r} down to "
-                     f"{key[1]!r} (gpuops.onnx.plan.MAX_FUNCTION_DEPTH)")
+def _check_call(chain: tuple, key: tuple) -> None:
+    """Refuse a call of function ``key`` from the functions in ``chain``: recursion, or nesting
+    deeper than MAX_FUNCTION_DEPTH."""
+    if key in chain:
+        cycle = " -> ".join(name for _, name in chain[chain.index(key):] + (key,))
+        raise ModelError(f"function {key[1]!r} calls itself ({cycle}): recursion is not allowed")
+    if len(chain) >= MAX_FUNCTION_DEPTH:
+        raise ModelError(f"function calls nest more than {MAX_FUNCTION_DEPTH} deep, from {chain[0][1]!r} down to "
+                         f"{key[1]!r} (gpuops.onnx.plan.MAX_FUNCTION_DEPTH)")
 
 
 def _with_subgraph_nodes(nodes):
