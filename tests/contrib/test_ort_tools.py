@@ -397,6 +397,13 @@ def test_group_query_attention(packed, rotary, phase):
                     np.testing.assert_allclose(g[b, :, :n], w[b, :, :n], rtol=1e-5, atol=1e-5)
 
 
+def test_group_query_attention_padded_prompt():
+    # the first prompt of a batch whose second sequence holds 3 of the 5 tokens (right padding)
+    feeds, names = _gqa_feeds(2, 5, 0, 2, 1, 16, [5, 3], False, 0)
+    check(ms_node("GroupQueryAttention", names, ["y", "pk_out", "pv_out"], num_heads=2, kv_num_heads=1), feeds,
+          atol=1e-5)
+
+
 @pytest.mark.parametrize("attrs", [{"local_window_size": 2}, {"softcap": 2.0}, {"smooth_softmax": 1},
                                    {"scale": 0.2}])
 def test_group_query_attention_options(attrs):
@@ -435,6 +442,19 @@ def test_decoder_masked_multi_head_attention(share):
         check(node, feeds, ref=lambda **_: want, atol=1e-5)
     else:
         check(node, feeds, atol=1e-5)
+
+
+def test_decoder_masked_multi_head_attention_beam_search():
+    # beams reorder the cached steps: step t of beam j comes from the beam cache_indirection[b, j, t] names
+    B, beam, N, h, M, P = 2, 2, 2, 8, 6, 3
+    D = N * h
+    feeds = {"q": rand(B * beam, 1, D), "k": rand(B * beam, 1, D), "v": rand(B * beam, 1, D),
+             "pk": rand(B * beam, N, M, h), "pv": rand(B * beam, N, M, h), "plen": np.array(P, np.int32),
+             "beam": np.array(beam, np.int32), "indirection": randint(0, beam, B, beam, M)}
+    names = ["q", "k", "v", "", "", "pk", "pv", "plen", "beam", "indirection"]
+    node = ms_node("DecoderMaskedMultiHeadAttention", names, ["y", "pk_out", "pv_out"], num_heads=N,
+                   past_present_share_buffer=1)
+    check(node, feeds, atol=1e-5)
 
 
 def _mha_per_sequence(q, k, v, bias, lengths, N):
