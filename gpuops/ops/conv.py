@@ -92,8 +92,11 @@ def pad_spatial(xp, X, pads_begin, pads_end, value=0):
             slice(max(-b, 0), n - max(-e, 0)) for b, e, n in zip(pads_begin, pads_end, X.shape[2:]))]
         pads_begin = [max(b, 0) for b in pads_begin]
         pads_end = [max(e, 0) for e in pads_end]
-    width = [(0, 0), (0, 0)] + [(b, e) for b, e in zip(pads_begin, pads_end)]
-    return xp.pad(X, width, mode="constant", constant_values=value)
+    # a filled buffer and one interior copy: several times cheaper than xp.pad on small images
+    Xp = xp.full(tuple(X.shape[:2]) + tuple(n + b + e for n, b, e in zip(X.shape[2:], pads_begin, pads_end)),
+                 value, dtype=X.dtype)
+    Xp[(slice(None), slice(None)) + tuple(slice(b, b + n) for b, n in zip(pads_begin, X.shape[2:]))] = X
+    return Xp
 
 
 def _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value):
@@ -107,6 +110,12 @@ def _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, ou
 def _as_strided(xp):
     """``as_strided`` of the library behind ``xp`` (NumPy, CuPy and the stand-in have one), or None."""
     return getattr(getattr(getattr(xp, "lib", None), "stride_tricks", None), "as_strided", None)
+
+
+def _strided_view(as_strided, x, shape, strides):
+    if isinstance(x, np.ndarray) and x.flags.c_contiguous:  # NumPy's as_strided costs ~10 us a call
+        return np.ndarray(shape, x.dtype, buffer=x, strides=strides)
+    return as_strided(x, shape, strides)
 
 
 def window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value=0):
@@ -128,9 +137,9 @@ def im2col(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, p
     if as_strided is not None and all(o > 0 for o in out_shape):
         Xp = _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
         st = tuple(Xp.strides)  # bytes; the view (N, C, *kernel, *out) stays inside Xp
-        view = as_strided(Xp, tuple(Xp.shape[:2]) + tuple(kernel) + tuple(out_shape),
-                          st[:2] + tuple(b * d for b, d in zip(st[2:], dilations))
-                          + tuple(b * s for b, s in zip(st[2:], strides)))
+        view = _strided_view(as_strided, Xp, tuple(Xp.shape[:2]) + tuple(kernel) + tuple(out_shape),
+                             st[:2] + tuple(b * d for b, d in zip(st[2:], dilations))
+                             + tuple(b * s for b, s in zip(st[2:], strides)))
         return xp.reshape(view, tuple(X.shape[:2]) + (math.prod(kernel),) + tuple(out_shape))
     taps = list(window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value))
     if len(taps) == 1:
