@@ -121,8 +121,8 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
         XW = xp.stack([xp.flip(XW[d], axis=0) if rev else XW[d] for d, rev in enumerate(dirs)])
     valid = None
     if sequence_lens is not None:
-        t_of_step = np.stack([np.arange(T)[::-1] if rev else np.arange(T) for rev in dirs])
-        t_of_step = xp.asarray(t_of_step.astype(np.int64))
+        t = xp.arange(T, dtype=xp.int64)  # built on the device: no host->device copy in a CUDA graph capture
+        t_of_step = xp.stack([T - 1 - t if rev else t for rev in dirs])
         lens = xp.astype(sequence_lens, xp.int64)
         valid = (t_of_step[:, :, None] < lens[None, None, :])[..., None]  # (D, T, batch, 1)
         zeros = xp.zeros((D, batch, H), dtype=X.dtype)

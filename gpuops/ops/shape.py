@@ -453,7 +453,7 @@ def _range(xp, start, limit, delta, compute=None):
         if d == 0:
             raise NodeError("Range delta is 0")
         n = max(math.ceil((float(l) - float(s)) / float(d)), 0)
-        out = xp.arange(n, dtype=ct) * xp.asarray(d) + xp.asarray(s)
+        out = xp.arange(n, dtype=ct) * d[()] + s[()]  # NumPy scalars of ct: no host->device copy
         return out.astype(dtype)
     return xp.arange(n, dtype=dtype) * d + s if n else xp.zeros((0,), dtype=dtype)
 

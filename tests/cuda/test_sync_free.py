@@ -123,13 +123,16 @@ NO_COPIES = {  # (op, opset, inputs: device arrays, and NumPy ones for host inpu
                                    np.array([1, 2, 4, 7], np.int64)),
                     dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=9)),
     "Resize-nearest": ("Resize", 19, (_f(1, 2, 5, 6), None, _s([1, 1, 2, 1.5])), dict(nearest_mode="ceil")),
+    "LSTM-sequence_lens": ("LSTM", 14, (_f(4, 2, 3), _f(2, 16, 3), _f(2, 16, 4), None, np.array([4, 2], np.int32)),
+                           dict(hidden_size=4, direction="bidirectional")),
+    "Range-float": ("Range", 11, (_s(0.5), _s(3.7), _s(0.4)), {}),
 }
 
 
 @pytest.mark.parametrize("case", NO_COPIES)
 def test_ops_copy_nothing_from_the_host(case):
     """A host->device copy inside a node stops a CUDA graph capture (pageable memory): window counts,
-    argmax indices and resize taps are built on the device."""
+    argmax indices, resize taps, RNN step masks and ranges are built on the device."""
     from gpuops import cuda_standin as sd
 
     op_type, opset, inputs, attrs = NO_COPIES[case]
