@@ -99,3 +99,11 @@ def test_cli_batch_error_is_one_line(tmp_path, capsys):
                str(tmp_path / "o"), "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc != 0 and "column 'k' is float64" in err and "Traceback" not in err
+
+
+def test_import_gpuops_imports_neither_ray_nor_pyarrow():
+    import subprocess
+    import sys
+
+    code = "import sys, gpuops, gpuops.batch; bad = {'ray', 'pyarrow'} & set(sys.modules); assert not bad, bad"
+    subprocess.run([sys.executable, "-c", code], check=True)
