@@ -1,8 +1,10 @@
 """Ops stay on the device (issue 12, item 4): no host sync inside a node unless its op declares one
 (``@op(..., syncs=reason)``). On the stand-in every sync CuPy would make is counted, those inside
 array-api-compat included (its ``clip`` assigns through boolean masks), so each op below -- all of
-which once clipped that way or counted with ``bincount`` -- must report 0 host syncs in ``run(profile=True)`` and equal the cpu
-path. Index bounds checks (``gpuops.ops.checks``) are deferred to the end of a device run."""
+which once clipped that way or counted with ``bincount`` -- must report 0 host syncs in
+``run(profile=True)`` and equal the cpu path. Index bounds checks (``gpuops.ops.checks``) are
+deferred to the end of a device run. Nor may a node copy host data to the device: that stops a CUDA
+graph capture."""
 
 import array_api_compat.numpy as anp
 import numpy as np
@@ -54,10 +56,12 @@ CASES = {
     "QuantizeLinear-int32": ("QuantizeLinear", "", 21, ["x", "scale", "zp"],
                              {"x": RNG.integers(-3000, 3000, (3, 4)).astype(np.int32)},
                              {"scale": _s(7.0), "zp": np.array(3, np.int8)}, {}),
-    "QLinearAdd": ("QLinearAdd", MS, 1, ["A", "sa", "za", "B", "sb", "zb", "sc", "zc"], {"A": _u8(2, 5), "B": _u8(2, 5)},
+    "QLinearAdd": ("QLinearAdd", MS, 1, ["A", "sa", "za", "B", "sb", "zb", "sc", "zc"],
+                   {"A": _u8(2, 5), "B": _u8(2, 5)},
                    {"sa": _s(0.05), "za": np.uint8(100), "sb": _s(0.1), "zb": np.uint8(7), "sc": _s(0.04),
                     "zc": np.uint8(9)}, {}),
-    "QLinearGlobalAveragePool": ("QLinearGlobalAveragePool", MS, 1, ["X", "sx", "zx", "sy", "zy"], {"X": _u8(1, 2, 3, 3)},
+    "QLinearGlobalAveragePool": ("QLinearGlobalAveragePool", MS, 1, ["X", "sx", "zx", "sy", "zy"],
+                                 {"X": _u8(1, 2, 3, 3)},
                                  {"sx": _s(0.5), "zx": np.uint8(10), "sy": _s(0.05), "zy": np.uint8(200)}, {}),
     "CropAndResize": ("CropAndResize", MS, 1, ["X", "rois", "bi", "size"], {"X": _f(1, 2, 5, 5)},
                       {"rois": _s([[0, 0, 0.8, 1.2], [-0.2, 0.1, 0.5, 0.9]]), "bi": np.array([0, 0], np.int32),
@@ -126,17 +130,24 @@ NO_COPIES = {  # (op, opset, inputs: device arrays, and NumPy ones for host inpu
     "LSTM-sequence_lens": ("LSTM", 14, (_f(4, 2, 3), _f(2, 16, 3), _f(2, 16, 4), None, np.array([4, 2], np.int32)),
                            dict(hidden_size=4, direction="bidirectional")),
     "Range-float": ("Range", 11, (_s(0.5), _s(3.7), _s(0.4)), {}),
+    "Attention-masked-causal": (f"{MS}::Attention", 1, (_f(2, 3, 4), _f(4, 12), _f(12), np.array([[1, 1, 0]] * 2,
+                                                                                           np.int32)),
+                                dict(num_heads=2, unidirectional=1, n_outputs=1)),
+    "MultiHeadAttention-masked-causal": (f"{MS}::MultiHeadAttention", 1, (_f(2, 3, 4), _f(2, 3, 4), _f(2, 3, 4),
+                                                                         None, np.array([[1, 1, 0]] * 2, np.int32)),
+                                         dict(num_heads=2, unidirectional=1, n_outputs=1)),
 }
 
 
 @pytest.mark.parametrize("case", NO_COPIES)
 def test_ops_copy_nothing_from_the_host(case):
     """A host->device copy inside a node stops a CUDA graph capture (pageable memory): window counts,
-    argmax indices, resize taps, RNN step masks and ranges are built on the device."""
+    argmax indices, resize taps, RNN step masks, ranges and attention masks are built on the device."""
     from gpuops import cuda_standin as sd
 
     op_type, opset, inputs, attrs = NO_COPIES[case]
-    impl = registry.resolve("", op_type, opset, device="cuda")
+    domain, _, op_type = op_type.rpartition("::")
+    impl = registry.resolve(domain, op_type, opset, device="cuda")
     want = impl.fn(anp, *inputs, **attrs)
     args = [sd.xp.asarray(a) if i not in impl.host_inputs and a is not None else a for i, a in enumerate(inputs)]
     before = sd.transfers["h2d"]

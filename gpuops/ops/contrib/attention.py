@@ -46,14 +46,14 @@ def _sdpa(xp, Q, K, V, scale, add=None, keep=None, sink=None, softcap=0.0):
     if add is not None:
         scores = scores + add
     if keep is not None:
-        scores = xp.where(keep, scores, xp.asarray(_neg(ct), dtype=ct))
+        scores = xp.where(keep, scores, xp.full((), _neg(ct), dtype=ct))
     if sink is None:
         probs = _softmax(xp, scores, (3,), log=False)
     else:
         top = xp.maximum(xp.max(scores, axis=-1, keepdims=True), sink)
         e = xp.exp(scores - top)
         if keep is not None:
-            e = xp.where(keep, e, xp.asarray(0.0, dtype=ct))
+            e = xp.where(keep, e, xp.zeros((), dtype=ct))
         probs = e / (xp.sum(e, axis=-1, keepdims=True) + xp.exp(sink - top))
     return xp.matmul(probs, V)
 
@@ -78,12 +78,13 @@ def _padding_mask(xp, mask, Bn, S, T):
 
 
 def _additive(xp, masked, filter_value, ct):
-    return xp.where(masked, xp.asarray(filter_value, dtype=ct), xp.asarray(0.0, dtype=ct))
+    return xp.where(masked, xp.full((), filter_value, dtype=ct), xp.zeros((), dtype=ct))
 
 
-def _causal(S, T):
-    """(S, T) True where key t lies after query s (queries are the last S of T positions)."""
-    return np.arange(T)[None, :] > np.arange(S)[:, None] + (T - S)
+def _causal(xp, S, T):
+    """(S, T) True where key t lies after query s (queries are the last S of T positions), built on
+    the device (a host->device copy would stop a CUDA graph capture)."""
+    return xp.reshape(xp.arange(T, dtype=np.int64), (1, T)) > xp.reshape(xp.arange(S, dtype=np.int64), (S, 1)) + (T - S)
 
 
 # -- MultiHeadAttention -------------------------------------------------------------------------
@@ -149,7 +150,7 @@ def MultiHeadAttention(xp, query, key=None, value=None, bias=None, key_padding_m
     if key_padding_mask is not None:
         add = _additive(xp, _padding_mask(xp, key_padding_mask, Bn, S, T), filter_value, ct)
     if unidirectional:
-        causal = xp.asarray(np.where(_causal(S, T), filter_value, 0.0).astype(ct))
+        causal = _additive(xp, _causal(xp, S, T), filter_value, ct)
         add = causal if add is None else add + causal
     if attention_bias is not None:
         add = attention_bias.astype(ct) if add is None else add + attention_bias.astype(ct)

@@ -276,11 +276,11 @@ def _attention_mask(xp, mask_index, Bn, S, P, unidirectional, filter_value, dtyp
         else:
             raise NodeError(f"mask_index of shape {dims} fits none of (B), (2B), (B, T), (B, S, T), (B, 1, M, M) "
                             f"for batch {Bn}, sequence {S} and total length {T}")
-        mask = xp.where(masked, xp.asarray(filter_value, dtype=dtype), xp.asarray(0.0, dtype=dtype))
-    if unidirectional:
-        q = np.arange(S)[:, None] + P
-        k = np.arange(T)[None, :]
-        causal = xp.asarray(np.where(k > q, filter_value, 0.0).astype(dtype)[None, None])
+        mask = xp.where(masked, xp.full((), filter_value, dtype=dtype), xp.zeros((), dtype=dtype))
+    if unidirectional:  # built on the device: a host->device copy would stop a CUDA graph capture
+        q = xp.reshape(xp.arange(S, dtype=np.int64) + P, (S, 1))
+        k = xp.reshape(xp.arange(T, dtype=np.int64), (1, T))
+        causal = xp.where(k > q, xp.full((), filter_value, dtype=dtype), xp.zeros((), dtype=dtype))[None, None]
         mask = causal if mask is None else mask + causal
     return mask
 
@@ -379,10 +379,10 @@ def LongformerAttention(xp, input, weight, bias, mask, global_weight, global_bia
     Q, K, V = project(weight, bias)
     scale = 1.0 / math.sqrt(D // N)
     is_global = global_ != 0  # (B, S)
-    i = np.arange(S)
-    band = xp.asarray(np.abs(i[:, None] - i[None, :]) <= window)
+    i = xp.arange(S, dtype=np.int64)
+    band = xp.abs(i[:, None] - i[None, :]) <= window
     allowed = band[None] | is_global[:, None, :]  # (B, S query, S key)
-    neg = xp.asarray(np.finfo(np.dtype(ct)).min, dtype=ct)
+    neg = xp.full((), np.finfo(np.dtype(ct)).min, dtype=ct)
     key_mask = mask.astype(ct)[:, None, None, :]  # additive: 0 or negative
     scores = xp.matmul(Q, xp.swapaxes(K, -1, -2)) * scale + key_mask
     scores = xp.where(allowed[:, None], scores, neg)
