@@ -120,8 +120,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     X, W = contiguous(xp, X), contiguous(xp, W)
     if g.G == g.C and g.Cg == 1 and Z is None:  # depthwise: direct kernel, epilogue fused
         Y = xp.empty(g.y_shape, dtype=X.dtype)
-        launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size, (X, W, optional(xp, B), Y, i64(Y.size), i32(g.C), i32(g.M), *g.args,
-                                                              i32(code), f32(alpha), f32(beta)))
+        launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size, (X, W, optional(xp, B), Y, i64(Y.size), i32(g.C),
+                                                              i32(g.M), *g.args, i32(code), f32(alpha), f32(beta)))
         return Y
     Y = _im2col_gemm(xp, X, W, g, t, xp.matmul)
     if B is not None or Z is not None or code:
