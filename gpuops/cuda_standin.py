@@ -145,8 +145,7 @@ def _sync(what: str, explicit: bool = False, shape: bool = False) -> None:
         t.syncs.append(what)
         if isinstance(t, _Observer):
             t.callback(what)
-    if getattr(_state, "capture", None) is not None:
-        raise StreamCaptureError(f"{what} synchronises with the host, which a stream capture forbids")
+    _no_capture(what)
     if not explicit and _strict(shape):
         raise HostSyncError(f"implicit host sync ({what}) during a strict region; read device data on "
                             "the host only through an explicit transfer (.get() / gpuops.device.to_host)")
@@ -154,6 +153,7 @@ def _sync(what: str, explicit: bool = False, shape: bool = False) -> None:
 
 def _no_capture(what: str):
     if getattr(_state, "capture", None) is not None:
+        _state.capture_invalid = what  # as CUDA does, the capture is invalidated: end_capture fails
         raise StreamCaptureError(f"{what} synchronises with the host, which a stream capture forbids")
 
 
@@ -551,8 +551,12 @@ class MemoryPool:
         return len(self._pool().free)
 
     def free_all_blocks(self, stream=None) -> None:
+        dev = _current_device()
         with self._lock:
-            self._pool().free.clear()
+            self._pool(dev).free.clear()
+        for g in list(_Graph._live):  # blocks a captured graph still writes into go back to CUDA
+            if any(p is self and d == dev for p, d in g._temps):
+                g._freed = True
 
     def set_limit(self, size=None, fraction=None) -> None:
         if fraction is not None:
@@ -607,6 +611,9 @@ def _track(a: np.ndarray) -> _Buffer:
         pool = _current_pool()
         size = pool.malloc(base.nbytes)  # may raise OutOfMemoryError: then nothing is recorded
         weakref.finalize(base, _release, key, pool, size, m.device)
+        temps = getattr(_state, "capture_temps", None)
+        if temps is not None:  # the graph runs kernels on this block at every replay
+            temps.add((pool, m.device))
     else:
         weakref.finalize(base, _meta.pop, key, None)
     _meta[key] = m
@@ -741,12 +748,16 @@ class _Stream:
                                      "cannot be captured")
         if getattr(_state, "capture", None) is not None:
             raise StreamCaptureError("a capture is already in progress")
-        _state.capture = []
+        _state.capture, _state.capture_temps, _state.capture_invalid = [], set(), None
         _state.capture_stream = self
 
     def end_capture(self) -> "_Graph":
-        ops, _state.capture = _state.capture, None
-        return _Graph(ops)
+        ops, temps, invalid = _state.capture, _state.capture_temps, _state.capture_invalid
+        _state.capture = _state.capture_temps = _state.capture_invalid = None
+        if invalid is not None:
+            raise StreamCaptureError(f"cudaErrorStreamCaptureInvalidated: operation failed due to a previous "
+                                     f"error during capture ({invalid})")
+        return _Graph(ops, temps)
 
     def is_capturing(self) -> bool:
         return getattr(_state, "capture", None) is not None and getattr(_state, "capture_stream", None) is self
@@ -828,10 +839,34 @@ def _using_allocator(malloc=None):
         _state.pool = prev
 
 
+class CUDARuntimeError(RuntimeError):
+    """``cupy.cuda.runtime.CUDARuntimeError``: a CUDA runtime call failed with ``status``."""
+
+    _NAMES = {2: ("cudaErrorMemoryAllocation", "out of memory"),
+              700: ("cudaErrorIllegalAddress", "an illegal memory access was encountered")}
+
+    def __init__(self, status: int):
+        self.status = status
+        name, msg = self._NAMES.get(status, (f"cudaError{status}", "unknown error"))
+        super().__init__(f"{name}: {msg}")
+
+
+class CUBLASError(RuntimeError):
+    """``cupy.cuda.cublas.CUBLASError``: a cuBLAS call failed with ``status``."""
+
+    _NAMES = {3: "CUBLAS_STATUS_ALLOC_FAILED", 13: "CUBLAS_STATUS_EXECUTION_FAILED"}
+
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(self._NAMES.get(status, f"CUBLAS_STATUS_{status}"))
+
+
 DEVICE_COUNT_ENV = "GPUOPS_STANDIN_DEVICES"
 
 
 class _Runtime:
+    CUDARuntimeError = CUDARuntimeError
+
     @staticmethod
     def getDeviceCount() -> int:
         return int(os.environ.get(DEVICE_COUNT_ENV, "") or DEVICE_COUNT)
@@ -864,11 +899,21 @@ class _Graph:
     result into the array the capture produced, as a CUDA graph re-launches its kernels. The launch is
     enqueued on ``stream``: every buffer it reads must be ordered before it there."""
 
-    def __init__(self, ops):
+    _live: "weakref.WeakSet[_Graph]" = weakref.WeakSet()
+
+    def __init__(self, ops, temps=()):
         self._ops = ops
+        # (pool, device) it allocated from while captured. On a GPU the capture's temporaries go back to
+        # that pool's cache as soon as Python drops them, yet every replay writes into them: freeing the
+        # pool's cached blocks while the graph lives breaks it (the stand-in's record keeps them alive)
+        self._temps = set(temps)
+        self._freed = False
+        _Graph._live.add(self)
 
     def launch(self, stream=None):
         _no_capture("Graph.launch()")
+        if self._freed:
+            raise CUDARuntimeError(700)
         stream = stream or _current_stream()
         for f, args, kwargs, out in self._ops:
             reads, writes = _reads_writes(f, args, kwargs)
@@ -912,6 +957,7 @@ cuda = types.SimpleNamespace(
     alloc_pinned_memory=lambda nbytes: bytearray(nbytes),  # page-locked on a GPU; plain memory here
     Device=_Device, MemoryPool=MemoryPool, MemoryHook=MemoryHook, using_allocator=_using_allocator,
     Event=_Event, get_elapsed_time=_get_elapsed_time, runtime=_Runtime,
+    cublas=types.SimpleNamespace(CUBLASError=CUBLASError),
     memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
 )
 

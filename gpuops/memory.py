@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,18 +50,13 @@ class MemoryManager:
     produced: int = 0
     pool: object = field(default=None, repr=False)
     _pinned: dict = field(default_factory=dict, repr=False)  # input name -> (pinned staging, copy event)
+    _staging_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
         if self.device.kind != "cuda":
             return
         lib = self.device.lib
-        self.pool = lib.cuda.MemoryPool()
-        if self.limit is not None:
-            with self._on_device():  # a pool's limit is per device: the current one
-                if isinstance(self.limit, float) and 0 < self.limit <= 1:
-                    self.pool.set_limit(fraction=self.limit)
-                else:
-                    self.pool.set_limit(size=int(self.limit))
+        self.pool = self.new_pool()
         manager = self
 
         class _Counter(lib.cuda.MemoryHook):
@@ -78,6 +74,22 @@ class MemoryManager:
         """CuPy's pool methods act on the current device: make it this session's."""
         return self.device.lib.cuda.Device(self.device.index)
 
+    def new_pool(self):
+        """A memory pool on this session's device with its limit (a CUDA graph keeps one of its own)."""
+        pool = self.device.lib.cuda.MemoryPool()
+        if self.limit is not None:
+            with self._on_device():  # a pool's limit is per device: the current one
+                if isinstance(self.limit, float) and 0 < self.limit <= 1:
+                    pool.set_limit(fraction=self.limit)
+                else:
+                    pool.set_limit(size=int(self.limit))
+        return pool
+
+    def free_pool(self, pool) -> None:
+        """Give a pool's cached blocks back to the device (once nothing uses them)."""
+        with self._on_device():
+            pool.free_all_blocks()
+
     @contextlib.contextmanager
     def active(self):
         """Allocations inside come from this session's pool (and are counted)."""
@@ -90,9 +102,14 @@ class MemoryManager:
 
     def upload(self, host: np.ndarray, key: str):
         """A host feed -> the device through a pinned staging buffer kept per input (``key``), so the
-        copy is a DMA from page-locked memory; the buffer is reused once its last copy has finished."""
+        copy is a DMA from page-locked memory; the buffer is reused once its last copy has finished.
+        Threads take turns on the staging buffers."""
         if self.pool is None or not device_supported(host.dtype):
             return self.device.asarray(host)
+        with self._staging_lock:
+            return self._upload(host, key)
+
+    def _upload(self, host: np.ndarray, key: str):
         lib = self.device.lib
         staging, done = self._pinned.get(key, (None, None))
         if staging is None or staging.nbytes < host.nbytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -58,7 +60,14 @@ class InferenceSession:
     running past it raises :class:`gpuops.OutOfMemoryError` naming the node, and the session stays usable.
     ``cuda_graph=True`` (CUDA only) captures the whole run as a CUDA graph for each set of feed shapes
     and replays it; a graph that cannot be captured (a node reads device values on the host, as
-    Loop and If do) falls back to running node by node, logged once.
+    Loop and If do) falls back to running node by node, logged once (:meth:`cuda_graph_status` says
+    which node blocked it). A CUDA graph keeps a memory pool of its own, with the same limit.
+
+    Concurrency, as in onnxruntime: :meth:`run` is thread-safe. Many threads may call it on one session
+    at once, on every device; each call has its own values, feed staging is taken in turns, and the
+    CUDA graph (its static buffers are shared) is captured and replayed by one thread at a time.
+    :attr:`last_profile` is the profile of the last profiled call to finish. :meth:`close` must not
+    race with running calls.
     ``optimize`` is the graph optimizer's level, ``"all"`` (default), ``"basic"`` or ``"none"``
     (see :mod:`gpuops.optimizer`); ``optimized_model_path`` saves the optimized model there.
     ``threads``: BLAS threads of the CPU ops during :meth:`run` (default: half of the available
@@ -157,7 +166,16 @@ class InferenceSession:
                            "nodes": list(dict.fromkeys(r["node"] for r in ctx.profile if r["host_syncs"]))},
             "kernel_launches": launches,
         }
-        return outs if output_device == "device" else [_to_host(v) for v in outs]
+        if output_device == "device":
+            return outs
+        host = []
+        for name, v in zip(names, outs):
+            try:
+                host.append(_to_host(v))
+            except Exception as e:  # the device->host copy needs host memory too
+                raise _oom_or(e, lambda: NodeError(f"copying output {name!r} to the host failed: {e}"),
+                              f"copying output {name!r} ({_nbytes(v):,} bytes) to the host ran out of memory") from e
+        return host
 
     def save_profile(self, path) -> None:
         """Write :attr:`last_profile` (from ``run(..., profile=True)``) as JSON."""
@@ -183,7 +201,10 @@ class InferenceSession:
                 "reason": g.reason}
 
     def close(self) -> None:
-        """Release every device buffer this session holds (weights included)."""
+        """Release every device buffer this session holds (weights and CUDA graphs included)."""
+        if self._graphs is not None:
+            with self._graphs.lock:
+                self._graphs.release()
         self.plan.drop_weights()
         self.memory.close()
         self._closed = True
@@ -235,59 +256,82 @@ class CudaGraphs:
 
     For each set of feed shapes the plan runs once to warm the pool up and once inside a stream
     capture, both without liveness releases: a replay writes into the very buffers the capture used,
-    so none of them may go back to the pool while the graph lives. Feeds are copied into the graph's
-    static input buffers; outputs are copied out of its static output buffers.
+    so none of them may go back to the pool while the graph lives. Those buffers, and the blocks the
+    capture's temporaries used, come from a pool of the graph's own (with the session's limit): freeing
+    the session's cached memory (after an out-of-memory error, or CuPy's retry) never frees memory the
+    graph writes into. Feeds are copied into the graph's static input buffers on the current stream,
+    which the graph's stream waits for; outputs are copied out of its static output buffers. One lock
+    serialises capture and replay, whose buffers are shared by every thread.
     """
 
     def __init__(self, session: "InferenceSession"):
         self.session = session
         self.usable = True
         self.key = None
-        self.graph = self.stream = self.inputs = self.env = None
+        self.graph = self.stream = self.inputs = self.env = self.pool = None
         self.blocking_node = self.reason = None
+        self.lock = threading.Lock()
 
     def run(self, feeds: dict, names: list[str]) -> list | None:
         key = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))
-        if key != self.key and not self._capture(key, feeds):
-            return None
-        for k, buf in self.inputs.items():
-            buf[...] = feeds[k]  # on the current stream, which the graph's stream does not follow by itself
-        ready = self.session.device.lib.cuda.Event()
-        ready.record()
-        self.stream.wait_event(ready)
-        self.graph.launch(stream=self.stream)
-        self.stream.synchronize()
-        return [self.env[n].copy() for n in names]
+        with self.lock:
+            if not self.usable or (key != self.key and not self._capture(key, feeds)):
+                return None
+            for k, buf in self.inputs.items():
+                buf[...] = feeds[k]  # on the current stream, which the graph's stream does not follow by itself
+            ready = self.session.device.lib.cuda.Event()
+            ready.record()
+            self.stream.wait_event(ready)
+            try:
+                self.graph.launch(stream=self.stream)
+                self.stream.synchronize()
+            except Exception as e:
+                raise _oom_or(e, lambda: NodeError(f"the CUDA graph failed: {type(e).__name__}: {e}"),
+                              f"the CUDA graph ran out of device memory on {self.session.device}") from e
+            return [self.env[n].copy() for n in names]
 
     def _capture(self, key, feeds: dict) -> bool:
         s, lib = self.session, self.session.device.lib
-        self.graph = self.env = None
-        inputs = {k: v.copy() for k, v in feeds.items()}
+        self.release()
+        pool = s.memory.new_pool()
         ctx = self._ctx()
         try:
-            warm = dict(s.plan.weights, **inputs)
-            run_plan(s.plan, warm, self._ctx())
-            del warm
-            env = dict(s.plan.weights, **inputs)
-            self.stream = lib.cuda.Stream(non_blocking=True)
-            with self.stream:
-                self.stream.begin_capture()
-                try:
-                    run_plan(s.plan, env, ctx)
-                finally:
-                    graph = self.stream.end_capture()
+            with lib.cuda.using_allocator(pool.malloc):
+                inputs = {k: v.copy() for k, v in feeds.items()}
+                warm = dict(s.plan.weights, **inputs)
+                run_plan(s.plan, warm, self._ctx())
+                del warm
+                env = dict(s.plan.weights, **inputs)
+                stream = lib.cuda.Stream(non_blocking=True)
+                with stream:
+                    stream.begin_capture()
+                    try:
+                        run_plan(s.plan, env, ctx)
+                    except BaseException:
+                        with contextlib.suppress(Exception):  # "capture invalidated" would hide the cause
+                            stream.end_capture()
+                        raise
+                    graph = stream.end_capture()
             s.memory.note_run(ctx.live)
         except OutOfMemoryError:
+            s.memory.free_pool(pool)
             raise
         except Exception as e:  # a node synchronised with the host inside the capture
-            log.info("gpuops: the model cannot run as a CUDA graph (%s: %s); running node by node",
-                     type(e).__name__, e)
+            s.memory.free_pool(pool)
+            log.info("gpuops: the model cannot run as a CUDA graph (%s); running node by node", e)
             self.usable = False
             self.blocking_node = ctx.failed_node
-            self.reason = f"{type(e).__name__}: {e}"
+            self.reason = str(e) if isinstance(e, GpuopsError) else f"{type(e).__name__}: {e}"
             return False
-        self.key, self.graph, self.inputs, self.env = key, graph, inputs, env
+        self.key, self.graph, self.inputs, self.env, self.stream, self.pool = key, graph, inputs, env, stream, pool
         return True
+
+    def release(self) -> None:
+        """Drop the graph and its buffers, then give its pool's memory back."""
+        pool = self.pool
+        self.key = self.graph = self.stream = self.inputs = self.env = self.pool = None
+        if pool is not None:
+            self.session.memory.free_pool(pool)
 
     def _ctx(self) -> "RunContext":
         s = self.session
@@ -392,15 +436,12 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             if step.name in str(e):
                 raise
             raise type(e)(f"{step.describe()}: {e}") from e
-        except MemoryError as e:
-            ctx.failed_node = ctx.failed_node or step.name
-            limit = ctx.memory.stats()["limit_bytes"]
-            raise OutOfMemoryError(f"{step.describe()} ran out of device memory on {ctx.device}"
-                                   + (f" (session memory_limit {limit:,} bytes)" if limit else "")
-                                   + f": {e}") from None
         except Exception as e:
             ctx.failed_node = ctx.failed_node or step.name
-            raise NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}") from e
+            limit = ctx.memory.stats()["limit_bytes"]
+            raise _oom_or(e, lambda: NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}"),
+                          f"{step.describe()} ran out of device memory on {ctx.device}"
+                          + (f" (session memory_limit {limit:,} bytes)" if limit else "")) from e
         outs = result if isinstance(result, tuple) else (result,)
         if len(outs) < sum(1 for o in step.outputs if o):
             raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
@@ -416,6 +457,25 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             value = env.pop(name, None)
             if value is not None and name in plan.produced:
                 live.drop(_nbytes(value))
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """True for the ways CuPy reports running out of device memory: ``MemoryError`` (CuPy's
+    ``OutOfMemoryError`` is one), ``cudaErrorMemoryAllocation`` from the runtime, and cuBLAS /
+    cuSOLVER / cuFFT failing to allocate their workspace."""
+    if isinstance(e, MemoryError):
+        return True
+    status = getattr(e, "status", None)
+    kind = type(e).__name__
+    return ((kind == "CUDARuntimeError" and status == 2) or (kind in ("CUBLASError", "CUSOLVERError") and status == 3)
+            or (kind == "CuFFTError" and status == 2))
+
+
+def _oom_or(e: BaseException, other, message: str) -> GpuopsError:
+    """``OutOfMemoryError(message)`` when ``e`` means the device ran out of memory, else ``other()``."""
+    if is_out_of_memory(e):
+        return OutOfMemoryError(f"{message}: {type(e).__name__}: {e}")
+    return other()
 
 
 def _host_resident(value) -> bool:
