@@ -86,6 +86,26 @@ def test_before_ir_4_initializers_listed_as_inputs_are_constants_as_in_onnxrunti
         run_ort(model, {**x, "shape": np.array([3, 2], np.int64)})
 
 
+# -- found by the fuzzer ------------------------------------------------------------------------------
+
+def test_constant_with_a_bad_attribute_value_is_a_model_error():
+    node = helper.make_node("Constant", [], ["c"], name="k")
+    node.attribute.append(helper.make_attribute("value_float", ""))  # a string where a float belongs
+    model = helper.make_model(helper.make_graph([node], "g", [], [helper.make_tensor_value_info("c", 1, None)]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(gpuops.ModelError, match="node 'k' \\(Constant\\): ValueError"):
+        gpuops.InferenceSession(model, device="cpu")
+
+
+def test_a_value_defined_twice_is_a_model_error_as_in_onnxruntime():
+    model = relu_model()
+    model.graph.node.append(helper.make_node("Neg", ["y"], ["x"], name="again"))
+    with pytest.raises(gpuops.ModelError, match="node 'again' \\(Neg\\): output 'x' is already defined"):
+        gpuops.InferenceSession(model, device="cpu")
+    with pytest.raises(Exception, match="Duplicate definition|already"):
+        run_ort(model, {"x": np.ones(2, np.float32)})
+
+
 # -- item 10: sparse initializers -------------------------------------------------------------------
 
 def test_valid_sparse_initializers_match_onnxruntime():

@@ -204,8 +204,12 @@ class PlanBuilder:
                 for name in sub.free_names:
                     if name not in defined:
                         free.add(name)
-            if step.domain == "" and step.op_type == "Constant":  # folded: a host-known initializer
-                inits[step.outputs[0]] = np.asarray(step.impl.fn(_host_xp(), **step.attrs))
+            again = [o for o in step.outputs if o in defined]
+            if again:
+                raise ModelError(f"{step.describe()}: output {again[0]!r} is already defined by a graph input, "
+                                 "initializer or earlier node")
+            if step.domain == "" and step.op_type == "Constant" and step.outputs and step.outputs[0]:
+                inits[step.outputs[0]] = _fold_constant(step)  # a host-known initializer
                 defined.add(step.outputs[0])
                 continue
             for i in step.impl.host_inputs:
@@ -336,6 +340,13 @@ class PlanBuilder:
         if impl.n_outputs:
             attrs["n_outputs"] = len(node.output)
         return Step(name, node.op_type, domain, impl, list(node.input), list(node.output), attrs, subgraphs)
+
+
+def _fold_constant(step: Step) -> np.ndarray:
+    try:
+        return np.asarray(step.impl.fn(_host_xp(), **step.attrs))
+    except Exception as e:  # a bad attribute value
+        raise ModelError(f"{step.describe()}: {type(e).__name__}: {e}") from e
 
 
 def _check_call(chain: tuple, key: tuple) -> None:

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +18,7 @@ from gpuops.errors import GpuopsError
 from tests.ops.common import make_model
 
 from . import examples, indexing, mdf
+from .models import initializer_model
 from .mutate import SEEDS, corrupted_bytes, feed_values, mutated_models
 from .oracle import DEVICES, attempt, check_model, ort_outcome, quiet, same
 
@@ -186,8 +190,12 @@ def test_mutated_mdf_models(weight, shape, value, function, opset):
                                                        "w.bin\0", "loop", "sub", "0", "8", "-8", "24", "1e3", "abc",
                                                        str(2 ** 62), str(10 ** 12), "x" * 300]),
                                       st.text(max_size=8)), max_size=4))
-def test_external_data_metadata(tmp_path_factory, meta):
-    folder = tmp_path_factory.mktemp("ext")
+def test_external_data_metadata(meta):
+    with tempfile.TemporaryDirectory() as tmp:
+        _check_external(Path(tmp), meta)
+
+
+def _check_external(folder, meta):
     data = b"\0" * 8 + np.arange(6, dtype=np.float32).tobytes()
     (folder / "w.bin").write_bytes(data)
     (folder / "sub").mkdir()
@@ -196,8 +204,6 @@ def test_external_data_metadata(tmp_path_factory, meta):
                          data_location=onnx.TensorProto.EXTERNAL)
     for k, v in meta.items():
         t.external_data.add(key=k, value=v)
-    from .models import initializer_model
-
     onnx.save(initializer_model(weight=t), folder / "m.onnx")
     x = np.ones((2, 3), np.float32)
     for device in DEVICES:
