@@ -106,7 +106,15 @@ class Schedule:
                 ends.get(TS.ENVIRONMENT_SEQUENCE) or _NEVER, self._dynamic)
         if self.rows is not None and self.reads_values:
             return RowMachine(*args, rows=self.rows)
-        return Machine(*args)
+        machine = Machine(*args)
+        absolute = self.scheduler.get_absolute_conditions(self.scheduler.termination_conds)
+        if absolute:  # graph-scheduler's absolute time mode: one time unit per consideration set
+            machine.timed = True
+            machine.interval = self.scheduler._get_absolute_consideration_set_execution_unit(
+                self.scheduler.termination_conds)
+            machine.first_time = min(min(c.absolute_fixed_points) if c.absolute_fixed_points else 0
+                                     for c in absolute.values())
+        return machine
 
     def steps(self) -> Iterable[list[str]]:
         if self._first is not None:
@@ -177,10 +185,10 @@ class Schedule:
             made = cls(*positional, **args)
         except Exception as e:  # TypeError for bad arguments, graph-scheduler's ConditionError...
             raise ModelError(f"{where}: {type(e).__name__}: {e}") from None
-        self._fast[id(made)] = self._closure(cls, sig, positional, args, owner)
+        self._fast[id(made)] = self._closure(cls, sig, positional, args, owner, made)
         return made
 
-    def _closure(self, cls, sig, positional: list, args: dict, owner):
+    def _closure(self, cls, sig, positional: list, args: dict, owner, made):
         """Our closure ``f(state) -> bool`` for one condition, or None for a type we do not know."""
         TS = self._gs.TimeScale
         name = cls.__name__
@@ -240,6 +248,9 @@ class Schedule:
         if name == "JustRan":
             self._just_ran = True
             return lambda st: st.just_ran(dep)
+        if name in ("TimeInterval", "TimeTermination") and self.rows is None:
+            self._dynamic = True  # absolute time runs on across runs
+            return _absolute(name, made.kwargs, owner)
         if name == "Threshold":
             self._dynamic = True
             return _threshold(self._value_of, dep, args["parameter"], args["threshold"], args.get("comparator", ">="),
@@ -328,9 +339,43 @@ def _not(v):
     return ~v if isinstance(v, np.ndarray) else not v
 
 
+def _absolute(name: str, kwargs: dict, owner):
+    """TimeInterval / TimeTermination on the machine's absolute time (pint quantities, rounded as
+    graph-scheduler rounds them)."""
+    from graph_scheduler import _unit_registry
+
+    precision = _unit_registry.precision
+    if name == "TimeTermination":
+        t, inclusive = kwargs["t"], kwargs.get("inclusive", True)
+        return lambda st: st.absolute >= t if inclusive else st.absolute > t
+    if owner is None:  # graph-scheduler places the interval by its owner's consideration set
+        return None
+    repeat, start, end = kwargs.get("repeat"), kwargs.get("start"), kwargs.get("end")
+    start_in, end_in = kwargs.get("start_inclusive", True), kwargs.get("end_inclusive", True)
+
+    def interval(st):
+        now = st.absolute
+        ok = True
+        if repeat is not None:
+            offset = start if st.exact and start is not None else st.level_of[owner] * st.interval
+            ok &= round((now - offset) % repeat, precision) == 0
+        if start is not None:
+            ok &= now >= start if start_in else now > start
+        if end is not None:
+            ok &= now <= end if end_in else now < end
+        return ok
+
+    return interval
+
+
 class Machine:
     """graph-scheduler's ``Scheduler.run`` loop over our own state (see the module docstring).
-    ``run()`` yields the node ids of each step of one run, in graph order."""
+    ``run()`` yields the node ids of each step of one run, in graph order. In absolute time mode
+    (``interval`` set: TimeInterval/TimeTermination) every consideration set is a step, empty or
+    not, and advances the absolute time by ``interval``."""
+
+    timed = False  # absolute time mode
+    first_time = 0
 
     def __init__(self, order: list, queue: list, conds: list, end_run: Callable, end_all: Callable,
                  dynamic: bool):
@@ -346,6 +391,27 @@ class Machine:
         self.useable: dict = {}
         self.passes = self.sets = self.runs = 0
         self.last: set = set()
+        self.level_of = {a: i for i, level in enumerate(queue) for a in level}
+        self.exact = len(queue) == 1  # graph-scheduler's exact time mode (TimeInterval offsets by start)
+        from graph_scheduler import _unit_registry
+
+        self.absolute, self.interval = 0 * _unit_registry.ms, 1 * _unit_registry.ms  # graph-scheduler's Time
+
+    def _start_time(self):
+        from graph_scheduler.condition import _quantity_as_integer
+
+        self.absolute = max(self.absolute, self.first_time).to(self.interval.u)
+        try:
+            self.absolute = _quantity_as_integer(self.absolute)
+        except ValueError:
+            pass
+
+    def _tick(self):
+        from graph_scheduler import _unit_registry
+
+        self.absolute += self.interval
+        if self.interval < 1 * self.absolute.u and isinstance(self.absolute.m, float):
+            self.absolute = round(self.absolute, _unit_registry.precision)
 
     def just_ran(self, node) -> bool:
         return node in self.last
@@ -356,6 +422,9 @@ class Machine:
             counts[t] = dict.fromkeys(order, 0)
         self.useable = {a: dict.fromkeys(order, 0) for a in order}
         self.passes = self.sets = 0
+        timed = self.timed
+        if timed:
+            self._start_time()
         done = lambda: self.end_run(self) or self.end_all(self)  # noqa: E731
         while not done():
             for t in self._pass_scales:
@@ -379,11 +448,13 @@ class Machine:
                             mine = self.useable[node]
                             for other in mine:
                                 mine[other] += 1
-                if ran:
+                if ran or timed:
                     self.last = set(ran)
                     self.sets += 1
                     yield sorted(ran, key=order.index)
-            if not changed:
+                    if timed:
+                        self._tick()
+            if not changed and not timed:
                 self.last = set()
                 self.sets += 1
                 yield []
