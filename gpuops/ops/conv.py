@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
+from .linalg import up
 from .elementwise import clamp
 
 # -- geometry (host-side Python ints) ---------------------------------------------------------------
@@ -226,7 +227,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     _check_conv_shapes(X, W, group, kernel_shape)
     ct = compute_dtype(X.dtype)
     if ct is not None:
-        Y = conv(xp, X.astype(ct), W.astype(ct), None if B is None else B.astype(ct), auto_pad=auto_pad,
+        Y = conv(xp, X.astype(ct), up(W), None if B is None else up(B), auto_pad=auto_pad,
                  dilations=dilations, group=group, pads=pads, strides=strides)
         return Y.astype(X.dtype)
     kernel, strides, dilations, pb, pe = spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)

@@ -7,6 +7,7 @@ bfloat16 BLAS and accumulates float16 in float16). MatMulInteger lives with the 
 from __future__ import annotations
 
 import math
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -15,10 +16,27 @@ from ..errors import NodeError
 from ..registry import op
 
 _HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+_UP_CACHE_MIN = 1 << 15  # elements: smaller read-only arrays are converted every time
+_up_cache: dict[int, tuple] = {}  # id(read-only half array) -> (weakref to it, its float32 copy)
 
 
-def _up(x):
-    return x.astype(np.float32) if np.dtype(x.dtype) in _HALF else x
+def up(x):
+    """``x`` in float32 when it is float16/bfloat16, else unchanged. The float32 copy of a large
+    read-only NumPy array (a weight: the plan's constants are read-only) is kept while the array
+    lives, so each run does not convert the weights again."""
+    if np.dtype(x.dtype) not in _HALF:
+        return x
+    if not isinstance(x, np.ndarray) or x.flags.writeable or x.size < _UP_CACHE_MIN or (
+            isinstance(x.base, np.ndarray) and x.base.flags.writeable):
+        return x.astype(np.float32)
+    key = id(x)
+    hit = _up_cache.get(key)
+    if hit is not None and hit[0]() is x:
+        return hit[1]
+    y = x.astype(np.float32)
+    y.flags.writeable = False
+    _up_cache[key] = (weakref.ref(x, lambda _, key=key: _up_cache.pop(key, None)), y)
+    return y
 
 
 @op("MatMul", since=1)  # 9 and 13 only add types
@@ -27,19 +45,19 @@ def MatMul(xp, A, B):
     if A.ndim == 0 or B.ndim == 0:
         raise NodeError(f"MatMul needs operands of rank >= 1, got shapes {tuple(A.shape)} and {tuple(B.shape)}")
     if A.ndim > 2 and B.ndim == 2 and A.shape[-1] == B.shape[0]:  # one GEMM over the stacked rows
-        Y = xp.matmul(xp.reshape(_up(A), (-1, A.shape[-1])), _up(B))
+        Y = xp.matmul(xp.reshape(up(A), (-1, A.shape[-1])), up(B))
         return xp.reshape(Y, tuple(A.shape[:-1]) + (B.shape[1],)).astype(A.dtype)
-    return xp.asarray(xp.matmul(_up(A), _up(B))).astype(A.dtype)  # NumPy gives a scalar for 1-D @ 1-D
+    return xp.asarray(xp.matmul(up(A), up(B))).astype(A.dtype)  # NumPy gives a scalar for 1-D @ 1-D
 
 
 def _gemm(xp, A, B, C, alpha: float, beta: float, transA: int, transB: int, broadcast: bool = True):
     if A.ndim != 2 or B.ndim != 2:
         raise NodeError(f"Gemm needs 2-D A and B, got shapes {tuple(A.shape)} and {tuple(B.shape)}")
-    a = A.T if transA else A
-    b = B.T if transB else B
+    a = up(A).T if transA else up(A)  # up() before the transpose: a weight keeps its float32 copy
+    b = up(B).T if transB else up(B)
     if a.shape[1] != b.shape[0]:
         raise NodeError(f"Gemm: inner dimensions differ: A' is {tuple(a.shape)}, B' is {tuple(b.shape)}")
-    y = xp.matmul(_up(a), _up(b))
+    y = xp.matmul(a, b)
     if alpha != 1.0:
         y = y * alpha
     if C is not None and beta != 0.0:
@@ -49,7 +67,7 @@ def _gemm(xp, A, B, C, alpha: float, beta: float, transA: int, transB: int, broa
         if not ok:
             how = "equal" if not broadcast else "be unidirectionally broadcastable to"
             raise NodeError(f"Gemm: C of shape {tuple(C.shape)} must {how} the output shape {out}")
-        c = _up(C)
+        c = up(C)
         y = y + (c * beta if beta != 1.0 else c)
     return y.astype(A.dtype)
 
@@ -74,7 +92,7 @@ def Einsum(xp, *Inputs, equation):
     # optimize: contractions through BLAS (tensordot) rather than einsum's own loops, once the
     # operands are big enough to repay the path search
     big = len(Inputs) > 2 or (len(Inputs) == 2 and sum(math.prod(x.shape) for x in Inputs) > 4096)
-    y = xp.einsum(eq, *(_up(x) for x in Inputs), optimize=big)
+    y = xp.einsum(eq, *(up(x) for x in Inputs), optimize=big)
     return xp.asarray(y).astype(Inputs[0].dtype)
 
 
@@ -82,4 +100,4 @@ def Einsum(xp, *Inputs, equation):
 def Det(xp, X):
     if X.ndim < 2 or X.shape[-1] != X.shape[-2]:
         raise NodeError(f"Det needs square matrices in the last two dims, got shape {tuple(X.shape)}")
-    return xp.asarray(xp.linalg.det(_up(X))).astype(X.dtype)
+    return xp.asarray(xp.linalg.det(up(X))).astype(X.dtype)

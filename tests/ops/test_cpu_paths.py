@@ -251,3 +251,21 @@ def test_stacked_matmul_and_einsum_match_onnxruntime(op_type, shapes, attrs, dev
     rng = np.random.default_rng(5)
     feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
     assert_op_matches_ort(op_type, feeds, device, rtol=1e-5, atol=1e-5, **attrs)
+
+
+def test_float32_copies_of_read_only_half_weights_are_kept_while_the_weight_lives():
+    import gc
+
+    from gpuops.ops import linalg
+
+    w = np.random.default_rng(6).standard_normal(1 << 16).astype(np.float16)
+    w.flags.writeable = False
+    first = linalg.up(w)
+    assert first.dtype == np.float32 and linalg.up(w) is first and not first.flags.writeable
+    np.testing.assert_array_equal(first, w.astype(np.float32))
+    key = id(w)
+    del w
+    gc.collect()
+    assert key not in linalg._up_cache
+    mutable = np.ones(1 << 16, np.float16)  # a writeable array may change: converted on every call
+    assert linalg.up(mutable) is not linalg.up(mutable)
