@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 import gpuops
 from gpuops import device as _device
+from gpuops.errors import NodeError
 
 from tests.conformance.harness import assert_close
 from tests.conformance.test_light_models import MODELS, _case
@@ -111,3 +112,19 @@ def test_architecture_runs_as_one_captured_graph_without_host_syncs(name):
     for out, w, a, b, c in zip(model.graph.output, want, node_by_node, got, again):
         for g in (a, b, c):
             assert_close(g, w, 1e-5, 1e-5, out.name)
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_out_of_range_token_id_is_a_node_error_and_the_session_recovers(cuda_graph):
+    """Index checks stay errors on the device, whether a node runs them at once or the run reads
+    them after its last node (a replayed graph included)."""
+    model, feeds = _zoo("bert")
+    want = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
+    sess = gpuops.InferenceSession(model, device="cuda", cuda_graph=cuda_graph)
+    sess.run(None, feeds)
+    bad = dict(feeds, input_ids=feeds["input_ids"].copy())
+    bad["input_ids"][1, 2] = 1000
+    with pytest.raises(NodeError, match=r"node '.*index 1000 is out of range"):
+        sess.run(None, bad)
+    for out, w, g in zip(model.graph.output, want, sess.run(None, feeds)):
+        assert_close(g, w, 1e-5, 1e-5, out.name)
