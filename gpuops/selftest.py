@@ -8,8 +8,8 @@ graph and compares both with the cpu path, reporting host syncs per run and the 
 status. :func:`run` returns the report (a JSON-able dict); its ``"ok"`` is False on any mismatch or
 error, and ``gpuops selftest`` then exits with 1.
 
-The kernel cases here are shared with the tests (``tests/test_selftest.py``); their oracle is the
-generic op, the one every override must match.
+The kernel cases' oracle is the generic op, the one every override must match; their edge inputs
+are shared with the kernel tests (``tests/kernels``).
 """
 
 from __future__ import annotations
@@ -343,9 +343,8 @@ def model_check(spec: str, dev: Device, rtol: float = 1e-3, atol: float = 1e-4) 
     """``spec`` on the cpu path (against onnx's stored outputs for a light model), and on a CUDA
     ``dev`` node by node (with the host syncs of the run) and as a CUDA graph (capture, then a replay
     on different feeds), each against the cpu path."""
-    from .onnx import InferenceSession
-
     from .cli import resolve_model_path
+    from .onnx import InferenceSession
 
     rec: dict = {"model": spec, "runs": []}
     path = resolve_model_path(spec)
@@ -386,7 +385,7 @@ def model_check(spec: str, dev: Device, rtol: float = 1e-3, atol: float = 1e-4) 
             ok, diff, why = compare(replay, cpu2, rtol, atol)
             run.update(ok=run["ok"] and ok, max_abs_diff=max(run["max_abs_diff"], diff))
             if why:
-                run["error"] = f"replay on new feeds: {why}"
+                run["error"] = "; ".join(filter(None, [run.get("error"), f"replay on new feeds: {why}"]))
             sess.close()
 
         for name, fn in (("cuda", node_by_node), ("cuda_graph", graph)):
