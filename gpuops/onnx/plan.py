@@ -17,7 +17,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from .. import registry
-from ..errors import ModelError, UnsupportedOpError
+from ..errors import GpuopsError, ModelError, UnsupportedOpError
 
 MAX_FUNCTION_DEPTH = 100
 """How deeply model-local function calls may nest (onnxruntime's bound too)."""
@@ -345,6 +345,8 @@ class PlanBuilder:
 def _fold_constant(step: Step) -> np.ndarray:
     try:
         return np.asarray(step.impl.fn(_host_xp(), **step.attrs))
+    except GpuopsError:
+        raise
     except Exception as e:  # a bad attribute value
         raise ModelError(f"{step.describe()}: {type(e).__name__}: {e}") from e
 
