@@ -140,8 +140,7 @@ def feeds_of(session, batch: Mapping[str, np.ndarray], input_columns: Mapping[st
     """The session's feeds from a batch of columns; a missing column or a cell of the wrong shape or
     dtype is a :class:`FeedError` naming the rows of the batch (``first_row``: the batch's offset)."""
     columns = dict(input_columns or {})
-    rows = n_rows(dict(batch))
-    where = (f"rows {first_row}..{first_row + rows - 1}" if first_row is not None else f"a batch of {rows} rows")
+    where = describe_rows(session, batch, columns, first_row)
     feeds = {}
     for arg in session.get_inputs():
         col = columns.get(arg.name, arg.name)
@@ -160,6 +159,21 @@ def feeds_of(session, batch: Mapping[str, np.ndarray], input_columns: Mapping[st
                                 f"{arg.type}")
         feeds[arg.name] = value
     return feeds
+
+
+def describe_rows(session, batch: Mapping[str, np.ndarray], input_columns: Mapping[str, str],
+                  first_row: int | None) -> str:
+    """How an error names a batch: its row range when known, else the range of an integer key column
+    (an id that is not a model input), else its size."""
+    rows = n_rows(dict(batch))
+    if first_row is not None:
+        return f"rows {first_row}..{first_row + rows - 1}"
+    inputs = {input_columns.get(a.name, a.name) for a in session.get_inputs()}
+    for name, col in batch.items():
+        col = np.asarray(col)
+        if name not in inputs and col.ndim == 1 and col.dtype.kind in "iu" and col.size:
+            return f"the batch of {rows} rows with {name} {col.min()}..{col.max()}"
+    return f"a batch of {rows} rows"
 
 
 def run_batch(session, batch: Mapping[str, np.ndarray], *, input_columns=None, output_columns=None,
@@ -181,8 +195,7 @@ def run_batch(session, batch: Mapping[str, np.ndarray], *, input_columns=None, o
             parts = [session.run(names, {k: v[i:i + fixed] for k, v in feeds.items()}) for i in range(0, rows, fixed)]
             outs = [np.concatenate(p) for p in zip(*parts)]
     except FeedError as e:
-        where = f"rows {first_row}..{first_row + rows - 1}" if first_row is not None else f"a batch of {rows} rows"
-        raise FeedError(f"{where}: {e}") from None
+        raise FeedError(f"{describe_rows(session, batch, dict(input_columns or {}), first_row)}: {e}") from None
     rename = dict(output_columns or {})
     for name, value in zip(names, outs):
         batch[rename.get(name, name)] = np.asarray(value)

@@ -95,9 +95,8 @@ def test_bad_row_is_a_clear_error_not_a_hang():
     ds = _dataset(table).map_batches(gray.Predictor, fn_constructor_kwargs={"model": model.SerializeToString(),
                                                                             "device": "cpu"},
                                      concurrency=1, batch_size=4, batch_format="numpy")
-    with pytest.raises(Exception, match=r"input 'x': dimension 1 must be 4") as e:
+    with pytest.raises(Exception, match=r"FeedError.*batch of 4 rows with id (0\.\.3|4\.\.7): input 'x': dimension 1 must be 4"):
         ds.take_all()
-    assert "FeedError" in str(e.value) or isinstance(e.value.__cause__, Exception)
 
 
 def test_cli_batch_ray_output_identical_to_in_process(tmp_path):
