@@ -50,3 +50,22 @@ def test_quick_scenarios_write_json_and_plots(tmp_path):
     assert off["best_throughput"] == max(s["throughput"] for s in off["sweep"])
     assert (tmp_path / "latency_lstm.png").stat().st_size > 0
     assert (tmp_path / "throughput_lstm.png").stat().st_size > 0
+
+
+def test_telemetry_energy_per_inference():
+    class FakeSampler:
+        def summary(self):
+            return {"power_w": {"mean": 200.0, "max": 250.0}, "gpu_util": {"mean": 80.0, "max": 99.0},
+                    "mem_used": {"mean": 1e9, "max": 2e9}}
+
+    t = scenarios._telemetry(FakeSampler(), seconds=2.0, inferences=100)
+    assert t == {"power_avg_w": 200.0, "power_peak_w": 250.0, "energy_per_inference_j": 200.0 * 2.0 / 100,
+                 "sm_util_avg_pct": 80.0, "mem_peak_bytes": 2e9}
+
+
+def test_no_telemetry_without_nvml():
+    class NoSamples:
+        def summary(self):
+            return None
+
+    assert scenarios._telemetry(NoSamples(), 1.0, 1) is None
