@@ -207,7 +207,7 @@ part_install() {
 
 part_selftest() {
     local rc=0
-    to "$out/selftest.json" timeout "$PART_TIMEOUT" "$GPUOPS" selftest --device cuda --json || rc=$?
+    to "$out/selftest.json" timeout "$PART_TIMEOUT" "$GPUOPS" selftest --device cuda --json --strict || rc=$?
     # the same report as text, into the part's log
     run "$PY" -c 'import json, sys; from gpuops.selftest import format_report
 print(format_report(json.load(open(sys.argv[1]))))' "$out/selftest.json" || true

@@ -93,7 +93,7 @@ def test_dry_run_prints_every_command(tmp_path):
                        for line in pytest_lines) == parts.count(part)
     assert "compute-sanitizer --tool memcheck --error-exitcode 99" in out
     assert "compute-sanitizer --tool racecheck --error-exitcode 99" in out
-    assert f"{venv}/bin/gpuops selftest --device cuda --json > {tmp_path}/out/selftest.json" in out
+    assert f"{venv}/bin/gpuops selftest --device cuda --json --strict > {tmp_path}/out/selftest.json" in out
     assert f"{venv}/bin/gpuops bench --device cuda --out {tmp_path}/out/bench-resnet50 --models resnet50 " \
            "--batch 1\\,32" in out
     assert "export GPUOPS_CONFORMANCE_DEVICES=cuda" in out
