@@ -16,27 +16,39 @@ from ..errors import NodeError
 from ..registry import op
 
 _HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
-_UP_CACHE_MIN = 1 << 15  # elements: smaller read-only arrays are converted every time
-_up_cache: dict[int, tuple] = {}  # id(read-only half array) -> (weakref to it, its float32 copy)
+_CACHE_MIN = 1 << 15  # elements: derived copies of smaller arrays are recomputed every time
+_derived: dict[tuple, tuple] = {}  # (tag, ids of the source arrays) -> (weakrefs to them, result)
+
+
+def _frozen(a) -> bool:
+    """A NumPy array whose values cannot change: read-only, and not a view of a writeable array
+    (the plan's constants are read-only)."""
+    return isinstance(a, np.ndarray) and not a.flags.writeable and not (
+        isinstance(a.base, np.ndarray) and a.base.flags.writeable)
+
+
+def derived(arrays: tuple, tag, make):
+    """``make()``, kept while every array in ``arrays`` (weights: read-only NumPy arrays, the first
+    one large) lives, so each run does not redo per-weight work (a float32 copy, centring by a zero
+    point); anything else is computed every time. The kept result is read-only."""
+    if arrays[0].size < _CACHE_MIN or not all(_frozen(a) for a in arrays):
+        return make()
+    key = (tag,) + tuple(id(a) for a in arrays)
+    hit = _derived.get(key)
+    if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
+        return hit[1]
+    y = make()
+    y.flags.writeable = False
+    _derived[key] = (tuple(weakref.ref(a, lambda _, key=key: _derived.pop(key, None)) for a in arrays), y)
+    return y
 
 
 def up(x):
-    """``x`` in float32 when it is float16/bfloat16, else unchanged. The float32 copy of a large
-    read-only NumPy array (a weight: the plan's constants are read-only) is kept while the array
-    lives, so each run does not convert the weights again."""
+    """``x`` in float32 when it is float16/bfloat16, else unchanged (a weight's copy is kept: see
+    :func:`derived`)."""
     if np.dtype(x.dtype) not in _HALF:
         return x
-    if not isinstance(x, np.ndarray) or x.flags.writeable or x.size < _UP_CACHE_MIN or (
-            isinstance(x.base, np.ndarray) and x.base.flags.writeable):
-        return x.astype(np.float32)
-    key = id(x)
-    hit = _up_cache.get(key)
-    if hit is not None and hit[0]() is x:
-        return hit[1]
-    y = x.astype(np.float32)
-    y.flags.writeable = False
-    _up_cache[key] = (weakref.ref(x, lambda _, key=key: _up_cache.pop(key, None)), y)
-    return y
+    return derived((x,), "float32", lambda: x.astype(np.float32))
 
 
 @op("MatMul", since=1)  # 9 and 13 only add types

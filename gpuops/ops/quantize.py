@@ -17,6 +17,7 @@ from ..dtypes import np_dtype
 from ..errors import NodeError
 from ..registry import op
 from .conv import conv as _conv
+from .linalg import derived
 from .elementwise import clamp
 
 _INT_RANGES = {
@@ -205,7 +206,9 @@ def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
     bound = A.shape[-1] * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)
     dtype = exact_dtype(bound)
-    a, b = _centered(xp, A, a_zero_point, True, dtype), _centered(xp, B, b_zero_point, False, dtype)
+    a = _centered(xp, A, a_zero_point, True, dtype)
+    b = derived((B,) if b_zero_point is None else (B, b_zero_point), ("centred", np.dtype(dtype).str),
+                lambda: _centered(xp, B, b_zero_point, False, dtype))  # a weight: centred once
     return wrap_int32(xp.matmul(a, b), bound)
 
 
@@ -280,9 +283,11 @@ def _conv_int32(xp, x, x_zero_point, w, w_zero_point, B=None, **attrs):
     X = x.astype(dtype)
     if x_zero_point is not None:
         X = X - xp.reshape(x_zero_point, ()).astype(dtype)
-    W = w.astype(dtype)
-    if w_zero_point is not None:
-        W = W - _per_channel(xp, w_zero_point, w.ndim, 0).astype(dtype)
+    def centred_w():
+        W = w.astype(dtype)
+        return W if w_zero_point is None else W - _per_channel(xp, w_zero_point, w.ndim, 0).astype(dtype)
+
+    W = derived((w,) if w_zero_point is None else (w, w_zero_point), ("centred", np.dtype(dtype).str), centred_w)
     Y = wrap_int32(_conv(xp, X, W, **attrs), bound)
     return Y if B is None else Y + xp.reshape(B.astype(np.int32), (1, -1) + (1,) * (Y.ndim - 2))
 

@@ -266,6 +266,25 @@ def test_float32_copies_of_read_only_half_weights_are_kept_while_the_weight_live
     key = id(w)
     del w
     gc.collect()
-    assert key not in linalg._up_cache
+    assert not any(key in k for k in linalg._derived)
     mutable = np.ones(1 << 16, np.float16)  # a writeable array may change: converted on every call
     assert linalg.up(mutable) is not linalg.up(mutable)
+
+
+def test_a_quantized_weight_is_centred_once_and_results_stay_exact():
+    from gpuops.ops import linalg
+
+    rng = np.random.default_rng(7)
+    A = rng.integers(0, 256, (3, 256), dtype=np.uint8)
+    B = rng.integers(0, 256, (256, 256), dtype=np.uint8)
+    zp = np.array(131, np.uint8)
+    for t in (B, zp):
+        t.flags.writeable = False
+    first = quantize_mod.MatMulInteger(xnp, A, B, np.array(7, np.uint8), zp)
+    kept = [k for k in linalg._derived if id(B) in k]
+    assert len(kept) == 1
+    again = quantize_mod.MatMulInteger(xnp, A, B, np.array(7, np.uint8), zp)
+    assert [k for k in linalg._derived if id(B) in k] == kept
+    want = _int_formula(A.astype(np.int32) - 7, B.astype(np.int32) - 131)
+    np.testing.assert_array_equal(first, want)
+    np.testing.assert_array_equal(again, want)
