@@ -181,8 +181,9 @@ class OnnxCall:
         def convert():
             if isinstance(v, list) and v and all(values.is_array(x) for x in v):
                 return v  # a sequence
-            if isinstance(v, Batched):
-                return v.astype(np.int64) if v.dtype == np.int32 else v
+            if isinstance(v, Batched):  # a scalar per row becomes 1-d, as a number does
+                v2 = Batched(v.a.reshape(-1, 1)) if v.ndim == 0 else v
+                return v2.astype(np.int64) if v2.dtype == np.int32 else v2
             if isinstance(v, (bool, int, float)):
                 a = values.array(np.atleast_1d(v))
             elif values.is_array(v):

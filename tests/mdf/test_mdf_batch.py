@@ -283,6 +283,20 @@ def test_batch_refusals_are_clear():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_onnx_inputs_that_are_a_number_per_row(device):
+    n = Node(id="n")
+    n.parameters.append(Parameter(id="x", value=[[0.5, -1.0, 2.0], [1.0, 0.0, -2.0]]))
+    n.parameters.append(Parameter(id="s", value=0.5))
+    n.parameters.append(Parameter(id="lo", value=-0.5))
+    for fid, op, args in [("ss", "Add", {"A": "s", "B": "s"}), ("xs", "Mul", {"A": "x", "B": "s"}),
+                          ("c", "Clip", {"input": "x", "min": "lo", "max": 1.5}), ("e", "Exp", {"input": "s"})]:
+        n.parameters.append(Parameter(id=fid, function=f"onnx::{op}", args=args))
+        n.output_ports.append(OutputPort(id=fid, value=fid))
+    rows_match(mdf_model(n), 3, device, [None], params={"s": np.array([0.5, -2.0, 3.0]),
+                                                        "lo": np.array([-0.5, 0.25, 1.0])})
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_onnx_attributes_per_row(device):
     n = Node(id="n")
     n.parameters.append(Parameter(id="x", value=[[0.5, -1.0, 2.0], [1.0, 0.0, -2.0]]))
