@@ -52,7 +52,8 @@ def bench_one(bm: M.BenchModel, batch: int, device: str, a) -> dict:
     rec = {"model": bm.name, "batch": batch, "device": device}
     model = bm.make(batch)
     feeds = bm.feeds(model, batch, np.random.default_rng(0))
-    sess = gpuops.InferenceSession(model, device=device)
+    sess = gpuops.InferenceSession(model, device=device, cuda_graph=a.cuda_graph)
+    rec["cuda_graph"] = a.cuda_graph
     rec["device"] = str(sess.device)
     ours = sess.run(None, feeds)
     with GpuSampler(sess.device.index if sess.device.kind == "cuda" else 0) as sampler:
@@ -144,6 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-float16", action="store_true", help="--peers: skip the float16 variants")
     ap.add_argument("--conv-shapes", action="store_true",
                     help="--peers: GFLOP/s of every light-model Conv shape against np.matmul of the same GEMM")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="CUDA: gpuops runs each model as a captured CUDA graph (InferenceSession(cuda_graph=True))")
     ap.add_argument("--scenario", default=None,
                     help="MLPerf-style scenarios instead of the suite: single-stream, offline, server, ray "
                          "(comma-separated) or all; --models picks the model (default transformer_encoder)")
