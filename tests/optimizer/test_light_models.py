@@ -13,7 +13,7 @@ import pytest
 
 import gpuops
 from gpuops.optimizer import optimize
-from tests.conformance.harness import assert_close
+from tests.conformance.harness import assert_close, device_guard
 from tests.conformance.test_light_models import MODELS, _case
 
 from .helpers import ops
@@ -65,3 +65,19 @@ def test_cli_save_optimized(tmp_path):
     feeds = {i.name: x for i in saved.graph.input if i.name not in inits}
     for g, w in zip(_ort(path, feeds), gpuops.InferenceSession(path, device="cpu", optimize="none").run(None, feeds)):
         assert_close(g, w, 1e-4, 1e-5)
+
+
+def test_fewer_kernel_launches_on_the_cuda_path():
+    """squeezenet on the CUDA path: the folded weights and fused convolutions launch fewer kernels
+    (counted where the device counts them: the CPU stand-in of CuPy; on CuPy only the steps)."""
+    model, feeds, expected, rtol, atol = _case("squeezenet")
+    counts = {}
+    for level in ("none", "all"):
+        sess = gpuops.InferenceSession(model, device="cuda", optimize=level)
+        with device_guard("cuda"):
+            got = sess.run(None, feeds, profile=True)
+        assert_close(got[0], expected[0], rtol, atol, level)
+        counts[level] = (len(sess.plan.steps), sess.last_profile["kernel_launches"])
+    assert counts["all"][0] < counts["none"][0] / 2
+    if counts["none"][1] is not None:
+        assert counts["all"][1] < counts["none"][1], counts
