@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import NodeError
 from ..registry import op
 from .elementwise import clamp
+from .linalg import derived
 
 # Activation name -> (default alpha, default beta); None: the function takes no such parameter.
 _ACT_PARAMS = {
@@ -129,7 +130,7 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
 
     act = _Activations(xp, activations, *acts, D)
     pre = (lambda v: clamp(xp, v, -clip, clip)) if clip is not None else (lambda v: v)
-    RT = xp.swapaxes(R, 1, 2)  # (D, H, G*H)
+    RT = derived((R,), "rnn R^T", lambda: _contiguous_transpose(xp, R))  # (D, H, G*H), row-major for the GEMMs
     ys = []
     for k in range(T):
         new = cell(XW[:, k], states, RT, Rb, act, pre)
@@ -146,6 +147,13 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
     if layout:
         return (xp.permute_dims(Y, (2, 0, 1, 3)), *(xp.swapaxes(s, 0, 1) for s in states))
     return (Y, *states)
+
+
+def _contiguous_transpose(xp, R):
+    """R (D, G*H, H) -> R^T (D, H, G*H) in row-major order: the per-step GEMM reads it about twice as
+    fast as the transposed view."""
+    RT = xp.permute_dims(R, (0, 2, 1))
+    return xp.reshape(xp.reshape(RT, (-1,)), RT.shape)  # flattening copies in row-major order
 
 
 def _rnn_cell(xp):
