@@ -13,7 +13,8 @@ Levels (as onnxruntime's graph_optimization_level):
   MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
   dead nodes (:mod:`.dead_code`).
 * ``"all"``: also the com.microsoft fusions: Conv + Add + activation -> FusedConv
-  (:mod:`.conv_fusion`), Transposes into MatMul -> FusedMatMul, and the transformer patterns
+  (:mod:`.conv_fusion`), Gemm + activation -> FusedGemm (:mod:`.gemm_activation`), Transposes into
+  MatMul -> FusedMatMul, and the transformer patterns
   (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`).
 
 The rewrites run in rounds until none applies. Only the main graph is rewritten (subgraphs of
@@ -28,7 +29,8 @@ import onnx
 
 from ..errors import GpuopsError
 from . import (attention, constant_folding, conv_fusion, cse, dead_code, eliminate_noops, fold_batchnorm,
-               fold_mul_add_into_conv, gelu, layernorm, matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
+               fold_mul_add_into_conv, gelu, gemm_activation, layernorm, matmul_add_to_gemm, shape_to_constant,
+               transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph
 
@@ -44,7 +46,7 @@ def _passes(level: str, fold_limit: int):
              transpose_into_matmul.apply, dead_code.apply]
     if level == "basic":
         return basic
-    return basic + [attention.apply, gelu.apply, layernorm.apply, conv_fusion.apply,
+    return basic + [attention.apply, gelu.apply, layernorm.apply, conv_fusion.apply, gemm_activation.apply,
                     partial(transpose_into_matmul.apply, fused_matmul=True), dead_code.apply]
 
 

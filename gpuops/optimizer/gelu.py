@@ -1,4 +1,5 @@
-"""GELU written out -> com.microsoft Gelu (Erf form) or FastGelu (tanh form).
+"""GELU written out -> com.microsoft Gelu (Erf form) or FastGelu (tanh form); a constant bias
+added just before goes into the op (BiasGelu, FastGelu's bias).
 
 TorchScript emits ``x * (1 + Erf(x / sqrt 2)) * 0.5`` (Div, Erf, Add, Mul, Mul); the dynamo exporter
 (onnxscript) emits ``x * (0.5 * (1 + Erf(x * (1 / sqrt 2))))``; the factor 0.5 may also multiply x
@@ -109,6 +110,29 @@ def apply(graph: Graph) -> bool:
         del last.attribute[:]
         removed.extend([*scale, erf, add, *muls[:-1]])
         graph.use_domain(MS)
+    if removed:
+        graph.remove(*removed)
+        graph.index()
+    return _bias(graph) or bool(removed)
+
+
+def _bias(graph: Graph) -> bool:
+    """Gelu(A + bias) -> BiasGelu(A, bias), FastGelu(A + bias) -> FastGelu(A, bias), for a constant
+    1-D bias along A's last axis (the projection before a transformer's activation)."""
+    removed = []
+    for node in graph.nodes:
+        if node.domain != MS or node.op_type not in ("Gelu", "FastGelu") or len(node.input) != 1:
+            continue
+        add = graph.producer_of(node.input[0], "Add")
+        if add is None or not graph.single_use(node.input[0]):
+            continue
+        for a, b in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
+            bias, shape = graph.const_value(b), graph.shape(a)
+            if bias is not None and shape and bias.shape == (shape[-1],) and graph.elem_type(a) == TensorProto.FLOAT:
+                node.op_type = "BiasGelu" if node.op_type == "Gelu" else "FastGelu"
+                node.input[:] = [a, b]
+                removed.append(add)
+                break
     if removed:
         graph.remove(*removed)
         graph.index()

@@ -68,3 +68,14 @@ def test_other_transposes_kept():
              helper.make_node("MatMul", ["Qt", "K"], ["Y"])]
     m = make_model(nodes, {"Q": Q, "K": K}, _out())
     check(m, {"Q": Q, "K": K}, kept=["Transpose", "MatMul"])
+
+
+@pytest.mark.parametrize("act,attrs", [("Relu", {}), ("LeakyRelu", {"alpha": 0.3}), ("Sigmoid", {}), ("Tanh", {}),
+                                       ("HardSigmoid", {"alpha": 0.3, "beta": 0.4})])
+def test_gemm_activation_fused(act, attrs):
+    A, B, C = _f32(4, 3), _f32(5, 3), _f32(5)
+    nodes = [helper.make_node("Gemm", ["A", "B", "C"], ["g"], transB=1), helper.make_node(act, ["g"], ["Y"], **attrs)]
+    m = make_model(nodes, {"A": A}, _out(), inits=[("B", B), ("C", C)])
+    opt = check(m, {"A": A}, gone=["Gemm", act], present=["FusedGemm"])
+    assert len(opt.graph.node) == 1
+    assert ops(optimize(m, "basic")) == {"Gemm": 1, act: 1}

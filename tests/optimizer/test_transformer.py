@@ -60,6 +60,25 @@ def test_tanh_gelu():
     assert len(opt.graph.node) == 1
 
 
+@pytest.mark.parametrize("form", ["torchscript", "tanh"])
+def test_bias_gelu(form):
+    """The projection's bias add before the activation goes into BiasGelu / FastGelu."""
+    A = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    first = [helper.make_node("Add", ["A", "bias"], ["X"])]
+    if form == "tanh":
+        rest = [helper.make_node("Mul", ["half", "X"], ["h"]), helper.make_node("Pow", ["X", "three"], ["p"]),
+                helper.make_node("Mul", ["c", "p"], ["cp"]), helper.make_node("Add", ["X", "cp"], ["i"]),
+                helper.make_node("Mul", ["k", "i"], ["ki"]), helper.make_node("Tanh", ["ki"], ["t"]),
+                helper.make_node("Add", ["one", "t"], ["a"]), helper.make_node("Mul", ["h", "a"], ["Y"])]
+    else:
+        rest = _gelu_nodes("torchscript")
+    consts = GELU_CONSTS + [("bias", rng.standard_normal(8).astype(np.float32)), ("three", np.float32(3)),
+                            ("c", np.float32(0.044715)), ("k", np.float32(math.sqrt(2 / math.pi)))]
+    m = make_model(first + rest, {"A": A}, _out(), inits=consts, opset=14)
+    opt = check(m, {"A": A}, present=["BiasGelu" if form == "torchscript" else "FastGelu"])
+    assert len(opt.graph.node) == 1 and len(opt.graph.node[0].input) == 2
+
+
 def test_gelu_with_other_scale_kept():
     X = rng.standard_normal((2, 8)).astype(np.float32)
     consts = [(n, np.float32(0.7)) if n == "half" else (n, v) for n, v in GELU_CONSTS]
