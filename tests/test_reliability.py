@@ -97,6 +97,17 @@ def test_constant_with_a_bad_attribute_value_is_a_model_error():
         gpuops.InferenceSession(model, device="cpu")
 
 
+def test_split_with_num_outputs_unlike_its_outputs_is_refused_before_shape_inference():
+    # onnx's shape inference (and onnxruntime) abort the process on this model: never reach it
+    node = helper.make_node("Split", ["x"], ["y0", "y1"], name="split", axis=0, num_outputs=1)
+    model = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [4])],
+                                                [helper.make_tensor_value_info("y0", 1, None),
+                                                 helper.make_tensor_value_info("y1", 1, None)]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(gpuops.ModelError, match="node 'split' \\(Split\\): num_outputs=1 but the node has 2"):
+        gpuops.InferenceSession(model, device="cpu")
+
+
 def test_a_value_defined_twice_is_a_model_error_as_in_onnxruntime():
     model = relu_model()
     model.graph.node.append(helper.make_node("Neg", ["y"], ["x"], name="again"))

@@ -70,7 +70,9 @@ def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
     while stack:
         msg = stack.pop()
         fields = msg.ListFields()
-        if isinstance(msg, onnx.TensorProto):  # (ListFields would copy the weights: only the text)
+        if isinstance(msg, onnx.NodeProto):
+            _check_node(msg)
+        elif isinstance(msg, onnx.TensorProto):  # (ListFields would copy the weights: only the text)
             tensors.append(msg)
             fields = [(fd, getattr(msg, fd.name)) for fd in _TENSOR_TEXT]
         for fd, value in fields:
@@ -87,6 +89,16 @@ def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
             if t.HasField("tensor_type") and t.tensor_type.elem_type not in _ELEM_TYPES:
                 raise ModelError(f"graph {kind} {vi.name!r} has unknown element type {t.tensor_type.elem_type}")
     return tensors
+
+
+def _check_node(node: onnx.NodeProto) -> None:
+    """What onnx's own shape inference (which the optimizer and function expansion run) does not
+    survive: a Split whose ``num_outputs`` differs from its outputs aborts the process (onnx 1.23)."""
+    if node.op_type == "Split" and node.domain in ("", "ai.onnx"):
+        for a in node.attribute:
+            if a.name == "num_outputs" and a.i != len(node.output):
+                raise ModelError(f"node {node.name or 'Split'!r} (Split): num_outputs={a.i} but the node has "
+                                 f"{len(node.output)} output(s)")
 
 
 def _check_size(t: onnx.TensorProto) -> None:
