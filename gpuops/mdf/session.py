@@ -15,6 +15,12 @@ One ``run()`` is one ``evaluate()`` of the reference engine:
 
 Values stay on the device between nodes; only scheduler conditions on values and the outputs
 returned by ``run`` are copied to the host.
+
+A batched session (``batch=N``) runs the same program on :class:`~gpuops.mdf.batch.Batched` values
+(rows on a leading axis). When its scheduling conditions read values, each row has its own
+scheduler state (:class:`~gpuops.mdf.schedule.RowMachine`): a step names the rows where a node runs,
+the node is evaluated for all rows and keeps its new parameters, function values and outputs only
+in those rows; input ports track per row whether a value is pending (``_Port.received``).
 """
 
 from __future__ import annotations
