@@ -61,13 +61,12 @@ def deferred():
         _state.stack = _state.stack[:-1]
 
 
-def require(values, check: Callable) -> bool:
+def require(values, check: Callable) -> None:
     """Run ``check(host copy of values)`` (it raises ``NodeError`` on bad input) now, or defer it to
-    the end of the run inside :func:`deferred` when ``values`` live on a device. Returns True when
-    deferred: the caller must then keep its computation safe on bad input."""
+    the end of the run inside :func:`deferred` when ``values`` live on a device; the caller's
+    computation must then stay safe on bad input."""
     d = active()
     if d is None or isinstance(values, np.ndarray):
         check(to_host(values))
-        return False
-    d.pending.append((values, check, d.node))
-    return True
+    else:
+        d.pending.append((values, check, d.node))
