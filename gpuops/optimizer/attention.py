@@ -10,9 +10,12 @@ Matched, as TorchScript and the dynamo exporter write a BERT / GPT-style layer (
     [Where(causal, scores, fill) or + causal]  a constant lower-triangular mask: unidirectional
     Softmax(last axis) -> MatMul(., V) -> Transpose (0, 2, 1, 3) -> Reshape (B, S, N * Hv)
 
+With past key/values (generation, GPT-2 style): K's and V's heads are each Concat(past, heads,
+axis=2) first, and those concatenations (the present values, usually graph outputs) are remade
+from the Attention's present output; the two pasts are stacked into its (2, B, N, P, H) past.
+
 Q, K and V must read the same 3-D x with constant weights and biases. The padding mask becomes
 ``mask_index`` (cast to int32, as onnxruntime takes it) with ``mask_filter_value`` = filter.
-Attention with past key/values (generation) is not fused.
 """
 
 from __future__ import annotations
@@ -63,11 +66,21 @@ def _heads(graph: Graph, name: str, nodes: list, perm):
     return None
 
 
-def _key_heads(graph: Graph, name: str, nodes: list):
+def _with_past(graph: Graph, name: str, nodes: list, pasts: list):
+    """``name``'s heads, through Concat(past, heads, axis=2) when there is one (past recorded)."""
+    cat = graph.producer_of(name, "Concat")
+    if cat is None or len(cat.input) != 2 or attr(cat, "axis") not in (2, -2):
+        return name
+    nodes.append(cat)
+    pasts.append((cat.input[0], cat.output[0]))
+    return cat.input[1]
+
+
+def _key_heads(graph: Graph, name: str, nodes: list, pasts: list):
     t = graph.producer_of(name, "Transpose")
     if t is not None and list(attr(t, "perm", [])) == [0, 1, 3, 2] and graph.single_use(name):
         nodes.append(t)
-        return _heads(graph, t.input[0], nodes, [0, 2, 1, 3])
+        return _heads(graph, _with_past(graph, t.input[0], nodes, pasts), nodes, [0, 2, 1, 3])
     return _heads(graph, name, nodes, [0, 2, 3, 1])
 
 
@@ -153,7 +166,9 @@ def _match(graph: Graph, sm):
     if final is None:
         return None
     nodes.append(final)
-    v = _heads(graph, pv.input[1], nodes, [0, 2, 1, 3])
+    pasts: list = []  # (past, present) of K, then V
+    v_pasts: list = []
+    v = _heads(graph, _with_past(graph, pv.input[1], nodes, v_pasts), nodes, [0, 2, 1, 3])
     # before the softmax: masks, scale, scores
     s, causal, fill, mask, bias = sm.input[0], False, None, None, None
     for _ in range(3):
@@ -189,7 +204,10 @@ def _match(graph: Graph, sm):
     qa, qs = _scaled(graph, qk.input[0], nodes)
     ka, ks = _scaled(graph, qk.input[1], nodes)
     q = _heads(graph, qa, nodes, [0, 2, 1, 3])
-    k = _key_heads(graph, ka, nodes)
+    k = _key_heads(graph, ka, nodes, pasts)
+    pasts += v_pasts
+    if len(pasts) not in (0, 2):
+        return None
     if q is None or k is None:
         return None
     (x, Wq, bq, sq), (xk, Wk, bk, sk), (xv, Wv, bv, sv) = q, k, v
@@ -206,6 +224,12 @@ def _match(graph: Graph, sm):
     if graph.shape(final.output[0]) != (Bn, S, hv):
         return None
     T = S
+    if pasts:
+        shapes = [graph.shape(p) for p, _ in pasts]
+        if shapes[0] is None or shapes[0] != shapes[1] or len(shapes[0]) != 4 or \
+                shapes[0][:2] != (Bn, N) or shapes[0][3] != hidden // N or hv != hidden:
+            return None
+        T = S + shapes[0][2]
     masked = (lambda m: m <= _MINUS_BIG) if fill is None else (lambda m: ~m.astype(bool))
     if causal is not False and not _is_causal(causal, S, T, masked):
         return None
@@ -213,11 +237,13 @@ def _match(graph: Graph, sm):
         b = graph.shape(bias)
         if b is None or len(b) != 4 or b[0] not in (1, Bn) or b[1] not in (1, N) or b[2:] != (S, T):
             return None
-    if any(o in graph.protected for n in nodes if n is not final for o in n.output):
+    presents = {c for _, c in pasts}  # remade from the Attention's present output
+    if any(o in graph.protected for n in nodes if n is not final for o in n.output if o not in presents):
         return None
     return dict(nodes=nodes, final=final, x=x, W=np.concatenate([Wq, Wk, Wv], axis=1),
                 b=np.concatenate([bq, bk, bv]), N=N, scale=scale * qs * ks, head=hidden // N,
-                causal=causal is not False, mask=mask, bias=bias, sizes=None if hv == hidden else [hidden, hidden, hv])
+                causal=causal is not False, mask=mask, bias=bias, sizes=None if hv == hidden else [hidden, hidden, hv],
+                pasts=pasts)
 
 
 def apply(graph: Graph) -> bool:
@@ -243,15 +269,40 @@ def apply(graph: Graph) -> bool:
             attrs["scale"] = m["scale"]
         inputs = [m["x"], graph.add_const(m["W"], "attention_qkv_weight"), graph.add_const(m["b"], "attention_qkv_bias"),
                   mask_index]
+        outputs, extra = [final.output[0]], []
+        if m["pasts"]:
+            (pk, ck), (pv, cv) = m["pasts"]
+            inputs.append(_stack(graph, pk, pv, extra))
+            outputs.append(graph.unique("attention_present"))
+            for i, name in enumerate((ck, cv)):  # present (2, B, N, T, H) -> the two graph values it replaces
+                extra.append(graph.make_node("Gather", [outputs[1], graph.add_const(np.array(i, np.int64), "index")],
+                                             [name], axis=0))
         if m["bias"] is not None:
-            inputs += ["", m["bias"]]
+            inputs += [""] * (5 - len(inputs)) + [m["bias"]]
         while inputs and not inputs[-1]:
             inputs.pop()
-        node = graph.make_node("Attention", inputs, [final.output[0]], domain=MS, **attrs)
-        graph.nodes[graph.nodes.index(final)] = node
+        node = graph.make_node("Attention", inputs, outputs, domain=MS, **attrs)
+        at = graph.nodes.index(final)
+        graph.nodes[at:at + 1] = [n for n in extra if n.op_type != "Gather"] + [node] + \
+            [n for n in extra if n.op_type == "Gather"]
         removed.extend(n for n in m["nodes"] if n is not final)
         graph.use_domain(MS)
     if removed:
         graph.remove(*removed)
         graph.index()
     return bool(removed)
+
+
+def _stack(graph: Graph, k: str, v: str, extra: list) -> str:
+    """Nodes (appended to ``extra``) stacking the past K and V (B, N, P, H) into (2, B, N, P, H)."""
+    parts = []
+    for name in (k, v):
+        out = graph.unique(name + "_unsqueezed")
+        if graph.opset() >= 13:
+            extra.append(graph.make_node("Unsqueeze", [name, graph.add_const(np.array([0], np.int64), "axes")], [out]))
+        else:
+            extra.append(graph.make_node("Unsqueeze", [name], [out], axes=[0]))
+        parts.append(out)
+    past = graph.unique("attention_past")
+    extra.append(graph.make_node("Concat", parts, [past], axis=0))
+    return past

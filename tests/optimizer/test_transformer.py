@@ -126,18 +126,20 @@ def test_layernorm_below_opset17_without_residual_kept():
     assert ops(optimize(m))["ReduceMean"] == 2
 
 
-def _attention_model(style, *, mask=False, causal=False, bias=False, B=2, S=5, N=2, H=4):
+def _attention_model(style, *, mask=False, causal=False, bias=False, past=0, B=2, S=5, N=2, H=4):
     """One self-attention layer as an exporter writes it: TorchScript (Div by sqrt(H), K^T by one
     Transpose (0, 2, 3, 1), HF's padding mask) or dynamo (Q and K each times H^-1/4, K's heads then
     Transpose (0, 1, 3, 2)); optionally causal (a constant lower-triangular Where) and an additive
-    (B, 1, S, S) bias input."""
+    (B, 1, S, S) bias input; with ``past`` (its length P), K's and V's heads are concatenated after past
+    key and value inputs (B, N, P, H) and those concatenations are graph outputs, as GPT-2 exports."""
     D = N * H
+    T = S + past
     x = rng.standard_normal((B, S, D)).astype(np.float32)
     feeds = {"x": x}
     inits = [("one", np.float32(1)), ("filter", np.float32(-10000.0)), ("sqrtH", np.float32(math.sqrt(H))),
              ("qscale", np.float32(H ** -0.25)), ("heads", np.array([B, S, N, H], np.int64)),
              ("merged", np.array([B, S, D], np.int64)), ("neg", np.float32(np.finfo(np.float32).min)),
-             ("tril", np.tril(np.ones((S, S), bool))[None, None])]
+             ("tril", np.tril(np.ones((S, T), bool), T - S)[None, None])]
     nodes = []
     for p in "qkv":
         inits += [(f"W{p}", rng.standard_normal((D, D)).astype(np.float32) / 3),
@@ -151,9 +153,15 @@ def _attention_model(style, *, mask=False, causal=False, bias=False, B=2, S=5, N
                   helper.make_node("MatMul", ["Q", "Kt"], ["qk"]),
                   helper.make_node("Div", ["qk", "sqrtH"], ["s0"])]
     else:
+        k_heads = "K0"
+        if past:
+            k_heads = "present_k"
+            feeds["past_k"] = rng.standard_normal((B, N, past, H)).astype(np.float32)
         nodes += [helper.make_node("Transpose", ["q2"], ["Q0"], perm=[0, 2, 1, 3]),
-                  helper.make_node("Transpose", ["k2"], ["K0"], perm=[0, 2, 1, 3]),
-                  helper.make_node("Transpose", ["K0"], ["K1"], perm=[0, 1, 3, 2]),
+                  helper.make_node("Transpose", ["k2"], ["K0"], perm=[0, 2, 1, 3])]
+        if past:
+            nodes.append(helper.make_node("Concat", ["past_k", "K0"], [k_heads], axis=2))
+        nodes += [helper.make_node("Transpose", [k_heads], ["K1"], perm=[0, 1, 3, 2]),
                   helper.make_node("Mul", ["Q0", "qscale"], ["Q"]), helper.make_node("Mul", ["K1", "qscale"], ["Kt"]),
                   helper.make_node("MatMul", ["Q", "Kt"], ["s0"])]
     s = "s0"
@@ -161,7 +169,7 @@ def _attention_model(style, *, mask=False, causal=False, bias=False, B=2, S=5, N
         nodes.append(helper.make_node("Where", ["tril", s, "neg"], ["s1"]))
         s = "s1"
     if mask:
-        m = np.ones((B, S), np.int64)
+        m = np.ones((B, T), np.int64)
         m[0, -2:] = 0
         feeds["mask"] = m
         nodes += [helper.make_node("Unsqueeze", ["mask", "ax1"], ["m1"]),
@@ -175,21 +183,29 @@ def _attention_model(style, *, mask=False, causal=False, bias=False, B=2, S=5, N
         feeds["bias"] = rng.standard_normal((B, 1, S, S)).astype(np.float32)
         nodes.append(helper.make_node("Add", ["bias", s], ["s3"]))
         s = "s3"
+    v_heads, outputs = "V", _out()
     nodes += [helper.make_node("Softmax", [s], ["p"], axis=-1),
-              helper.make_node("Transpose", ["v2"], ["V"], perm=[0, 2, 1, 3]),
-              helper.make_node("MatMul", ["p", "V"], ["c0"]),
+              helper.make_node("Transpose", ["v2"], ["V"], perm=[0, 2, 1, 3])]
+    if past:
+        v_heads = "present_v"
+        feeds["past_v"] = rng.standard_normal((B, N, past, H)).astype(np.float32)
+        nodes.append(helper.make_node("Concat", ["past_v", "V"], [v_heads], axis=2))
+        outputs += [helper.make_tensor_value_info(n, F, None) for n in ("present_k", "present_v")]
+    nodes += [helper.make_node("MatMul", ["p", v_heads], ["c0"]),
               helper.make_node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["c1", "merged"], ["Y"])]
-    return make_model(nodes, feeds, _out(), inits=inits, opset=14), feeds
+    return make_model(nodes, feeds, outputs, inits=inits, opset=14), feeds
 
 
 ATTENTION_CASES = [("torchscript", {}), ("torchscript", {"mask": True}), ("dynamo", {"causal": True}),
-                   ("dynamo", {"mask": True, "causal": True}), ("torchscript", {"bias": True})]
+                   ("dynamo", {"mask": True, "causal": True}), ("torchscript", {"bias": True}),
+                   ("dynamo", {"causal": True, "past": 3}), ("dynamo", {"causal": True, "mask": True, "past": 3})]
 
 
 @pytest.mark.parametrize("style,kw", ATTENTION_CASES, ids=[f"{s}-{'-'.join(k) or 'plain'}" for s, k in ATTENTION_CASES])
 def test_attention(style, kw):
     m, feeds = _attention_model(style, **kw)
-    opt = check(m, feeds, present=["Attention"], gone=["Softmax", "MatMul", "Transpose", "Reshape", "Where", "Unsqueeze"],
-                atol=1e-4)
-    assert ops(opt)["Attention"] == 1 and len(opt.graph.node) == 1 + ("mask" in kw)  # + the Cast of the mask
+    gone = ["Softmax", "MatMul", "Transpose", "Reshape", "Where"] + ([] if "past" in kw else ["Unsqueeze"])
+    opt = check(m, feeds, present=["Attention"], gone=gone, atol=1e-4)
+    # + the Cast of the mask; with past, Unsqueeze x2 and Concat make past, Gather x2 split present
+    assert ops(opt)["Attention"] == 1 and len(opt.graph.node) == 1 + ("mask" in kw) + 5 * ("past" in kw)
