@@ -108,6 +108,13 @@ def test_split_with_num_outputs_unlike_its_outputs_is_refused_before_shape_infer
         gpuops.InferenceSession(model, device="cpu")
 
 
+def test_attribute_references_outside_functions_are_refused_at_load():
+    model = relu_model()
+    model.graph.node[0].attribute.append(helper.make_attribute_ref("alpha", onnx.AttributeProto.FLOAT))
+    with pytest.raises(gpuops.ModelError, match="node 'relu' \\(Relu\\): attribute 'alpha' refers to 'alpha' outside"):
+        gpuops.InferenceSession(model, device="cpu")
+
+
 def test_a_value_defined_twice_is_a_model_error_as_in_onnxruntime():
     model = relu_model()
     model.graph.node.append(helper.make_node("Neg", ["y"], ["x"], name="again"))

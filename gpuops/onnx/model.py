@@ -83,6 +83,14 @@ def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
                     if not isinstance(s, str):
                         raise ModelError(f"{where} is not a valid ONNX model: {msg.DESCRIPTOR.name}."
                                          f"{fd.name} holds invalid UTF-8 {bytes(s)[:40]!r}")
+    graphs = [proto.graph]  # attribute references belong in function bodies only
+    while graphs:
+        for node in graphs.pop().node:
+            for a in node.attribute:
+                if a.ref_attr_name:
+                    raise ModelError(f"node {node.name or node.op_type!r} ({node.op_type}): attribute {a.name!r} "
+                                     f"refers to {a.ref_attr_name!r} outside a function")
+                graphs.extend([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
     for kind, infos in (("input", proto.graph.input), ("output", proto.graph.output)):
         for vi in infos:
             t = vi.type
