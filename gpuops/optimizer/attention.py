@@ -237,7 +237,9 @@ def _match(graph: Graph, sm):
         b = graph.shape(bias)
         if b is None or len(b) != 4 or b[0] not in (1, Bn) or b[1] not in (1, N) or b[2:] != (S, T):
             return None
-    presents = {c for _, c in pasts}  # remade from the Attention's present output
+    presents = {c for _, c in pasts}  # remade from the Attention's present output, after it
+    if any(c not in nodes for p in presents for c in graph.consumers.get(p, ())):
+        return None
     if any(o in graph.protected for n in nodes if n is not final for o in n.output if o not in presents):
         return None
     return dict(nodes=nodes, final=final, x=x, W=np.concatenate([Wq, Wk, Wv], axis=1),
