@@ -269,8 +269,8 @@ def apply(graph: Graph) -> bool:
             attrs["mask_filter_value"] = fill
         if not math.isclose(m["scale"], 1 / math.sqrt(m["head"]), rel_tol=1e-6):
             attrs["scale"] = m["scale"]
-        inputs = [m["x"], graph.add_const(m["W"], "attention_qkv_weight"), graph.add_const(m["b"], "attention_qkv_bias"),
-                  mask_index]
+        inputs = [m["x"], graph.add_const(m["W"], "attention_qkv_weight"),
+                  graph.add_const(m["b"], "attention_qkv_bias"), mask_index]
         outputs, extra = [final.output[0]], []
         if m["pasts"]:
             (pk, ck), (pv, cv) = m["pasts"]

@@ -10,12 +10,17 @@ import numpy as np
 from .graph import Graph, attr, set_attrs
 
 
-def _bn_params(graph: Graph, bn):
+def inference_batchnorm(graph: Graph, bn) -> bool:
+    """``bn`` normalizes with its stored statistics (inference), per channel, its other outputs unread."""
     if len(bn.input) < 5 or any(o for o in bn.output[1:] if not graph.unused(o)):
-        return None
+        return False
     if attr(bn, "training_mode", 0) or attr(bn, "spatial", 1) != 1:
-        return None
-    if graph.opset() < 7 and attr(bn, "is_test", 0) == 0:
+        return False
+    return graph.opset() >= 7 or attr(bn, "is_test", 0) != 0
+
+
+def _bn_params(graph: Graph, bn):
+    if not inference_batchnorm(graph, bn):
         return None
     vals = [graph.const_value(x) for x in bn.input[1:5]]
     if any(v is None or v.ndim != 1 for v in vals):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph, attr
+from .fold_batchnorm import inference_batchnorm
+from .graph import Graph
 
 
 def _channel_vector(c: np.ndarray, rank: int, M: int):
@@ -71,9 +72,7 @@ def apply(graph: Graph) -> bool:
 def _into_batchnorm(graph: Graph, bn):
     """Fold the Mul/Add after ``bn`` into its scale and bias; returns the folded node or None."""
     y = bn.output[0]
-    if len(bn.input) < 5 or any(o for o in bn.output[1:] if not graph.unused(o)) or not graph.single_use(y):
-        return None
-    if attr(bn, "training_mode", 0) or attr(bn, "spatial", 1) != 1 or (graph.opset() < 7 and not attr(bn, "is_test", 0)):
+    if not inference_batchnorm(graph, bn) or not graph.single_use(y):
         return None
     node = graph.consumers[y][0]
     if node.domain not in ("", "ai.onnx") or node.op_type not in ("Mul", "Add"):

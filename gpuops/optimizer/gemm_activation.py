@@ -7,15 +7,16 @@ from onnx import TensorProto
 
 from .graph import MS, Graph, attr, set_attrs
 
-_DEFAULTS = {"Relu": {}, "Sigmoid": {}, "Tanh": {}, "LeakyRelu": {"alpha": 0.01}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5}}
+_DEFAULTS = {"Relu": {}, "Sigmoid": {}, "Tanh": {}, "LeakyRelu": {"alpha": 0.01},
+             "HardSigmoid": {"alpha": 0.2, "beta": 0.5}}
 
 
 def apply(graph: Graph) -> bool:
     removed = []
     for gemm in graph.nodes:
-        if gemm.domain not in ("", "ai.onnx") or gemm.op_type != "Gemm" or graph.elem_type(gemm.output[0]) != TensorProto.FLOAT:
+        if gemm.domain not in ("", "ai.onnx") or gemm.op_type != "Gemm" or not graph.single_use(gemm.output[0]):
             continue
-        if not graph.single_use(gemm.output[0]):
+        if graph.elem_type(gemm.output[0]) != TensorProto.FLOAT:
             continue
         act = graph.consumers[gemm.output[0]][0]
         if act.domain not in ("", "ai.onnx") or act.op_type not in _DEFAULTS or act in removed:
