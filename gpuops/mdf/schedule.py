@@ -33,6 +33,12 @@ from .load import mdf_module
 from .validate import toposort_levels
 
 _TIME_SCALE = re.compile(r"(TimeScale)?\.(.*)")
+MAX_STEPS = 1_000_000  # time steps in one run: conditions that never end a run are an error, not a hang
+
+
+def _too_long(where: str = "") -> ModelError:
+    return ModelError(f"the scheduling conditions did not end the run within {MAX_STEPS} time steps{where} "
+                      "(a termination condition that never holds, e.g. AllHaveRun with a node that never runs?)")
 
 
 def has_conditions(graph) -> bool:
@@ -128,7 +134,7 @@ class Schedule:
 
     def _scheduled(self):
         steps = self.scheduler.run()
-        while True:
+        for _ in range(MAX_STEPS + 1):
             try:
                 ts = next(steps)
             except StopIteration:
@@ -138,6 +144,7 @@ class Schedule:
             except Exception as e:
                 raise ModelError(f"graph-scheduler failed evaluating the conditions: {type(e).__name__}: {e}") from e
             yield sorted(ts, key=self._rank.__getitem__)
+        raise _too_long()
 
     # -- parsing ---------------------------------------------------------------------------------
 
@@ -451,12 +458,16 @@ class Machine:
                 if ran or timed:
                     self.last = set(ran)
                     self.sets += 1
+                    if self.sets > MAX_STEPS:
+                        raise _too_long()
                     yield sorted(ran, key=order.index)
                     if timed:
                         self._tick()
             if not changed and not timed:
                 self.last = set()
                 self.sets += 1
+                if self.sets > MAX_STEPS:
+                    raise _too_long()
                 yield []
             self.passes += 1
         self.runs += 1
@@ -524,5 +535,7 @@ class RowMachine(Machine):
                 self.last_rows[a] &= ~idle
             self.sets += idle
             self.passes += started
+            if self.sets.max() > MAX_STEPS:
+                raise _too_long(" in some rows")
             finished = done().copy()
         self.runs += 1

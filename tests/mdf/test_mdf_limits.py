@@ -143,3 +143,18 @@ def test_onnx_functions_promote_mixed_floats(op, args, device):
     ref, _ = reference_step(reference_graph(m), None, dict(inputs))
     out = MDFSession(m, device=device).run(inputs=inputs)
     assert_same(out, ref, rtol=1e-6, atol=1e-7, where=op)
+
+
+@pytest.mark.parametrize("batch", [None, 3])
+def test_conditions_that_never_end_a_run_are_an_error(monkeypatch, batch):
+    from gpuops.mdf import schedule
+
+    monkeypatch.setattr(schedule, "MAX_STEPS", 500)
+    never = ConditionSet(node_specific={"A": Condition("Never")})  # AllHaveRun (the default end) never holds
+    with pytest.raises(ModelError, match="did not end the run within 500 time steps"):
+        MDFSession(mdf_model(counter(), counter("B"), conditions=never), device="cpu", batch=batch)
+    far = ConditionSet(termination={"environment_state_update": Condition(
+        "Threshold", dependency="A", parameter="count", threshold=10 ** 9, comparator=">=")})
+    s = MDFSession(mdf_model(counter(), conditions=far), device="cpu", batch=batch)
+    with pytest.raises(ModelError, match="did not end the run within 500 time steps"):
+        s.run()
