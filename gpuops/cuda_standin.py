@@ -17,6 +17,7 @@ NumPy underneath, with CuPy's rules on top, and it is meant to be at least as st
   - :func:`sync_count` / :func:`launch_count`: this thread's totals; :func:`tally` is a ``with`` block
     whose result lists the syncs (``.syncs``, their "what") and counts the device op calls / kernel
     launches (``.launches``) made inside it. :func:`on_sync` registers a per-thread observer.
+  - :func:`declared_syncs`: the executor runs an op that declares its syncs in it: counted, allowed.
   - :func:`strict`: inside it an *implicit* device read raises :class:`HostSyncError` (explicit
     ``.get()`` / ``asnumpy`` are allowed), so a test can prove a run reads the device only at its
     boundaries; ``strict(shapes=True)`` (or ``GPUOPS_STANDIN_STRICT_SHAPES=1`` for every strict region)
@@ -70,7 +71,7 @@ STRICT_SHAPES = os.environ.get("GPUOPS_STANDIN_STRICT_SHAPES", "") not in ("", "
 
 def _strict(shape: bool) -> bool:
     levels = getattr(_state, "strict", ())
-    return bool(levels) and (not shape or levels[-1])
+    return bool(levels) and levels[-1] is not None and (not shape or levels[-1])
 
 
 @contextlib.contextmanager
@@ -78,6 +79,17 @@ def strict(shapes: bool | None = None):
     """Inside this block every implicit device->host read raises :class:`HostSyncError`; so does every
     result shape that depends on device data when ``shapes`` is true (default: :data:`STRICT_SHAPES`)."""
     _state.strict = getattr(_state, "strict", ()) + (STRICT_SHAPES if shapes is None else shapes,)
+    try:
+        yield
+    finally:
+        _state.strict = _state.strict[:-1]
+
+
+@contextlib.contextmanager
+def declared_syncs():
+    """Inside a strict region, the syncs of an op that declares them (``@op(..., syncs=...)``) are
+    counted but do not raise; a stream capture still refuses them."""
+    _state.strict = getattr(_state, "strict", ()) + (None,)
     try:
         yield
     finally:

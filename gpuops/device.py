@@ -6,6 +6,7 @@ first time a CUDA device is asked for (or probed by ``"auto"``), so ``import gpu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -101,6 +102,13 @@ class Device:
         if self.lib.__name__.startswith("gpuops.cuda_standin"):
             return self.lib.sync_count()
         return getattr(_counts, "syncs", 0)
+
+    def declared_syncs(self):
+        """A ``with`` block for an op that declares its host syncs: the CPU stand-in's strict regions
+        let them through (still counted); nothing to do on CuPy."""
+        if self.kind == "cuda" and self.lib.__name__.startswith("gpuops.cuda_standin"):
+            return self.lib.declared_syncs()
+        return contextlib.nullcontext()
 
     def kernel_launch_count(self) -> int | None:
         """Device op calls and kernel launches on this thread so far (the stand-in only; None on CuPy)."""

@@ -428,7 +428,11 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         if ctx.device.kind != "cpu" and any(_host_resident(a) for a in args):
             step_xp, args = _on_host(step, args, ctx)
         try:
-            result = step.impl.fn(step_xp, *args, **attrs)
+            if step.impl.syncs and step_xp is xp:
+                with ctx.device.declared_syncs():
+                    result = step.impl.fn(step_xp, *args, **attrs)
+            else:
+                result = step.impl.fn(step_xp, *args, **attrs)
             if step_xp is not xp:
                 result = _to_device(ctx.device, result)
         except GpuopsError as e:

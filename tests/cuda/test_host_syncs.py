@@ -173,3 +173,14 @@ def test_cuda_graph_status_reports_capture_and_the_blocking_node():
 
     st = gpuops.InferenceSession(chain_model(n=2), device="cpu").cuda_graph_status()
     assert st["captured"] is False and "CUDA" in st["reason"]
+
+
+def test_an_op_that_declares_its_syncs_may_sync_in_a_strict_region(sd):
+    sess = gpuops.InferenceSession(nonzero_model(), device="cuda")
+    x = np.array([1.0, -1.0, 0.0, 2.0], np.float32)
+    with sd.strict(shapes=True), sd.tally() as t:  # NonZero declares syncs=: counted, not refused
+        (y,) = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.stack(np.nonzero(np.maximum(x, 0))))
+    assert "nonzero()" in t.syncs
+    with sd.strict(shapes=True), pytest.raises(sd.HostSyncError):
+        sd.xp.nonzero(dev(x))  # outside such an op, the same call is refused
