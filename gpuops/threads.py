@@ -34,9 +34,11 @@ def default_threads() -> int:
     return max(1, available_cpus() // 2)
 
 
-def _blas_controllers() -> list:
+def _blas_controllers(refresh: bool = False) -> list:
+    """threadpoolctl's controllers of the BLAS libraries loaded now (cached; ``refresh`` rescans, as
+    each new session does: SciPy, say, may have loaded a second OpenBLAS since)."""
     global _controllers
-    if _controllers is None:
+    if _controllers is None or refresh:
         try:
             from threadpoolctl import ThreadpoolController
         except ImportError:
@@ -48,11 +50,12 @@ def _blas_controllers() -> list:
 
 def resolve(threads: int | None) -> int:
     """The thread count for ``threads`` (None: :func:`default_threads`); a clear error for bad values."""
+    found = _blas_controllers(refresh=True)
     if threads is None:
         return default_threads()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise GpuopsError(f"threads must be a positive integer or None, not {threads!r}")
-    if not _blas_controllers():
+    if not found:
         log.warning("threads=%d has no effect: threadpoolctl is not installed (pip install threadpoolctl)",
                     threads)
     return threads

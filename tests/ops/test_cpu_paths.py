@@ -189,8 +189,14 @@ def test_session_threads_are_applied_during_runs_and_restored():
     import gpuops
     from gpuops import threads as threads_mod
 
+    try:
+        import scipy.linalg  # noqa: F401  (its own OpenBLAS: sessions made from now on control it too)
+    except ImportError:
+        pass
+
     feeds = {"A": np.ones((8, 8), np.float32), "B": np.ones((8, 8), np.float32)}
     model = one_node_model("MatMul", feeds)
+    threads_mod.resolve(None)  # what a new session does: rescan the loaded BLAS libraries
     seen = []
     real = threads_mod.blas_threads
 
