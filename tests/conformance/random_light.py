@@ -17,6 +17,7 @@ Softmax already outputs its logits).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -108,6 +109,22 @@ def random_variant(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     out.name = LOGITS
     graph.node.append(helper.make_node("Identity", [logits], [LOGITS], name="gpuops_test_logits"))
     return model
+
+
+@contextlib.contextmanager
+def node_outputs(model: onnx.ModelProto):
+    """While open, every node's first output is also a graph output of ``model`` (changed in place:
+    vgg19 is too big to copy cheaply), after the model's own outputs and in node order."""
+    count = len(model.graph.output)
+    have = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        if node.output[0] not in have:
+            model.graph.output.add().name = node.output[0]
+            have.add(node.output[0])
+    try:
+        yield model
+    finally:
+        del model.graph.output[count:]
 
 
 def random_input(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
