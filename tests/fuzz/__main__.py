@@ -4,7 +4,7 @@ Runs every fuzz property of tests/fuzz/test_fuzz.py again and again with fresh r
 (Hypothesis's ``campaign`` profile) until the time is up; prints each distinct failure once (with
 Hypothesis's reproduction blob) and exits 1 if there was any. A property running longer than
 ``--stall`` seconds gets its stacks dumped; the model being checked is in ``$GPUOPS_FUZZ_DUMP``
-(default ``gpuops-fuzz-current.onnx``).
+(default ``gpuops-fuzz-current.onnx`` in the temporary folder).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import faulthandler
 import os
 import resource
 import sys
+import tempfile
 import time
 import traceback
 
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-gb", type=float, default=16.0, help="address-space cap of this process")
     a = ap.parse_args(argv)
     os.environ["GPUOPS_FUZZ_SCALE"] = str(a.scale)
-    os.environ.setdefault("GPUOPS_FUZZ_DUMP", "gpuops-fuzz-current.onnx")  # the model being checked
+    os.environ.setdefault("GPUOPS_FUZZ_DUMP", os.path.join(tempfile.gettempdir(), "gpuops-fuzz-current.onnx"))
     os.environ.setdefault("GPUOPS_CUDA_STANDIN", "1")  # the CUDA path on the CPU stand-in without a GPU
     cap = int(a.memory_gb * 2 ** 30)
     resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
