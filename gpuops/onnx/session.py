@@ -6,7 +6,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import logging
 
@@ -409,32 +409,68 @@ class _Scope(dict):
 
 
 def _nbytes(value) -> int:
-    if isinstance(value, list):
-        return sum(_nbytes(v) for v in value)
-    return int(getattr(value, "nbytes", 0) or 0)
+    try:
+        return value.nbytes
+    except AttributeError:
+        return sum(_nbytes(v) for v in value) if isinstance(value, list) else 0
+
+
+class _Code(NamedTuple):
+    """A step bound for execution at plan time: what :func:`run_plan` needs, without re-deriving it."""
+
+    step: Step
+    fn: Any
+    names: tuple | None  # the input names when gathering is plain lookups (else _gather)
+    n_required: int  # outputs the node names
+    outputs: tuple
+    release: tuple  # (name, produced here: counted in the live bytes)
+    syncs: bool
+
+
+def _code(plan: Plan) -> list[_Code]:
+    code = plan.__dict__.get("_code")
+    if code is None:
+        code = plan.__dict__["_code"] = [
+            _Code(s, s.impl.fn,
+                  tuple(s.inputs) if all(s.inputs) and not s.host_consts and not s.impl.host_inputs else None,
+                  sum(1 for o in s.outputs if o), tuple(s.outputs),
+                  tuple((n, n in plan.produced) for n in s.release), bool(s.impl.syncs))
+            for s in plan.steps]
+    return code
 
 
 def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     """Execute ``plan``'s steps in order over ``env`` (name -> value), releasing dead values."""
-    xp, live, profile = ctx.device.xp, ctx.live, ctx.profile
-    for step in plan.steps:
-        args = _gather(step, env, ctx.device)
+    device = ctx.device
+    xp, live, profile, on_cpu = device.xp, ctx.live, ctx.profile, device.kind == "cpu"
+    note_node = ctx.memory.note_node if ctx.memory.pool is not None else None
+    for code in _code(plan):
+        step = code.step
+        if code.names is not None:
+            try:
+                args = [env[n] for n in code.names]
+            except KeyError:
+                args = _gather(step, env, device)  # raises, naming the missing input
+            while args and args[-1] is None:
+                args.pop()
+        else:
+            args = _gather(step, env, device)
         attrs = step.attrs
         if step.subgraphs:
             attrs = {**attrs, **{k: Subgraph(p, env, ctx) for k, p in step.subgraphs.items()}}
         if profile is not None:
-            timer = NodeTimer(ctx.device, ctx.memory)
+            timer = NodeTimer(device, ctx.memory)
         step_xp = xp
-        if ctx.device.kind != "cpu" and any(_host_resident(a) for a in args):
+        if not on_cpu and any(_host_resident(a) for a in args):
             step_xp, args = _on_host(step, args, ctx)
         try:
-            if step.impl.syncs and step_xp is xp:
-                with ctx.device.declared_syncs():
-                    result = step.impl.fn(step_xp, *args, **attrs)
+            if code.syncs and step_xp is xp:
+                with device.declared_syncs():
+                    result = code.fn(step_xp, *args, **attrs)
             else:
-                result = step.impl.fn(step_xp, *args, **attrs)
+                result = code.fn(step_xp, *args, **attrs)
             if step_xp is not xp:
-                result = _to_device(ctx.device, result)
+                result = _to_device(device, result)
         except GpuopsError as e:
             ctx.failed_node = ctx.failed_node or step.name
             if step.name in str(e):
@@ -444,23 +480,29 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             ctx.failed_node = ctx.failed_node or step.name
             limit = ctx.memory.stats()["limit_bytes"]
             raise _oom_or(e, lambda: NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}"),
-                          f"{step.describe()} ran out of device memory on {ctx.device}"
+                          f"{step.describe()} ran out of device memory on {device}"
                           + (f" (session memory_limit {limit:,} bytes)" if limit else "")) from e
         outs = result if isinstance(result, tuple) else (result,)
-        if len(outs) < sum(1 for o in step.outputs if o):
+        if len(outs) < code.n_required:
             raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
                             f"{len(step.outputs)}")
-        for name, value in zip(step.outputs, outs):
+        for name, value in zip(code.outputs, outs):
             if name:
                 env[name] = value
-                live.add(_nbytes(value))
+                nb = _nbytes(value)  # live.add(nb), inlined: this loop runs per node
+                live.current += nb
+                live.produced += nb
+                if live.current > live.peak:
+                    live.peak = live.current
         if profile is not None:
             profile.append(timer.done(step, outs))
-        ctx.memory.note_node()
-        for name in () if ctx.keep_all else step.release:
-            value = env.pop(name, None)
-            if value is not None and name in plan.produced:
-                live.drop(_nbytes(value))
+        if note_node is not None:
+            note_node()
+        if not ctx.keep_all:
+            for name, counted in code.release:
+                value = env.pop(name, None)
+                if counted and value is not None:
+                    live.current -= _nbytes(value)
 
 
 def is_out_of_memory(e: BaseException) -> bool:
