@@ -128,13 +128,13 @@ def test_running_out_of_host_memory_copying_outputs_is_a_gpuops_error(sd, monkey
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected_chain(x, 2))
 
 
-@pytest.mark.parametrize("cuda_graph", [False, True])
-def test_one_session_run_from_eight_threads_gives_the_single_thread_results(cuda_graph):
+@pytest.mark.parametrize("device, cuda_graph", [("cpu", False), ("cuda", False), ("cuda", True)])
+def test_one_session_run_from_eight_threads_gives_the_single_thread_results(device, cuda_graph):
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible: shared buffers show up as wrong results
     try:
         model, w = softmax_model()
-        sess = gpuops.InferenceSession(model, device="cuda", cuda_graph=cuda_graph)
+        sess = gpuops.InferenceSession(model, device=device, cuda_graph=cuda_graph)
         rng = np.random.default_rng(1)
         feeds = [rng.standard_normal((4 + i % 2, 64)).astype(np.float32) for i in range(16)]
         want = [sess.run(None, {"x": x})[0] for x in feeds]
