@@ -107,7 +107,7 @@ def random_variant(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     out = graph.output.add()
     out.CopyFrom(graph.output[0])  # Softmax keeps the shape
     out.name = LOGITS
-    graph.node.append(helper.make_node("Identity", [logits], [LOGITS], name="gpuops_test_logits"))
+    graph.node.append(helper.make_node("Identity", [logits], [LOGITS], name=LOGITS))
     return model
 
 
