@@ -225,3 +225,42 @@ def test_corrupted_model_file_is_a_model_error(tmp_path):
         path.write_bytes(model.SerializeToString()[:cut])
         with pytest.raises(gpuops.GpuopsError):
             gpuops.InferenceSession(path, device="cpu")
+
+
+def _unsorted_model():
+    """y = relu(x + 1) * 2, with the nodes listed consumers first (as onnxruntime's float16 converter
+    writes its Cast nodes); the If branch reads a value made by a node listed after the If."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    branch = helper.make_graph([helper.make_node("Relu", ["s"], ["r"]),
+                                helper.make_node("Mul", ["r", "two"], ["b_out"])], "branch", [],
+                               [helper.make_tensor_value_info("b_out", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch),
+             helper.make_node("Add", ["x", "one"], ["s"]),
+             helper.make_node("Constant", [], ["c"], value=helper.make_tensor("cv", TensorProto.BOOL, [], [True]))]
+    graph = helper.make_graph(nodes, "unsorted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [one, two])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("optimize", ["none", "all"])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_unsorted_graph_runs_like_onnxruntime(device, optimize):
+    import onnxruntime as ort
+
+    model = _unsorted_model()
+    before = model.SerializeToString()
+    x = np.array([-2.0, 0.5, 3.0], np.float32)
+    want = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = gpuops.InferenceSession(model, device=device, optimize=optimize).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert model.SerializeToString() == before  # the caller's model is not reordered in place
+
+
+def test_cyclic_graph_is_a_model_error():
+    nodes = [helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])]
+    graph = helper.make_graph(nodes, "cycle", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(gpuops.ModelError, match="not produced by any earlier node"):
+        gpuops.InferenceSession(model, device="cpu", optimize="none")

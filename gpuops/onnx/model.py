@@ -47,7 +47,68 @@ def load_model(model) -> onnx.ModelProto:
         _load_external_data(external, base)
     for t in tensors:
         _check_size(t)
+    if not _is_sorted(proto.graph):
+        if proto is model:  # the caller's object stays as it was
+            proto = onnx.ModelProto()
+            proto.CopyFrom(model)
+        topological_sort(proto.graph)
     return proto
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """Every value name ``node`` reads, inside its subgraphs too (over-approximated: a name a subgraph
+    makes itself cannot also be made outside, as ONNX names are unique across scopes)."""
+    names = set(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in g.node:
+                names |= _reads(n)
+            names.update(o.name for o in g.output)
+    names.discard("")
+    return names
+
+
+def _order(graph: onnx.GraphProto) -> list[list[int]]:
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    return [sorted({producer[x] for x in _reads(n) if x in producer} - {i}) for i, n in enumerate(graph.node)]
+
+
+def _is_sorted(graph: onnx.GraphProto) -> bool:
+    return all(d < i for i, deps in enumerate(_order(graph)) for d in deps)
+
+
+def topological_sort(graph: onnx.GraphProto) -> None:
+    """Reorder ``graph.node`` so that every value is made before it is read, keeping the given order
+    where it allows (onnxruntime accepts unsorted graphs, and onnxruntime's float16 converter writes
+    some). A cycle is left as it is: the plan then names the input no earlier node makes."""
+    import heapq
+
+    deps = _order(graph)
+    users: list[list[int]] = [[] for _ in deps]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(i)
+    waiting = [len(ds) for ds in deps]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(deps):
+        return
+    nodes = [graph.node[i] for i in order]
+    copies = []
+    for n in nodes:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        copies.append(c)
+    del graph.node[:]
+    graph.node.extend(copies)
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
