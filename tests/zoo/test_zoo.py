@@ -38,14 +38,9 @@ from .variants import VARIANTS
 BATCHES = (1, 3)
 STATIC_ON_CUDA = ("f32", "opt-L99", "qstatic-QOperator-u8s8", "fp16")
 # Known failures, (model, variant, form) -> reason; strict, so each one reports the day it passes.
-_UNSORTED = ("float16.convert_float_to_float16 appends the Cast nodes of float32 graph inputs after their "
-             "consumers (not in topological order, which onnxruntime tolerates); gpuops's planner needs the ONNX "
-             "order")
 _GPT_STATIC = ("the tool's output is invalid: on the static-shape GPT, the python fusions after onnxruntime's "
                "offline optimization leave a Transpose(perm 0,2,1,3) on a 3-D tensor, which onnxruntime rejects too")
 KNOWN = {
-    **{(m, "fp16-converter", f): _UNSORTED for m in ("mlp", "cnn", "depthwise_cnn", "gpt", "vit")
-       for f in ("dynamic", "static")},
     **{("gpt", f"opt-L{level}", "static"): _GPT_STATIC for level in (1, 2, 99)},
     ("gpt", "qdyn-optimized", "dynamic"): "the tool fails: quant_pre_process's symbolic shape inference does not "
                                           "complete on the optimized GPT with symbolic axes (quantize_dynamic needs "
