@@ -264,3 +264,19 @@ def test_cyclic_graph_is_a_model_error():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(gpuops.ModelError, match="not produced by any earlier node"):
         gpuops.InferenceSession(model, device="cpu", optimize="none")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_contrib_node_without_its_domain_import_runs_like_onnxruntime(device):
+    node = helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(gpuops.InferenceSession(model, device=device).run(None, {"x": x})[0], want[0],
+                               rtol=1e-6, atol=1e-7)
+    other = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    other.graph.node[0].domain = "com.example"
+    with pytest.raises(gpuops.UnsupportedOpError, match="does not import"):
+        gpuops.InferenceSession(other, device=device)

@@ -27,6 +27,10 @@ MAX_SPARSE_DENSE_BYTES = 4 << 30
 """Largest dense tensor a sparse initializer or attribute may expand to."""
 
 
+# Contrib domains onnxruntime resolves without an opset import (each has only version 1); some
+# tools write such models.
+IMPLICIT_DOMAINS = {"com.microsoft": 1, "com.microsoft.nchwc": 1}
+
 @dataclass
 class Step:
     name: str
@@ -314,6 +318,8 @@ class PlanBuilder:
     def _step(self, node: onnx.NodeProto, visible: set[str], opsets: dict[str, int], calls: tuple = ()) -> Step:
         domain = registry.canonical_domain(node.domain)
         name = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
+        if domain not in opsets and domain in IMPLICIT_DOMAINS:
+            opsets = {**opsets, domain: IMPLICIT_DOMAINS[domain]}
         if domain not in opsets:
             raise UnsupportedOpError(f"node {name!r} ({node.op_type}) uses domain {node.domain!r}, "
                                      "which the model does not import")
