@@ -18,6 +18,7 @@ from ..device import Device, get_device, to_host
 from ..dtypes import device_supported, np_dtype, type_name
 from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
 from ..memory import LiveBytes, MemoryManager
+from ..ops import checks
 from ..registry import canonical_domain
 from ..optimizer import optimize as optimize_model
 from ..optimizer import save_model
@@ -149,13 +150,15 @@ class InferenceSession:
                     env = dict(self.plan.weights)
                     env.update(feeds)
                     syncs, launches = self.device.host_sync_count(), self.device.kernel_launch_count()
-                    run_plan(self.plan, env, ctx)
+                    with checks.deferred() as pending:  # index checks, read once the run is done
+                        run_plan(self.plan, env, ctx)
                     outs = [env[n] for n in names]
                     del env
                     self.memory.note_run(ctx.live)
                     if profile:
                         syncs = self.device.host_sync_count() - syncs
                         launches = None if launches is None else self.device.kernel_launch_count() - launches
+                    pending.check()
         except OutOfMemoryError:
             self.memory.release_cached()
             raise
@@ -288,6 +291,7 @@ class CudaGraphs:
             except Exception as e:
                 raise _oom_or(e, lambda: NodeError(f"the CUDA graph failed: {type(e).__name__}: {e}"),
                               f"the CUDA graph ran out of device memory on {self.session.device}") from e
+            self.checks.check()  # the captured checks' values, refreshed by the replay
             return [self.env[n].copy() for n in names]
 
     def _capture(self, key, feeds: dict) -> bool:
@@ -299,11 +303,12 @@ class CudaGraphs:
             with lib.cuda.using_allocator(pool.malloc):
                 inputs = {k: v.copy() for k, v in feeds.items()}
                 warm = dict(s.plan.weights, **inputs)
-                run_plan(s.plan, warm, self._ctx())
+                with checks.deferred():  # unread: the capture records the same checks, read after each replay
+                    run_plan(s.plan, warm, self._ctx())
                 del warm
                 env = dict(s.plan.weights, **inputs)
                 stream = lib.cuda.Stream(non_blocking=True)
-                with stream:
+                with stream, checks.deferred() as captured:
                     stream.begin_capture()
                     try:
                         run_plan(s.plan, env, ctx)
@@ -324,6 +329,7 @@ class CudaGraphs:
             self.reason = str(e) if isinstance(e, GpuopsError) else f"{type(e).__name__}: {e}"
             return False
         self.key, self.graph, self.inputs, self.env, self.stream, self.pool = key, graph, inputs, env, stream, pool
+        self.checks = captured
         return True
 
     def release(self) -> None:
@@ -444,8 +450,11 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     device = ctx.device
     xp, live, profile, on_cpu = device.xp, ctx.live, ctx.profile, device.kind == "cpu"
     note_node = ctx.memory.note_node if ctx.memory.pool is not None else None
+    pending = checks.active()
     for code in _code(plan):
         step = code.step
+        if pending is not None:
+            pending.node = step.describe()
         if code.names is not None:
             try:
                 args = [env[n] for n in code.names]

@@ -37,10 +37,6 @@ def _captured_run(model, feeds):
     return sess, got
 
 
-# A known blocker outside the ops, a strict xfail: its fix turns the case into a failure that asks for
-# the marker's removal.
-BOUNDS_CHECK = ("Gather's index bounds check reads the indices on the host every run until the session runs its "
-                "plan inside gpuops.ops.checks.deferred() (session.py)")
 HEAVY = {"vgg19", "densenet121"}  # three runs of their emulated convolutions take most of a minute
 
 
@@ -99,8 +95,7 @@ ARCHITECTURES = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=BOUNDS_CHECK, strict=True))
-                                  if n in ("bert", "gpt") else n for n in ARCHITECTURES])
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_architecture_runs_as_one_captured_graph_without_host_syncs(name):
     model, feeds = ARCHITECTURES[name]()
     want = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
