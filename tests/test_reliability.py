@@ -280,3 +280,13 @@ def test_contrib_node_without_its_domain_import_runs_like_onnxruntime(device):
     other.graph.node[0].domain = "com.example"
     with pytest.raises(gpuops.UnsupportedOpError, match="does not import"):
         gpuops.InferenceSession(other, device=device)
+
+
+def test_optimizer_on_a_malformed_model_is_a_model_error():
+    node = helper.make_node("Transpose", ["x"], ["y"])
+    node.attribute.append(helper.make_attribute("perm", 1))  # INTS in the spec; an INT here
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(gpuops.ModelError, match="eliminate_noops rewrite cannot read this model"):
+        gpuops.InferenceSession(model, device="cpu", optimize="all")

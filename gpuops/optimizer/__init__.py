@@ -27,7 +27,7 @@ from functools import partial
 
 import onnx
 
-from ..errors import GpuopsError
+from ..errors import GpuopsError, ModelError
 from . import (attention, constant_folding, conv_fusion, cse, dead_code, eliminate_noops, fold_batchnorm,
                fold_mul_add_into_conv, gelu, gemm_activation, layernorm, matmul_add_to_gemm, shape_to_constant,
                transpose_into_matmul)
@@ -67,10 +67,24 @@ def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FO
     for _ in range(MAX_ROUNDS):
         changed = False
         for p in passes:
-            changed |= p(graph)
+            changed |= _apply(p, graph)
         if not changed:
             break
     return graph.to_model()
+
+
+def _apply(rewrite, graph: Graph) -> bool:
+    """One rewrite; a model it cannot read (a malformed attribute, a node with too few inputs...)
+    is a ModelError, never a raw exception."""
+    try:
+        return rewrite(graph)
+    except GpuopsError:
+        raise
+    except Exception as e:
+        fn = getattr(rewrite, "func", rewrite)
+        name = f"{fn.__module__.rsplit('.', 1)[-1]}"
+        raise ModelError(f"the graph optimizer's {name} rewrite cannot read this model ({type(e).__name__}: {e}); "
+                         "the model is malformed, or run it with optimize='none'") from e
 
 
 def save_model(model: onnx.ModelProto, path) -> None:
