@@ -88,7 +88,8 @@ def _agree(a, b, rtol, atol) -> tuple[bool, float]:
             return False, float("inf")
         if x.size:
             same = (x == y) | (np.isnan(x) & np.isnan(y))
-            d = float(np.max(np.where(same, 0.0, np.abs(x - y))))
+            gap = np.where(same, 0.0, np.abs(x - y))
+            d = float("inf") if np.isnan(gap).any() else float(np.max(gap))  # NaN on one side only
             finite = np.abs(y[np.isfinite(y)])
             diff = max(diff, d)
             ok &= d <= atol + rtol * (float(finite.max()) if finite.size else 0.0)
