@@ -235,6 +235,7 @@ def _where(values: Values, mask, a, b):
 class _Edge:
     def __init__(self, edge, nodes: dict, values: Values):
         self.sender, self.port = edge.sender, edge.sender_port
+        self.where = f"edge {edge.id!r} ({edge.sender}.{edge.sender_port} -> {edge.receiver}.{edge.receiver_port})"
         self.source = nodes[edge.sender]
         self.target = next(p for p in nodes[edge.receiver].ports if p.id == edge.receiver_port)
         weight = (edge.parameters or {}).get("weight", 1)
@@ -244,7 +245,18 @@ class _Edge:
         if self.port not in self.source.out:  # the sender has not produced this port yet
             return
         value = self.source.out[self.port]
-        self.target.put(value if self.weight is None else self.weight * value, rows)
+        if self.weight is not None:
+            try:
+                value = self.weight * value
+            except (TypeError, ValueError) as e:  # a weight of another shape, a sender value of None...
+                raise NodeError(f"{self.where}: cannot apply the weight {_describe(self.weight)} to the value "
+                                f"{_describe(value)}: {e}") from None
+        self.target.put(value, rows)
+
+
+def _describe(x) -> str:
+    shape = getattr(x, "shape", None)
+    return f"of shape {tuple(shape)}" if shape is not None else repr(x)[:40]
 
 
 class _Port:
