@@ -151,25 +151,24 @@ class MDFSession:
         if not isinstance(inputs, dict):
             raise FeedError(f"inputs must be a dict of 'node.port' (or 'port') -> value, not {type(inputs).__name__}")
         for key, value in inputs.items():
-            ports = [p for nid, node in self._nodes.items() for p in node.ports
-                     if key == f"{nid}.{p.id}" or key == p.id]
-            if not ports:
-                known = [f"{nid}.{p.id}" for nid, node in self._nodes.items() for p in node.ports]
-                raise FeedError(f"inputs: {key!r} is not an input port; the input ports are {known}")
-            for p in ports:
+            for p in self._named(key, "ports", "inputs", "input port"):
                 p.put(self._batched(value, p.default))
 
     def _override(self, params: dict) -> None:
         if not isinstance(params, dict):
             raise FeedError(f"params must be a dict of 'node.param' (or 'param') -> value, not {type(params).__name__}")
         for key, value in params.items():
-            found = [p for nid, node in self._nodes.items() for p in node.params
-                     if key == f"{nid}.{p.id}" or key == p.id]
-            if not found:
-                known = [f"{nid}.{p.id}" for nid, node in self._nodes.items() for p in node.params]
-                raise FeedError(f"params: {key!r} is not a parameter; the parameters are {known}")
-            for p in found:
+            for p in self._named(key, "params", "params", "parameter"):
                 p.override(self._batched(value, p.known()))
+
+    def _named(self, key: str, members: str, where: str, noun: str) -> list:
+        """The input ports or parameters (``members``) that a ``run()`` key names: 'node.id' or 'id'."""
+        everything = [(f"{nid}.{m.id}", m) for nid, node in self._nodes.items() for m in getattr(node, members)]
+        found = [m for full, m in everything if key in (full, m.id)]
+        if not found:
+            article = "an" if noun[0] in "aeiou" else "a"
+            raise FeedError(f"{where}: {key!r} is not {article} {noun}; the {noun}s are {[f for f, _ in everything]}")
+        return found
 
     def _batched(self, value, like):
         """A value given to ``run``: batched when it has a leading axis of N (beyond the rank of
