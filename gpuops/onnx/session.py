@@ -80,7 +80,7 @@ class InferenceSession:
                  threads: int | None = None):
         self.device = get_device(device)
         self.threads = resolve_threads(threads)
-        self.model = optimize_model(load_model(model), optimize)
+        self.model = optimize_model(load_model(model), optimize, device=self.device.kind)
         if optimized_model_path is not None:
             save_model(self.model, optimized_model_path)
         opsets = {canonical_domain(imp.domain): imp.version for imp in self.model.opset_import} or {"": 1}

@@ -17,6 +17,10 @@ Levels (as onnxruntime's graph_optimization_level):
   MatMul -> FusedMatMul, and the transformer patterns
   (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`).
 
+With ``device="cpu"`` and level ``"all"``, a float16 graph first computes in float32
+(:mod:`.float16_compute`, as onnxruntime's CPU provider does: NumPy's float16 arithmetic is
+about 100x slower than float32); the graph's inputs and outputs keep their float16 types.
+
 The rewrites run in rounds until none applies. Only the main graph is rewritten (subgraphs of
 If/Loop/Scan run as given; the values they read from the main graph keep their names).
 """
@@ -28,9 +32,9 @@ from functools import partial
 import onnx
 
 from ..errors import GpuopsError, ModelError
-from . import (attention, constant_folding, conv_fusion, cse, dead_code, eliminate_noops, fold_batchnorm,
-               fold_mul_add_into_conv, gelu, gemm_activation, layernorm, matmul_add_to_gemm, shape_to_constant,
-               transpose_into_matmul)
+from . import (attention, constant_folding, conv_fusion, cse, dead_code, eliminate_noops, float16_compute,
+               fold_batchnorm, fold_mul_add_into_conv, gelu, gemm_activation, layernorm, matmul_add_to_gemm,
+               shape_to_constant, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph
 
@@ -50,11 +54,14 @@ def _passes(level: str, fold_limit: int):
                     partial(transpose_into_matmul.apply, fused_matmul=True), dead_code.apply]
 
 
-def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT) -> onnx.ModelProto:
+def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT,
+             device: str | None = None) -> onnx.ModelProto:
     """An optimized copy of ``model`` at ``level`` ("none", "basic" or "all"; see the module doc).
 
     ``fold_limit`` caps the bytes of one folded node's outputs (default 1 GiB): a larger constant
-    result (e.g. an Expand to a huge shape) is left to run time.
+    result (e.g. an Expand to a huge shape) is left to run time. ``device`` is the kind of device
+    the model will run on ("cpu", "cuda"), for the rewrites that depend on it; None (default):
+    only the device-independent ones.
     """
     if level not in LEVELS:
         raise GpuopsError(f"optimize must be one of {LEVELS}, not {level!r}")
@@ -63,6 +70,8 @@ def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FO
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph = Graph(copy)
+    if device == "cpu" and level == "all":
+        _apply(float16_compute.apply, graph)  # once, first: the other rewrites then see float32
     passes = _passes(level, fold_limit)
     for _ in range(MAX_ROUNDS):
         changed = False
