@@ -42,7 +42,8 @@ def _check(model, feeds, oracle, *, tol=1e-2):
     gives ``oracle``'s results on ``model`` within ``tol``; onnxruntime runs the rewritten model to
     the same results. Returns the rewritten model."""
     got, opt = _run(model, feeds)
-    assert not [t.name for t in opt.graph.initializer if t.data_type == H and t.name not in feeds]
+    inputs = {i.name for i in model.graph.input}
+    assert not [t.name for t in opt.graph.initializer if t.data_type == H and t.name not in inputs]
     inits = {t.name for t in model.graph.initializer}
     assert _io(opt, inits) == _io(model, inits)
     if _valid(model):
@@ -111,7 +112,9 @@ def test_converted_squeezenet():
     m16 = convert_float_to_float16(model, keep_io_types=False)
     feeds = {k: v.astype(np.float16) for k, v in feeds.items()}
     opt = _check(m16, feeds, run_ort)
-    assert ops(opt)["FusedConv"] > 0
+    assert ops(opt)["FusedConv"] > 0 and ops(opt)["Cast"] == 2  # its weights (IR 3 inputs) folded to float32
+    tensors = [a.t for n in opt.graph.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
+    assert tensors and not [t for t in tensors if t.data_type == H]
 
 
 def test_explicit_casts_keep_float16_rounding():
@@ -144,7 +147,8 @@ def test_dtype_attributes_and_cast_like():
     x = _h(3, 3)
     nodes = [helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(_h(3, 3))),
              helper.make_node("Shape", ["X"], ["s"]),
-             helper.make_node("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.array([0.75], np.float16))),
+             helper.make_node("ConstantOfShape", ["s"], ["c"],
+                              value=numpy_helper.from_array(np.array([0.75], np.float16))),
              helper.make_node("EyeLike", ["s3"], ["e"], dtype=H),
              helper.make_node("Add", ["X", "k"], ["a"]), helper.make_node("Mul", ["a", "c"], ["m"]),
              helper.make_node("Add", ["m", "e"], ["Y"]),
@@ -210,3 +214,14 @@ def test_graph_without_float16_untouched():
     x = np.ones((2, 2), np.float32)
     model = make_model([helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.DOUBLE)], {"X": x})
     assert float16_compute.apply(Graph(model)) is False
+
+
+def test_overridable_initializer_stays_float16():
+    """An initializer that is also a graph input keeps its float16 type and may still be fed."""
+    w = _h(4, 4)
+    model = make_model([helper.make_node("MatMul", ["X", "W"], ["m"]), helper.make_node("Relu", ["m"], ["Y"])],
+                       [_out("X"), helper.make_tensor_value_info("W", H, [4, 4])], [_out("Y")], inits=[("W", w)])
+    x = _h(2, 4)
+    opt = _check(model, {"X": x}, run_ort)
+    assert [t.data_type for t in opt.graph.initializer if t.name == "W"] == [H]
+    _check(model, {"X": x, "W": _h(4, 4)}, run_ort)
