@@ -116,8 +116,6 @@ def _rewrite(graph: Graph, inputs: list[str], outputs: list[str], casts: dict) -
         t = graph._protos.get(name)
         if (t.data_type == F16) if t is not None else graph.value(name).dtype == np.float16:
             graph.set_const(name, graph.value(name).astype(np.float32))
-    for vi in g.value_info:
-        _retype(vi.type)
 
     nodes, renames = [], {}
     for x in inputs:  # read in float32 from here on
@@ -155,6 +153,10 @@ def _rewrite(graph: Graph, inputs: list[str], outputs: list[str], casts: dict) -
             n.output[:] = [wide if v == y else v for v in n.output]
             n.input[:] = [wide if v == y else v for v in n.input]
         nodes.append(graph.make_node("Cast", [wide], [y], to=F16))
+    keep = made_f16 | set(inputs) | set(outputs)  # values that stay float16
+    for vi in g.value_info:
+        if vi.name not in keep:
+            _retype(vi.type)
     graph.nodes = nodes
     graph.index()
     graph.invalidate()

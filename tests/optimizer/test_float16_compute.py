@@ -130,6 +130,8 @@ def test_explicit_casts_keep_float16_rounding():
     model = make_model(nodes, {"X": x}, [_out("Y", F), _out("Z"), _out("I", TensorProto.INT32)],
                        inits=[("half", np.array(0.5, np.float16)), ("lo", np.array(-100, np.float16)),
                               ("hi", np.array(100, np.float16))])
+    model = onnx.shape_inference.infer_shapes(model)  # value_info of the float16 values, which stay float16
+    assert {vi.name for vi in model.graph.value_info if vi.type.tensor_type.elem_type == H} >= {"h", "d"}
     with np.errstate(over="ignore"):  # 70000 is beyond float16
         got, opt = _run(model, {"X": x})
         want = _ref(model, {"X": x})
@@ -168,7 +170,7 @@ def test_float16_graph_output_read_inside():
     x = _h(2, 5)
     nodes = [helper.make_node("Sigmoid", ["X"], ["A"]), helper.make_node("Cast", ["A"], ["B"], to=H),
              helper.make_node("Mul", ["A", "B"], ["C"])]
-    model = make_model(nodes, {"X": x}, [_out("A"), _out("B"), _out("C")])
+    model = onnx.shape_inference.infer_shapes(make_model(nodes, {"X": x}, [_out("A"), _out("B"), _out("C")]))
     _check(model, {"X": x}, run_ort, tol=2e-3)
 
 
