@@ -20,8 +20,8 @@ NumPy underneath, with CuPy's rules on top, and it is meant to be at least as st
   - :func:`declared_syncs`: the executor runs an op that declares its syncs in it: counted, allowed.
   - :func:`strict`: inside it an *implicit* device read raises :class:`HostSyncError` (explicit
     ``.get()`` / ``asnumpy`` are allowed), so a test can prove a run reads the device only at its
-    boundaries; ``strict(shapes=True)`` (or ``GPUOPS_STANDIN_STRICT_SHAPES=1`` for every strict region)
-    raises on data-dependent shapes too.
+    boundaries; it also raises on a result shape that depends on device data (boolean masks,
+    ``nonzero``...), unless ``strict(shapes=False)`` or ``GPUOPS_STANDIN_STRICT_SHAPES=0``.
   - inside a stream capture every sync, explicit or not, raises :class:`StreamCaptureError`, as CuPy does.
 
   Explicit copies are also counted in ``transfers`` (``"h2d"`` / ``"d2h"``).
@@ -66,7 +66,7 @@ class StreamCaptureError(RuntimeError):
 
 # Whether strict() also raises on data-dependent shapes by default. Off until every op is sync-free
 # or declares its host reads: until then those syncs are counted (and refused by captures) only.
-STRICT_SHAPES = os.environ.get("GPUOPS_STANDIN_STRICT_SHAPES", "") not in ("", "0")
+STRICT_SHAPES = os.environ.get("GPUOPS_STANDIN_STRICT_SHAPES", "1") not in ("", "0")
 
 
 def _strict(shape: bool) -> bool:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
+from ..elementwise import clamp
 from ..indexing import _check_bounds
 from ..quantize import MatMulInteger as _matmul_integer
 from .quantized import _check_8bit, _dequant, _out_dtype, _quant, _range, _scalar
@@ -57,7 +58,7 @@ def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scal
     q = xp.rint(acc.astype(_F32) * (multiplier / _scalar(xp, y_scale)))
     if y_zero_point is not None:
         q = q + _scalar(xp, y_zero_point)
-    return xp.clip(q, lo, hi).astype(dtype)
+    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 # -- QLinearSoftmax -----------------------------------------------------------------------------
