@@ -207,9 +207,9 @@ def test_session_threads_are_applied_during_runs_and_restored():
     before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("gpuops.onnx.session.blas_threads", spy)
-        with threads_mod.blas_threads(3):
+        with threads_mod.blas_threads(1):  # OpenBLAS caps a larger count at the cores it found
             inside = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
-        assert inside == [3] * len(before)
+        assert inside == [1] * len(before)
         one = gpuops.InferenceSession(model, device="cpu", threads=1).run(None, feeds)
         default = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
     assert seen == [1, threads_mod.default_threads()]
