@@ -37,9 +37,6 @@ def _captured_run(model, feeds):
     return sess, got
 
 
-HEAVY = {"vgg19", "densenet121"}  # three runs of their emulated convolutions take most of a minute
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_light_model_runs_without_host_syncs(name):
     model, feeds, expected, rtol, atol = _case(name)
@@ -50,7 +47,7 @@ def test_light_model_runs_without_host_syncs(name):
     assert sess.last_profile["host_syncs"] == {"count": 0, "nodes": []}
 
 
-@pytest.mark.parametrize("name", [m for m in MODELS if m not in HEAVY])
+@pytest.mark.parametrize("name", MODELS)
 def test_light_model_runs_as_one_captured_graph(name):
     model, feeds, expected, rtol, atol = _case(name)
     _, got = _captured_run(model, feeds)
