@@ -6,8 +6,7 @@ sync between the feed upload and the output download, and give the cpu path's re
 
 The stand-in counts every sync CuPy would make (``run(profile=True)``) and refuses them, and
 host->device copies, during a capture, as CuPy does. A capture costs three runs of the emulated
-kernels (warm-up, capture, replay), so every light model runs once with ``profile=True`` against its
-stored output, and all but the two heaviest are captured.
+kernels (warm-up, capture, replay): the nine captures take about a minute on 2 cores.
 """
 
 import math
