@@ -335,7 +335,7 @@ class CudaGraphs:
     def release(self) -> None:
         """Drop the graph and its buffers, then give its pool's memory back."""
         pool = self.pool
-        self.key = self.graph = self.stream = self.inputs = self.env = self.pool = None
+        self.key = self.graph = self.stream = self.inputs = self.env = self.pool = self.checks = None
         if pool is not None:
             self.session.memory.free_pool(pool)
 
