@@ -174,8 +174,8 @@ def plots(result: dict, out: Path) -> list[Path]:
         if r.get("scenario") == "single-stream" and "samples_ms" in r:
             fig, ax = plt.subplots(figsize=(6, 4))
             ax.hist(r["samples_ms"], bins=40)
-            for k in ("p50_ms", "p90_ms", "p99_ms"):
-                ax.axvline(r["latency"][k], ls="--", lw=0.8, label=f"{k[:3]} {r['latency'][k]:.2f} ms")
+            for k, color in (("p50_ms", "tab:green"), ("p90_ms", "tab:orange"), ("p99_ms", "tab:red")):
+                ax.axvline(r["latency"][k], ls="--", lw=1, color=color, label=f"{k[:3]} {r['latency'][k]:.2f} ms")
             ax.set_xlabel("latency (ms)")
             ax.set_ylabel("queries")
             ax.set_title(f"SingleStream latency: {r['model']} on {r['device']}")
