@@ -450,14 +450,13 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     device = ctx.device
     xp, live, profile, on_cpu = device.xp, ctx.live, ctx.profile, device.kind == "cpu"
     note_node = ctx.memory.note_node if ctx.memory.pool is not None else None
-    pending = checks.active()
-    for code in _code(plan):
-        step = code.step
+    pending, keep_all = checks.active(), ctx.keep_all
+    for step, fn, names, n_required, outputs, release, syncs in _code(plan):  # unpacked: a hot loop
         if pending is not None:
-            pending.node = step.describe()
-        if code.names is not None:
+            pending.node = step  # described only if its check fails
+        if names is not None:
             try:
-                args = [env[n] for n in code.names]
+                args = [env[n] for n in names]
             except KeyError:
                 args = _gather(step, env, device)  # raises, naming the missing input
             while args and args[-1] is None:
@@ -473,11 +472,11 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         if not on_cpu and any(_host_resident(a) for a in args):
             step_xp, args = _on_host(step, args, ctx)
         try:
-            if code.syncs and step_xp is xp:
+            if syncs and step_xp is xp:
                 with device.declared_syncs():
-                    result = code.fn(step_xp, *args, **attrs)
+                    result = fn(step_xp, *args, **attrs)
             else:
-                result = code.fn(step_xp, *args, **attrs)
+                result = fn(step_xp, *args, **attrs)
             if step_xp is not xp:
                 result = _to_device(device, result)
         except GpuopsError as e:
@@ -492,10 +491,10 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
                           f"{step.describe()} ran out of device memory on {device}"
                           + (f" (session memory_limit {limit:,} bytes)" if limit else "")) from e
         outs = result if isinstance(result, tuple) else (result,)
-        if len(outs) < code.n_required:
+        if len(outs) < n_required:
             raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
                             f"{len(step.outputs)}")
-        for name, value in zip(code.outputs, outs):
+        for name, value in zip(outputs, outs):
             if name:
                 env[name] = value
                 nb = _nbytes(value)  # live.add(nb), inlined: this loop runs per node
@@ -507,8 +506,8 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             profile.append(timer.done(step, outs))
         if note_node is not None:
             note_node()
-        if not ctx.keep_all:
-            for name, counted in code.release:
+        if not keep_all:
+            for name, counted in release:
                 value = env.pop(name, None)
                 if counted and value is not None:
                     live.current -= _nbytes(value)

@@ -29,8 +29,8 @@ class Deferred:
     """The checks of one run, in node order: (device values, check of their host copy, node)."""
 
     def __init__(self):
-        self.pending: list[tuple[object, Callable, str]] = []
-        self.node = ""  # the executor's current node, for messages
+        self.pending: list[tuple[object, Callable, object]] = []
+        self.node: object = ""  # the executor's current node (a plan Step, or text), for messages
 
     def check(self) -> None:
         """Read every pending check's values (one explicit transfer each) and run the checks in node
@@ -39,8 +39,9 @@ class Deferred:
             try:
                 fn(to_host(values))
             except NodeError as e:
-                if node and node not in str(e):
-                    raise NodeError(f"{node}: {e}") from None
+                where = node.describe() if hasattr(node, "describe") else str(node or "")
+                if where and where not in str(e):
+                    raise NodeError(f"{where}: {e}") from None
                 raise
 
 

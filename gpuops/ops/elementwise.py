@@ -33,7 +33,8 @@ def is_float(dtype) -> bool:
 def _binary(op_type: str, since: int, fn: str):
     """Register ``op_type`` from opset ``since`` as ``xp.<fn>(A, B)`` on inputs of one element type."""
     def impl(xp, A, B):
-        same_dtype(op_type, A, B)
+        if A.dtype != B.dtype:  # the common case costs one comparison (this is the hottest op path)
+            same_dtype(op_type, A, B)
         return getattr(xp, fn)(A, B)
     impl.__name__ = impl.__qualname__ = op_type
     return op(op_type, since=since)(impl)
