@@ -87,3 +87,14 @@ def rand(*shape, dtype=np.float32, scale=1.0):
 
 def randint(lo, hi, *shape, dtype=np.int32):
     return RNG.integers(lo, hi, size=shape).astype(dtype)
+
+
+def q8(dtype, *shape):
+    """Random 8-bit values over the whole range of ``dtype`` (uint8 or int8)."""
+    lo, hi = (0, 256) if np.dtype(dtype) == np.uint8 else (-128, 128)
+    return randint(lo, hi, *shape, dtype=dtype)
+
+
+def f32(v):
+    """A float32 array (scales, thresholds...)."""
+    return np.array(v, np.float32)

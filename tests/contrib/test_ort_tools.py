@@ -7,19 +7,10 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from .helpers import (DEVICES, assert_close, check, make_model, ms_node, ort_has_kernel, rand, randint, run_gpuops,
-                      run_ort)
+from .helpers import (DEVICES, assert_close, check, f32, make_model, ms_node, ort_has_kernel, q8, rand, randint,
+                      run_gpuops, run_ort)
 
 U8, I8 = np.uint8, np.int8
-
-
-def q8(dtype, *shape):
-    lo, hi = (0, 256) if dtype == U8 else (-128, 128)
-    return randint(lo, hi, *shape, dtype=dtype)
-
-
-def f32(v):
-    return np.array(v, np.float32)
 
 
 def bools(*shape):
@@ -202,7 +193,6 @@ def test_matmul_nbits(bits, zero_points, K):
     elif zero_points == "float":
         feeds["zp"] = rand(N * kb)
     feeds["bias"] = rand(N)
-    names = list(feeds)
     if zero_points == "none":
         names = ["a", "b", "s", "", "", "bias"]
     else:

@@ -6,18 +6,10 @@ the output zero point in QLinearAdd / QLinearMul)."""
 import numpy as np
 import pytest
 
-from .helpers import check, ms_node, ort_has_kernel, rand, randint
+from .helpers import check, f32, ms_node, ort_has_kernel, q8, rand, randint
 
 U8, I8 = np.uint8, np.int8
 
-
-def q8(dtype, *shape):
-    lo, hi = (0, 256) if dtype == U8 else (-128, 128)
-    return randint(lo, hi, *shape, dtype=dtype)
-
-
-def scale(v):
-    return np.array(v, np.float32)
 
 
 def zp(dtype, v):
@@ -28,9 +20,9 @@ def zp(dtype, v):
 @pytest.mark.parametrize("dtype", [U8, I8])
 @pytest.mark.parametrize("b_shape", [(2, 3, 4), (4,)])
 def test_qlinear_binary(op_type, dtype, b_shape):
-    feeds = {"a": q8(dtype, 2, 3, 4), "sa": scale(0.05), "za": zp(dtype, 10), "b": q8(dtype, *b_shape),
-             "sb": scale(0.02), "zb": zp(dtype, -5 if dtype == I8 else 130),
-             "sc": scale(0.07 if op_type == "QLinearAdd" else 0.9), "zc": zp(dtype, 3)}
+    feeds = {"a": q8(dtype, 2, 3, 4), "sa": f32(0.05), "za": zp(dtype, 10), "b": q8(dtype, *b_shape),
+             "sb": f32(0.02), "zb": zp(dtype, -5 if dtype == I8 else 130),
+             "sc": f32(0.07 if op_type == "QLinearAdd" else 0.9), "zc": zp(dtype, 3)}
     check(ms_node(op_type, list(feeds), ["c"]), feeds)
 
 
@@ -45,16 +37,16 @@ def test_mul_integer_formula():
 @pytest.mark.parametrize("dtype", [U8, I8])
 def test_qlinear_lookup(op_type, attrs, dtype):
     sigmoid = op_type == "QLinearSigmoid"
-    feeds = {"x": q8(dtype, 4, 64), "sx": scale(0.08), "zx": zp(dtype, 12), "sy": scale(0.01 if sigmoid else 0.05),
+    feeds = {"x": q8(dtype, 4, 64), "sx": f32(0.08), "zx": zp(dtype, 12), "sy": f32(0.01 if sigmoid else 0.05),
              "zy": zp(dtype, 0 if sigmoid else 40)}
     check(ms_node(op_type, list(feeds), ["y"], **attrs), feeds)
 
 
 def test_qlinear_concat():
-    feeds = {"sy": scale(0.1), "zy": zp(U8, 128),
-             "a": q8(U8, 2, 3), "sa": scale(0.1), "za": zp(U8, 128),  # same parameters as y: a copy
-             "b": q8(U8, 2, 2), "sb": scale(0.05), "zb": zp(U8, 100),
-             "c": q8(U8, 2, 4), "sc": scale(0.3), "zc": zp(U8, 0)}
+    feeds = {"sy": f32(0.1), "zy": zp(U8, 128),
+             "a": q8(U8, 2, 3), "sa": f32(0.1), "za": zp(U8, 128),  # same parameters as y: a copy
+             "b": q8(U8, 2, 2), "sb": f32(0.05), "zb": zp(U8, 100),
+             "c": q8(U8, 2, 4), "sc": f32(0.3), "zc": zp(U8, 0)}
     check(ms_node("QLinearConcat", list(feeds), ["y"], axis=1), feeds)
 
 
@@ -67,7 +59,7 @@ def test_qlinear_concat():
 ])
 @pytest.mark.parametrize("dtype", [U8, I8])
 def test_qlinear_average_pool(attrs, dtype):
-    feeds = {"x": q8(dtype, 2, 3, 6, 7), "sx": scale(0.1), "zx": zp(dtype, 5), "sy": scale(0.07), "zy": zp(dtype, 2)}
+    feeds = {"x": q8(dtype, 2, 3, 6, 7), "sx": f32(0.1), "zx": zp(dtype, 5), "sy": f32(0.07), "zy": zp(dtype, 2)}
     check(ms_node("QLinearAveragePool", list(feeds), ["y"], **attrs), feeds)
 
 
@@ -75,14 +67,14 @@ def test_qlinear_average_pool(attrs, dtype):
 @pytest.mark.parametrize("seed", range(3))
 def test_qlinear_global_average_pool(channels_last, seed):
     rng = np.random.default_rng(seed)
-    feeds = {"x": rng.integers(0, 256, (2, 5, 4, 3)).astype(U8), "sx": scale(0.1), "zx": zp(U8, 120),
-             "sy": scale(0.05), "zy": zp(U8, 128)}
+    feeds = {"x": rng.integers(0, 256, (2, 5, 4, 3)).astype(U8), "sx": f32(0.1), "zx": zp(U8, 120),
+             "sy": f32(0.05), "zy": zp(U8, 128)}
     check(ms_node("QLinearGlobalAveragePool", list(feeds), ["y"], channels_last=channels_last), feeds)
 
 
 @pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, 2], 0), ([-1], 1)])
 def test_qlinear_reduce_mean_formula(axes, keepdims):
-    feeds = {"x": q8(I8, 3, 4, 5), "sx": scale(0.1), "zx": zp(I8, -3), "sy": scale(0.02), "zy": zp(I8, 1)}
+    feeds = {"x": q8(I8, 3, 4, 5), "sx": f32(0.1), "zx": zp(I8, -3), "sy": f32(0.02), "zy": zp(I8, 1)}
     node = ms_node("QLinearReduceMean", list(feeds), ["y"], axes=axes, keepdims=keepdims)
     assert not ort_has_kernel(node, feeds)
 
@@ -106,8 +98,8 @@ def test_qlinear_conv(channels_last):
     x = q8(U8, 1, 4, 5, 5)
     if channels_last:
         x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
-    feeds = {"x": x, "sx": scale(0.02), "zx": zp(U8, 120), "w": q8(I8, 6, 2, 3, 3),
-             "sw": np.abs(rand(6)) * 0.01 + 0.005, "zw": np.zeros(6, I8), "sy": scale(0.1), "zy": zp(U8, 128),
+    feeds = {"x": x, "sx": f32(0.02), "zx": zp(U8, 120), "w": q8(I8, 6, 2, 3, 3),
+             "sw": np.abs(rand(6)) * 0.01 + 0.005, "zw": np.zeros(6, I8), "sy": f32(0.1), "zy": zp(U8, 128),
              "b": randint(-500, 500, 6)}
     check(ms_node("QLinearConv", list(feeds), ["y"], group=2, pads=[1, 1, 1, 1], channels_last=channels_last), feeds)
 
@@ -140,8 +132,8 @@ def test_matmul_integer16():
 @pytest.mark.parametrize("per_column", [False, True])
 def test_matmul_integer_to_float(a_t, b_t, per_column):
     N = 6
-    feeds = {"a": q8(a_t, 2, 3, 5), "b": q8(b_t, 5, N), "sa": scale(0.02),
-             "sb": np.abs(rand(N)) * 0.01 + 0.001 if per_column else scale(0.03),
+    feeds = {"a": q8(a_t, 2, 3, 5), "b": q8(b_t, 5, N), "sa": f32(0.02),
+             "sb": np.abs(rand(N)) * 0.01 + 0.001 if per_column else f32(0.03),
              "za": zp(a_t, 7), "zb": (q8(b_t, N) // 8 if per_column else zp(b_t, 3)), "bias": rand(N)}
     check(ms_node("MatMulIntegerToFloat", list(feeds), ["y"]), feeds, rtol=1e-5, atol=1e-5)
 
