@@ -289,10 +289,7 @@ def apply(graph: Graph) -> bool:
             [n for n in extra if n.op_type == "Gather"]
         removed.extend(n for n in m["nodes"] if n is not final)
         graph.use_domain(MS)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)
 
 
 def _stack(graph: Graph, k: str, v: str, extra: list) -> str:

@@ -68,10 +68,7 @@ def apply(graph: Graph, fold_limit: int = FOLD_LIMIT) -> bool:
             if o:
                 graph.set_const(o, np.asarray(outs[i]))
         folded.append(node)
-    if folded:
-        graph.remove(*folded)
-        graph.index()
-    return bool(folded)
+    return graph.remove(*folded)
 
 
 def _tensor(value) -> bool:

@@ -90,7 +90,4 @@ def apply(graph: Graph) -> bool:
                 end.attribute.append(helper.make_attribute("activation_params", params))
         removed.extend(n for n in (conv, add if z else None) if n is not None and n is not end)
         graph.use_domain(MS)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

@@ -34,7 +34,4 @@ def apply(graph: Graph) -> bool:
             if o:
                 graph.rename_uses(o, f)
         removed.append(node)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

@@ -12,6 +12,4 @@ def apply(graph: Graph) -> bool:
         dead = [n for n in graph.nodes if n.output and all(graph.unused(o) for o in n.output)]
         if not dead:
             return removed_any
-        graph.remove(*dead)
-        graph.index()
-        removed_any = True
+        removed_any = graph.remove(*dead)

@@ -50,7 +50,4 @@ def apply(graph: Graph) -> bool:
             src.output[:] = [y if o == x else o for o in src.output]
             graph.producer[y] = src
         removed.append(node)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

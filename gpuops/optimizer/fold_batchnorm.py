@@ -89,7 +89,4 @@ def apply(graph: Graph) -> bool:
             continue
         node.output[0] = bn.output[0]
         removed.append(bn)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

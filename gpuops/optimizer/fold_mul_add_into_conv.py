@@ -63,10 +63,7 @@ def apply(graph: Graph) -> bool:
             node = _into_batchnorm(graph, bn)
             if node is not None:
                 removed.append(node)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)
 
 
 def _into_batchnorm(graph: Graph, bn):

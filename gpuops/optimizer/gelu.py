@@ -110,10 +110,8 @@ def apply(graph: Graph) -> bool:
         del last.attribute[:]
         removed.extend([*scale, erf, add, *muls[:-1]])
         graph.use_domain(MS)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return _bias(graph) or bool(removed)
+    changed = graph.remove(*removed)
+    return _bias(graph) or changed
 
 
 def _bias(graph: Graph) -> bool:
@@ -133,7 +131,4 @@ def _bias(graph: Graph) -> bool:
                 node.input[:] = [a, b]
                 removed.append(add)
                 break
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

@@ -27,7 +27,4 @@ def apply(graph: Graph) -> bool:
         gemm.output[0] = act.output[0]
         removed.append(act)
         graph.use_domain(MS)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

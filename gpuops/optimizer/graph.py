@@ -115,10 +115,15 @@ class Graph:
         n = self.producer.get(name)
         return n if n is not None and n.op_type == op_type and canonical_domain(n.domain) == "" else None
 
-    def remove(self, *nodes: onnx.NodeProto) -> None:
+    def remove(self, *nodes: onnx.NodeProto) -> bool:
+        """Drop ``nodes`` and re-index; True when there were any (a rewrite's "changed")."""
+        if not nodes:
+            return False
         ids = {id(n) for n in nodes}
         self.nodes = [n for n in self.nodes if id(n) not in ids]
         self.invalidate()
+        self.index()
+        return True
 
     def rename_uses(self, old: str, new: str) -> None:
         """Make every node that reads ``old`` read ``new`` (``old`` must not be protected)."""

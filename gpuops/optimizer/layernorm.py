@@ -124,7 +124,4 @@ def apply(graph: Graph) -> bool:
             nodes = nodes + [res]
             graph.use_domain(MS)
         removed.extend(n for n in nodes if n is not last)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

@@ -41,7 +41,4 @@ def apply(graph: Graph) -> bool:
         add.op_type = "Gemm"
         add.input[:] = [mm.input[0], mm.input[1], c]
         removed.append(mm)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)

@@ -25,7 +25,4 @@ def apply(graph: Graph) -> bool:
             value = np.array(shape[slice(start, end)], dtype=np.int64)
         graph.set_const(out, value)
         done.append(node)
-    if done:
-        graph.remove(*done)
-        graph.index()
-    return bool(done)
+    return graph.remove(*done)

@@ -49,7 +49,4 @@ def apply(graph: Graph, fused_matmul: bool = False) -> bool:
             node.op_type, node.domain = "FusedMatMul", MS
             graph.use_domain(MS)
         set_attrs(node, **changed)
-    if removed:
-        graph.remove(*removed)
-        graph.index()
-    return bool(removed)
+    return graph.remove(*removed)
