@@ -65,9 +65,9 @@ class MDFSweep:
 
     Columns named like ``"node.param"`` (or mapped by ``param_columns``: parameter key -> column) are
     parameter values for that row; ``outputs`` picks the output ports to return (default: all), as
-    columns of the same names. With ``time_increment``, each row integrates ``steps`` steps. Rows run
-    as one batched session (``MDFSession(..., batch=rows)``) when the session supports it, else one
-    after another.
+    columns of the same names. With ``time_increment``, each row integrates ``steps`` steps. A batch's
+    rows run as one batched session (``MDFSession(..., batch=rows)``); a model that cannot be batched
+    (ACT-R) is refused with the session's ``ModelError``.
     """
 
     def __init__(self, model, *, device: str = "auto", outputs: list[str] | None = None,
@@ -86,11 +86,6 @@ class MDFSweep:
             return {key: np.asarray(batch[col]) for key, col in self.param_columns.items()}
         return {k: np.asarray(v) for k, v in batch.items() if "." in k}
 
-    def _session(self, **kw):
-        from .mdf import MDFSession
-
-        return MDFSession(self.model, device=self.device, **kw)
-
     def _evaluate(self, session, params) -> dict:
         out = None
         for _ in range(self.steps):
@@ -104,20 +99,11 @@ class MDFSweep:
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch = dict(batch)
         params = self._params(batch)
+        from .mdf import MDFSession
+
         rows = n_rows(batch)
-        try:
-            session = self._session(batch=rows)
-        except TypeError:  # an MDFSession without batched evaluation: one row at a time
-            session = None
-        if session is not None:
-            outs = self._evaluate(session, params)
-            batch.update({k: np.asarray(v).reshape(rows, *np.shape(v)[1:]) for k, v in outs.items()})
-            return batch
-        rows_out = []
-        for i in range(rows):
-            rows_out.append({k: np.asarray(v)[None] for k, v in
-                             self._evaluate(self._session(), {k: v[i] for k, v in params.items()}).items()})
-        batch.update(concat(rows_out))
+        outs = self._evaluate(MDFSession(self.model, device=self.device, batch=rows), params)
+        batch.update({k: np.asarray(v).reshape(rows, *np.shape(v)[1:]) for k, v in outs.items()})
         return batch
 
 

@@ -151,3 +151,11 @@ def test_mdf_sweep_on_ray_data():
     got = _sorted_by_id(list(ds.iter_batches(batch_size=None, batch_format="numpy")))
     np.testing.assert_allclose(got["FNpop_0.OUTPUT"].ravel(), _fn_one_at_a_time(table, 20).ravel(),
                                rtol=1e-12, atol=1e-12)
+
+
+def test_mdf_sweep_refuses_a_model_that_cannot_be_batched():
+    from gpuops import ModelError
+
+    actr = FN.parent / "ACT-R" / "count.json"
+    with pytest.raises(ModelError, match="ACT-R functions .* cannot be batched"):
+        gray.MDFSweep(str(actr), device="cpu")({"id": np.arange(2)})
