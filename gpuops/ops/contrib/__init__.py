@@ -8,6 +8,7 @@ semantics coincide. Importing this package registers them.
 
 from . import detection, math, nchwc, quantized, rnn, text, transformer  # noqa: F401
 from . import attention, fusion, normalization, quantized_ort  # noqa: F401  (onnxruntime's tools' ops)
+from . import encoder_decoder  # noqa: F401  (T5's relative position bias)
 
 MS_DOMAIN = "com.microsoft"
 NCHWC_DOMAIN = "com.microsoft.nchwc"
