@@ -88,9 +88,11 @@ class _Activations:
 
 
 def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, direction, activations,
-                acts, clip, layout, cell, fold_rb=False):
+                acts, clip, layout, cell, fold_rb=False, fused=None):
     """Shared driver: returns ``(Y, *final_states)`` in the node's layout. ``fold_rb``: the cell only
-    adds the recurrence bias to ``h @ R^T``, so it joins the input projection once for all steps."""
+    adds the recurrence bias to ``h @ R^T``, so it joins the input projection once for all steps.
+    ``fused(xp, X, W, R, B, states, dirs)``, when given, replaces the step loop for inputs without
+    ``sequence_lens``: it returns the outputs in step order ``(T, D, batch, H)`` and the final states."""
     dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
     if dirs is None:
         raise NodeError(f"direction must be forward, reverse or bidirectional, got {direction!r}")
@@ -108,6 +110,9 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
         raise NodeError(f"W and R need {n_gates * H} rows ({n_gates} gates x hidden size {H})")
     GH = n_gates * H
     states = [xp.zeros((D, batch, H), dtype=X.dtype) if s is None else s for s in states]
+    if fused is not None and sequence_lens is None:
+        Y, states = fused(xp, X, W, R, B, states, dirs)
+        return _finish(xp, Y, states, dirs, layout)
 
     # input projection of every step and direction in one matmul: (D, T, batch, G*H)
     XW = xp.matmul(xp.reshape(X, (1, T * batch, in_size)), xp.swapaxes(W, 1, 2))
@@ -142,6 +147,12 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
             ys.append(xp.where(m, new[0], zeros))
         states = new
     Y = xp.stack(ys) if ys else xp.zeros((0, D, batch, H), dtype=X.dtype)  # (T, D, batch, H)
+    return _finish(xp, Y, states, dirs, layout)
+
+
+def _finish(xp, Y, states, dirs, layout):
+    """``(Y, *states)`` in the node's layout from ``Y`` in step order (a reverse direction's steps
+    walk time backwards)."""
     if any(dirs):
         Y = xp.stack([xp.flip(Y[:, d], axis=0) if rev else Y[:, d] for d, rev in enumerate(dirs)], axis=1)
     if layout:
@@ -219,6 +230,75 @@ def _lstm_cell(xp, P, input_forget):
     return cell
 
 
+# The fused LSTM keeps its gates gate-major, in this order of the ONNX gates (i, o, f, c): c's
+# candidate first, then the sigmoid gates o, f, i. Its work buffer is [cell state, c~, o, f, i], so
+# that [f, i] * [cell state, c~] is one product.
+_FUSED_ORDER = (3, 1, 2, 0)
+_FUSED_SCALE = (1.0, 0.5, 0.5, 0.5)  # sigmoid(x) = tanh(x / 2) / 2 + 1/2: the halving goes into the weights
+
+
+def _gate_major(xp, M, n_in):
+    """A per-direction LSTM weight (D, 4H, n_in) as (4, D, n_in, H) in fused gate order, the sigmoid
+    gates' rows halved (exact)."""
+    D, H = M.shape[0], M.shape[1] // 4
+    M = xp.reshape(M, (D, 4, H, n_in))
+    M = xp.permute_dims(xp.stack([M[:, j] * s for j, s in zip(_FUSED_ORDER, _FUSED_SCALE)]), (0, 1, 3, 2))
+    return xp.reshape(xp.reshape(M, (-1,)), M.shape)  # flattening copies in row-major order
+
+
+def _fused_lstm(xp, X, W, R, B, states, dirs):
+    """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
+    input_forget: per step one broadcast GEMM into the gate-major work buffer and eight elementwise
+    ops on contiguous blocks, all writing into preallocated buffers."""
+    T, batch, n_in = X.shape
+    D, H = len(dirs), R.shape[-1]
+    dt = X.dtype
+    RT = derived((R,), "lstm fused R", lambda: _gate_major(xp, R, H))  # (4, D, H, H)
+    WT = derived((W,), "lstm fused W", lambda: _gate_major(xp, W, n_in))  # (4, D, n_in, H)
+    # input projection of every step, in step order (a reverse direction reads X backwards), laid out
+    # (T, 4, D, batch, H) so that each step's slice is one contiguous block
+    Xs = xp.stack([xp.flip(X, axis=0) if rev else X for rev in dirs])  # (D, T, batch, n_in)
+    proj = xp.matmul(xp.reshape(Xs, (1, D, T * batch, n_in)), WT)  # (4, D, T*batch, H)
+    proj = xp.permute_dims(xp.reshape(proj, (4, D, T, batch, H)), (2, 0, 1, 3, 4))
+    XW = xp.empty((T, 4, D, batch, H), dtype=dt)
+    if B is None:
+        XW[...] = proj
+    else:
+        b = xp.reshape(B[:, :4 * H] + B[:, 4 * H:], (D, 4, H))
+        b = xp.stack([b[:, j] * s for j, s in zip(_FUSED_ORDER, _FUSED_SCALE)])  # (4, D, H)
+        xp.add(proj, xp.reshape(b, (1, 4, D, 1, H)), out=XW)
+
+    h0, c0 = states
+    work = xp.empty((5, D, batch, H), dtype=dt)  # [c, c~, o, f, i]
+    work[0] = c0
+    gates, sig, fi, cg, c, o = work[1:], work[2:], work[3:], work[:2], work[0], work[2]
+    prod = xp.empty((2, D, batch, H), dtype=dt)
+    p0, p1 = prod[0], prod[1]
+    tc = xp.empty((D, batch, H), dtype=dt)
+    Y = xp.empty((T, D, batch, H), dtype=dt)
+    matmul, add, mul, tanh = xp.matmul, xp.add, xp.multiply, xp.tanh
+    h = h0
+    for k in range(T):
+        matmul(h, RT, out=gates)
+        add(gates, XW[k], out=gates)
+        tanh(gates, out=gates)
+        mul(sig, 0.5, out=sig)
+        add(sig, 0.5, out=sig)
+        mul(fi, cg, out=prod)  # [f * c, i * c~]
+        add(p0, p1, out=c)
+        tanh(c, out=tc)
+        h = Y[k]
+        mul(o, tc, out=h)
+    return Y, [xp.asarray(h, copy=True), xp.asarray(c, copy=True)]
+
+
+def _default_activations(activations, defaults, D) -> bool:
+    """``activations`` names the spec defaults, for one direction or for each of ``D``."""
+    names = [a.lower() for a in activations or defaults]
+    d = [a.lower() for a in defaults]
+    return names in (d, d * D)
+
+
 @op("RNN", since=1)
 def RNN_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
           activation_beta=None, activations=None, clip=None, direction="forward",
@@ -273,7 +353,12 @@ def LSTM_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
 def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
          hidden_size=None, input_forget=0, layout=0):
+    defaults = ["Sigmoid", "Tanh", "Tanh"]
+    D = 2 if direction == "bidirectional" else 1
+    fused = _fused_lstm if (P is None and not input_forget and clip is None
+                            and _default_activations(activations, defaults, D)) else None
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h, initial_c], n_gates=4,
                        hidden_size=hidden_size, direction=direction, activations=activations,
-                       acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"]),
-                       clip=clip, layout=layout, cell=_lstm_cell(xp, P, input_forget), fold_rb=True)
+                       acts=(activation_alpha, activation_beta, defaults),
+                       clip=clip, layout=layout, cell=_lstm_cell(xp, P, input_forget), fold_rb=True,
+                       fused=fused)
