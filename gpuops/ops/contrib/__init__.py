@@ -8,6 +8,7 @@ semantics coincide. Importing this package registers them.
 
 from . import detection, math, nchwc, quantized, rnn, text, transformer  # noqa: F401
 from . import attention, fusion, normalization, quantized_ort  # noqa: F401  (onnxruntime's tools' ops)
+from . import generation  # noqa: F401  (convert_generation's BeamSearch, GreedySearch, Sampling)
 from . import quantized_ordered  # noqa: F401  (the optimizer's QOrdered fusions)
 from . import encoder_decoder  # noqa: F401  (T5's relative position bias)
 
