@@ -258,3 +258,95 @@ def test_qordered_refusals_name_the_node():
     with pytest.raises(UnsupportedOpError, match=r"'the_node'.*order_weight=1 \(ORDER_ROW\) is not supported"):
         next(a for a in node.attribute if a.name == "order_weight").i = ROW
         _session_run(node, feeds)
+
+
+# -- end to end: quantize_static (QDQ) + optimize_model(model_type="bert") ----------------------
+
+def _encoder():
+    """A BERT encoder layer in the shape torch writes at opset 20 (LayerNormalization and Gelu nodes),
+    on float hidden states with a 0/1 attention mask. The biases of the projections that become
+    QOrderedMatMul (attention output, both FFN layers) are 0: the op adds its bias unscaled (the spec,
+    and onnxruntime's kernel and test), while fusion_qordered_matmul passes the float bias of the
+    QDQ graph, so the fused model equals the QDQ model only for a zero bias."""
+    from onnx import TensorProto, numpy_helper
+
+    from ..zoo.models import HIDDEN, Graph, _io, attention, bert_mask, layer_norm, linear
+
+    g, d, opset = Graph(7), HIDDEN, 20
+    x = layer_norm(g, "hidden", d, opset)
+    a, _ = attention(g, x, d, bert_mask(g, "attention_mask"), opset=opset)
+    x = layer_norm(g, g.op("Add", a, x), d, opset)
+    x = layer_norm(g, g.op("Add", linear(g, g.op("Gelu", linear(g, x, d, 4 * d)), 4 * d, d), x), d, opset)
+    g.output(x, "out")
+    producer = {o: n.op_type for n in g.nodes for o in n.output}
+    feeds_reshape = {n.input[0] for n in g.nodes if n.op_type == "Reshape"}
+    for n in g.nodes:  # a bias Add after a MatMul, outside the Q / K / V projections (which a Reshape reads)
+        if n.op_type == "Add" and producer.get(n.input[0]) == "MatMul" and n.output[0] not in feeds_reshape:
+            t = next(t for t in g.inits if t.name == n.input[1])
+            t.CopyFrom(numpy_helper.from_array(np.zeros(t.dims, np.float32), t.name))
+    dims = ["batch", "sequence"]
+    return g.model([_io("hidden", TensorProto.FLOAT, dims + [d]), _io("attention_mask", TensorProto.INT64, dims)],
+                   [_io("out", TensorProto.FLOAT, dims + [d])], opset)
+
+
+def _encoder_feeds(batch, rng):
+    mask = np.ones((batch, 8), np.int64)
+    mask[-1, 5:] = 0 if batch > 1 else 1  # the last sequence of a batch is padded
+    return {"hidden": rng.standard_normal((batch, 8, 16)).astype(np.float32), "attention_mask": mask}
+
+
+def test_optimizer_qordered_fusions_on_a_qdq_bert(tmp_path):
+    import logging
+
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    import gpuops
+
+    from ..conformance.harness import device_guard
+
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+    rng = np.random.default_rng(3)
+    f32_path, qdq_path = str(tmp_path / "f32.onnx"), str(tmp_path / "qdq.onnx")
+    onnx.save(_encoder(), f32_path)
+
+    class Calibration:
+        batches = iter([_encoder_feeds(2, rng) for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    # what the fusions match: int8 symmetric activations and weights (zero points 0, constant
+    # per-tensor scales), MatMul -> bias Add -> QuantizeLinear (the MatMul's own output not quantized)
+    # and DequantizeLinear -> LayerNormalization / Gelu -> QuantizeLinear
+    quantize_static(f32_path, qdq_path, Calibration(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    op_types_to_quantize=["MatMul", "LayerNormalization", "Gelu"],
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
+                                   "OpTypesToExcludeOutputQuantization": ["MatMul"]})
+    fused = optimize_model(qdq_path, model_type="bert", num_heads=2, hidden_size=16, opt_level=0)
+    fused.save_model_to_file(str(tmp_path / "fused.onnx"))
+    fused = onnx.load(str(tmp_path / "fused.onnx"))
+    counts = {t: sum(n.op_type == t for n in fused.graph.node) for t in
+              ("QOrderedMatMul", "QOrderedLayerNormalization", "QOrderedGelu", "QOrderedAttention")}
+    # onnxruntime's quantizer puts Q/DQ on MatMul inputs, so the attention core never shows the
+    # pattern FusionQOrderedAttention matches (Q/DQ after each MatMul, none between Transpose and MatMul)
+    assert counts == {"QOrderedMatMul": 3, "QOrderedLayerNormalization": 3, "QOrderedGelu": 1,
+                      "QOrderedAttention": 0}
+    last = next(n for n in fused.graph.node if n.output[0] == "out")  # DequantizeLinear
+    out_scale = float(onnx.numpy_helper.to_array(next(t for t in fused.graph.initializer if t.name == last.input[1])))
+    qdq = ort.InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        feeds = _encoder_feeds(batch, rng)
+        want = qdq.run(None, feeds)[0]
+        for device in DEVICES:
+            sess = gpuops.InferenceSession(fused, device=device)
+            with device_guard(device):
+                got = sess.run(None, feeds)[0]
+            # the same int8 pipeline on both sides; only float32 rounding inside LayerNormalization,
+            # Gelu and the requantizations differs, which may move a value at a rounding boundary by
+            # one step of its tensor: allow two steps of the output's scale
+            np.testing.assert_allclose(got, want, rtol=0, atol=2.01 * out_scale)
+            assert np.mean(got == want) > 0.98
