@@ -1,8 +1,8 @@
 """BeamSearch, GreedySearch and Sampling (com.microsoft) around a tiny GPT-2 style decoder with past
 keys / values, in the layout ``onnxruntime.transformers.convert_generation`` writes (the decoder as
 the ``decoder`` graph attribute, its initializers moved to the main graph), compared with
-onnxruntime's CPU kernels on cpu and on the cuda stand-in. Sampling draws differ from onnxruntime's
-by design (its C++ random engine), so it is tested by properties."""
+onnxruntime's CPU kernels on cpu and on the cuda stand-in. Sampling replays the random engine of
+onnxruntime's Linux builds and is compared with it too, besides properties that hold whatever the draws."""
 
 from __future__ import annotations
 
@@ -230,6 +230,28 @@ def test_beam_search_scores_output():
 
 # -- sampling --------------------------------------------------------------------------------------
 
+SAMPLING_CASES = {
+    "default_seed": {"top_p": 0.9},
+    "seeded_temperature": {"top_p": 0.8, "temperature": 1.7, "seed": 42},
+    "keep_tokens": {"top_p": 0.3, "min_tokens_to_keep": 3, "seed": 3},
+    "custom": {"top_p": 0.7, "custom": 1, "seed": 9},
+    "processors": {"top_p": 0.95, "seed": 5, "repetition_penalty": 1.3, "no_repeat_ngram_size": 2,
+                   "vocab_mask": True},
+    "eos": {"top_p": 0.95, "seed": 11, "eos": 13, "max_length": 16},
+}
+
+
+@pytest.mark.parametrize("name", SAMPLING_CASES)
+def test_sampling_matches_onnxruntime(name):
+    """The uniform draws come from libstdc++'s default_random_engine, as in onnxruntime's Linux build."""
+    case = dict(SAMPLING_CASES[name])
+    attrs = {k: case.pop(k) for k in ("top_p", "temperature", "min_tokens_to_keep", "custom") if k in case}
+    if "seed" in case:
+        case["seed"] = i32(case["seed"])
+    case, optional, more = _split(case | {"batch": 2})
+    compare("Sampling", feeds_for("Sampling", **case, **optional), **attrs, **more)
+
+
 def _sample(feeds, device, **attrs):
     return run_gpuops(generation_model("Sampling", feeds, **attrs), feeds, device)[0]
 
@@ -267,7 +289,8 @@ def test_sampling_is_seeded_and_stays_in_the_allowed_set(device):
 def test_sampling_filtered_logits_output():
     """The optional second output: the last step's scores after top-p filtering."""
     feeds = feeds_for("Sampling", seed=i32(1))
-    model = generation_model("Sampling", feeds, ("sequences", "filtered_logits"), top_p=0.5, filter_value=-1e20)
+    model = generation_model("Sampling", feeds, ("sequences", "filtered_logits"), top_p=0.5, filter_value=-1e20,
+                             eos_token_id=VOCAB - 1)
     sequences, filtered = run_gpuops(model, feeds, "cpu")
     assert filtered.shape == (1, VOCAB)
     kept = filtered[0] > -1e20

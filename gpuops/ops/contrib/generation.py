@@ -38,11 +38,12 @@ The semantics follow onnxruntime's CPU kernels:
 * sampling: (``custom=0``) tokens whose ascending cumulative probability is at most ``1 - top_p``
   are set to ``filter_value``, except the ``min_tokens_to_keep`` most likely; (``custom=1``) the
   tokens after the descending cumulative probability first exceeds ``top_p``; then one token is
-  drawn from the softmax of the filtered scores. The draws come from NumPy's generator seeded with
-  the ``seed`` input (0 when absent, so a run repeats itself as onnxruntime's does): the sequences
-  are reproducible but are not onnxruntime's, whose draws come from the C++ standard library's
-  ``default_random_engine``. The optional ``filtered_logits`` output is the last step's filtered
-  scores. ``presence_mask`` subtracts ``presence_penalty`` from the scores of the masked tokens.
+  drawn from the softmax of the filtered scores. The uniform draws replay onnxruntime's generator on
+  its Linux builds (libstdc++'s ``default_random_engine`` seeded with the ``seed`` input, 0 when
+  absent), so the sequences match onnxruntime's there; its Windows builds (MSVC's engine is a
+  Mersenne twister) draw other numbers. The optional ``filtered_logits`` output is the last step's
+  filtered scores. ``presence_mask`` subtracts ``presence_penalty`` from the scores of the masked
+  tokens (onnxruntime's CPU kernel applies it to the first score only, a defect not reproduced).
 
 The scores stay on the device; each step reads the chosen tokens (and, for the beam search, the
 ``2 * num_beams`` candidates per batch entry) on the host to update the sequences and to decide
@@ -401,11 +402,33 @@ def _greedy(xp, p: _Params, ids, dec, processors, start: int, sampler=None):
     return xp.asarray(out), last
 
 
+class _StdUniform:
+    """The uniform doubles in [0, 1) of onnxruntime's sampling on its Linux builds: libstdc++'s
+    ``std::default_random_engine`` (``minstd_rand0``: x <- 16807 x mod 2^31 - 1) seeded with ``seed``,
+    read by ``std::uniform_real_distribution<double>`` (two draws per value, ``generate_canonical``)."""
+
+    M = 2147483647
+
+    def __init__(self, seed: int):
+        self.x = seed % self.M or 1
+
+    def random(self, n: int) -> np.ndarray:
+        r = float(self.M - 1)
+        out = np.empty(n)
+        for i in range(n):
+            total = 0.0
+            for scale in (1.0, r):
+                self.x = 16807 * self.x % self.M
+                total += (self.x - 1) * scale
+            out[i] = min(total / (r * r), np.nextafter(1.0, 0.0))
+        return out
+
+
 class _Sampler:
     """Top-p filtering and one multinomial draw per row, as onnxruntime's CPU sampling does."""
 
     def __init__(self, xp, seed: int, top_p: float, filter_value: float, min_tokens_to_keep: int, custom: int):
-        self.xp, self.rng = xp, np.random.default_rng(seed)
+        self.xp, self.rng = xp, _StdUniform(seed)
         self.top_p, self.filter_value = float(top_p), float(filter_value)
         self.keep, self.custom = int(min_tokens_to_keep), int(custom)
 
@@ -428,7 +451,7 @@ class _Sampler:
         logits = filtered.astype(np.float64)
         weights = xp.exp(logits - xp.max(logits, axis=-1, keepdims=True))
         cdf = xp.cumsum(weights, axis=-1)
-        u = xp.asarray(self.rng.random((rows, 1))) * cdf[:, -1:]
+        u = xp.asarray(self.rng.random(rows)[:, None]) * cdf[:, -1:]
         token = xp.minimum(xp.sum(cdf <= u, axis=-1), vocab - 1)
         return to_host(token).reshape(-1), filtered
 
