@@ -350,3 +350,91 @@ def test_optimizer_qordered_fusions_on_a_qdq_bert(tmp_path):
             # one step of its tensor: allow two steps of the output's scale
             np.testing.assert_allclose(got, want, rtol=0, atol=2.01 * out_scale)
             assert np.mean(got == want) > 0.98
+
+
+def _trt_style_encoder(scales=None):
+    """The same layer with Q/DQ pairs where NVIDIA's int8 tools put them (after each MatMul and
+    bias Add, none between a Transpose and a MatMul) - the pattern FusionQOrderedAttention matches -
+    and int8 weights with per-column scales. ``scales`` None: the float model and the list of the
+    tensors to quantize; else their scales, in that order."""
+    from onnx import TensorProto
+
+    from ..zoo.models import HEADS, HIDDEN, Graph, _io, _split_heads, bert_mask
+
+    g, d, marks = Graph(11), HIDDEN, []
+
+    def qdq(x):
+        marks.append(x)
+        if scales is None:
+            return x
+        s, z = g.const(np.float32(scales[len(marks) - 1]), "s"), g.const(np.int8(0), "z")
+        return g.op("DequantizeLinear", g.op("QuantizeLinear", x, s, z), s, z)
+
+    def dense(x, n_in, n_out, bias=True):  # zero biases where QOrderedMatMul takes them (see _encoder)
+        w = (g.rng.standard_normal((n_in, n_out)) / math.sqrt(n_in)).astype(np.float32)
+        b = g.const((g.rng.standard_normal(n_out) * 0.1 * bias).astype(np.float32), "b")
+        if scales is not None:
+            s = (np.abs(w).max(0) / 127).astype(np.float32)
+            w = g.op("DequantizeLinear", g.const(np.rint(w / s).astype(np.int8), "wq"), g.const(s, "ws"),
+                     g.const(np.zeros(n_out, np.int8), "wz"), axis=1)
+        else:
+            w = g.const(w, "w")
+        return g.op("Add", g.op("MatMul", x, w), b)
+
+    def ln(x):
+        gamma, beta = (1 + 0.1 * g.rng.standard_normal(d)), 0.1 * g.rng.standard_normal(d)
+        return qdq(g.op("LayerNormalization", qdq(x), g.const(gamma.astype(np.float32)),
+                        g.const(beta.astype(np.float32)), axis=-1, epsilon=1e-5))
+
+    x = ln("hidden")
+    q, k, v = (_split_heads(g, qdq(dense(x, d, d)), d, key=key) for key in (False, True, False))
+    s = g.op("Div", qdq(g.op("MatMul", q, k)), g.const(np.float32(math.sqrt(d // HEADS))))
+    p = qdq(g.op("Softmax", g.op("Add", s, bert_mask(g, "attention_mask")), axis=-1))
+    o = g.op("Transpose", qdq(g.op("MatMul", p, v)), perm=[0, 2, 1, 3])
+    x = ln(g.op("Add", dense(g.op("Reshape", o, g.const(np.array([0, 0, d], np.int64))), d, d, bias=False), x))
+    f = dense(qdq(g.op("Gelu", qdq(dense(x, d, 4 * d, bias=False)))), 4 * d, d, bias=False)
+    g.output(ln(g.op("Add", f, x)), "out")
+    marks[-1] = "out"
+    dims = ["batch", "sequence"]
+    model = g.model([_io("hidden", TensorProto.FLOAT, dims + [d]), _io("attention_mask", TensorProto.INT64, dims)],
+                    [_io("out", TensorProto.FLOAT, dims + [d])], 20)
+    return model, marks
+
+
+def test_optimizer_qordered_attention_on_a_tensorrt_style_qdq_bert(tmp_path):
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    import gpuops
+
+    from ..conformance.harness import device_guard
+
+    rng = np.random.default_rng(4)
+    model, marks = _trt_style_encoder()
+    model.graph.output.extend([onnx.ValueInfoProto(name=n) for n in marks if n not in ("hidden", "out")])
+    calibration = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    amax = dict.fromkeys(marks, 0.0)
+    for _ in range(4):  # max calibration: scale = max |x| / 127
+        feeds = _encoder_feeds(2, rng)
+        values = {**dict(zip([o.name for o in calibration.get_outputs()], calibration.run(None, feeds))), **feeds}
+        amax = {n: max(a, float(np.abs(values[n]).max())) for n, a in amax.items()}
+    qdq, _ = _trt_style_encoder([amax[n] / 127 for n in marks])
+    qdq_path = str(tmp_path / "qdq.onnx")
+    onnx.save(qdq, qdq_path)
+    fused = optimize_model(qdq_path, model_type="bert", num_heads=2, hidden_size=16, opt_level=0)
+    fused.save_model_to_file(str(tmp_path / "fused.onnx"))
+    fused = onnx.load(str(tmp_path / "fused.onnx"))
+    ops = sorted(n.op_type for n in fused.graph.node if n.op_type.startswith("QOrdered"))
+    assert ops == ["QOrderedAttention", "QOrderedGelu"] + ["QOrderedLayerNormalization"] * 3 + ["QOrderedMatMul"] * 3
+    oracle = ort.InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        feeds = _encoder_feeds(batch, rng)
+        want = oracle.run(None, feeds)[0]
+        for device in DEVICES:
+            sess = gpuops.InferenceSession(fused, device=device)
+            with device_guard(device):
+                got = sess.run(None, feeds)[0]
+            # as above: two steps of the output's scale where float32 rounding differs at a boundary
+            np.testing.assert_allclose(got, want, rtol=0, atol=2.01 * amax["out"] / 127)
+            assert np.mean(got == want) > 0.98
