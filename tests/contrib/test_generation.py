@@ -6,13 +6,14 @@ onnxruntime's Linux builds and is compared with it too, besides properties that 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import gpuops
-from gpuops.errors import GpuopsError, NodeError
+from gpuops.errors import GpuopsError
 
 from ..zoo.models import HEADS, HIDDEN, MAX_POS, VOCAB, Graph, attention, gelu, layer_norm, linear
 from .helpers import DEVICES, assert_close, run_gpuops, run_ort
@@ -226,6 +227,105 @@ def test_beam_search_scores_output():
     feeds = feeds_for("BeamSearch", batch=2, num_beams=3, num_return_sequences=2, max_length=9)
     want = compare("BeamSearch", feeds, ("sequences", "sequences_scores", "scores"), early_stopping=0)
     assert want[2].shape == (5, 2, 3, VOCAB)
+
+
+# -- T5 style encoder-decoder (model_type 1) ------------------------------------------------------
+
+HD = HIDDEN // HEADS
+
+
+def _heads(g: Graph, x):
+    """(B, S, D) -> (B, N, S, h)."""
+    return g.op("Transpose", g.op("Reshape", x, g.const(np.array([0, 0, HEADS, HD], np.int64))), perm=[0, 2, 1, 3])
+
+
+def _attend(g: Graph, q, k, v, mask=None):
+    s = g.op("Div", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), g.const(np.float32(math.sqrt(HD))))
+    if mask is not None:  # (B, S) int32 -> additive (B, 1, 1, S)
+        m = g.op("Cast", g.op("Unsqueeze", mask, g.const(np.array([1, 2], np.int64))), to=TensorProto.FLOAT)
+        s = g.op("Add", s, g.op("Mul", g.op("Sub", g.const(np.float32(1)), m), g.const(np.float32(-10000))))
+    o = g.op("Transpose", g.op("MatMul", g.op("Softmax", s, axis=-1), v), perm=[0, 2, 1, 3])
+    return g.op("Reshape", o, g.const(np.array([0, 0, HIDDEN], np.int64)))
+
+
+def t5_graphs(seed: int = 21):
+    """convert_generation's T5 pair in its current format: the encoder (encoder_input_ids,
+    encoder_attention_mask) -> (present_key_cross_0, present_value_cross_0), and the decoder (input_ids
+    [batch, 1], encoder_attention_mask, past_key_self_0, past_value_self_0, past_key_cross_0,
+    past_value_cross_0) -> (logits, present_key_self_0, present_value_self_0); shared weights."""
+    g, d = Graph(seed), HIDDEN
+    emb = g.weight(VOCAB, d, scale=1.0)
+    h = g.op("Gather", emb, g.op("Cast", "encoder_input_ids", to=TensorProto.INT64))
+    x = layer_norm(g, h, d, 17)
+    qkv = [_heads(g, linear(g, x, d, d)) for _ in range(3)]
+    h = layer_norm(g, g.op("Add", h, linear(g, _attend(g, *qkv, "encoder_attention_mask"), d, d)), d, 17)
+    g.output(_heads(g, linear(g, h, d, d)), "present_key_cross_0")
+    g.output(_heads(g, linear(g, h, d, d)), "present_value_cross_0")
+    encoder_nodes, g.nodes = g.nodes, []
+    y = g.op("Gather", emb, g.op("Cast", "input_ids", to=TensorProto.INT64))
+    x = layer_norm(g, y, d, 17)
+    k = g.op("Concat", "past_key_self_0", _heads(g, linear(g, x, d, d)), axis=2)
+    v = g.op("Concat", "past_value_self_0", _heads(g, linear(g, x, d, d)), axis=2)
+    y = g.op("Add", y, linear(g, _attend(g, _heads(g, linear(g, x, d, d)), k, v), d, d))
+    x = layer_norm(g, y, d, 17)
+    cross = _attend(g, _heads(g, linear(g, x, d, d)), "past_key_cross_0", "past_value_cross_0", "encoder_attention_mask")
+    y = g.op("Add", y, linear(g, cross, d, d))
+    g.output(g.op("Mul", linear(g, layer_norm(g, y, d, 17), d, VOCAB), g.const(np.float32(3))), "logits")
+    g.output(k, "present_key_self_0")
+    g.output(v, "present_value_self_0")
+
+    def cache(name, length):
+        return _io(name, TensorProto.FLOAT, ["batch", HEADS, length, HD])
+
+    ids = [_io("encoder_input_ids", TensorProto.INT32, ["batch", "enc"]),
+           _io("encoder_attention_mask", TensorProto.INT32, ["batch", "enc"])]
+    encoder = helper.make_graph(encoder_nodes, "t5 encoder", ids,
+                                [cache("present_key_cross_0", "enc"), cache("present_value_cross_0", "enc")])
+    inputs = [_io("input_ids", TensorProto.INT32, ["batch", 1]), ids[1], cache("past_key_self_0", "past"),
+              cache("past_value_self_0", "past"), cache("past_key_cross_0", "enc"), cache("past_value_cross_0", "enc")]
+    outputs = [_io("logits", TensorProto.FLOAT, ["batch", 1, VOCAB]), cache("present_key_self_0", "total"),
+               cache("present_value_self_0", "total")]
+    return encoder, helper.make_graph(g.nodes, "t5 decoder", inputs, outputs), g.inits
+
+
+ENCODER, T5_DECODER, T5_WEIGHTS = t5_graphs()
+
+
+def t5_model(op_type, feeds, outputs=("sequences",), **attrs):
+    model = generation_model(op_type, feeds, outputs, decoder=T5_DECODER, encoder=ENCODER, model_type=1,
+                             decoder_start_token_id=2, **attrs)
+    model.graph.initializer.extend(T5_WEIGHTS)
+    return model
+
+
+T5_CASES = {
+    "one_beam": {"num_beams": 1},
+    "batch2_three_beams": {"batch": 2, "num_beams": 3, "num_return_sequences": 2},
+    "eos_length_penalty": {"batch": 2, "num_beams": 3, "num_return_sequences": 3, "eos": 20, "length_penalty": 0.6},
+    "processors": {"batch": 2, "num_beams": 2, "repetition_penalty": 1.4, "no_repeat_ngram_size": 2, "vocab_mask": True},
+    "attention_mask": {"batch": 2, "num_beams": 3, "attention_mask": True, "min_length": 5},
+}
+
+
+@pytest.mark.parametrize("name", T5_CASES)
+def test_t5_beam_search_matches_onnxruntime(name):
+    case, optional, attrs = _split(T5_CASES[name])
+    feeds = feeds_for("BeamSearch", **case, **optional)
+    model = t5_model("BeamSearch", feeds, ("sequences", "sequences_scores"), **attrs)
+    want = run_ort(model, feeds)
+    for device in DEVICES:
+        assert_close(run_gpuops(model, feeds, device), want, 1e-4, 1e-4, f"T5 BeamSearch on {device}")
+
+
+def test_t5_greedy_search_is_one_beam():
+    """onnxruntime's GreedySearch takes GPT-2 decoders only; gpuops' T5 greedy search equals onnxruntime's
+    one-beam search (no EOS reached here)."""
+    feeds = feeds_for("GreedySearch", batch=2, repetition_penalty=1.2)
+    beam = feeds_for("BeamSearch", batch=2, repetition_penalty=1.2)
+    want = run_ort(t5_model("BeamSearch", beam, eos_token_id=VOCAB - 1), beam)[0][:, 0]
+    for device in DEVICES:
+        np.testing.assert_array_equal(run_gpuops(t5_model("GreedySearch", feeds, eos_token_id=VOCAB - 1), feeds,
+                                                 device)[0], want)
 
 
 # -- sampling --------------------------------------------------------------------------------------
