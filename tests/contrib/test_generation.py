@@ -46,7 +46,8 @@ def gpt2_decoder(layers: int = 2, seed: int = 7) -> onnx.GraphProto:
         x = g.op("Add", x, linear(g, gelu(g, linear(g, layer_norm(g, x, d, 17), d, 4 * d)), 4 * d, d))
     # sharpened logits keep the test's choices far from ties
     g.output(g.op("Mul", linear(g, layer_norm(g, x, d, 17), d, VOCAB), g.const(np.float32(3))), "logits")
-    inputs = [_io("input_ids", TensorProto.INT32, ["batch", "seq"]), _io("position_ids", TensorProto.INT32, ["batch", "seq"]),
+    inputs = [_io("input_ids", TensorProto.INT32, ["batch", "seq"]),
+              _io("position_ids", TensorProto.INT32, ["batch", "seq"]),
               _io("attention_mask", TensorProto.INT32, ["batch", "total"])]
     inputs += [_io(f"past_{i}", TensorProto.FLOAT, [2, "batch", HEADS, "past", d // HEADS]) for i in range(layers)]
     outputs = [_io("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB])]
@@ -58,7 +59,8 @@ DECODER = gpt2_decoder()
 BEAM_INPUTS = ["input_ids", "max_length", "min_length", "num_beams", "num_return_sequences", "length_penalty",
                "repetition_penalty"]
 GREEDY_INPUTS = ["input_ids", "max_length", "min_length", "repetition_penalty"]
-OPTIONAL = {"vocab_mask": (TensorProto.INT32, ["vocab_size"]), "prefix_vocab_mask": (TensorProto.INT32, ["batch_size", VOCAB]),
+OPTIONAL = {"vocab_mask": (TensorProto.INT32, ["vocab_size"]),
+            "prefix_vocab_mask": (TensorProto.INT32, ["batch_size", VOCAB]),
             "attention_mask": (TensorProto.INT32, ["batch_size", "sequence_length"]),
             "presence_mask": (TensorProto.INT32, ["batch_size", VOCAB]), "seed": (TensorProto.INT32, [1])}
 
@@ -72,7 +74,8 @@ def generation_model(op_type: str, feeds: dict, outputs=("sequences",), decoder=
         inits = list(decoder.initializer)
         del decoder.initializer[:]
     names = BEAM_INPUTS if op_type == "BeamSearch" else GREEDY_INPUTS
-    optional = ["vocab_mask", "prefix_vocab_mask", "attention_mask"] + (["presence_mask", "seed"] if op_type == "Sampling" else [])
+    optional = ["vocab_mask", "prefix_vocab_mask", "attention_mask"]
+    optional += ["presence_mask", "seed"] if op_type == "Sampling" else []
     inputs = names + [n if n in feeds else "" for n in optional]
     while inputs[-1] == "":
         inputs.pop()
@@ -86,7 +89,8 @@ def generation_model(op_type: str, feeds: dict, outputs=("sequences",), decoder=
     graph_inputs += [_io(n, *OPTIONAL[n]) for n in optional if n in feeds]
     graph = helper.make_graph([node], "generation", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outputs],
                               initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8
     return model
 
@@ -259,6 +263,7 @@ def t5_graphs(seed: int = 21):
     x = layer_norm(g, h, d, 17)
     qkv = [_heads(g, linear(g, x, d, d)) for _ in range(3)]
     h = layer_norm(g, g.op("Add", h, linear(g, _attend(g, *qkv, "encoder_attention_mask"), d, d)), d, 17)
+    g.op("Identity", h)  # the hidden states, which the older encoder format outputs
     g.output(_heads(g, linear(g, h, d, d)), "present_key_cross_0")
     g.output(_heads(g, linear(g, h, d, d)), "present_value_cross_0")
     encoder_nodes, g.nodes = g.nodes, []
@@ -268,7 +273,8 @@ def t5_graphs(seed: int = 21):
     v = g.op("Concat", "past_value_self_0", _heads(g, linear(g, x, d, d)), axis=2)
     y = g.op("Add", y, linear(g, _attend(g, _heads(g, linear(g, x, d, d)), k, v), d, d))
     x = layer_norm(g, y, d, 17)
-    cross = _attend(g, _heads(g, linear(g, x, d, d)), "past_key_cross_0", "past_value_cross_0", "encoder_attention_mask")
+    q = _heads(g, linear(g, x, d, d))
+    cross = _attend(g, q, "past_key_cross_0", "past_value_cross_0", "encoder_attention_mask")
     y = g.op("Add", y, linear(g, cross, d, d))
     g.output(g.op("Mul", linear(g, layer_norm(g, y, d, 17), d, VOCAB), g.const(np.float32(3))), "logits")
     g.output(k, "present_key_self_0")
@@ -291,8 +297,29 @@ def t5_graphs(seed: int = 21):
 ENCODER, T5_DECODER, T5_WEIGHTS = t5_graphs()
 
 
-def t5_model(op_type, feeds, outputs=("sequences",), **attrs):
-    model = generation_model(op_type, feeds, outputs, decoder=T5_DECODER, encoder=ENCODER, model_type=1,
+def t5_encoder_decoder_init() -> onnx.GraphProto:
+    """The older encoder format: (encoder_input_ids, encoder_attention_mask, decoder_input_ids) ->
+    (logits, encoder_hidden_states, present_key_self_0, present_value_self_0, present_key_cross_0,
+    present_value_cross_0), the encoder and the first decoder step in one graph."""
+    encoder = onnx.GraphProto.FromString(ENCODER.SerializeToString())
+    next(n for n in encoder.node if n.op_type == "Identity").output[:] = ["encoder_hidden_states"]
+    empty = [helper.make_node("Slice", ["present_key_cross_0", "zero", "zero", "two"], [f"past_{kv}_self_0"])
+             for kv in ("key", "value")]
+    rename = {"input_ids": "decoder_input_ids", "past_key_cross_0": "present_key_cross_0",
+              "past_value_cross_0": "present_value_cross_0"}
+    step = onnx.GraphProto.FromString(T5_DECODER.SerializeToString()).node
+    for n in step:
+        n.input[:] = [rename.get(i, i) for i in n.input]
+    consts = [numpy_helper.from_array(np.array([v], np.int64), name) for name, v in (("zero", 0), ("two", 2))]
+    outputs = [T5_DECODER.output[0], _io("encoder_hidden_states", TensorProto.FLOAT, ["batch", "enc", HIDDEN]),
+               *T5_DECODER.output[1:], *encoder.output]
+    inputs = [*encoder.input, _io("decoder_input_ids", TensorProto.INT32, ["batch", 1])]
+    return helper.make_graph([*encoder.node, *empty, *step], "t5 encoder and decoder init", inputs, outputs,
+                             initializer=consts)
+
+
+def t5_model(op_type, feeds, outputs=("sequences",), encoder=ENCODER, **attrs):
+    model = generation_model(op_type, feeds, outputs, decoder=T5_DECODER, encoder=encoder, model_type=1,
                              decoder_start_token_id=2, **attrs)
     model.graph.initializer.extend(T5_WEIGHTS)
     return model
@@ -302,16 +329,19 @@ T5_CASES = {
     "one_beam": {"num_beams": 1},
     "batch2_three_beams": {"batch": 2, "num_beams": 3, "num_return_sequences": 2},
     "eos_length_penalty": {"batch": 2, "num_beams": 3, "num_return_sequences": 3, "eos": 20, "length_penalty": 0.6},
-    "processors": {"batch": 2, "num_beams": 2, "repetition_penalty": 1.4, "no_repeat_ngram_size": 2, "vocab_mask": True},
+    "processors": {"batch": 2, "num_beams": 2, "repetition_penalty": 1.4, "no_repeat_ngram_size": 2,
+                   "vocab_mask": True},
     "attention_mask": {"batch": 2, "num_beams": 3, "attention_mask": True, "min_length": 5},
 }
 
 
 @pytest.mark.parametrize("name", T5_CASES)
-def test_t5_beam_search_matches_onnxruntime(name):
+@pytest.mark.parametrize("encoder", ["encoder", "encoder_decoder_init"])
+def test_t5_beam_search_matches_onnxruntime(name, encoder):
     case, optional, attrs = _split(T5_CASES[name])
     feeds = feeds_for("BeamSearch", **case, **optional)
-    model = t5_model("BeamSearch", feeds, ("sequences", "sequences_scores"), **attrs)
+    graph = ENCODER if encoder == "encoder" else t5_encoder_decoder_init()
+    model = t5_model("BeamSearch", feeds, ("sequences", "sequences_scores"), encoder=graph, **attrs)
     want = run_ort(model, feeds)
     for device in DEVICES:
         assert_close(run_gpuops(model, feeds, device), want, 1e-4, 1e-4, f"T5 BeamSearch on {device}")
@@ -412,7 +442,8 @@ def test_bad_inputs_raise_errors_naming_the_node(device):
         (generation_model("BeamSearch", feeds, decoder=None), feeds, "'decoder' graph attribute is required"),
         (generation_model("BeamSearch", feeds), feeds | {"max_length": i32(4)}, "max_length (4)"),
         (generation_model("BeamSearch", feeds), feeds | {"num_return_sequences": i32(4)}, "num_return_sequences (4)"),
-        (generation_model("BeamSearch", feeds), feeds | {"input_ids": PROMPTS[1] + VOCAB}, ("out of range", "token ids must lie")),
+        (generation_model("BeamSearch", feeds), feeds | {"input_ids": PROMPTS[1] + VOCAB},
+         ("out of range", "token ids must lie")),
         (generation_model("BeamSearch", feeds, model_type=2), feeds, "model_type 2"),
     ]
     vm = feeds_for("GreedySearch", vocab_mask=np.ones(VOCAB + 1, np.int32))

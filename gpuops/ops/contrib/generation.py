@@ -147,7 +147,9 @@ class _Processors:
         if self.vocab_mask is not None:
             scores = xp.where(self.vocab_mask[None, :] == 0, lowest, scores)
         if self.prefix_vocab_mask is not None and step == 1:
-            prefix = xp.repeat(self.prefix_vocab_mask, p.num_beams, axis=0) if p.num_beams > 1 else self.prefix_vocab_mask
+            prefix = self.prefix_vocab_mask
+            if p.num_beams > 1:
+                prefix = xp.repeat(prefix, p.num_beams, axis=0)
             scores = xp.where(prefix == 0, lowest, scores)
         if p.min_length > 0 and sequences.shape[1] < p.min_length:
             scores = xp.where(xp.arange(vocab) == p.eos, lowest, scores)
@@ -228,8 +230,8 @@ class _GptDecoder:
         rep = (lambda a: xp.repeat(a, beams, axis=0)) if beams > 1 else (lambda a: a)
         self.mask = rep(xp.asarray(mask).astype(self.int_types[2]))
         empty = xp.zeros((2, batch * beams, dims[2], 0, dims[4]), dtype=past_dtype or np.float32)
-        self.feeds = [rep(xp.asarray(ids.astype(self.int_types[0]))), rep(xp.asarray(positions.astype(self.int_types[1]))),
-                      self.mask] + [empty] * self.layers
+        self.feeds = [rep(xp.asarray(ids.astype(self.int_types[0]))),
+                      rep(xp.asarray(positions.astype(self.int_types[1]))), self.mask] + [empty] * self.layers
         self.graph = self.first
 
     def run(self):
