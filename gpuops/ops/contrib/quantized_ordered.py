@@ -4,11 +4,14 @@ QOrderedLayerNormalization, QOrderedGelu and QOrderedAttention, which the QOrder
 
 onnxruntime has CUDA kernels only for these (cuBLASLt int8 GEMMs); here each is its formula:
 dequantize (``x * scale``), the float32 op, quantize (``x / scale`` rounded half to even, saturated
-to [-128, 127]), with the integer products exact. The ``order_*`` attributes are cuBLASLt layouts
-(0 ORDER_COL, 1 ORDER_ROW, 2 ORDER_COL32, 3 ORDER_COL4_4R2_8C, 4 ORDER_COL32_2R_4R4); as
-onnxruntime's kernels, activations must be ORDER_ROW and weights ORDER_COL. An ORDER_COL weight keeps
-its logical shape (K, N) while its bytes are those of the (N, K) transpose - the fusions transpose
-the initializer's data in place and leave its dims. Other orders raise UnsupportedOpError.
+to [-128, 127], as QuantizeLinear: onnxruntime's Gelu, LayerNormalization and softmax kernels
+multiply by ``1 / scale``, which can round an exact tie the other way), integer products exact.
+The ``order_*`` attributes are cuBLASLt layouts (0 ORDER_COL, 1 ORDER_ROW, 2 ORDER_COL32,
+3 ORDER_COL4_4R2_8C, 4 ORDER_COL32_2R_4R4); as in onnxruntime's kernels, activations must be
+ORDER_ROW and weights ORDER_COL. An ORDER_COL weight keeps its logical dims (K, N) while its bytes
+are those of the (N, K) transpose: the fusions transpose the initializer's data in place and leave
+its dims. Other orders raise UnsupportedOpError (QOrderedGelu, elementwise, takes any order its
+input and output share).
 """
 
 from __future__ import annotations
