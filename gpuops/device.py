@@ -10,6 +10,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -116,6 +117,17 @@ class Device:
             return self.lib.launch_count()
         return None
 
+    def owns_buffer(self, value) -> bool:
+        """True when no other array can see ``value``'s memory: it owns it, or it is a view of an
+        array that nothing but ``value`` holds (an op's reshaped result). With the executor's
+        reference count of ``value`` this makes writing into it safe, as NumPy and CuPy views keep
+        their base alive."""
+        if self.kind == "cpu":
+            return value.flags.writeable and sole_view(value)
+        if self.lib.__name__.startswith("gpuops.cuda_standin"):
+            return self.lib.owns_buffer(value)
+        return sole_view(value)
+
     def is_native(self, value: Any) -> bool:
         """True when ``value`` is already where this device keeps it: an array of its namespace on this
         very device, or a host array of a dtype the device cannot hold."""
@@ -124,6 +136,24 @@ class Device:
         if self.kind == "cpu":
             return isinstance(value, np.ndarray)
         return isinstance(value, self.lib.ndarray) and _device_id(value) == self.index
+
+
+def _base_refs(a) -> int:
+    base = a.base
+    return sys.getrefcount(base)
+
+
+_BASE_HELD_ONCE = _base_refs(np.empty(1).reshape(1))  # measured: interpreters count differently
+
+
+def sole_view(a) -> bool:
+    """``a`` (a NumPy or CuPy array) owns its memory, or its base is an array that only ``a`` holds."""
+    if a.base is None:
+        return True
+    if _base_refs(a) != _BASE_HELD_ONCE:  # counted before binding the base here
+        return False
+    base = a.base
+    return type(base) is type(a) and base.base is None
 
 
 def _is_gpu_array(value) -> bool:

@@ -21,19 +21,20 @@ from .dtypes import device_supported
 
 @dataclass
 class LiveBytes:
-    """Bytes of the values a run holds under the liveness plan (both devices)."""
+    """Bytes of the values a run holds under the liveness plan (both devices): its feeds until their
+    last use and its intermediates from their node to their last use, an output written over a
+    dying input counted once."""
 
     current: int = 0
     peak: int = 0
     produced: int = 0  # every intermediate, as if none were ever freed
+    in_place: int = 0  # outputs written into a dying input's buffer
 
-    def add(self, nbytes: int) -> None:
+    def hold(self, nbytes: int) -> None:
+        """Bytes live from now on that no node made (the feeds; the executor counts node outputs
+        inline)."""
         self.current += nbytes
-        self.produced += nbytes
         self.peak = max(self.peak, self.current)
-
-    def drop(self, nbytes: int) -> None:
-        self.current -= nbytes
 
 
 _hook_ids = itertools.count()
@@ -48,6 +49,8 @@ class MemoryManager:
     peak: int = 0
     plan_peak: int = 0
     produced: int = 0
+    weights: int = 0  # the session's initializers on the device
+    in_place: int = 0
     pool: object = field(default=None, repr=False)
     _pinned: dict = field(default_factory=dict, repr=False)  # input name -> (pinned staging, copy event)
     _staging_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -139,6 +142,7 @@ class MemoryManager:
     def note_run(self, live: LiveBytes) -> None:
         self.plan_peak = max(self.plan_peak, live.peak)
         self.produced = max(self.produced, live.produced)
+        self.in_place = live.in_place
 
     def release_cached(self) -> None:
         if self.pool is not None:
@@ -150,7 +154,9 @@ class MemoryManager:
         self.release_cached()
 
     def stats(self) -> dict:
-        """current/peak/pooled bytes, allocations vs reuses, and the liveness plan's peak."""
+        """current/peak/pooled bytes (the device pool's, weights included; 0 on the CPU), allocations
+        vs reuses, the weights' bytes, the liveness plan's peak (feeds and intermediates: the least a
+        run can hold) and how many outputs the last run wrote into a dying input."""
         pooled = limit = None
         if self.pool is not None:
             with self._on_device():
@@ -162,7 +168,9 @@ class MemoryManager:
             "pooled_bytes": pooled or 0,
             "allocations": self.allocations,
             "reuses": max(self.reuses - self.allocations, 0),
+            "weights_bytes": self.weights,
             "planned_peak_bytes": self.plan_peak,
             "intermediates_total_bytes": self.produced,
+            "in_place_outputs": self.in_place,
             "limit_bytes": limit,
         }

@@ -16,6 +16,9 @@ output size, a loop condition...): on CUDA such a node synchronises with the hos
 captured in a CUDA graph. Every other op, and every input outside ``host_inputs``, must stay on the
 device (no ``.item()``, boolean masks, ``nonzero``, array-api-compat ``clip``...); a check of
 device data (index bounds) goes through :func:`gpuops.ops.checks.require`, which a device run defers.
+``inplace=True`` declares an elementwise op whose output has the broadcast shape and the element
+type of its inputs and that takes ``out=`` (a ufunc's): the executor passes an input's buffer there
+when that input dies at this node and nothing else refers to it (see :func:`gpuops.onnx.session.run_plan`).
 
 A node resolves to the implementation with the highest ``since`` <= the model's opset for the
 node's domain. A device override (``@op(..., device="cuda")``, kernel-backed) is chosen on that
@@ -48,25 +51,29 @@ class OpImpl:
     host_inputs: frozenset[int] = frozenset()
     n_outputs: bool = False
     syncs: str | None = None
+    inplace: bool = False
 
     @property
     def attributes(self) -> frozenset[str] | None:
-        """Keyword names the function accepts, or None if it takes ``**kwargs``."""
+        """Keyword names the function accepts as attributes, or None if it takes ``**kwargs``."""
         params = inspect.signature(self.fn).parameters.values()
         if any(p.kind is p.VAR_KEYWORD for p in params):
             return None
-        return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+        names = frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+        return names - {"out"} if self.inplace else names
 
 
 _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
 
 
 def op(op_type: str, *, domain: str = ONNX_DOMAIN, since: int = 1, device: str | None = None,
-       host_inputs: tuple[int, ...] = (), n_outputs: bool = False, syncs: str | None = None):
+       host_inputs: tuple[int, ...] = (), n_outputs: bool = False, syncs: str | None = None,
+       inplace: bool = False):
     """Register the decorated function as ``domain::op_type`` from opset version ``since``."""
 
     def register(fn: Callable) -> Callable:
-        impl = OpImpl(op_type, canonical_domain(domain), since, fn, device, frozenset(host_inputs), n_outputs, syncs)
+        impl = OpImpl(op_type, canonical_domain(domain), since, fn, device, frozenset(host_inputs), n_outputs, syncs,
+                      inplace)
         impls = _REGISTRY.setdefault((impl.domain, op_type), [])
         if any(i.since == since and i.device == device for i in impls):
             raise ValueError(f"{domain or 'ai.onnx'}::{op_type} since {since} registered twice")

@@ -58,6 +58,7 @@ class Plan:
     optional_inputs: set[str] = field(default_factory=set)
     weights: dict[str, Any] = field(default_factory=dict)  # initializers on the session's device
     produced: set[str] = field(default_factory=set)  # values made by this plan's steps
+    fed: set[str] = field(default_factory=set)  # graph inputs a run feeds (the top-level plan's)
     output_info: list[onnx.ValueInfoProto] = field(default_factory=list)
 
     def upload(self, device) -> None:
@@ -226,7 +227,7 @@ class PlanBuilder:
             if o not in defined and o not in outer:
                 raise ModelError(f"graph output {o!r} is not produced by any node, input or initializer")
         plan = Plan(graph.input, outputs, inits, steps, free,
-                    optional_inputs=over, output_info=list(graph.output))
+                    optional_inputs=over, output_info=list(graph.output), fed=fed if top else set())
         _plan_liveness(plan, keep=set(outputs) | set(inits))
         return plan
 

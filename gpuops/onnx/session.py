@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class InferenceSession:
         self.memory = MemoryManager(self.device, memory_limit)
         with self.memory.active():
             self.plan.upload(self.device)
+        self.memory.weights = _weight_bytes(self.plan)
         init_names = set(self.plan.initializers)
         self._inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name not in init_names]
         self._optional_inputs = [_node_arg(vi) for vi in self.plan.inputs if vi.name in self.plan.optional_inputs]
@@ -149,6 +151,8 @@ class InferenceSession:
                 if outs is None:
                     env = dict(self.plan.weights)
                     env.update(feeds)
+                    ctx.live.hold(sum(_nbytes(v) for k, v in feeds.items() if k in self.plan.fed))
+                    feeds = None  # env's alone: a feed is freed after its last use
                     syncs, launches = self.device.host_sync_count(), self.device.kernel_launch_count()
                     with checks.deferred() as pending:  # index checks, read once the run is done
                         run_plan(self.plan, env, ctx)
@@ -414,6 +418,11 @@ class _Scope(dict):
         return self.outer[key]
 
 
+def _weight_bytes(plan: Plan) -> int:
+    return sum(map(_nbytes, plan.weights.values())) + sum(
+        _weight_bytes(sub) for step in plan.steps for sub in step.subgraphs.values())
+
+
 def _nbytes(value) -> int:
     try:
         return value.nbytes
@@ -431,6 +440,7 @@ class _Code(NamedTuple):
     outputs: tuple
     release: tuple  # (name, produced here: counted in the live bytes)
     syncs: bool
+    reuse: tuple  # inputs whose buffer may take the output (``inplace`` ops): (position, name)
 
 
 def _code(plan: Plan) -> list[_Code]:
@@ -440,9 +450,63 @@ def _code(plan: Plan) -> list[_Code]:
             _Code(s, s.impl.fn,
                   tuple(s.inputs) if all(s.inputs) and not s.host_consts and not s.impl.host_inputs else None,
                   sum(1 for o in s.outputs if o), tuple(s.outputs),
-                  tuple((n, n in plan.produced) for n in s.release), bool(s.impl.syncs))
+                  tuple((n, n in plan.produced or n in plan.fed) for n in s.release), bool(s.impl.syncs),
+                  _reusable(s, plan))
             for s in plan.steps]
     return code
+
+
+def _reusable(step: Step, plan: Plan) -> tuple:
+    """Inputs of an ``inplace`` op that die at it and were made by this plan (not a feed, weight,
+    output or outer-scope value), each read once by the node: the output may be written over them."""
+    if not step.impl.inplace or step.subgraphs or step.host_consts:
+        return ()
+    return tuple((i, n) for i, n in enumerate(step.inputs)
+                 if n and n in step.release and n in plan.produced and step.inputs.count(n) == 1)
+
+
+def _refs(args: list, i: int) -> int:
+    return sys.getrefcount(args[i])
+
+
+def _sole_refs() -> int:
+    """The reference count :func:`_refs` sees for a value only the executor holds (in its values
+    and a step's arguments); measured, since interpreters count references differently."""
+    env = {"v": np.empty(1)}
+    args = [env["v"]]
+    return _refs(args, 0)
+
+
+_SOLE_REFS = _sole_refs()
+
+
+MIN_IN_PLACE_BYTES = 4096
+"""Smaller outputs get fresh buffers: NumPy's cache makes those cheap, and its overlap check makes
+``out=`` dearer than a new array for a few elements (from 4 KiB on, ``out=`` is as fast or faster, and
+spares large arrays their page faults)."""
+
+
+def _dying_buffer(args: list, reuse: tuple, device: Device):
+    """The first of ``reuse`` (position, name) whose buffer can hold the output: a float array of
+    the output's shape (the others broadcast to it) and type that nobody else can see (only the
+    executor references it, and it is no view). Returns (position, name) or None."""
+    for i, name in reuse:  # counted first: a name bound here to the array would count too
+        if (args[i].nbytes >= MIN_IN_PLACE_BYTES and _refs(args, i) == _SOLE_REFS and _fits(args, i)
+                and device.owns_buffer(args[i])):
+            return i, name
+    return None
+
+
+def _fits(args: list, i: int) -> bool:
+    a = args[i]
+    if a.dtype.kind != "f":
+        return False
+    shape = a.shape
+    for j, b in enumerate(args):
+        if j != i and b is not None and (b.dtype != a.dtype or (b.shape != shape and (
+                b.ndim > len(shape) or any(d != 1 and d != s for d, s in zip(b.shape[::-1], shape[::-1]))))):
+            return False
+    return True
 
 
 def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
@@ -451,7 +515,7 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     xp, live, profile, on_cpu = device.xp, ctx.live, ctx.profile, device.kind == "cpu"
     note_node = ctx.memory.note_node if ctx.memory.pool is not None else None
     pending, keep_all = checks.active(), ctx.keep_all
-    for step, fn, names, n_required, outputs, release, syncs in _code(plan):  # unpacked: a hot loop
+    for step, fn, names, n_required, outputs, release, syncs, reuse in _code(plan):  # unpacked: a hot loop
         if pending is not None:
             pending.node = step  # described only if its check fails
         if names is not None:
@@ -471,8 +535,11 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         step_xp = xp
         if not on_cpu and any(_host_resident(a) for a in args):
             step_xp, args = _on_host(step, args, ctx)
+        into = _dying_buffer(args, reuse, device) if reuse and not keep_all and step_xp is xp else None
         try:
-            if syncs and step_xp is xp:
+            if into is not None:
+                result = fn(step_xp, *args, out=args[into[0]], **attrs)
+            elif syncs and step_xp is xp:
                 with device.declared_syncs():
                     result = fn(step_xp, *args, **attrs)
             else:
@@ -490,6 +557,9 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             raise _oom_or(e, lambda: NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}"),
                           f"{step.describe()} ran out of device memory on {device}"
                           + (f" (session memory_limit {limit:,} bytes)" if limit else "")) from e
+        if into is not None:  # the input's buffer is now the output's: it dies here, not after
+            live.current -= _nbytes(env.pop(into[1]))
+            live.in_place += 1
         outs = result if isinstance(result, tuple) else (result,)
         if len(outs) < n_required:
             raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
@@ -497,13 +567,13 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         for name, value in zip(outputs, outs):
             if name:
                 env[name] = value
-                nb = _nbytes(value)  # live.add(nb), inlined: this loop runs per node
+                nb = _nbytes(value)  # counted inline: this loop runs per node
                 live.current += nb
                 live.produced += nb
                 if live.current > live.peak:
                     live.peak = live.current
         if profile is not None:
-            profile.append(timer.done(step, outs))
+            profile.append(timer.done(step, outs, in_place=into is not None))
         if note_node is not None:
             note_node()
         if not keep_all:
@@ -511,6 +581,8 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
                 value = env.pop(name, None)
                 if counted and value is not None:
                     live.current -= _nbytes(value)
+        result = outs = value = None  # the values are env's alone: a dead one is freed, and one
+        # that dies at the next node has no reference left but env's and its arguments'
 
 
 def is_out_of_memory(e: BaseException) -> bool:
@@ -570,8 +642,8 @@ class NodeTimer:
             self.events[0].record()
         self.t0 = time.perf_counter()
 
-    def done(self, step: Step, outs) -> dict:
-        rec = {"node": step.name, "op": step.op_type}
+    def done(self, step: Step, outs, in_place: bool = False) -> dict:
+        rec = {"node": step.name, "op": step.op_type, "in_place": in_place}
         if self.events is not None:
             self.events[1].record()
             self.events[1].synchronize()

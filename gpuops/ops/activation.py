@@ -17,9 +17,9 @@ def _like(X, Y):
     return Y if Y.dtype == X.dtype else Y.astype(X.dtype)
 
 
-@op("Relu", since=6)
-def Relu(xp, X):
-    return xp.maximum(X, 0)  # NaN stays NaN
+@op("Relu", since=6, inplace=True)
+def Relu(xp, X, *, out=None):
+    return xp.maximum(X, 0, out=out)  # NaN stays NaN
 
 
 @op("LeakyRelu", since=6)

@@ -30,28 +30,44 @@ def is_float(dtype) -> bool:
     return dtype.kind == "f" or (dtype.type.__module__.startswith("ml_dtypes") and "float" in dtype.name)
 
 
-def _binary(op_type: str, since: int, fn: str):
-    """Register ``op_type`` from opset ``since`` as ``xp.<fn>(A, B)`` on inputs of one element type."""
-    def impl(xp, A, B):
-        if A.dtype != B.dtype:  # the common case costs one comparison (this is the hottest op path)
-            same_dtype(op_type, A, B)
-        return getattr(xp, fn)(A, B)
+def _binary(op_type: str, since: int, fn: str, inplace: bool = False):
+    """Register ``op_type`` from opset ``since`` as ``xp.<fn>(A, B)`` on inputs of one element type
+    (``inplace``: a ufunc of that type, writing into ``out=``)."""
+    if inplace:
+        def impl(xp, A, B, *, out=None):
+            if A.dtype != B.dtype:  # the common case costs one comparison (this is the hottest op path)
+                same_dtype(op_type, A, B)
+            return getattr(xp, fn)(A, B, out=out)
+    else:
+        def impl(xp, A, B):
+            if A.dtype != B.dtype:
+                same_dtype(op_type, A, B)
+            return getattr(xp, fn)(A, B)
     impl.__name__ = impl.__qualname__ = op_type
-    return op(op_type, since=since)(impl)
+    return op(op_type, since=since, inplace=inplace)(impl)
+
+
+def _unary(op_type: str, since: int, fn: str):
+    """Register ``op_type`` from opset ``since`` as the ufunc ``xp.<fn>``, which writes into ``out=``
+    when the executor hands it a dying input's buffer."""
+    def impl(xp, X, *, out=None):
+        return getattr(xp, fn)(X, out=out)
+    impl.__name__ = impl.__qualname__ = op_type
+    return op(op_type, since=since, inplace=True)(impl)
 
 
 # -- binary arithmetic -----------------------------------------------------------------------------
 
-Add = _binary("Add", 7, "add")
-Sub = _binary("Sub", 7, "subtract")
-Mul = _binary("Mul", 7, "multiply")
+Add = _binary("Add", 7, "add", inplace=True)
+Sub = _binary("Sub", 7, "subtract", inplace=True)
+Mul = _binary("Mul", 7, "multiply", inplace=True)
 
 
-@op("Div", since=7)
-def Div(xp, A, B):
+@op("Div", since=7, inplace=True)
+def Div(xp, A, B, *, out=None):
     same_dtype("Div", A, B)
     if A.dtype.kind not in "iu":
-        return xp.divide(A, B)
+        return xp.divide(A, B, out=out)
     q = xp.floor_divide(A, B)
     if A.dtype.kind == "u":
         return q
@@ -131,14 +147,8 @@ GreaterOrEqual = _binary("GreaterOrEqual", 12, "greater_equal")
 
 # -- unary math ------------------------------------------------------------------------------------
 
-@op("Neg", since=6)
-def Neg(xp, X):
-    return xp.negative(X)
-
-
-@op("Abs", since=6)
-def Abs(xp, X):
-    return xp.abs(X)
+Neg = _unary("Neg", 6, "negative")
+Abs = _unary("Abs", 6, "abs")
 
 
 @op("Reciprocal", since=6)
@@ -161,79 +171,21 @@ def Round(xp, X):
     return xp.round(X)  # half to even
 
 
-@op("Sqrt", since=6)
-def Sqrt(xp, X):
-    return xp.sqrt(X)
-
-
-@op("Exp", since=6)
-def Exp(xp, X):
-    return xp.exp(X)
-
-
-@op("Log", since=6)
-def Log(xp, X):
-    return xp.log(X)
-
-
-@op("Tanh", since=6)
-def Tanh(xp, X):
-    return xp.tanh(X)
-
-
-@op("Sin", since=7)
-def Sin(xp, input):
-    return xp.sin(input)
-
-
-@op("Cos", since=7)
-def Cos(xp, input):
-    return xp.cos(input)
-
-
-@op("Tan", since=7)
-def Tan(xp, input):
-    return xp.tan(input)
-
-
-@op("Asin", since=7)
-def Asin(xp, input):
-    return xp.asin(input)
-
-
-@op("Acos", since=7)
-def Acos(xp, input):
-    return xp.acos(input)
-
-
-@op("Atan", since=7)
-def Atan(xp, input):
-    return xp.atan(input)
-
-
-@op("Sinh", since=9)
-def Sinh(xp, input):
-    return xp.sinh(input)
-
-
-@op("Cosh", since=9)
-def Cosh(xp, input):
-    return xp.cosh(input)
-
-
-@op("Asinh", since=9)
-def Asinh(xp, input):
-    return xp.asinh(input)
-
-
-@op("Acosh", since=9)
-def Acosh(xp, input):
-    return xp.acosh(input)
-
-
-@op("Atanh", since=9)
-def Atanh(xp, input):
-    return xp.atanh(input)
+Sqrt = _unary("Sqrt", 6, "sqrt")
+Exp = _unary("Exp", 6, "exp")
+Log = _unary("Log", 6, "log")
+Tanh = _unary("Tanh", 6, "tanh")
+Sin = _unary("Sin", 7, "sin")
+Cos = _unary("Cos", 7, "cos")
+Tan = _unary("Tan", 7, "tan")
+Asin = _unary("Asin", 7, "asin")
+Acos = _unary("Acos", 7, "acos")
+Atan = _unary("Atan", 7, "atan")
+Sinh = _unary("Sinh", 9, "sinh")
+Cosh = _unary("Cosh", 9, "cosh")
+Asinh = _unary("Asinh", 9, "asinh")
+Acosh = _unary("Acosh", 9, "acosh")
+Atanh = _unary("Atanh", 9, "atanh")
 
 
 @op("Sign", since=9)
