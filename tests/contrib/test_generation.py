@@ -450,6 +450,9 @@ def test_bad_inputs_raise_errors_naming_the_node(device):
     cases.append((generation_model("GreedySearch", vm), vm, "vocab_mask must have the decoder's vocabulary size"))
     am = feeds_for("GreedySearch", attention_mask=np.ones((1, 3), np.int32))
     cases.append((generation_model("GreedySearch", am), am, "attention_mask must have shape [1, 4]"))
+    no_eos = generation_model("BeamSearch", feeds)
+    no_eos.graph.node[0].attribute.remove(next(a for a in no_eos.graph.node[0].attribute if a.name == "eos_token_id"))
+    cases.append((no_eos, feeds, "eos_token_id and pad_token_id attributes are required"))
     wrong = onnx.GraphProto.FromString(DECODER.SerializeToString())
     wrong.input[1].name = "positions"
     for n in wrong.node:

@@ -83,16 +83,17 @@ class _Params:
     """The generation parameters of one run, validated."""
 
     def __init__(self, input_ids, max_length, min_length, repetition_penalty, *, eos_token_id, pad_token_id,
-                 model_type, no_repeat_ngram_size, vocab_size, limit, ops_name):
+                 model_type, no_repeat_ngram_size, vocab_size, limit):
         if eos_token_id is None or pad_token_id is None:
-            raise NodeError(f"{ops_name} requires the eos_token_id and pad_token_id attributes")
+            raise NodeError("the eos_token_id and pad_token_id attributes are required")
         if eos_token_id < 0 or pad_token_id < 0:
             raise NodeError(f"eos_token_id ({eos_token_id}) and pad_token_id ({pad_token_id}) must be >= 0")
         if model_type not in (0, 1):
             raise NodeError(f"model_type {model_type} is not supported (0: GPT-2 style decoder, 1: T5 style "
                             "encoder-decoder)")
-        if input_ids.ndim != 2:
-            raise NodeError(f"input_ids must have shape [batch_size, sequence_length], got {list(input_ids.shape)}")
+        if input_ids.ndim != 2 or 0 in input_ids.shape:
+            raise NodeError(f"input_ids must have shape [batch_size, sequence_length] (not empty), got "
+                            f"{list(input_ids.shape)}")
         self.eos, self.pad, self.model_type = int(eos_token_id), int(pad_token_id), int(model_type)
         self.batch = int(input_ids.shape[0])
         self.prompt_length = int(input_ids.shape[1]) if model_type == 0 else 1
@@ -469,7 +470,7 @@ def GreedySearch(xp, input_ids, max_length=None, min_length=None, repetition_pen
     """Greedy decoding: sequences [batch, max_length] (int32)."""
     p = _Params(input_ids, max_length, min_length, repetition_penalty, eos_token_id=eos_token_id,
                 pad_token_id=pad_token_id, model_type=model_type, no_repeat_ngram_size=no_repeat_ngram_size,
-                vocab_size=vocab_size, limit=_GREEDY_LIMIT, ops_name="GreedySearch")
+                vocab_size=vocab_size, limit=_GREEDY_LIMIT)
     ids = to_host(input_ids)
     dec = _decoder(xp, p, ids, attention_mask, 1, decoder=decoder, init_decoder=init_decoder, encoder=encoder,
                    decoder_start_token_id=decoder_start_token_id)
@@ -486,7 +487,7 @@ def Sampling(xp, input_ids, max_length=None, min_length=None, repetition_penalty
     """Top-p sampling: sequences [batch, max_length] (int32) and the last step's filtered scores."""
     p = _Params(input_ids, max_length, min_length, repetition_penalty, eos_token_id=eos_token_id,
                 pad_token_id=pad_token_id, model_type=model_type, no_repeat_ngram_size=no_repeat_ngram_size,
-                vocab_size=vocab_size, limit=_GREEDY_LIMIT, ops_name="Sampling")
+                vocab_size=vocab_size, limit=_GREEDY_LIMIT)
     if model_type != 0:
         raise NodeError("Sampling supports model_type 0 (GPT-2 style decoder) only, as onnxruntime does")
     p.temperature = float(temperature)
@@ -585,7 +586,7 @@ def BeamSearch(xp, input_ids, max_length=None, min_length=None, num_beams=None, 
     [batch, num_return_sequences] and the per-step scores [max_length - sequence_length, batch, num_beams, vocab]."""
     p = _Params(input_ids, max_length, min_length, repetition_penalty, eos_token_id=eos_token_id,
                 pad_token_id=pad_token_id, model_type=model_type, no_repeat_ngram_size=no_repeat_ngram_size,
-                vocab_size=vocab_size, limit=_BEAM_LIMIT, ops_name="BeamSearch")
+                vocab_size=vocab_size, limit=_BEAM_LIMIT)
     k = _scalar(num_beams, 1, "num_beams")
     if not 1 <= k <= 128:
         raise NodeError(f"num_beams must be in [1, 128], got {k}")
