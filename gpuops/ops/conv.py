@@ -2,7 +2,9 @@
 
 Convolutions run as im2col + one GEMM per group. ``im2col`` is one copy out of a strided view
 (``as_strided``) of the padded input, and a 1x1 stride-1 unpadded kernel is a direct GEMM on the
-input. float16/bfloat16 convolve in float32 and are cast back, as onnxruntime does on CPU.
+input. On the CPU, a group-1 conv with fewer output than input channels (DenseNet's 3x3 growth
+convs) skips the im2col copy: one GEMM of every tap's weights with the input (:class:`Planes`),
+then a shifted add per tap (:func:`_kn2row`). float16/bfloat16 convolve in float32 and are cast back, as onnxruntime does on CPU.
 ``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
 ``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces a
 device override of Conv reuses; the generic :func:`conv` stays its fallback and test oracle.
@@ -18,7 +20,7 @@ import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
-from .linalg import up
+from .linalg import derived, up
 from .elementwise import clamp
 
 # -- geometry (host-side Python ints) ---------------------------------------------------------------
@@ -100,7 +102,7 @@ def pad_spatial(xp, X, pads_begin, pads_end, value=0):
     return Xp
 
 
-def _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value):
+def pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value):
     """X padded so that every window of the output grid lies inside it (``ceil_mode`` overhang too)."""
     ext_end = [max(0, (o - 1) * s + window_extent(k, d) - (n + b + e)) + e
                for n, k, s, d, b, e, o in zip(X.shape[2:], kernel, strides, dilations, pads_begin,
@@ -125,7 +127,7 @@ def window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_sha
 
     The input is padded once (with extra end padding when ``ceil_mode`` windows overhang).
     """
-    Xp = _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
+    Xp = pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
     for tap in itertools.product(*(range(k) for k in kernel)):
         yield Xp[(slice(None), slice(None)) + tuple(
             slice(t * d, t * d + (o - 1) * s + 1 if o > 0 else t * d, s)
@@ -136,7 +138,7 @@ def im2col(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, p
     """X ``(N, C, *in)`` -> columns ``(N, C, K, *out)`` with ``K = prod(kernel)`` taps (row-major)."""
     as_strided = _as_strided(xp)
     if as_strided is not None and all(o > 0 for o in out_shape):
-        Xp = _pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
+        Xp = pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
         st = tuple(Xp.strides)  # bytes; the view (N, C, *kernel, *out) stays inside Xp
         view = _strided_view(as_strided, Xp, tuple(Xp.shape[:2]) + tuple(kernel) + tuple(out_shape),
                              st[:2] + tuple(b * d for b, d in zip(st[2:], dilations))
@@ -168,6 +170,141 @@ def col2im(xp, cols, image_shape, kernel, strides, dilations, offset=None):
                         for off, lo_, t, d, b, s in zip(offset, lo, tap, dilations, blocks, strides))
             buf[(slice(None), slice(None)) + idx] += cols[:, :, i]
     return buf[(slice(None), slice(None)) + tuple(slice(-lo_, -lo_ + n) for lo_, n in zip(lo, image_shape))]
+
+
+# -- shifted flat planes (NumPy fast paths) --------------------------------------------------------
+
+
+def _strided(buf, start: int, shape, strides):
+    """View of the 1-D contiguous NumPy array ``buf`` from element ``start`` (strides in elements;
+    NumPy checks that the view stays inside ``buf``)."""
+    it = buf.itemsize
+    return np.ndarray(tuple(shape), buf.dtype, buffer=buf, offset=start * it, strides=tuple(s * it for s in strides))
+
+
+class Planes:
+    """X padded and split by stride phase into flat planes in which every kernel tap is a shifted slice.
+
+    Along each axis, padded position ``p + s * q`` goes to phase ``p`` (``0 <= p < s``), cell ``q`` of a
+    plane of extent ``Q = out + (k - 1) * d // s``; the planes (one per phase: just the padded X when all
+    strides are 1) are flattened, rows ``(N * C, prod(Q))``, and stored one after the other in ``buf``.
+    Tap ``t`` of output cell ``i`` (over the grid ``Q``) then reads cell ``i + offset[t]`` of the tap's
+    phase: one slice of ``buf`` for all rows and cells, whatever the stride. Cells ``i_a >= out_a``
+    are waste that :meth:`crop` drops, and a read that wraps past a row's end only reaches such cells.
+    """
+
+    def __init__(self, X, kernel, strides, dilations, pads_begin, out_shape, pad_value=0):
+        N, C = X.shape[:2]
+        self.N, self.C, self.out = N, C, list(out_shape)
+        Q = [o + (k - 1) * d // s for o, k, s, d in zip(out_shape, kernel, strides, dilations)]
+        self.Q, self.P, self.strides = Q, math.prod(Q), list(strides)
+        self.R = [math.prod(Q[a + 1:]) for a in range(len(Q))]  # cell strides
+        # per axis and tap: (phase, shift in cells)
+        self.axis_taps = [[divmod(t * d, s)[::-1] for t in range(k)] for k, s, d in zip(kernel, strides, dilations)]
+        self.block = N * C * self.P  # elements of one phase's plane
+        self.slack = sum(max(sh for _, sh in taps) * r for taps, r in zip(self.axis_taps, self.R))
+        phases = list(itertools.product(*(range(s) for s in strides)))
+        self.buf = np.full(len(phases) * self.block + self.slack, pad_value, dtype=X.dtype)
+        for i, phase in enumerate(phases):
+            plane = self.buf[i * self.block:(i + 1) * self.block].reshape((N, C) + tuple(Q))
+            dst, src = [slice(None)] * 2, [slice(None)] * 2
+            for p, s, q, n, b in zip(phase, strides, Q, X.shape[2:], pads_begin):
+                q0 = max(0, -((p - b) // s))  # first cell at or after the input's start
+                x0 = p + s * q0 - b
+                cnt = min(q - q0, -(-(n - x0) // s)) if n > x0 else 0
+                dst.append(slice(q0, q0 + cnt))
+                src.append(slice(x0, x0 + s * (cnt - 1) + 1 if cnt > 0 else x0, s))
+            if all(d.stop - d.start > 0 for d in dst[2:]):
+                plane[tuple(dst)] = X[tuple(src)]
+
+    def taps(self):
+        """(phase index, offset in elements) per kernel tap, row-major."""
+        out = []
+        for tap in itertools.product(*self.axis_taps):
+            phase = offset = 0
+            for (p, sh), s, r in zip(tap, self.strides, self.R):
+                phase, offset = phase * s + p, offset + sh * r
+            out.append((phase, offset))
+        return out
+
+    def rows(self, phase: int):
+        """Plane ``phase`` as ``(N, C, prod(Q))``."""
+        return self.buf[phase * self.block:(phase + 1) * self.block].reshape(self.N, self.C, self.P)
+
+    def reduce(self, ufunc):
+        """``ufunc`` (np.maximum, np.add) over every window, one axis after the other (both are
+        separable): ``(k_a - 1)`` whole-plane operations per axis and remaining phase. Returns the grid
+        values, flat ``(N * C * prod(Q),)``."""
+        n = self.block
+        planes = {ph: (self.buf, i * n) for i, ph in enumerate(itertools.product(*(range(s) for s in self.strides)))}
+        for a in reversed(range(len(self.Q))):
+            taps, r = self.axis_taps[a], self.R[a]
+            if len(taps) == 1:
+                continue
+            reduced = {}
+            for key in {ph[:a] + (0,) + ph[a + 1:] for ph in planes}:
+                acc = np.empty(n + self.slack, dtype=self.buf.dtype)
+                acc[n:] = 0  # read only by wasted cells
+                views = []
+                for p, sh in taps:
+                    src, start = planes[key[:a] + (p,) + key[a + 1:]]
+                    views.append(src[start + sh * r:start + sh * r + n])
+                ufunc(views[0], views[1], out=acc[:n])
+                for v in views[2:]:
+                    ufunc(acc[:n], v, out=acc[:n])
+                reduced[key] = (acc, 0)
+            planes = reduced
+        src, start = planes[(0,) * len(self.Q)]  # an axis of one tap keeps its phase 0 only
+        return src[start:start + n]
+
+    def crop(self, grid, channels: int, B=None):
+        """Grid values (``N * channels`` rows of ``out_0`` or more first-axis cells) -> contiguous
+        ``(N, channels, *out)``, plus bias ``B`` per channel (in the same pass)."""
+        Y = grid.reshape((self.N, channels, -1) + tuple(self.Q[1:]))
+        Y = Y[(slice(None),) * 2 + tuple(slice(0, o) for o in self.out)]
+        if B is not None:
+            return Y + B.reshape((1, -1) + (1,) * len(self.out))
+        return np.ascontiguousarray(Y)
+
+
+def _kn2row(X, W, B, kernel, strides, dilations, pb, out):
+    """Conv as one GEMM per stride phase of the taps' weights ``(taps * M, C)`` with the input planes
+    (no im2col copy), then one shifted add per tap of the products ``(M, plane)``."""
+    pl = Planes(X, kernel, strides, dilations, pb, out)
+    N, C = X.shape[:2]
+    M = W.shape[0]
+    P, span = pl.P, out[0] * pl.R[0]
+    by_phase = {}
+    for t, (phase, off) in enumerate(pl.taps()):
+        by_phase.setdefault(phase, []).append((t, off))
+    Wt = W.reshape(M, C, -1)
+    acc = None
+    for phase, items in by_phase.items():
+        idx = [t for t, _ in items]
+        Wp = derived((W,), ("kn2row",) + tuple(idx),
+                     lambda: np.ascontiguousarray(np.moveaxis(Wt[:, :, idx], 2, 0)).reshape(len(idx) * M, C))
+        T = len(items)
+        Zbuf = np.empty(N * T * M * P + max(0, max(off for _, off in items) + span - P), dtype=X.dtype)
+        np.matmul(Wp, pl.rows(phase), out=Zbuf[:N * T * M * P].reshape(N, T * M, P))
+        for j, (_, off) in enumerate(items):
+            v = _strided(Zbuf, j * M * P + off, (N, M, span), (T * M * P, P, 1))
+            if acc is None:
+                acc = v.copy()
+            else:
+                acc += v
+    return pl.crop(acc.reshape(N * M, span), M, B)
+
+
+def _kn2row_pays(C, M, kernel, strides, dilations, out, L):
+    """Whether :func:`_kn2row` costs less than im2col for a group-1 conv: GEMM flops (over the padded
+    planes for kn2row) plus floats copied, one float moved counted as 40 flops (NumPy copies vs
+    OpenBLAS on one core); kn2row's GEMM has only C as inner size, hence C >= 32."""
+    K = math.prod(kernel)
+    P = math.prod(o + (k - 1) * d // s for o, k, s, d in zip(out, kernel, strides, dilations))
+    S = math.prod(strides)
+    im2col_cost = 2 * M * C * K * L + 40 * 2 * C * K * L
+    kn2row_cost = 2 * M * C * K * P + 40 * (2 * K * M * P + 2 * C * S * P)
+    return C >= 32 and kn2row_cost < im2col_cost
 
 
 def grouped_matmul(xp, W, cols, group):
@@ -223,7 +360,8 @@ COLS_BYTES = 1 << 28  # bound on one im2col buffer; bigger batches are convolved
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
          pads=None, strides=None):
     """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
-    channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels."""
+    channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels; on the
+    CPU, :func:`_kn2row` where it moves fewer bytes than im2col."""
     _check_conv_shapes(X, W, group, kernel_shape)
     ct = compute_dtype(X.dtype)
     if ct is not None:
@@ -240,6 +378,9 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
         return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
+    if isinstance(X, np.ndarray) and K > 1 and L > 0:  # CPU: paths without an im2col copy
+        if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
+            return _kn2row(X, W, B, kernel, strides, dilations, pb, out)
     step = max(1, COLS_BYTES // max(1, C * K * L * X.dtype.itemsize))  # images per column buffer
     parts = []
     for n0 in range(0, max(N, 1), step):

@@ -1,7 +1,9 @@
 """Pooling ops: MaxPool, AveragePool, LpPool, their Global* forms, MaxUnpool and MaxRoiPool.
 
-Windows come from :func:`conv.window_taps` (one strided view per kernel tap) and are reduced tap by
-tap, so no column tensor is built. Versions differ only by the attributes they accept (a superset is
+Max and sum over windows are separable: they are reduced one spatial axis after the other over
+strided slices of the padded input (NumPy stride-1 or padded windows: over :class:`conv.Planes`, whose
+slices have long contiguous rows), so no column tensor is built; MaxPool's indices come from
+:func:`conv.window_taps`, one view per kernel tap. Versions differ only by the attributes they accept (a superset is
 taken from opset 1): ``ceil_mode`` windows that would start in the end padding are dropped, and the
 average divisor counts the window cells inside the input (``count_include_pad=0``) or inside the
 explicitly padded input (``count_include_pad=1``; cells added by ``ceil_mode`` never count).
@@ -15,7 +17,7 @@ import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
-from .conv import conv_geometry, spatial_attrs, window_taps
+from .conv import Planes, pad_for_windows, conv_geometry, spatial_attrs, window_taps
 from .elementwise import clamp
 
 
@@ -56,11 +58,32 @@ def _window_counts(xp, in_shape, kernel, strides, dilations, pb, pe, out, includ
     return counts
 
 
+def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc):
+    """``ufunc`` (maximum, add: both separable) over every window: NumPy stride-1 (or padded) windows
+    through :class:`conv.Planes`, else one spatial axis after the other over strided slices of the
+    padded X; ``(k - 1)`` array operations per axis, not one per tap."""
+    if not X.size or not all(o > 0 for o in out):
+        return xp.zeros(tuple(X.shape[:2]) + tuple(out), dtype=X.dtype)
+    if isinstance(X, np.ndarray) and math.prod(kernel) > 1 and (
+            all(s == 1 for s in strides) or any(pb) or any(pe)):
+        pl = Planes(X, kernel, strides, dilations, pb, out, pad_value)
+        return pl.crop(pl.reduce(ufunc), X.shape[1])
+    cur = pad_for_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value)
+    for a in reversed(range(len(kernel))):
+        k, s, d, o = kernel[a], strides[a], dilations[a], out[a]
+        views = [cur[(slice(None),) * (2 + a) + (slice(t * d, t * d + (o - 1) * s + 1, s),)] for t in range(k)]
+        if k == 1:
+            cur = views[0]
+            continue
+        acc = ufunc(views[0], views[1])
+        for v in views[2:]:
+            ufunc(acc, v, out=acc)
+        cur = acc
+    return cur if math.prod(kernel) > 1 else xp.asarray(cur, copy=True)
+
+
 def _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out):
-    total = None
-    for v in window_taps(xp, X, kernel, strides, dilations, pb, pe, out, 0):
-        total = v.copy() if total is None else total + v
-    return total
+    return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, 0, xp.add)
 
 
 # -- MaxPool ------------------------------------------------------------------------------------
@@ -72,6 +95,8 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
     kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
     low = _lowest(X.dtype)
+    if n_outputs == 1:
+        return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, low, xp.maximum)
     best = arg = None
     for t, v in enumerate(window_taps(xp, X, kernel, strides, dilations, pb, pe, out, low)):
         if best is None:
@@ -119,9 +144,8 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
                 kernel_shape=None, pads=None, strides=None):
     kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
-    total = _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out)
-    return total / _window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad,
-                                  X.dtype)
+    counts = _window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad, X.dtype)
+    return _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out) / counts
 
 
 @op("LpPool", since=1)
