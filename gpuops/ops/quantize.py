@@ -61,14 +61,14 @@ def _expand(xp, p, shape: tuple[int, ...], axis: int, block_size: int, what: str
 
 
 def _saturate_int(xp, q, zero_point, dtype):
-    """Integer-valued float ``q`` (already rounded) + zero point, clipped to ``dtype``'s range."""
+    """Integer-valued float ``q`` (already rounded) + zero point, clipped to ``dtype``'s range; NaN
+    gives the low end. In float32 (or float64): the sum is exact wherever it is not saturated."""
     lo, hi = _INT_RANGES[dtype]
-    # Pre-clip so the int32 cast cannot overflow; +-2**20 exceeds every range plus zero point.
-    q = clamp(xp, q.astype(np.float32) if q.dtype != np.float64 else q, -(2.0 ** 20), 2.0 ** 20)
-    q = q.astype(np.int32)
+    if q.dtype != np.float32 and q.dtype != np.float64:
+        q = q.astype(np.float32)
     if zero_point is not None:
-        q = q + zero_point.astype(np.int32)
-    return clamp(xp, q, lo, hi).astype(dtype)
+        q = q + zero_point.astype(q.dtype)
+    return xp.fmin(xp.fmax(q, lo), hi).astype(dtype)
 
 
 def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0,
@@ -89,7 +89,7 @@ def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_si
         ct = np_dtype(precision)
     else:
         ct = np.dtype(y_scale.dtype) if np.dtype(y_scale.dtype) in _COMPUTE_FLOATS else np.dtype(np.float32)
-    q = x.astype(ct) / scale.astype(ct)
+    q = (x if x.dtype == ct else x.astype(ct)) / (scale if scale.dtype == ct else scale.astype(ct))
     if dtype in _INT_RANGES:
         return _saturate_int(xp, xp.rint(q), zp, dtype)
     q = q.astype(np.float32) if q.dtype != np.float64 else q
@@ -133,16 +133,19 @@ def QuantizeLinear_23(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, 
 
 def _dequantize(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
     shape = tuple(x.shape)
-    dx = x.astype(np.float32)
     xdt = np.dtype(x.dtype)
     # float8/float4 zero points are zero by definition; int32 input has none.
     if x_zero_point is not None and xdt not in _FLOAT8 and xdt not in _FLOAT_SMALL:
         if np.dtype(x_zero_point.dtype) != xdt:
             raise NodeError(f"x_zero_point has type {x_zero_point.dtype}, x has type {xdt}")
-        dx = dx - _expand(xp, x_zero_point, shape, axis, block_size, "x_zero_point").astype(np.float32)
-    scale = _expand(xp, x_scale, shape, axis, block_size, "x_scale").astype(np.float32)
+        zp = _expand(xp, x_zero_point, shape, axis, block_size, "x_zero_point")
+        dx = xp.subtract(x, zp, dtype=np.float32) if xdt.kind in "iu" else x.astype(np.float32) - zp.astype(np.float32)
+    else:
+        dx = x.astype(np.float32)
+    scale = _expand(xp, x_scale, shape, axis, block_size, "x_scale")
     out = np_dtype(output_dtype) if output_dtype else np.dtype(x_scale.dtype)
-    return (dx * scale).astype(out)
+    y = dx * (scale if scale.dtype == np.float32 else scale.astype(np.float32))
+    return y if out == np.float32 else y.astype(out)
 
 
 @op("DequantizeLinear", since=10)
@@ -194,22 +197,28 @@ def _rowwise(xp, p, a):
 
 
 def _centered(xp, a, zero_point, rowwise: bool, dtype=np.int32):
-    a = a.astype(dtype)
     if zero_point is None:
-        return a
+        return a.astype(dtype)
     zp = _rowwise(xp, zero_point, a) if rowwise else zero_point
-    return a - zp.astype(dtype)
+    c = a.astype(dtype)
+    return xp.subtract(c, zp if zp.dtype.kind in "iu" else zp.astype(dtype), out=c)
+
+
+def _integer_product(xp, A, B, a_zero_point, b_zero_point):
+    """``((A - a_zero_point) @ (B - b_zero_point), bound)``: the exact product in the type
+    :func:`exact_dtype` picks for its bound. B is taken as a weight: its centred copy is kept."""
+    bound = A.shape[-1] * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)
+    dtype = exact_dtype(bound)
+    a = _centered(xp, A, a_zero_point, True, dtype)
+    b = derived((B,) if b_zero_point is None else (B, b_zero_point), ("centred", np.dtype(dtype).str),
+                lambda: _centered(xp, B, b_zero_point, False, dtype))
+    return xp.matmul(a, b), bound
 
 
 @op("MatMulInteger", since=10)
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
-    bound = A.shape[-1] * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)
-    dtype = exact_dtype(bound)
-    a = _centered(xp, A, a_zero_point, True, dtype)
-    b = derived((B,) if b_zero_point is None else (B, b_zero_point), ("centred", np.dtype(dtype).str),
-                lambda: _centered(xp, B, b_zero_point, False, dtype))  # a weight: centred once
-    return wrap_int32(xp.matmul(a, b), bound)
+    return wrap_int32(*_integer_product(xp, A, B, a_zero_point, b_zero_point))
 
 
 def exact_dtype(bound: int):
@@ -231,14 +240,17 @@ def _max_centered(dtype, zero_point) -> int:
     if zero_point is None:
         return max(-lo, hi)
     if isinstance(zero_point, np.ndarray) and zero_point.size:
-        return max(hi - int(zero_point.min()), int(zero_point.max()) - lo)
+        z0, z1 = (int(zero_point.item()),) * 2 if zero_point.size == 1 else (zero_point.min(), zero_point.max())
+        return max(hi - int(z0), int(z1) - lo)
     return hi - lo
 
 
 def _requantize(xp, acc, multiplier, y_zero_point):
-    """round(acc * multiplier) + y_zero_point, saturated to y_zero_point's type (float32 arithmetic)."""
-    q = xp.rint(acc.astype(np.float32) * multiplier.astype(np.float32))
-    return _saturate_int(xp, q, y_zero_point, np.dtype(y_zero_point.dtype))
+    """round(acc * multiplier) + y_zero_point, saturated to y_zero_point's type (float32 arithmetic).
+    ``acc``: int32, or integers held exactly in a float32 array of the caller's (scaled in place)."""
+    m = multiplier if multiplier.dtype == np.float32 else multiplier.astype(np.float32)
+    q = xp.multiply(acc, m, out=acc) if acc.dtype == np.float32 and acc.ndim else acc.astype(np.float32) * m
+    return _saturate_int(xp, xp.rint(q), y_zero_point, np.dtype(y_zero_point.dtype))
 
 
 @op("QLinearMatMul", since=10)  # 21 adds float16/bfloat16 scales and float8 types
@@ -247,10 +259,12 @@ def QLinearMatMul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scal
     (per-row a / per-column b scales allowed). float8 inputs or output: dequantize, matmul in
     float32, quantize (saturating)."""
     if all(np.dtype(t.dtype) in _INT_RANGES for t in (a, b, y_zero_point)):
-        acc = MatMulInteger(xp, a, b, a_zero_point, b_zero_point)
-        a_s = _rowwise(xp, a_scale, a).astype(np.float32)
-        multiplier = a_s * b_scale.astype(np.float32) / y_scale.astype(np.float32)
-        return _requantize(xp, acc, multiplier, y_zero_point)
+        acc, bound = _integer_product(xp, a, b, a_zero_point, b_zero_point)
+        if acc.dtype != np.float32:  # float32 holds it exactly: requantized as it is
+            acc = wrap_int32(acc, bound)
+        a_s, b_s, y_s = (t if t.dtype == np.float32 else t.astype(np.float32)
+                         for t in (_rowwise(xp, a_scale, a), b_scale, y_scale))
+        return _requantize(xp, acc, a_s * b_s / y_s, y_zero_point)
 
     def real(t, scale, zero_point, rowwise):
         v = t.astype(np.float32)

@@ -154,7 +154,9 @@ def _finish(xp, Y, states, dirs, layout):
     """``(Y, *states)`` in the node's layout from ``Y`` in step order (a reverse direction's steps
     walk time backwards)."""
     if any(dirs):
-        Y = xp.stack([xp.flip(Y[:, d], axis=0) if rev else Y[:, d] for d, rev in enumerate(dirs)], axis=1)
+        steps, Y = Y, xp.empty(Y.shape, dtype=Y.dtype)
+        for d, rev in enumerate(dirs):
+            Y[:, d] = steps[::-1, d] if rev else steps[:, d]
     if layout:
         return (xp.permute_dims(Y, (2, 0, 1, 3)), *(xp.swapaxes(s, 0, 1) for s in states))
     return (Y, *states)
@@ -278,17 +280,17 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
     Y = xp.empty((T, D, batch, H), dtype=dt)
     matmul, add, mul, tanh = xp.matmul, xp.add, xp.multiply, xp.tanh
     h = h0
-    for k in range(T):
+    for xw, y in [(XW[k], Y[k]) for k in range(T)]:
         matmul(h, RT, out=gates)
-        add(gates, XW[k], out=gates)
+        add(gates, xw, out=gates)
         tanh(gates, out=gates)
         mul(sig, 0.5, out=sig)
         add(sig, 0.5, out=sig)
         mul(fi, cg, out=prod)  # [f * c, i * c~]
         add(p0, p1, out=c)
         tanh(c, out=tc)
-        h = Y[k]
-        mul(o, tc, out=h)
+        mul(o, tc, out=y)
+        h = y
     return Y, [xp.asarray(h, copy=True), xp.asarray(c, copy=True)]
 
 
