@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import sys
 import threading
 import time
@@ -435,7 +436,9 @@ class _Code(NamedTuple):
 
     step: Step
     fn: Any
-    names: tuple | None  # the input names when gathering is plain lookups (else _gather)
+    attrs: dict
+    lookup: Any  # env -> the input values, when gathering is plain lookups (else None: _gather)
+    single: str | None  # the output's name when the node names exactly one
     n_required: int  # outputs the node names
     outputs: tuple
     release: tuple  # (name, produced here: counted in the live bytes)
@@ -447,13 +450,20 @@ def _code(plan: Plan) -> list[_Code]:
     code = plan.__dict__.get("_code")
     if code is None:
         code = plan.__dict__["_code"] = [
-            _Code(s, s.impl.fn,
-                  tuple(s.inputs) if all(s.inputs) and not s.host_consts and not s.impl.host_inputs else None,
+            _Code(s, s.impl.fn, s.attrs, _lookup(s), s.outputs[0] if len(s.outputs) == 1 and s.outputs[0] else None,
                   sum(1 for o in s.outputs if o), tuple(s.outputs),
                   tuple((n, n in plan.produced or n in plan.fed) for n in s.release), bool(s.impl.syncs),
                   _reusable(s, plan))
             for s in plan.steps]
     return code
+
+
+def _lookup(step: Step):
+    """``env -> tuple of input values`` for a node whose inputs are all named, computed values."""
+    if not step.inputs or not all(step.inputs) or step.host_consts or step.impl.host_inputs or step.subgraphs:
+        return None
+    get = operator.itemgetter(*step.inputs)
+    return get if len(step.inputs) > 1 else lambda env: (get(env),)
 
 
 def _reusable(step: Step, plan: Plan) -> tuple:
@@ -515,19 +525,16 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     xp, live, profile, on_cpu = device.xp, ctx.live, ctx.profile, device.kind == "cpu"
     note_node = ctx.memory.note_node if ctx.memory.pool is not None else None
     pending, keep_all = checks.active(), ctx.keep_all
-    for step, fn, names, n_required, outputs, release, syncs, reuse in _code(plan):  # unpacked: a hot loop
+    # unpacked, and the common cases first: this loop is the per-node cost of every model
+    for step, fn, attrs, lookup, single, n_required, outputs, release, syncs, reuse in _code(plan):
         if pending is not None:
             pending.node = step  # described only if its check fails
-        if names is not None:
-            try:
-                args = [env[n] for n in names]
-            except KeyError:
-                args = _gather(step, env, device)  # raises, naming the missing input
-            while args and args[-1] is None:
-                args.pop()
-        else:
-            args = _gather(step, env, device)
-        attrs = step.attrs
+        try:
+            args = lookup(env)
+            if args[-1] is None:  # an optional output left unset upstream
+                args = _gather(step, env, device)
+        except (KeyError, TypeError):  # TypeError: no lookup (subgraphs, host or omitted inputs)
+            args = _gather(step, env, device)  # raises, naming a missing input
         if step.subgraphs:
             attrs = {**attrs, **{k: Subgraph(p, env, ctx) for k, p in step.subgraphs.items()}}
         if profile is not None:
@@ -535,7 +542,10 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         step_xp = xp
         if not on_cpu and any(_host_resident(a) for a in args):
             step_xp, args = _on_host(step, args, ctx)
-        into = _dying_buffer(args, reuse, device) if reuse and not keep_all and step_xp is xp else None
+        into = None
+        if reuse and (len(reuse) > 1 or args[reuse[0][0]].nbytes >= MIN_IN_PLACE_BYTES) and not keep_all \
+                and step_xp is xp:
+            into = _dying_buffer(args, reuse, device)
         try:
             if into is not None:
                 result = fn(step_xp, *args, out=args[into[0]], **attrs)
@@ -560,20 +570,30 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         if into is not None:  # the input's buffer is now the output's: it dies here, not after
             live.current -= _nbytes(env.pop(into[1]))
             live.in_place += 1
-        outs = result if isinstance(result, tuple) else (result,)
-        if len(outs) < n_required:
-            raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
-                            f"{len(step.outputs)}")
-        for name, value in zip(outputs, outs):
-            if name:
-                env[name] = value
-                nb = _nbytes(value)  # counted inline: this loop runs per node
-                live.current += nb
-                live.produced += nb
-                if live.current > live.peak:
-                    live.peak = live.current
+        if single is not None and type(result) is not tuple:
+            env[single] = result
+            try:
+                nb = result.nbytes
+            except AttributeError:  # a sequence, or None
+                nb = _nbytes(result)
+            outs = None
+        else:
+            outs = result if isinstance(result, tuple) else (result,)
+            if len(outs) < n_required:
+                raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
+                                f"{len(step.outputs)}")
+            nb = 0
+            for name, value in zip(outputs, outs):
+                if name:
+                    env[name] = value
+                    nb += _nbytes(value)
+        current = live.current + nb
+        live.current = current
+        live.produced += nb
+        if current > live.peak:
+            live.peak = current
         if profile is not None:
-            profile.append(timer.done(step, outs, in_place=into is not None))
+            profile.append(timer.done(step, (result,) if outs is None else outs, in_place=into is not None))
         if note_node is not None:
             note_node()
         if not keep_all:
@@ -581,8 +601,8 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
                 value = env.pop(name, None)
                 if counted and value is not None:
                     live.current -= _nbytes(value)
-        result = outs = value = None  # the values are env's alone: a dead one is freed, and one
-        # that dies at the next node has no reference left but env's and its arguments'
+        args = result = outs = value = None  # the values are env's alone: a dead one is freed, and
+        # one that dies at the next node has no reference left but env's and its arguments'
 
 
 def is_out_of_memory(e: BaseException) -> bool:
