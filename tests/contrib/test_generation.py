@@ -416,6 +416,20 @@ def test_sampling_is_seeded_and_stays_in_the_allowed_set(device):
         np.testing.assert_array_equal(first, _sample(feeds, "cpu", **attrs))
 
 
+def test_sampling_presence_penalty_bars_the_masked_tokens():
+    """presence_mask / presence_penalty (custom sampling) lower the masked tokens' scores: with a large
+    penalty they are never chosen, as if vocab_mask excluded them (onnxruntime's CPU kernel subtracts
+    the whole penalty from the first score only, so it is no oracle here)."""
+    barred = np.zeros(VOCAB, np.int32)
+    barred[[7, 9, 11, 20]] = 1
+    greedy = feeds_for("GreedySearch", batch=2, vocab_mask=1 - barred)
+    want = run_ort(generation_model("GreedySearch", greedy), greedy)[0]
+    feeds = feeds_for("Sampling", batch=2, presence_mask=np.stack([barred, barred]), seed=i32(1))
+    for device in DEVICES:
+        got = _sample(feeds, device, top_p=1e-6, custom=1, presence_penalty=1e4)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_sampling_filtered_logits_output():
     """The optional second output: the last step's scores after top-p filtering."""
     feeds = feeds_for("Sampling", seed=i32(1))
