@@ -5,13 +5,16 @@ The node runs its ``decoder`` graph attribute (a :class:`gpuops.onnx.session.Sub
 generated token. ``model_type`` 0 is a GPT-2 style decoder with the signature
 ``(input_ids, position_ids, attention_mask, past_0..past_{L-1}) -> (logits, present_0..present_{L-1})``,
 past / present shaped ``(2, batch * beams, heads, length, head_size)``; an optional ``init_decoder``
-with the same signature runs the first step. ``model_type`` 1 (BeamSearch, GreedySearch) is a T5
-style encoder-decoder: the ``encoder`` graph ``(encoder_input_ids, encoder_attention_mask,
-decoder_input_ids) -> (logits, encoder_hidden_states, present_key_self_*, present_value_self_*,
-present_key_cross_*, present_value_cross_*)`` and the ``decoder`` graph ``(input_ids,
-encoder_attention_mask[, encoder_hidden_states], past_key_self_*, past_value_self_*, past_key_cross_*,
-past_value_cross_*) -> (logits, present_key_self_*, present_value_self_*)``; generation starts from
-``decoder_start_token_id``.
+with the same signature runs the first step. ``model_type`` 1 is a T5 style encoder-decoder for
+BeamSearch (and GreedySearch, which onnxruntime runs for GPT-2 only): the ``decoder`` graph
+``(input_ids, encoder_attention_mask[, encoder_hidden_states], past_key_self_*, past_value_self_*,
+past_key_cross_*, past_value_cross_*) -> (logits, present_key_self_*, present_value_self_*)``, and
+the ``encoder`` graph in either of convert_generation's formats: ``(encoder_input_ids,
+encoder_attention_mask) -> (present_key_cross_*, present_value_cross_*)``, the decoder then taking
+the first step from empty self-attention pasts, or the older ``(encoder_input_ids,
+encoder_attention_mask, decoder_input_ids) -> (logits, encoder_hidden_states, present_key_self_*,
+present_value_self_*, present_key_cross_*, present_value_cross_*)`` that takes it itself. Generation
+starts from ``decoder_start_token_id``; an ``encoder_attention_mask`` not given masks the left padding.
 
 The semantics follow onnxruntime's CPU kernels:
 
