@@ -239,24 +239,27 @@ _FUSED_ORDER = (3, 1, 2, 0)
 _FUSED_SCALE = (1.0, 0.5, 0.5, 0.5)  # sigmoid(x) = tanh(x / 2) / 2 + 1/2: the halving goes into the weights
 
 
-def _gate_major(xp, M, n_in):
-    """A per-direction LSTM weight (D, 4H, n_in) as (4, D, n_in, H) in fused gate order, the sigmoid
-    gates' rows halved (exact)."""
-    D, H = M.shape[0], M.shape[1] // 4
-    M = xp.reshape(M, (D, 4, H, n_in))
-    M = xp.permute_dims(xp.stack([M[:, j] * s for j, s in zip(_FUSED_ORDER, _FUSED_SCALE)]), (0, 1, 3, 2))
-    return xp.reshape(xp.reshape(M, (-1,)), M.shape)  # flattening copies in row-major order
+def _fused_weight(xp, M, gate_major: bool):
+    """A per-direction LSTM weight (D, 4H, n) transposed for ``x @ M^T``, in fused gate order, the
+    sigmoid gates' rows halved (exact): (4, D, n, H) if ``gate_major``, else (D, n, 4H)."""
+    D, H, n = M.shape[0], M.shape[1] // 4, M.shape[2]
+    M = xp.reshape(M, (D, 4, H, n))
+    M = xp.stack([M[:, j] * s for j, s in zip(_FUSED_ORDER, _FUSED_SCALE)])  # (4, D, H, n)
+    M = xp.permute_dims(M, (0, 1, 3, 2) if gate_major else (1, 3, 0, 2))
+    M = xp.reshape(M, (-1,))  # flattening copies in row-major order
+    return xp.reshape(M, (4, D, n, H) if gate_major else (D, n, 4 * H))
 
 
 def _fused_lstm(xp, X, W, R, B, states, dirs):
     """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
-    input_forget: per step one broadcast GEMM into the gate-major work buffer and eight elementwise
-    ops on contiguous blocks, all writing into preallocated buffers."""
+    input_forget. Per step: one GEMM per direction, then nine elementwise ops writing into
+    preallocated buffers; the first moves the gates into the gate-major work buffer, where every
+    later operand is one contiguous block."""
     T, batch, n_in = X.shape
     D, H = len(dirs), R.shape[-1]
     dt = X.dtype
-    RT = derived((R,), "lstm fused R", lambda: _gate_major(xp, R, H))  # (4, D, H, H)
-    WT = derived((W,), "lstm fused W", lambda: _gate_major(xp, W, n_in))  # (4, D, n_in, H)
+    RT = derived((R,), "lstm fused R", lambda: _fused_weight(xp, R, False))  # (D, H, 4H)
+    WT = derived((W,), "lstm fused W", lambda: _fused_weight(xp, W, True))  # (4, D, n_in, H)
     # input projection of every step, in step order (a reverse direction reads X backwards), laid out
     # (T, 4, D, batch, H) so that each step's slice is one contiguous block
     Xs = xp.stack([xp.flip(X, axis=0) if rev else X for rev in dirs])  # (D, T, batch, n_in)
@@ -274,6 +277,8 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
     work = xp.empty((5, D, batch, H), dtype=dt)  # [c, c~, o, f, i]
     work[0] = c0
     gates, sig, fi, cg, c, o = work[1:], work[2:], work[3:], work[:2], work[0], work[2]
+    hR = xp.empty((D, batch, 4 * H), dtype=dt)
+    hR_gates = xp.permute_dims(xp.reshape(hR, (D, batch, 4, H)), (2, 0, 1, 3))
     prod = xp.empty((2, D, batch, H), dtype=dt)
     p0, p1 = prod[0], prod[1]
     tc = xp.empty((D, batch, H), dtype=dt)
@@ -281,8 +286,8 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
     matmul, add, mul, tanh = xp.matmul, xp.add, xp.multiply, xp.tanh
     h = h0
     for xw, y in [(XW[k], Y[k]) for k in range(T)]:
-        matmul(h, RT, out=gates)
-        add(gates, xw, out=gates)
+        matmul(h, RT, out=hR)
+        add(hR_gates, xw, out=gates)
         tanh(gates, out=gates)
         mul(sig, 0.5, out=sig)
         add(sig, 0.5, out=sig)
