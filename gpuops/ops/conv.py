@@ -2,7 +2,8 @@
 
 Convolutions run as im2col + one GEMM per group. ``im2col`` is one copy out of a strided view
 (``as_strided``) of the padded input, and a 1x1 stride-1 unpadded kernel is a direct GEMM on the
-input. On the CPU, a group-1 conv with fewer output than input channels (DenseNet's 3x3 growth
+input. On the CPU the columns are built a block of output rows at a time into one reused cache-sized
+buffer (:func:`_im2col_gemm_blocked`), and a group-1 conv with fewer output than input channels (DenseNet's 3x3 growth
 convs) skips the im2col copy: one GEMM of every tap's weights with the input (:class:`Planes`),
 then a shifted add per tap (:func:`_kn2row`). float16/bfloat16 convolve in float32 and are cast back, as onnxruntime does on CPU.
 ``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
@@ -295,6 +296,39 @@ def _kn2row(X, W, B, kernel, strides, dilations, pb, out):
     return pl.crop(acc.reshape(N * M, span), M, B)
 
 
+BLOCK_BYTES = 1 << 22  # one im2col block on the CPU: cache-sized, reused for every block...
+BLOCK_COLUMNS = 2048  # ...but wide enough that the GEMM's packing of W stays a small part of each block
+
+
+def _im2col_gemm_blocked(X, Wm, kernel, strides, dilations, pb, pe, out, group):
+    """im2col + GEMM a block of output rows (first spatial axis) at a time, the columns copied into one
+    reused cache-sized buffer and each block's GEMM written into its slice of Y: VGG's first layers
+    would otherwise write and read back 100+ MB of columns."""
+    N, C = X.shape[:2]
+    M, CK = Wm.shape[0], Wm.shape[1] * group
+    Xp = np.ascontiguousarray(pad_for_windows(np, X, kernel, strides, dilations, pb, pe, out, 0))
+    st = Xp.strides
+    row = math.prod(out[1:])  # output cells per first-axis index
+    rows = max(1, min(out[0], max(BLOCK_BYTES // max(1, CK * row * X.dtype.itemsize), -(-BLOCK_COLUMNS // row))))
+    scratch = np.empty(CK * rows * row, dtype=X.dtype)
+    Y = np.empty((N, M, out[0] * row), dtype=X.dtype)
+    Wg = Wm.reshape(group, M // group, CK // group)
+    tap_strides = (st[1],) + tuple(b * d for b, d in zip(st[2:], dilations)) + tuple(b * s for b, s in zip(st[2:], strides))
+    for n in range(N):
+        for i0 in range(0, out[0], rows):
+            r = min(rows, out[0] - i0)
+            shape = (C,) + tuple(kernel) + (r,) + tuple(out[1:])
+            view = np.ndarray(shape, X.dtype, buffer=Xp, offset=n * st[0] + i0 * strides[0] * st[2], strides=tap_strides)
+            cols = scratch[:CK * r * row].reshape(shape)
+            np.copyto(cols, view)
+            Yb = Y[n, :, i0 * row:(i0 + r) * row]
+            if group == 1:
+                np.matmul(Wm, cols.reshape(CK, r * row), out=Yb)
+            else:
+                np.matmul(Wg, cols.reshape(group, CK // group, r * row), out=Yb.reshape(group, M // group, r * row))
+    return Y.reshape((N, M) + tuple(out))
+
+
 def _kn2row_pays(C, M, kernel, strides, dilations, out, L):
     """Whether :func:`_kn2row` costs less than im2col for a group-1 conv: GEMM flops (over the padded
     planes for kn2row) plus floats copied, one float moved counted as 40 flops (NumPy copies vs
@@ -381,6 +415,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     if isinstance(X, np.ndarray) and K > 1 and L > 0:  # CPU: paths without an im2col copy
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
             return _kn2row(X, W, B, kernel, strides, dilations, pb, out)
+    if isinstance(X, np.ndarray) and L > 0:
+        return _add_bias(_im2col_gemm_blocked(X, Wm, kernel, strides, dilations, pb, pe, out, group), B)
     step = max(1, COLS_BYTES // max(1, C * K * L * X.dtype.itemsize))  # images per column buffer
     parts = []
     for n0 in range(0, max(N, 1), step):

@@ -23,12 +23,13 @@ KN2ROW_CASES = {
 }
 
 
-def _generic_conv(X, W, strides, dilations, pads):
-    """im2col as a stack of one strided view per tap, and one matmul."""
+def _generic_conv(X, W, strides, dilations, pads, group=1):
+    """im2col as a stack of one strided view per tap, and one matmul per group."""
     kernel, s, d, pb, pe = conv_mod.spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
     pb, pe, out = conv_mod.conv_geometry(X.shape[2:], kernel, s, d, pb, pe)
     cols = np.stack(list(conv_mod.window_taps(xnp, X, kernel, s, d, pb, pe, out)), axis=2)
-    Y = np.matmul(W.reshape(W.shape[0], -1), cols.reshape(X.shape[0], -1, int(np.prod(out))))
+    Y = conv_mod.grouped_matmul(xnp, W.reshape(W.shape[0], -1), cols.reshape(X.shape[0], -1, int(np.prod(out))),
+                                group)
     return Y.reshape((X.shape[0], W.shape[0]) + tuple(out)), (kernel, s, d, pb, out)
 
 
@@ -81,6 +82,26 @@ def test_kn2row_convs_match_onnxruntime(name, device, monkeypatch):
     *_, strides, dilations, pads = case
     assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, device, rtol=1e-5, atol=1e-5, strides=list(strides),
                           dilations=list(dilations), pads=list(pads))
+
+
+@pytest.mark.parametrize("group", [1, 3])
+@pytest.mark.parametrize("name", ["strided-phases", "stride3-dilated", "crop-negative-pads", "1d", "3d"])
+def test_blocked_im2col_matches_the_tap_by_tap_formula(name, group, monkeypatch):
+    """A block per output row (the smallest blocks) and one block for all, on a transposed (not
+    C-contiguous) input, with groups."""
+    N, C, spatial, M, kernel, strides, dilations, pads = KN2ROW_CASES[name]
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((N, C * group) + spatial[::-1]).transpose((0, 1) + tuple(range(len(spatial) + 1, 1, -1)))
+    W = rng.standard_normal((M * group, C) + kernel)
+    B = rng.standard_normal(M * group)
+    want, (_, _, _, _, out) = _generic_conv(X, W, strides, dilations, pads, group)
+    want = want + B.reshape((1, -1) + (1,) * len(out))
+    attrs = {"group": group, "strides": list(strides), "dilations": list(dilations), "pads": list(pads)}
+    np.testing.assert_allclose(conv_mod.conv(xnp, X, W, B, **attrs), want, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(conv_mod, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(conv_mod, "BLOCK_COLUMNS", 1)
+    monkeypatch.setattr(conv_mod, "_kn2row_pays", lambda *a: False)
+    np.testing.assert_allclose(conv_mod.conv(xnp, X, W, B, **attrs), want, rtol=1e-12, atol=1e-12)
 
 
 # spatial, kernel, strides, dilations, pads, ceil_mode
