@@ -2,10 +2,11 @@
 
 Convolutions run as im2col + one GEMM per group. ``im2col`` is one copy out of a strided view
 (``as_strided``) of the padded input, and a 1x1 stride-1 unpadded kernel is a direct GEMM on the
-input. On the CPU the columns are built a block of output rows at a time into one reused cache-sized
-buffer (:func:`_im2col_gemm_blocked`), and a group-1 conv with fewer output than input channels (DenseNet's 3x3 growth
-convs) skips the im2col copy: one GEMM of every tap's weights with the input (:class:`Planes`),
-then a shifted add per tap (:func:`_kn2row`). float16/bfloat16 convolve in float32 and are cast back, as onnxruntime does on CPU.
+input. On the CPU the columns are built a block of output rows at a time into one reused
+cache-sized buffer (:func:`_im2col_gemm_blocked`), and a group-1 conv with fewer output than input
+channels (DenseNet's 3x3 growth convs) skips the im2col copy: one GEMM of every tap's weights with
+the input (:class:`Planes`), then a shifted add per tap (:func:`_kn2row`). float16/bfloat16
+convolve in float32 and are cast back, as onnxruntime does on CPU.
 ``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
 ``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces a
 device override of Conv reuses; the generic :func:`conv` stays its fallback and test oracle.
