@@ -1,7 +1,7 @@
 """Fuzz campaign: ``python -m tests.fuzz --minutes N [--only NAME] [--scale K]``.
 
-Runs every fuzz property of tests/fuzz/test_fuzz.py again and again with fresh random examples
-(Hypothesis's ``campaign`` profile) until the time is up; prints each distinct failure once (with
+Runs every fuzz property of tests/fuzz/test_fuzz.py and test_inplace_fuzz.py again and again with
+fresh random examples (Hypothesis's ``campaign`` profile) until the time is up; prints each distinct failure once (with
 Hypothesis's reproduction blob) and exits 1 if there was any. A property running longer than
 ``--stall`` seconds gets its stacks dumped; the model being checked is in ``$GPUOPS_FUZZ_DUMP``
 (default ``gpuops-fuzz-current.onnx`` in the temporary folder).
@@ -36,9 +36,10 @@ def main(argv=None) -> int:
 
     settings.load_profile("campaign")  # before the properties are decorated
     from tests.conftest import REAL_GPU  # noqa: F401  (sets the stand-in up like the test suite)
-    from tests.fuzz import indexing, mdf, test_fuzz
+    from tests.fuzz import indexing, mdf, test_fuzz, test_inplace_fuzz
 
-    props = {name: fn for name, fn in vars(test_fuzz).items() if name.startswith("test_") and callable(fn)}
+    props = {name: fn for module in (test_fuzz, test_inplace_fuzz) for name, fn in vars(module).items()
+             if name.startswith("test_") and callable(fn)}
     runs = []
     for name, fn in props.items():
         if name == "test_indexing_ops_refuse_what_onnxruntime_refuses":
