@@ -61,14 +61,17 @@ def _expand(xp, p, shape: tuple[int, ...], axis: int, block_size: int, what: str
 
 
 def _saturate_int(xp, q, zero_point, dtype):
-    """Integer-valued float ``q`` (already rounded) + zero point, clipped to ``dtype``'s range; NaN
-    gives the low end. In float32 (or float64): the sum is exact wherever it is not saturated."""
+    """Integer-valued float ``q`` (already rounded; a new array, which this overwrites) + zero point,
+    clipped to ``dtype``'s range; NaN gives the low end. In float32 (or float64): the sum is exact
+    wherever it is not saturated."""
     lo, hi = _INT_RANGES[dtype]
     if q.dtype != np.float32 and q.dtype != np.float64:
         q = q.astype(np.float32)
-    if zero_point is not None:
-        q = q + zero_point.astype(q.dtype)
-    return xp.fmin(xp.fmax(q, lo), hi).astype(dtype)
+    if not q.ndim:  # a NumPy scalar takes no out=
+        q = xp.asarray(q)
+    if zero_point is not None:  # q is the caller's own array: updated in place
+        xp.add(q, zero_point if zero_point.dtype.kind in "iu" else zero_point.astype(q.dtype), out=q)
+    return xp.fmin(xp.fmax(q, lo, out=q), hi, out=q).astype(dtype)
 
 
 def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0,
