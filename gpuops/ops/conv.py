@@ -229,6 +229,27 @@ class Planes:
             out.append((phase, offset))
         return out
 
+    def columns(self, span: int):
+        """im2col from the planes: ``(N * C, taps, span)``, tap ``t`` (row-major) holding the ``span`` grid
+        cells it reads. The taps of one phase are a strided grid of shifts, so one copy per phase."""
+        rows, kernel = self.N * self.C, [len(taps) for taps in self.axis_taps]
+        cols = np.empty((rows,) + tuple(kernel) + (span,), dtype=self.buf.dtype)
+        for i, phase in enumerate(itertools.product(*(range(s) for s in self.strides))):
+            dst, shape, strides, offset = [slice(None)], [rows], [self.P], i * self.block
+            for p, taps, r in zip(phase, self.axis_taps, self.R):
+                ts = [t for t, (q, _) in enumerate(taps) if q == p]
+                if not ts:
+                    break
+                step = ts[1] - ts[0] if len(ts) > 1 else 1
+                sh_step = taps[ts[1]][1] - taps[ts[0]][1] if len(ts) > 1 else 0
+                dst.append(slice(ts[0], ts[-1] + 1, step))
+                shape.append(len(ts))
+                strides.append(sh_step * r)
+                offset += taps[ts[0]][1] * r
+            else:
+                np.copyto(cols[tuple(dst)], _strided(self.buf, offset, shape + [span], strides + [1]))
+        return cols.reshape(rows, -1, span)
+
     def rows(self, phase: int):
         """Plane ``phase`` as ``(N, C, prod(Q))``."""
         return self.buf[phase * self.block:(phase + 1) * self.block].reshape(self.N, self.C, self.P)
@@ -267,6 +288,19 @@ class Planes:
         if B is not None:
             return Y + B.reshape((1, -1) + (1,) * len(self.out))
         return np.ascontiguousarray(Y)
+
+
+def _depthwise(X, W, B, kernel, strides, dilations, pb, out):
+    """Depthwise conv (``group == C``, ``M = C * multiplier``): columns copied from the planes (long rows,
+    where im2col copies one short output row at a time), one batched GEMM over the channels,
+    ``(multiplier, taps) @ (taps, cells)`` each."""
+    pl = Planes(X, kernel, strides, dilations, pb, out)
+    N, C = X.shape[:2]
+    M = W.shape[0]
+    span = out[0] * pl.R[0]
+    K = math.prod(kernel)
+    Y = np.matmul(W.reshape(C, M // C, K), pl.columns(span).reshape(N, C, K, span))
+    return pl.crop(Y.reshape(N * M, span), M, B)
 
 
 def _kn2row(X, W, B, kernel, strides, dilations, pb, out):
@@ -396,7 +430,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
          pads=None, strides=None):
     """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
     channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels; on the
-    CPU, :func:`_kn2row` where it moves fewer bytes than im2col."""
+    CPU, depthwise columns from :class:`Planes`, :func:`_kn2row` where it moves fewer bytes than
+    im2col, else the blocked im2col."""
     _check_conv_shapes(X, W, group, kernel_shape)
     ct = compute_dtype(X.dtype)
     if ct is not None:
@@ -414,6 +449,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
         return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
     if isinstance(X, np.ndarray) and K > 1 and L > 0:  # CPU: paths without an im2col copy
+        if group == C and C > 1:
+            return _depthwise(X, W, B, kernel, strides, dilations, pb, out)
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
             return _kn2row(X, W, B, kernel, strides, dilations, pb, out)
     if isinstance(X, np.ndarray) and L > 0:

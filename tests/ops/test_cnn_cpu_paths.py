@@ -1,6 +1,6 @@
-"""The CPU paths of Conv and pooling that work on shifted flat planes (:class:`gpuops.ops.conv.Planes`):
-Conv without an im2col copy (``_kn2row``), and separable max/sum windows, against the tap-by-tap
-formulas (one strided view per kernel tap) and onnxruntime."""
+"""The CPU paths of Conv and pooling: on shifted flat planes (:class:`gpuops.ops.conv.Planes`) Conv
+without an im2col copy (``_kn2row``), depthwise Conv and separable max/sum windows, and the blocked
+im2col, against the tap-by-tap formulas (one strided view per kernel tap) and onnxruntime."""
 
 import array_api_compat.numpy as xnp
 import numpy as np
@@ -102,6 +102,36 @@ def test_blocked_im2col_matches_the_tap_by_tap_formula(name, group, monkeypatch)
     monkeypatch.setattr(conv_mod, "BLOCK_COLUMNS", 1)
     monkeypatch.setattr(conv_mod, "_kn2row_pays", lambda *a: False)
     np.testing.assert_allclose(conv_mod.conv(xnp, X, W, B, **attrs), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("multiplier", [1, 2])
+@pytest.mark.parametrize("name", sorted(KN2ROW_CASES))
+def test_depthwise_matches_the_tap_by_tap_formula(name, multiplier, monkeypatch):
+    """Depthwise (group == C) columns gathered from the planes, one copy per stride phase."""
+    N, C, spatial, _, kernel, strides, dilations, pads = KN2ROW_CASES[name]
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((N, C) + spatial)
+    W = rng.standard_normal((C * multiplier, 1) + kernel)
+    B = rng.standard_normal(C * multiplier)
+    want, (_, _, _, _, out) = _generic_conv(X, W, strides, dilations, pads, group=C)
+    calls = []
+    real = conv_mod._depthwise
+    monkeypatch.setattr(conv_mod, "_depthwise", lambda *a: calls.append(1) or real(*a))
+    got = conv_mod.conv(xnp, X, W, B, group=C, strides=list(strides), dilations=list(dilations), pads=list(pads))
+    assert calls and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want + B.reshape((1, -1) + (1,) * len(out)), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["strided-phases", "stride3-dilated", "1d"])
+def test_depthwise_convs_match_onnxruntime(name, device):
+    N, C, spatial, _, kernel, strides, dilations, pads = KN2ROW_CASES[name]
+    rng = np.random.default_rng(7)
+    feeds = {"X": rng.standard_normal((N, C) + spatial).astype(np.float32),
+             "W": rng.standard_normal((C, 1) + kernel).astype(np.float32),
+             "B": rng.standard_normal(C).astype(np.float32)}
+    assert_op_matches_ort("Conv", feeds, device, rtol=1e-5, atol=1e-5, group=C, strides=list(strides),
+                          dilations=list(dilations), pads=list(pads))
 
 
 # spatial, kernel, strides, dilations, pads, ceil_mode
