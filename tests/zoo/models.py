@@ -243,8 +243,47 @@ def bert(batch, layers=2, opset=14) -> Zoo:
     return Zoo("bert", model, lambda b, rng: _token_feeds(b, rng), "bert")
 
 
+def conv1d(g: Graph, x, n_in, n_out):
+    """transformers' GPT-2 Conv1D: addmm(bias, x.view(-1, n_in), weight).view(*x.shape[:-1], n_out)."""
+    y = g.op("Gemm", g.op("Reshape", x, g.const(np.array([-1, n_in], np.int64))), g.weight(n_in, n_out),
+             g.weight(n_out, scale=0.1))
+    lead = g.op("Slice", g.op("Shape", x), g.const(np.array([0], np.int64)), g.const(np.array([-1], np.int64)))
+    return g.op("Reshape", y, g.op("Concat", lead, g.const(np.array([n_out], np.int64)), axis=0))
+
+
+def _size(g: Graph, x, axis):
+    """x.size(axis) as torch exported it at these opsets: Squeeze(Slice(Shape(x)))."""
+    sl = g.op("Slice", g.op("Shape", x), g.const(np.array([axis], np.int64)), g.const(np.array([axis + 1], np.int64)))
+    return g.op("Squeeze", sl, g.const(np.array([0], np.int64)))
+
+
+def gpt2_attention(g: Graph, x, d, past, mask_add, causal_table):
+    """transformers' GPT2Attention with a cache: c_attn split in three, keys / values appended to the
+    past (2, B, N, P, h), present = stack(key, value), scores masked by the causal buffer
+    (Where(bias[:, :, ns - nd:ns, :ns], w, -1e4)) plus the additive padding mask, c_proj."""
+    q, k, v = g.op("Split", conv1d(g, x, d, 3 * d), g.const(np.array([d, d, d], np.int64)), outputs=3, axis=2)
+    q, k, v = (_split_heads(g, t, d) for t in (q, k, v))
+    pk, pv = g.op("Split", past, g.const(np.array([1, 1], np.int64)), outputs=2, axis=0)
+    first = g.const(np.array([0], np.int64))
+    k = g.op("Concat", g.op("Squeeze", pk, first), k, axis=-2)
+    v = g.op("Concat", g.op("Squeeze", pv, first), v, axis=-2)
+    present = g.op("Concat", g.op("Unsqueeze", k, first), g.op("Unsqueeze", v, first), axis=0)
+    w = g.op("Div", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), g.const(np.float32(math.sqrt(d // HEADS))))
+    nd, ns = _size(g, w, 2), _size(g, w, 3)
+    rows = g.op("Slice", causal_table, g.op("Unsqueeze", g.op("Sub", ns, nd), first), g.op("Unsqueeze", ns, first),
+                g.const(np.array([2], np.int64)))
+    keep = g.op("Slice", rows, first, g.op("Unsqueeze", ns, first), g.const(np.array([3], np.int64)))
+    w = g.op("Where", g.op("Cast", keep, to=TensorProto.BOOL), w, g.const(np.float32(-1e4)))
+    p = g.op("Softmax", g.op("Add", w, mask_add), axis=-1)
+    o = g.op("Transpose", g.op("MatMul", p, v), perm=[0, 2, 1, 3])
+    o = g.op("Reshape", o, g.const(np.array([0, 0, d], np.int64)))
+    return conv1d(g, o, d, d), present
+
+
 def gpt(batch, layers=2, opset=18) -> Zoo:
-    """GPT-2 style: pre-LN blocks, causal self-attention over past + new tokens, a present per layer."""
+    """GPT-2 as transformers exports it with past keys / values (the shape onnxruntime's gpt2 fusion
+    turns into Attention with past): pre-LN blocks, Conv1D projections (Reshape, Gemm, Reshape),
+    causal self-attention over past + new tokens, a present per layer."""
     g = Graph(5)
     d = HIDDEN
     # positions continue after the past: past_length .. past_length + S - 1
@@ -254,20 +293,17 @@ def gpt(batch, layers=2, opset=18) -> Zoo:
     pos_ids = g.op("Unsqueeze", g.op("Range", past_len, total, g.const(np.int64(1))), g.const(np.array([0], np.int64)))
     x = g.op("Add", g.op("Gather", g.weight(VOCAB, d, scale=0.5), "input_ids"),
              g.op("Gather", g.weight(MAX_POS, d, scale=0.5), pos_ids))
-    # additive mask: causal (key t visible to query s when t <= past + s) and key padding
-    ones = g.op("ConstantOfShape", g.op("Concat", g.op("Unsqueeze", total, g.const(np.array([0], np.int64))),
-                                        g.op("Unsqueeze", total, g.const(np.array([0], np.int64))), axis=0),
-                value=numpy_helper.from_array(np.array([1], np.uint8)))
-    causal = g.op("Trilu", g.op("Cast", ones, to=TensorProto.FLOAT), upper=0)
-    causal = g.op("Slice", causal, g.op("Unsqueeze", past_len, g.const(np.array([0], np.int64))),
-                  g.op("Unsqueeze", total, g.const(np.array([0], np.int64))), g.const(np.array([0], np.int64)))
-    keys = g.op("Cast", g.op("Unsqueeze", "attention_mask", g.const(np.array([1, 2], np.int64))), to=TensorProto.FLOAT)
-    mask = g.op("Mul", g.op("Sub", g.const(np.float32(1)), g.op("Mul", causal, keys)), g.const(np.float32(-10000)))
+    # the padding mask: attention_mask.view(batch, -1)[:, None, None, :], (1 - m) * -10000
+    m = g.op("Reshape", "attention_mask", g.const(np.array([0, -1], np.int64)))
+    m = g.op("Unsqueeze", g.op("Unsqueeze", m, g.const(np.array([1], np.int64))), g.const(np.array([2], np.int64)))
+    mask = g.op("Mul", g.op("Sub", g.const(np.float32(1)), g.op("Cast", m, to=TensorProto.FLOAT)),
+                g.const(np.float32(-10000)))
+    causal = g.const(np.tril(np.ones((MAX_POS, MAX_POS), np.uint8))[None, None], "bias")
     for i in range(layers):
-        a, present = attention(g, layer_norm(g, x, d, opset), d, mask, past=f"past_{i}", opset=opset)
+        a, present = gpt2_attention(g, layer_norm(g, x, d, opset), d, f"past_{i}", mask, causal)
         g.output(present, f"present_{i}")
         x = g.op("Add", x, a)
-        f = linear(g, gelu(g, linear(g, layer_norm(g, x, d, opset), d, 4 * d)), 4 * d, d)
+        f = conv1d(g, gelu(g, conv1d(g, layer_norm(g, x, d, opset), d, 4 * d)), 4 * d, d)
         x = g.op("Add", x, f)
     g.output(linear(g, layer_norm(g, x, d, opset), d, VOCAB), "logits")
     dyn = isinstance(batch, str)
@@ -305,4 +341,174 @@ def vit(batch, layers=2, opset=18) -> Zoo:
     return Zoo("vit", model, _image_feeds, "vit")
 
 
-BUILDERS = {"mlp": mlp, "cnn": cnn, "depthwise_cnn": depthwise_cnn, "bert": bert, "gpt": gpt, "vit": vit}
+
+# -- encoder-decoder: T5 (RMSNorm, bucketed relative position bias, cross-attention caches) ------
+
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # the values onnxruntime's RelativePositionBias fusion expects
+FMIN = -10000.0  # the masks' value (transformers writes the float32 minimum; quantizing that scale loses everything else)
+
+
+def _i64(*values):
+    return np.array(values, np.int64)
+
+
+def rms_norm(g: Graph, x, d):
+    """T5LayerNorm: weight * x / sqrt(mean(x^2) + eps), as exported (Pow, ReduceMean, Add, Sqrt, Div)."""
+    var = g.op("ReduceMean", g.op("Pow", x, g.const(np.float32(2))), axes=[-1], keepdims=1)
+    inv = g.op("Div", g.const(np.float32(1)), g.op("Sqrt", g.op("Add", var, g.const(np.float32(1e-6)))))
+    return g.op("Mul", g.const((1 + 0.1 * g.rng.standard_normal(d)).astype(np.float32)), g.op("Mul", x, inv))
+
+
+def _dim(g: Graph, x, axis):
+    return g.op("Gather", g.op("Shape", x), g.const(np.int64(axis)), axis=0)
+
+
+def _unsq(g: Graph, x, axis=0):
+    return g.op("Unsqueeze", x, g.const(_i64(axis)))
+
+
+def t5_position_bias(g: Graph, query_length, key_length, bidirectional):
+    """transformers' T5Attention.compute_bias: the bucket of every (query, key) distance, looked up
+    in a (buckets, heads) embedding -> (1, heads, query_length, key_length)."""
+    one = g.const(np.int64(1))
+    keys = _unsq(g, g.op("Range", g.const(np.int64(0)), key_length, one), 0)
+    rel = g.op("Sub", keys, _unsq(g, g.op("Range", g.const(np.int64(0)), query_length, one), 1))
+    n = T5_BUCKETS // 2 if bidirectional else T5_BUCKETS
+    if bidirectional:
+        offset = g.op("Mul", g.op("Cast", g.op("Greater", rel, g.const(np.int64(0))), to=TensorProto.INT64),
+                      g.const(np.int64(n)))
+        rel = g.op("Abs", rel)
+    else:
+        zeros = g.op("ConstantOfShape", g.op("Shape", rel), value=numpy_helper.from_array(_i64(0)))
+        rel = g.op("Neg", g.op("Min", rel, zeros))
+    exact = n // 2
+    large = g.op("Div", g.op("Log", g.op("Div", g.op("Cast", rel, to=TensorProto.FLOAT), g.const(np.float32(exact)))),
+                 g.const(np.float32(math.log(T5_MAX_DISTANCE / exact))))
+    large = g.op("Add", g.op("Cast", g.op("Mul", large, g.const(np.float32(n - exact))), to=TensorProto.INT64),
+                 g.const(np.int64(exact)))
+    large = g.op("Min", large, g.op("ConstantOfShape", g.op("Shape", large),
+                                    value=numpy_helper.from_array(_i64(n - 1))))
+    bucket = g.op("Where", g.op("Less", rel, g.const(np.int64(exact))), rel, large)
+    if bidirectional:
+        bucket = g.op("Add", offset, bucket)
+    values = g.op("Gather", g.weight(T5_BUCKETS, HEADS, scale=1.0), bucket)  # (q, k, heads)
+    return _unsq(g, g.op("Transpose", values, perm=[2, 0, 1]), 0)
+
+
+def extended_mask(g: Graph, mask):
+    """transformers' get_extended_attention_mask: (B, L) 0/1 -> (1 - m[:, None, None, :]) * min."""
+    m = g.op("Cast", _unsq(g, _unsq(g, mask, 1), 2), to=TensorProto.FLOAT)
+    return g.op("Mul", g.op("Sub", g.const(np.float32(1)), m), g.const(np.float32(FMIN)))
+
+
+def _t5_heads(g: Graph, x, d, key=False):
+    return g.op("Transpose", g.op("Reshape", x, g.const(_i64(0, -1, HEADS, d // HEADS))),
+                perm=[0, 2, 3, 1] if key else [0, 2, 1, 3])
+
+
+def _t5_attend(g: Graph, h, q, k_t, v, bias, d):
+    """softmax(q k^T + bias) v (T5 does not scale), merged back to (B, S, d) and projected."""
+    p = g.op("Softmax", g.op("Add", g.op("MatMul", q, k_t), bias), axis=-1)
+    o = g.op("Transpose", g.op("MatMul", p, v), perm=[0, 2, 1, 3])
+    shape = g.op("Concat", _unsq(g, _dim(g, h, 0)), g.const(_i64(-1)), g.const(_i64(d)), axis=0)
+    return g.op("MatMul", g.op("Reshape", o, shape), g.weight(d, d))
+
+
+def _t5_ff(g: Graph, x, d):
+    h = rms_norm(g, x, d)
+    return g.op("Add", x, g.op("MatMul", g.op("Relu", g.op("MatMul", h, g.weight(d, 2 * d))), g.weight(2 * d, d)))
+
+
+def t5_encoder(batch, layers=1, opset=17) -> Zoo:
+    """T5's encoder as transformers exports it: pre-RMSNorm blocks without biases, the position bias
+    (bidirectional buckets) computed in the first layer, sliced to the queries, plus the extended
+    padding mask, and reused by every layer."""
+    g = Graph(7)
+    d = HIDDEN
+    x = g.op("Gather", g.weight(VOCAB, d, scale=0.5), "input_ids")
+    seq = _dim(g, "input_ids", 1)
+    bias = t5_position_bias(g, seq, seq, bidirectional=True)
+    bias = g.op("Slice", bias, _unsq(g, g.op("Neg", seq)), g.const(_i64(2 ** 62)), g.const(_i64(2)))
+    mask = g.op("Slice", extended_mask(g, "attention_mask"), g.const(_i64(0)), _unsq(g, seq), g.const(_i64(3)))
+    bias = g.op("Add", bias, mask)
+    for _ in range(layers):
+        h = rms_norm(g, x, d)
+        q, k, v = (g.op("MatMul", h, g.weight(d, d)) for _ in range(3))
+        x = g.op("Add", x, _t5_attend(g, h, _t5_heads(g, q, d), _t5_heads(g, k, d, key=True), _t5_heads(g, v, d),
+                                      bias, d))
+        x = _t5_ff(g, x, d)
+    g.output(rms_norm(g, x, d), "last_hidden_state")
+    tokens = [batch, "sequence"] if isinstance(batch, str) else [batch, SEQ]
+    model = g.model([_io(n, TensorProto.INT64, tokens) for n in ("input_ids", "attention_mask")],
+                    [_io("last_hidden_state", TensorProto.FLOAT, tokens + [d])], opset)
+
+    def feeds(b, rng):
+        f = _token_feeds(b, rng)
+        del f["token_type_ids"]
+        return f
+    return Zoo("t5_encoder", model, feeds, "t5")
+
+
+def t5_decoder(batch, layers=1, opset=17) -> Zoo:
+    """T5's decoder with caches, as onnxruntime's T5 export names them: per layer the self-attention
+    cache past_key_self_i / past_value_self_i (B, N, P, h) extended into present_key_self_i / ...,
+    and the encoder's keys / values past_key_cross_i / past_value_cross_i (B, N, L, h) attended with
+    encoder_attention_mask. The self-attention bias is the unidirectional position bias over all
+    P + S positions, its last S rows, plus a causal mask; cross-attention adds the padding mask to zeros."""
+    g = Graph(8)
+    d = HIDDEN
+    x = g.op("Gather", g.weight(VOCAB, d, scale=0.5), "input_ids")
+    seq, past = _dim(g, "input_ids", 1), _dim(g, "past_key_self_0", 2)
+    total = g.op("Add", past, seq)
+    bias = t5_position_bias(g, total, total, bidirectional=False)
+    bias = g.op("Slice", bias, _unsq(g, past), _unsq(g, total), g.const(_i64(2)))
+    ones = g.op("ConstantOfShape", g.op("Concat", _unsq(g, total), _unsq(g, total), axis=0),
+                value=numpy_helper.from_array(np.array([1], np.float32)))
+    causal = g.op("Slice", g.op("Trilu", ones, upper=0), _unsq(g, past), _unsq(g, total), g.const(_i64(0)))
+    self_bias = g.op("Add", bias, g.op("Mul", g.op("Sub", g.const(np.float32(1)), causal), g.const(np.float32(FMIN))))
+    enc_len = _dim(g, "encoder_attention_mask", 1)
+    zeros = g.op("ConstantOfShape", g.op("Concat", g.const(_i64(1, HEADS)), _unsq(g, seq), _unsq(g, enc_len), axis=0),
+                 value=numpy_helper.from_array(np.array([0], np.float32)))
+    cross_bias = g.op("Add", zeros, extended_mask(g, "encoder_attention_mask"))
+    for i in range(layers):
+        h = rms_norm(g, x, d)
+        q = _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d)
+        k = g.op("Concat", f"past_key_self_{i}", _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d), axis=2)
+        v = g.op("Concat", f"past_value_self_{i}", _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d), axis=2)
+        g.output(k, f"present_key_self_{i}")
+        g.output(v, f"present_value_self_{i}")
+        a = _t5_attend(g, h, q, g.op("Transpose", f"present_key_self_{i}", perm=[0, 1, 3, 2]), f"present_value_self_{i}",
+                       self_bias, d)
+        x = g.op("Add", x, a)
+        h = rms_norm(g, x, d)
+        q = _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d)
+        a = _t5_attend(g, h, q, g.op("Transpose", f"past_key_cross_{i}", perm=[0, 1, 3, 2]), f"past_value_cross_{i}",
+                       cross_bias, d)
+        x = g.op("Add", x, a)
+        x = _t5_ff(g, x, d)
+    g.output(g.op("MatMul", rms_norm(g, x, d), g.weight(d, VOCAB)), "logits")
+    dyn = isinstance(batch, str)
+    s, p, t, e = ("sequence", "past_sequence", "total_sequence", "encoder_sequence") if dyn else (SEQ, PAST, SEQ + PAST, SEQ)
+    h = d // HEADS
+    inputs = [_io("input_ids", TensorProto.INT64, [batch, s]), _io("encoder_attention_mask", TensorProto.INT64, [batch, e])]
+    outputs = [_io("logits", TensorProto.FLOAT, [batch, s, VOCAB])]
+    for i in range(layers):
+        inputs += [_io(f"past_{kv}_self_{i}", TensorProto.FLOAT, [batch, HEADS, p, h]) for kv in ("key", "value")]
+        inputs += [_io(f"past_{kv}_cross_{i}", TensorProto.FLOAT, [batch, HEADS, e, h]) for kv in ("key", "value")]
+        outputs += [_io(f"present_{kv}_self_{i}", TensorProto.FLOAT, [batch, HEADS, t, h]) for kv in ("key", "value")]
+
+    def feeds(b, rng):
+        f = {"input_ids": rng.integers(0, VOCAB, (b, SEQ)).astype(np.int64)}
+        mask = np.ones((b, SEQ), np.int64)
+        mask[-1, SEQ - 2:] = 0 if b > 1 else 1
+        f["encoder_attention_mask"] = mask
+        for i in range(layers):
+            for kv in ("key", "value"):
+                f[f"past_{kv}_self_{i}"] = rng.standard_normal((b, HEADS, PAST, h)).astype(np.float32)
+                f[f"past_{kv}_cross_{i}"] = rng.standard_normal((b, HEADS, SEQ, h)).astype(np.float32)
+        return f
+    return Zoo("t5_decoder", g.model(inputs, outputs, opset), feeds, "t5")
+
+
+BUILDERS = {"mlp": mlp, "cnn": cnn, "depthwise_cnn": depthwise_cnn, "bert": bert, "gpt": gpt, "vit": vit,
+            "t5_encoder": t5_encoder, "t5_decoder": t5_decoder}
