@@ -4,7 +4,9 @@ The input projection ``X @ W^T + Wb`` is one matmul over every time step and dir
 recurrence is a Python loop over time steps only; both directions of a bidirectional op advance
 together (a reverse direction walks time backwards), batched over the leading direction axis.
 With ``sequence_lens``, a batch entry's state freezes once past its length and its ``Y`` is 0 there;
-a reverse direction starts at its own last valid step (as onnxruntime does).
+a reverse direction starts at its own last valid step (as onnxruntime does). An LSTM with the default
+activations and no clip, peepholes, input_forget or ``sequence_lens`` runs a fused loop instead
+(:func:`_fused_lstm`): same formulas, fewer and in-place array ops per step.
 """
 
 from __future__ import annotations
@@ -252,7 +254,7 @@ def _fused_weight(xp, M, gate_major: bool):
 
 def _fused_lstm(xp, X, W, R, B, states, dirs):
     """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
-    input_forget. Per step: one GEMM per direction, then nine elementwise ops writing into
+    input_forget. Per step: one GEMM per direction, then eight elementwise ops writing into
     preallocated buffers; the first moves the gates into the gate-major work buffer, where every
     later operand is one contiguous block."""
     T, batch, n_in = X.shape
