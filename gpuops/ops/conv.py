@@ -335,10 +335,10 @@ BLOCK_BYTES = 1 << 22  # one im2col block on the CPU: cache-sized, reused for ev
 BLOCK_COLUMNS = 2048  # ...but wide enough that the GEMM's packing of W stays a small part of each block
 
 
-def _im2col_gemm_blocked(X, Wm, kernel, strides, dilations, pb, pe, out, group):
-    """im2col + GEMM a block of output rows (first spatial axis) at a time, the columns copied into one
-    reused cache-sized buffer and each block's GEMM written into its slice of Y: VGG's first layers
-    would otherwise write and read back 100+ MB of columns."""
+def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group):
+    """im2col + GEMM (+ bias) a block of output rows (first spatial axis) at a time, the columns copied
+    into one reused cache-sized buffer and each block's GEMM written into its slice of Y: VGG's first
+    layers would otherwise write and read back 100+ MB of columns."""
     N, C = X.shape[:2]
     M, CK = Wm.shape[0], Wm.shape[1] * group
     Xp = np.ascontiguousarray(pad_for_windows(np, X, kernel, strides, dilations, pb, pe, out, 0))
@@ -361,6 +361,8 @@ def _im2col_gemm_blocked(X, Wm, kernel, strides, dilations, pb, pe, out, group):
                 np.matmul(Wm, cols.reshape(CK, r * row), out=Yb)
             else:
                 np.matmul(Wg, cols.reshape(group, CK // group, r * row), out=Yb.reshape(group, M // group, r * row))
+            if B is not None:  # while the block is in cache
+                Yb += B[:, None]
     return Y.reshape((N, M) + tuple(out))
 
 
@@ -454,7 +456,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
             return _kn2row(X, W, B, kernel, strides, dilations, pb, out)
     if isinstance(X, np.ndarray) and L > 0:
-        return _add_bias(_im2col_gemm_blocked(X, Wm, kernel, strides, dilations, pb, pe, out, group), B)
+        return _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group)
     step = max(1, COLS_BYTES // max(1, C * K * L * X.dtype.itemsize))  # images per column buffer
     parts = []
     for n0 in range(0, max(N, 1), step):
