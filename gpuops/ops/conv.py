@@ -348,12 +348,14 @@ def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, grou
     scratch = np.empty(CK * rows * row, dtype=X.dtype)
     Y = np.empty((N, M, out[0] * row), dtype=X.dtype)
     Wg = Wm.reshape(group, M // group, CK // group)
-    tap_strides = (st[1],) + tuple(b * d for b, d in zip(st[2:], dilations)) + tuple(b * s for b, s in zip(st[2:], strides))
+    tap_strides = ((st[1],) + tuple(b * d for b, d in zip(st[2:], dilations))
+                   + tuple(b * s for b, s in zip(st[2:], strides)))
     for n in range(N):
         for i0 in range(0, out[0], rows):
             r = min(rows, out[0] - i0)
             shape = (C,) + tuple(kernel) + (r,) + tuple(out[1:])
-            view = np.ndarray(shape, X.dtype, buffer=Xp, offset=n * st[0] + i0 * strides[0] * st[2], strides=tap_strides)
+            view = np.ndarray(shape, X.dtype, buffer=Xp, offset=n * st[0] + i0 * strides[0] * st[2],
+                              strides=tap_strides)
             cols = scratch[:CK * r * row].reshape(shape)
             np.copyto(cols, view)
             Yb = Y[n, :, i0 * row:(i0 + r) * row]
@@ -450,7 +452,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
         return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
-    if isinstance(X, np.ndarray) and K > 1 and L > 0:  # CPU: paths without an im2col copy
+    if isinstance(X, np.ndarray) and K > 1 and L > 0 and X.size:  # CPU: paths without an im2col copy
         if group == C and C > 1:
             return _depthwise(X, W, B, kernel, strides, dilations, pb, out)
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
