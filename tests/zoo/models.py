@@ -510,5 +510,66 @@ def t5_decoder(batch, layers=1, opset=17) -> Zoo:
     return Zoo("t5_decoder", g.model(inputs, outputs, opset), feeds, "t5")
 
 
+
+# -- encoder-decoder: BART / Whisper (post-LN, scaled query, key projection without bias) -----
+
+def _linear_t(g: Graph, x, n_in, n_out, bias=True):
+    """torch.nn.Linear as the TorchScript exporter writes it on 3-D input: Add(bias, MatMul)."""
+    y = g.op("MatMul", x, g.weight(n_in, n_out))
+    return g.op("Add", g.weight(n_out, scale=0.1), y) if bias else y
+
+
+def bart_attention(g: Graph, x, kv, d, mask_add=None):
+    """transformers' BartAttention / WhisperAttention: q_proj(x) * head_size**-0.5, k_proj without bias
+    (Whisper's, which onnxruntime's bart fusion expects), keys / values from ``kv`` (cross-attention
+    when it is not ``x``), an optional additive mask, out_proj."""
+    shape = g.const(_i64(0, -1, HEADS, d // HEADS))
+    q = g.op("Mul", _linear_t(g, x, d, d), g.const(np.float32((d // HEADS) ** -0.5)))
+    q = g.op("Transpose", g.op("Reshape", q, shape), perm=[0, 2, 1, 3])
+    k = g.op("Transpose", g.op("Reshape", _linear_t(g, kv, d, d, bias=False), shape), perm=[0, 2, 3, 1])
+    v = g.op("Transpose", g.op("Reshape", _linear_t(g, kv, d, d), shape), perm=[0, 2, 1, 3])
+    s = g.op("MatMul", q, k)
+    if mask_add is not None:
+        s = g.op("Add", s, mask_add)
+    o = g.op("Transpose", g.op("MatMul", g.op("Softmax", s, axis=-1), v), perm=[0, 2, 1, 3])
+    return _linear_t(g, g.op("Reshape", o, g.const(_i64(0, -1, d))), d, d)
+
+
+def _bart_embed(g: Graph, ids, d, opset):
+    pos = g.op("Slice", g.weight(MAX_POS, d, scale=0.5), g.const(_i64(0)), _unsq(g, _dim(g, ids, 1)), g.const(_i64(0)))
+    return layer_norm(g, g.op("Add", g.op("Gather", g.weight(VOCAB, d, scale=0.5), ids), pos), d, opset)
+
+
+def bart(batch, layers=1, opset=17) -> Zoo:
+    """A BART-like encoder-decoder in one graph (no cache): post-LN blocks; the encoder unmasked (as
+    Whisper's, the shape onnxruntime's bart fusion takes for encoder attention), the decoder with
+    causal self-attention (the mask a Where, as transformers' _make_causal_mask) and cross-attention
+    on the encoder's output."""
+    g = Graph(9)
+    d = HIDDEN
+    x = _bart_embed(g, "input_ids", d, opset)
+    for _ in range(layers):
+        x = layer_norm(g, g.op("Add", x, bart_attention(g, x, x, d)), d, opset)
+        x = layer_norm(g, g.op("Add", x, _linear_t(g, gelu(g, _linear_t(g, x, d, 4 * d)), 4 * d, d)), d, opset)
+    y = _bart_embed(g, "decoder_input_ids", d, opset)
+    steps = g.op("Range", g.const(np.int64(0)), _dim(g, "decoder_input_ids", 1), g.const(np.int64(1)))
+    visible = g.op("Less", _unsq(g, steps, 0), g.op("Add", _unsq(g, steps, 1), g.const(np.int64(1))))
+    causal = g.op("Where", visible, g.const(np.float32(0)), g.const(np.float32(-10000)))
+    for _ in range(layers):
+        y = layer_norm(g, g.op("Add", y, bart_attention(g, y, y, d, causal)), d, opset)
+        y = layer_norm(g, g.op("Add", y, bart_attention(g, y, x, d)), d, opset)
+        y = layer_norm(g, g.op("Add", y, _linear_t(g, gelu(g, _linear_t(g, y, d, 4 * d)), 4 * d, d)), d, opset)
+    g.output(g.op("MatMul", y, g.weight(d, VOCAB)), "logits")
+    tokens = [batch, "sequence"] if isinstance(batch, str) else [batch, SEQ]
+    decoder = [batch, "decoder_sequence"] if isinstance(batch, str) else [batch, SEQ - 1]
+    model = g.model([_io("input_ids", TensorProto.INT64, tokens), _io("decoder_input_ids", TensorProto.INT64, decoder)],
+                    [_io("logits", TensorProto.FLOAT, decoder + [VOCAB])], opset)
+
+    def feeds(b, rng):
+        return {"input_ids": rng.integers(0, VOCAB, (b, SEQ)).astype(np.int64),
+                "decoder_input_ids": rng.integers(0, VOCAB, (b, SEQ - 1)).astype(np.int64)}
+    return Zoo("bart", model, feeds, "bart")
+
+
 BUILDERS = {"mlp": mlp, "cnn": cnn, "depthwise_cnn": depthwise_cnn, "bert": bert, "gpt": gpt, "vit": vit,
-            "t5_encoder": t5_encoder, "t5_decoder": t5_decoder}
+            "t5_encoder": t5_encoder, "t5_decoder": t5_decoder, "bart": bart}

@@ -6,7 +6,8 @@
   look for ROCm, so that step is taken here with onnxruntime directly (the same session options), then
   optimize_model runs its python fusions. With use_gpu and no CUDA provider the tool skips that step.
 - ``opt-...-mha`` / ``-packed``: fusions to MultiHeadAttention, or the fused Attention converted to
-  PackedAttention by convert_to_packing_mode.
+  PackedAttention by convert_to_packing_mode; ``opt-bart-mha-gpu``: the bart fusion with
+  MultiHeadAttention, which it needs for cross-attention.
 - ``qdyn-...``: quantize_dynamic (int8 / uint8 weights, per-channel, reduce_range), also on the
   optimized BERT (QAttention, QEmbedLayerNormalization).
 - ``qstatic-<format>-<activations><weights>...``: quantize_static QOperator / QDQ with a calibration
@@ -223,6 +224,8 @@ VARIANTS = [
       for level in (0, 1, 2, 99) for gpu in (False, True)],
     Variant("opt-mha-gpu", optimizer("bert", 0, True, use_multi_head_attention=True), F32_TOL, _transformer),
     Variant("opt-packed", packed, F32_TOL, _bert),
+    Variant("opt-bart-mha-gpu", optimizer("bart", 0, True, use_multi_head_attention=True), F32_TOL,
+            lambda z: z.model_type == "bart"),
     Variant("opt-clip", optimizer("clip", 0), F32_TOL, lambda z: z.name == "vit"),
     Variant("qdyn-s8", qdyn(), Q_TOL),
     Variant("qdyn-u8-perchannel-reducerange", qdyn(weight="QUInt8", per_channel=True, reduce_range=True), Q_TOL),
