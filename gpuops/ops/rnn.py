@@ -261,19 +261,25 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
     D, H = len(dirs), R.shape[-1]
     dt = X.dtype
     RT = derived((R,), "lstm fused R", lambda: _fused_weight(xp, R, False))  # (D, H, 4H)
-    WT = derived((W,), "lstm fused W", lambda: _fused_weight(xp, W, True))  # (4, D, n_in, H)
+
+    def input_weight():  # [W | Wb + Rb]: the biases join the projection as a last input column of ones
+        b = xp.zeros((D, 4 * H), dtype=dt) if B is None else B[:, :4 * H] + B[:, 4 * H:]
+        return _fused_weight(xp, xp.concat([W, xp.reshape(b, (D, 4 * H, 1))], axis=2), True)
+
+    WT = derived((W,) if B is None else (W, B), "lstm fused W", input_weight)  # (4, D, n_in + 1, H)
     # input projection of every step, in step order (a reverse direction reads X backwards), laid out
     # (T, 4, D, batch, H) so that each step's slice is one contiguous block
-    Xs = xp.stack([xp.flip(X, axis=0) if rev else X for rev in dirs])  # (D, T, batch, n_in)
-    proj = xp.matmul(xp.reshape(Xs, (1, D, T * batch, n_in)), WT)  # (4, D, T*batch, H)
-    proj = xp.permute_dims(xp.reshape(proj, (4, D, T, batch, H)), (2, 0, 1, 3, 4))
+    Xa = xp.empty((1, D, T, batch, n_in + 1), dtype=dt)
+    for d, rev in enumerate(dirs):
+        Xa[0, d, ..., :n_in] = X[::-1] if rev else X
+    Xa[..., n_in] = 1
+    Xa = xp.reshape(Xa, (1, D, T * batch, n_in + 1))
     XW = xp.empty((T, 4, D, batch, H), dtype=dt)
-    if B is None:
-        XW[...] = proj
+    if batch == 1:  # the GEMM writes there directly
+        xp.matmul(Xa, WT, out=xp.permute_dims(XW[:, :, :, 0], (1, 2, 0, 3)))
     else:
-        b = xp.reshape(B[:, :4 * H] + B[:, 4 * H:], (D, 4, H))
-        b = xp.stack([b[:, j] * s for j, s in zip(_FUSED_ORDER, _FUSED_SCALE)])  # (4, D, H)
-        xp.add(proj, xp.reshape(b, (1, 4, D, 1, H)), out=XW)
+        proj = xp.reshape(xp.matmul(Xa, WT), (4, D, T, batch, H))
+        XW[...] = xp.permute_dims(proj, (2, 0, 1, 3, 4))
 
     h0, c0 = states
     work = xp.empty((5, D, batch, H), dtype=dt)  # [c, c~, o, f, i]
