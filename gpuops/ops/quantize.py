@@ -20,6 +20,7 @@ from .conv import conv as _conv
 from .linalg import derived
 from .elementwise import clamp
 
+_INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
 _INT_RANGES = {
     np.dtype(t): (int(ml_dtypes.iinfo(t).min), int(ml_dtypes.iinfo(t).max))
     for t in (np.uint8, np.int8, np.uint16, np.int16, ml_dtypes.uint4, ml_dtypes.int4,
@@ -142,12 +143,13 @@ def _dequantize(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, outp
         if np.dtype(x_zero_point.dtype) != xdt:
             raise NodeError(f"x_zero_point has type {x_zero_point.dtype}, x has type {xdt}")
         zp = _expand(xp, x_zero_point, shape, axis, block_size, "x_zero_point")
-        dx = xp.subtract(x, zp, dtype=np.float32) if xdt.kind in "iu" else x.astype(np.float32) - zp.astype(np.float32)
+        dx = x.astype(np.float32)
+        xp.subtract(dx, zp if xdt.kind in "iu" else zp.astype(np.float32), out=dx)
     else:
         dx = x.astype(np.float32)
     scale = _expand(xp, x_scale, shape, axis, block_size, "x_scale")
-    out = np_dtype(output_dtype) if output_dtype else np.dtype(x_scale.dtype)
-    y = dx * (scale if scale.dtype == np.float32 else scale.astype(np.float32))
+    out = np_dtype(output_dtype) if output_dtype else x_scale.dtype
+    y = xp.multiply(dx, scale if scale.dtype == np.float32 else scale.astype(np.float32), out=dx)
     return y if out == np.float32 else y.astype(out)
 
 
@@ -213,7 +215,7 @@ def _integer_product(xp, A, B, a_zero_point, b_zero_point):
     bound = A.shape[-1] * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)
     dtype = exact_dtype(bound)
     a = _centered(xp, A, a_zero_point, True, dtype)
-    b = derived((B,) if b_zero_point is None else (B, b_zero_point), ("centred", np.dtype(dtype).str),
+    b = derived((B,) if b_zero_point is None else (B, b_zero_point), ("centred", dtype),
                 lambda: _centered(xp, B, b_zero_point, False, dtype))
     return xp.matmul(a, b), bound
 
@@ -239,12 +241,14 @@ def _max_centered(dtype, zero_point) -> int:
     """A bound of ``|x - zero_point|`` over the values of ``dtype``, from the type's range and the
     zero point (a NumPy array: read here; on a device, bounded by the type, since reading it would
     be a host sync)."""
-    lo, hi = _INT_RANGES.get(np.dtype(dtype), (-(2 ** 31), 2 ** 31 - 1))
+    lo, hi = _INT_RANGES.get(dtype) or _INT32_RANGE
     if zero_point is None:
         return max(-lo, hi)
     if isinstance(zero_point, np.ndarray) and zero_point.size:
-        z0, z1 = (int(zero_point.item()),) * 2 if zero_point.size == 1 else (zero_point.min(), zero_point.max())
-        return max(hi - int(z0), int(z1) - lo)
+        if zero_point.size == 1:
+            z = int(zero_point.item())
+            return max(hi - z, z - lo)
+        return max(hi - int(zero_point.min()), int(zero_point.max()) - lo)
     return hi - lo
 
 
@@ -252,8 +256,11 @@ def _requantize(xp, acc, multiplier, y_zero_point):
     """round(acc * multiplier) + y_zero_point, saturated to y_zero_point's type (float32 arithmetic).
     ``acc``: int32, or integers held exactly in a float32 array of the caller's (scaled in place)."""
     m = multiplier if multiplier.dtype == np.float32 else multiplier.astype(np.float32)
-    q = xp.multiply(acc, m, out=acc) if acc.dtype == np.float32 and acc.ndim else acc.astype(np.float32) * m
-    return _saturate_int(xp, xp.rint(q), y_zero_point, np.dtype(y_zero_point.dtype))
+    if acc.dtype == np.float32 and acc.ndim:
+        q = xp.rint(xp.multiply(acc, m, out=acc), out=acc)
+    else:
+        q = xp.rint(acc.astype(np.float32) * m)
+    return _saturate_int(xp, q, y_zero_point, y_zero_point.dtype)
 
 
 @op("QLinearMatMul", since=10)  # 21 adds float16/bfloat16 scales and float8 types
@@ -261,13 +268,15 @@ def QLinearMatMul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scal
     """Integer inputs: int32 accumulation, then requantization with a_scale * b_scale / y_scale
     (per-row a / per-column b scales allowed). float8 inputs or output: dequantize, matmul in
     float32, quantize (saturating)."""
-    if all(np.dtype(t.dtype) in _INT_RANGES for t in (a, b, y_zero_point)):
+    if a.dtype in _INT_RANGES and b.dtype in _INT_RANGES and y_zero_point.dtype in _INT_RANGES:
         acc, bound = _integer_product(xp, a, b, a_zero_point, b_zero_point)
         if acc.dtype != np.float32:  # float32 holds it exactly: requantized as it is
             acc = wrap_int32(acc, bound)
-        a_s, b_s, y_s = (t if t.dtype == np.float32 else t.astype(np.float32)
-                         for t in (_rowwise(xp, a_scale, a), b_scale, y_scale))
-        return _requantize(xp, acc, a_s * b_s / y_s, y_zero_point)
+        a_s = _rowwise(xp, a_scale, a)
+        if a_s.dtype == b_scale.dtype == y_scale.dtype == np.float32:
+            return _requantize(xp, acc, a_s * b_scale / y_scale, y_zero_point)
+        f32 = [t.astype(np.float32) for t in (a_s, b_scale, y_scale)]
+        return _requantize(xp, acc, f32[0] * f32[1] / f32[2], y_zero_point)
 
     def real(t, scale, zero_point, rowwise):
         v = t.astype(np.float32)
