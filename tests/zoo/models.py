@@ -116,35 +116,25 @@ def quick_gelu(g: Graph, x):
     return g.op("Mul", x, g.op("Sigmoid", g.op("Mul", x, g.const(np.float32(1.702)))))
 
 
-def _split_heads(g: Graph, x, d, key=False):
-    """(B, S, D) -> (B, N, S, h), or (B, N, h, S) for keys."""
-    r = g.op("Reshape", x, g.const(np.array([0, 0, HEADS, d // HEADS], np.int64)))
+def _split_heads(g: Graph, x, d, key=False, seq=0):
+    """(B, S, D) -> (B, N, S, h), or (B, N, h, S) for keys; ``seq``: the Reshape's sequence entry (0 or
+    -1, as the model's view() call exports)."""
+    r = g.op("Reshape", x, g.const(np.array([0, seq, HEADS, d // HEADS], np.int64)))
     return g.op("Transpose", r, perm=[0, 2, 3, 1] if key else [0, 2, 1, 3])
 
 
-def attention(g: Graph, x, d, mask_add=None, past=None, opset=17):
-    """BERT / GPT-2 style self-attention: three projections, Q K^T / sqrt(h) (+ additive mask),
-    softmax, V; with ``past`` (2, B, N, P, h) the keys / values are appended and the present returned."""
+def attention(g: Graph, x, d, mask_add=None):
+    """BERT-style self-attention: three projections, Q K^T / sqrt(h) (+ additive mask), softmax, V."""
     q = _split_heads(g, linear(g, x, d, d), d)
-    k = _split_heads(g, linear(g, x, d, d), d, key=past is None)
+    k = _split_heads(g, linear(g, x, d, d), d, key=True)
     v = _split_heads(g, linear(g, x, d, d), d)
-    present = None
-    if past is not None:
-        pk, pv = g.op("Split", past, outputs=2, axis=0, **({"num_outputs": 2} if opset >= 18 else {}))
-        first = g.const(np.array([0], np.int64))
-        pk, pv = g.op("Squeeze", pk, first), g.op("Squeeze", pv, first)
-        k = g.op("Concat", pk, k, axis=-2)
-        v = g.op("Concat", pv, v, axis=-2)
-        present = g.op("Concat", g.op("Unsqueeze", k, g.const(np.array([0], np.int64))),
-                       g.op("Unsqueeze", v, g.const(np.array([0], np.int64))), axis=0)
-        k = g.op("Transpose", k, perm=[0, 1, 3, 2])
     s = g.op("Div", g.op("MatMul", q, k), g.const(np.float32(math.sqrt(d // HEADS))))
     if mask_add is not None:
         s = g.op("Add", s, mask_add)
     p = g.op("Softmax", s, axis=-1)
     o = g.op("Transpose", g.op("MatMul", p, v), perm=[0, 2, 1, 3])
     o = g.op("Reshape", o, g.const(np.array([0, 0, d], np.int64)))
-    return linear(g, o, d, d), present
+    return linear(g, o, d, d)
 
 
 def bert_mask(g: Graph, mask):
@@ -232,7 +222,7 @@ def bert(batch, layers=2, opset=14) -> Zoo:
     x = layer_norm(g, g.op("Add", g.op("Add", word, seg), pos), d, opset)
     mask = bert_mask(g, "attention_mask")
     for _ in range(layers):
-        a, _ = attention(g, x, d, mask)
+        a = attention(g, x, d, mask)
         x = layer_norm(g, g.op("Add", a, x), d, opset)
         f = linear(g, gelu(g, linear(g, x, d, 4 * d)), 4 * d, d)
         x = layer_norm(g, g.op("Add", f, x), d, opset)
@@ -268,7 +258,8 @@ def gpt2_attention(g: Graph, x, d, past, mask_add, causal_table):
     k = g.op("Concat", g.op("Squeeze", pk, first), k, axis=-2)
     v = g.op("Concat", g.op("Squeeze", pv, first), v, axis=-2)
     present = g.op("Concat", g.op("Unsqueeze", k, first), g.op("Unsqueeze", v, first), axis=0)
-    w = g.op("Div", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), g.const(np.float32(math.sqrt(d // HEADS))))
+    w = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+    w = g.op("Div", w, g.const(np.float32(math.sqrt(d // HEADS))))
     nd, ns = _size(g, w, 2), _size(g, w, 3)
     rows = g.op("Slice", causal_table, g.op("Unsqueeze", g.op("Sub", ns, nd), first), g.op("Unsqueeze", ns, first),
                 g.const(np.array([2], np.int64)))
@@ -329,7 +320,7 @@ def vit(batch, layers=2, opset=18) -> Zoo:
                g.op("Concat", batch_dim, g.const(np.array([1, 1], np.int64)), axis=0))
     x = g.op("Add", g.op("Concat", cls, x, axis=1), g.weight(1, patches + 1, d, scale=0.5))
     for i in range(layers):
-        a, _ = attention(g, layer_norm(g, x, d, opset), d)
+        a = attention(g, layer_norm(g, x, d, opset), d)
         x = g.op("Add", x, a)
         act = gelu if i == 0 else quick_gelu
         f = linear(g, act(g, linear(g, layer_norm(g, x, d, opset), d, 4 * d)), 4 * d, d)
@@ -345,7 +336,7 @@ def vit(batch, layers=2, opset=18) -> Zoo:
 # -- encoder-decoder: T5 (RMSNorm, bucketed relative position bias, cross-attention caches) ------
 
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # the values onnxruntime's RelativePositionBias fusion expects
-FMIN = -10000.0  # the masks' value (transformers writes the float32 minimum; quantizing that scale loses everything else)
+FMIN = -10000.0  # masks' value (transformers writes float32's minimum: quantized, that scale loses everything else)
 
 
 def _i64(*values):
@@ -401,11 +392,6 @@ def extended_mask(g: Graph, mask):
     return g.op("Mul", g.op("Sub", g.const(np.float32(1)), m), g.const(np.float32(FMIN)))
 
 
-def _t5_heads(g: Graph, x, d, key=False):
-    return g.op("Transpose", g.op("Reshape", x, g.const(_i64(0, -1, HEADS, d // HEADS))),
-                perm=[0, 2, 3, 1] if key else [0, 2, 1, 3])
-
-
 def _t5_attend(g: Graph, h, q, k_t, v, bias, d):
     """softmax(q k^T + bias) v (T5 does not scale), merged back to (B, S, d) and projected."""
     p = g.op("Softmax", g.op("Add", g.op("MatMul", q, k_t), bias), axis=-1)
@@ -433,9 +419,8 @@ def t5_encoder(batch, layers=1, opset=17) -> Zoo:
     bias = g.op("Add", bias, mask)
     for _ in range(layers):
         h = rms_norm(g, x, d)
-        q, k, v = (g.op("MatMul", h, g.weight(d, d)) for _ in range(3))
-        x = g.op("Add", x, _t5_attend(g, h, _t5_heads(g, q, d), _t5_heads(g, k, d, key=True), _t5_heads(g, v, d),
-                                      bias, d))
+        q, k, v = (_split_heads(g, g.op("MatMul", h, g.weight(d, d)), d, key=i == 1, seq=-1) for i in range(3))
+        x = g.op("Add", x, _t5_attend(g, h, q, k, v, bias, d))
         x = _t5_ff(g, x, d)
     g.output(rms_norm(g, x, d), "last_hidden_state")
     tokens = [batch, "sequence"] if isinstance(batch, str) else [batch, SEQ]
@@ -472,25 +457,27 @@ def t5_decoder(batch, layers=1, opset=17) -> Zoo:
     cross_bias = g.op("Add", zeros, extended_mask(g, "encoder_attention_mask"))
     for i in range(layers):
         h = rms_norm(g, x, d)
-        q = _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d)
-        k = g.op("Concat", f"past_key_self_{i}", _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d), axis=2)
-        v = g.op("Concat", f"past_value_self_{i}", _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d), axis=2)
+        q, k, v = (_split_heads(g, g.op("MatMul", h, g.weight(d, d)), d, seq=-1) for _ in range(3))
+        k = g.op("Concat", f"past_key_self_{i}", k, axis=2)
+        v = g.op("Concat", f"past_value_self_{i}", v, axis=2)
         g.output(k, f"present_key_self_{i}")
         g.output(v, f"present_value_self_{i}")
-        a = _t5_attend(g, h, q, g.op("Transpose", f"present_key_self_{i}", perm=[0, 1, 3, 2]), f"present_value_self_{i}",
-                       self_bias, d)
+        k_t = g.op("Transpose", f"present_key_self_{i}", perm=[0, 1, 3, 2])
+        a = _t5_attend(g, h, q, k_t, f"present_value_self_{i}", self_bias, d)
         x = g.op("Add", x, a)
         h = rms_norm(g, x, d)
-        q = _t5_heads(g, g.op("MatMul", h, g.weight(d, d)), d)
+        q = _split_heads(g, g.op("MatMul", h, g.weight(d, d)), d, seq=-1)
         a = _t5_attend(g, h, q, g.op("Transpose", f"past_key_cross_{i}", perm=[0, 1, 3, 2]), f"past_value_cross_{i}",
                        cross_bias, d)
         x = g.op("Add", x, a)
         x = _t5_ff(g, x, d)
     g.output(g.op("MatMul", rms_norm(g, x, d), g.weight(d, VOCAB)), "logits")
     dyn = isinstance(batch, str)
-    s, p, t, e = ("sequence", "past_sequence", "total_sequence", "encoder_sequence") if dyn else (SEQ, PAST, SEQ + PAST, SEQ)
+    s, p, t, e = ("sequence", "past_sequence", "total_sequence", "encoder_sequence") if dyn else \
+        (SEQ, PAST, SEQ + PAST, SEQ)
     h = d // HEADS
-    inputs = [_io("input_ids", TensorProto.INT64, [batch, s]), _io("encoder_attention_mask", TensorProto.INT64, [batch, e])]
+    inputs = [_io("input_ids", TensorProto.INT64, [batch, s]),
+              _io("encoder_attention_mask", TensorProto.INT64, [batch, e])]
     outputs = [_io("logits", TensorProto.FLOAT, [batch, s, VOCAB])]
     for i in range(layers):
         inputs += [_io(f"past_{kv}_self_{i}", TensorProto.FLOAT, [batch, HEADS, p, h]) for kv in ("key", "value")]
@@ -523,11 +510,9 @@ def bart_attention(g: Graph, x, kv, d, mask_add=None):
     """transformers' BartAttention / WhisperAttention: q_proj(x) * head_size**-0.5, k_proj without bias
     (Whisper's, which onnxruntime's bart fusion expects), keys / values from ``kv`` (cross-attention
     when it is not ``x``), an optional additive mask, out_proj."""
-    shape = g.const(_i64(0, -1, HEADS, d // HEADS))
-    q = g.op("Mul", _linear_t(g, x, d, d), g.const(np.float32((d // HEADS) ** -0.5)))
-    q = g.op("Transpose", g.op("Reshape", q, shape), perm=[0, 2, 1, 3])
-    k = g.op("Transpose", g.op("Reshape", _linear_t(g, kv, d, d, bias=False), shape), perm=[0, 2, 3, 1])
-    v = g.op("Transpose", g.op("Reshape", _linear_t(g, kv, d, d), shape), perm=[0, 2, 1, 3])
+    q = _split_heads(g, g.op("Mul", _linear_t(g, x, d, d), g.const(np.float32((d // HEADS) ** -0.5))), d, seq=-1)
+    k = _split_heads(g, _linear_t(g, kv, d, d, bias=False), d, key=True, seq=-1)
+    v = _split_heads(g, _linear_t(g, kv, d, d), d, seq=-1)
     s = g.op("MatMul", q, k)
     if mask_add is not None:
         s = g.op("Add", s, mask_add)

@@ -15,8 +15,9 @@
 - ``fp16``: the optimizer's OnnxModel.convert_float_to_float16 with keep_io_types (float32 graph
   inputs and outputs); ``fp16-converter``: onnxruntime.transformers.float16 on its own;
   ``opt-fp16-gpu``: optimize_model(use_gpu=True) then the float16 conversion (float16 contrib ops).
-- ``nbits-<format>-<sym|asym>``: the 4-bit weight-only MatMulNBitsQuantizer (MatMulNBits, or QDQ
-  DequantizeLinear with blocked int4 weights), Gather included (GatherBlockQuantized).
+- ``nbits-<format>-<sym|asym>[-matmul]``: the 4-bit weight-only MatMulNBitsQuantizer (MatMulNBits, or
+  QDQ DequantizeLinear with blocked int4 weights), Gather included (GatherBlockQuantized) but for
+  ``-matmul``, the form for models that opset 21 breaks (see _nbits_applies).
 - ``bnb4-<fp4|nf4>``: the MatMulBnb4Quantizer (FP4 / NormalFloat4 weights, MatMulBnb4).
 """
 
@@ -172,12 +173,13 @@ def fp16_converter(model, zoo, workdir):
     return convert_float_to_float16(model, keep_io_types=True)
 
 
-def nbits(fmt, symmetric):
+def nbits(fmt, symmetric, gather=True):
     def apply(model, zoo, workdir):
         from onnxruntime.quantization import QuantFormat
         from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-        ops = ("MatMul", "Gather") if fmt == "QOperator" else ("MatMul",)  # the tool's QDQ form skips Gather
+        # the tool's QDQ form skips Gather
+        ops = ("MatMul", "Gather") if fmt == "QOperator" and gather else ("MatMul",)
         config = DefaultWeightOnlyQuantConfig(block_size=16, is_symmetric=symmetric,
                                               quant_format=getattr(QuantFormat, fmt), op_types_to_quantize=ops)
         q = MatMulNBitsQuantizer(model, algo_config=config)
@@ -200,14 +202,35 @@ def _transformer(zoo):
     return zoo.model_type is not None
 
 
-def _opset(zoo):
-    return next(o.version for o in zoo.model.opset_import if o.domain in ("", "ai.onnx"))
+def _valid_at_opset_21(zoo):
+    """Whether the model stays valid with its ai.onnx import raised to 21 and nothing else changed."""
+    model = onnx.ModelProto()
+    model.CopyFrom(zoo.model)
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = 21
+    model.ir_version = max(model.ir_version, 10)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError:
+        return False
+    return True
 
 
 def _nbits_applies(zoo):
-    """MatMul weights to quantize, at an opset the tool's opset-21 output keeps valid (it raises the
-    ai.onnx import to 21 without converting the nodes: ReduceMean-13 or Split-13 become invalid)."""
-    return _transformer(zoo) and _opset(zoo) >= 18
+    """MatMul weights to quantize, and a model the tool's output keeps valid. The tool needs int4
+    tensors (opset 21) for its QDQ form and for Gather (GatherBlockQuantized's int4 data), and then
+    only raises the model's ai.onnx import to 21 without converting its nodes
+    (MatMulNBitsQuantizer.process warns "the generated model may not be a valid model"): a model below
+    opset 18 with ReduceMean (axes an attribute until opset 18: the zoo's BERT and T5 RMSNorm) becomes
+    invalid, for onnxruntime too. Such models run the MatMul-only QOperator form below."""
+    return _transformer(zoo) and _valid_at_opset_21(zoo)
+
+
+def _nbits_matmul_applies(zoo):
+    """The QOperator form quantizing MatMul only writes com.microsoft MatMulNBits nodes and leaves the
+    ai.onnx opset alone: what the tool offers the models the forms above would break."""
+    return _transformer(zoo) and not _valid_at_opset_21(zoo)
 
 
 def _bert(zoo):
@@ -244,6 +267,7 @@ VARIANTS = [
     Variant("nbits-QOperator-sym", nbits("QOperator", True), Q_TOL, _nbits_applies),
     Variant("nbits-QOperator-asym", nbits("QOperator", False), Q_TOL, _nbits_applies),
     Variant("nbits-QDQ-asym", nbits("QDQ", False), Q_TOL, _nbits_applies),
+    Variant("nbits-QOperator-sym-matmul", nbits("QOperator", True, gather=False), Q_TOL, _nbits_matmul_applies),
     Variant("bnb4-fp4", bnb4(0), Q_TOL, _transformer),
     Variant("bnb4-nf4", bnb4(1), Q_TOL, _transformer),
 ]
