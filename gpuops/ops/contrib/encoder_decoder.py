@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
+from .attention import RestorePadding as _restore_padding
 from .transformer import _compute_dtype, _heads
 
 MS = "com.microsoft"
@@ -54,21 +55,6 @@ def RelativePositionBias(xp, bias_table, query_length, key_length, *, max_distan
     index = xp.asarray(_buckets(S, num_buckets, max_distance, bool(is_bidirectional)).reshape(-1))
     table = xp.reshape(bias_table, (N, num_buckets))
     return xp.reshape(xp.take(table, index, axis=1), (1, N, S, S))
-
-
-def _restore_padding(xp, packed, token_offset):
-    """Packed tokens (T, D) -> (B, S, D) at the padded positions ``token_offset`` lists first,
-    zeros at the padding."""
-    Bn, S = token_offset.shape
-    T = packed.shape[0]
-    offset = np.asarray(token_offset).reshape(-1).astype(np.int64)
-    if sorted(offset.tolist()) != list(range(Bn * S)) or T > Bn * S:
-        raise NodeError(f"token_offset is not a permutation of the {Bn * S} padded positions for {T} tokens")
-    source = np.argsort(offset)
-    valid = source < T
-    rows = xp.take(packed, xp.asarray(np.where(valid, source, 0)), axis=0)
-    rows = xp.where(xp.asarray(valid[:, None]), rows, xp.zeros((), dtype=packed.dtype))
-    return xp.reshape(rows, (Bn, S, packed.shape[1]))
 
 
 @op("GatedRelativePositionBias", domain=MS, since=1, host_inputs=(6,))
