@@ -38,7 +38,9 @@ def _norm_axis(axis, rank):
 
 def _bn_inference(xp, X, scale, B, mean, var, epsilon):
     inv = scale / xp.sqrt(var + epsilon)  # fold into one multiply-add over X
-    return X * _channel_shape(X, inv) + _channel_shape(X, B - mean * inv)
+    Y = X * _channel_shape(X, inv)
+    Y += _channel_shape(X, B - mean * inv)  # into Y: one buffer, not two
+    return Y
 
 
 def _bn_training(xp, X, scale, B, mean, var, epsilon, momentum):
