@@ -123,18 +123,30 @@ def _split_heads(g: Graph, x, d, key=False, seq=0):
     return g.op("Transpose", r, perm=[0, 2, 3, 1] if key else [0, 2, 1, 3])
 
 
-def attention(g: Graph, x, d, mask_add=None):
-    """BERT-style self-attention: three projections, Q K^T / sqrt(h) (+ additive mask), softmax, V."""
+def attention(g: Graph, x, d, mask_add=None, past=None, opset=17):
+    """BERT / GPT style self-attention: three projections, Q K^T / sqrt(h) (+ additive mask),
+    softmax, V; with ``past`` (2, B, N, P, h) the keys / values are appended and the present returned
+    (tests/contrib/test_generation.py builds its decoders with it)."""
     q = _split_heads(g, linear(g, x, d, d), d)
-    k = _split_heads(g, linear(g, x, d, d), d, key=True)
+    k = _split_heads(g, linear(g, x, d, d), d, key=past is None)
     v = _split_heads(g, linear(g, x, d, d), d)
+    present = None
+    if past is not None:
+        pk, pv = g.op("Split", past, outputs=2, axis=0, **({"num_outputs": 2} if opset >= 18 else {}))
+        first = g.const(np.array([0], np.int64))
+        pk, pv = g.op("Squeeze", pk, first), g.op("Squeeze", pv, first)
+        k = g.op("Concat", pk, k, axis=-2)
+        v = g.op("Concat", pv, v, axis=-2)
+        present = g.op("Concat", g.op("Unsqueeze", k, g.const(np.array([0], np.int64))),
+                       g.op("Unsqueeze", v, g.const(np.array([0], np.int64))), axis=0)
+        k = g.op("Transpose", k, perm=[0, 1, 3, 2])
     s = g.op("Div", g.op("MatMul", q, k), g.const(np.float32(math.sqrt(d // HEADS))))
     if mask_add is not None:
         s = g.op("Add", s, mask_add)
     p = g.op("Softmax", s, axis=-1)
     o = g.op("Transpose", g.op("MatMul", p, v), perm=[0, 2, 1, 3])
     o = g.op("Reshape", o, g.const(np.array([0, 0, d], np.int64)))
-    return linear(g, o, d, d)
+    return linear(g, o, d, d), present
 
 
 def bert_mask(g: Graph, mask):
@@ -222,7 +234,7 @@ def bert(batch, layers=2, opset=14) -> Zoo:
     x = layer_norm(g, g.op("Add", g.op("Add", word, seg), pos), d, opset)
     mask = bert_mask(g, "attention_mask")
     for _ in range(layers):
-        a = attention(g, x, d, mask)
+        a, _ = attention(g, x, d, mask)
         x = layer_norm(g, g.op("Add", a, x), d, opset)
         f = linear(g, gelu(g, linear(g, x, d, 4 * d)), 4 * d, d)
         x = layer_norm(g, g.op("Add", f, x), d, opset)
@@ -320,7 +332,7 @@ def vit(batch, layers=2, opset=18) -> Zoo:
                g.op("Concat", batch_dim, g.const(np.array([1, 1], np.int64)), axis=0))
     x = g.op("Add", g.op("Concat", cls, x, axis=1), g.weight(1, patches + 1, d, scale=0.5))
     for i in range(layers):
-        a = attention(g, layer_norm(g, x, d, opset), d)
+        a, _ = attention(g, layer_norm(g, x, d, opset), d)
         x = g.op("Add", x, a)
         act = gelu if i == 0 else quick_gelu
         f = linear(g, act(g, linear(g, layer_norm(g, x, d, opset), d, 4 * d)), 4 * d, d)
