@@ -51,12 +51,13 @@ def test_peers_bench_alternates_with_onnxruntime_and_reports_goals(tmp_path):
         assert r["gpuops"]["runs"] == r["onnxruntime"]["runs"] >= 2  # alternating: as many runs each
     d = result["dispatch"]
     assert d["nodes"] == 1000 and d["gpuops"]["us_per_node"] > 0 and d["onnxruntime"]["us_per_node"] > 0
+    assert d["gpuops"]["cpu_us_per_node"] > 0 and d["onnxruntime"]["cpu_us_per_node"] > 0
     goals = result["goals"]
     assert set(goals["light"]["ratios"]) == {"squeezenet"}
     assert set(goals["float16_over_float32"]["ratios"]) == {"squeezenet"}
     assert set(goals["generated"]["ratios"]) == {"quantized_mlp"}
     assert rc == 0
     md = (tmp_path / "peers.md").read_text()
-    assert "gpuops / onnxruntime" in md and "µs/node" in md and "Goals" in md
+    assert "gpuops / onnxruntime" in md and "µs/node" in md and "Goals" in md and "- dispatch:" in md
     pytest.importorskip("matplotlib")
     assert (tmp_path / "peers.png").stat().st_size > 1000
