@@ -4,9 +4,10 @@ The input projection ``X @ W^T + Wb`` is one matmul over every time step and dir
 recurrence is a Python loop over time steps only; both directions of a bidirectional op advance
 together (a reverse direction walks time backwards), batched over the leading direction axis.
 With ``sequence_lens``, a batch entry's state freezes once past its length and its ``Y`` is 0 there;
-a reverse direction starts at its own last valid step (as onnxruntime does). An LSTM with the default
-activations and no clip, peepholes, input_forget or ``sequence_lens`` runs a fused loop instead
-(:func:`_fused_lstm`): same formulas, fewer and in-place array ops per step.
+a reverse direction starts at its own last valid step (as onnxruntime does). An LSTM or GRU with the
+default activations and no clip (LSTM: no peepholes or input_forget) nor ``sequence_lens`` runs a
+fused loop instead (:func:`_fused_lstm`, :func:`_fused_gru`): same formulas, fewer and in-place array
+ops per step.
 """
 
 from __future__ import annotations
@@ -234,22 +235,51 @@ def _lstm_cell(xp, P, input_forget):
     return cell
 
 
-# The fused LSTM keeps its gates gate-major, in this order of the ONNX gates (i, o, f, c): c's
-# candidate first, then the sigmoid gates o, f, i. Its work buffer is [cell state, c~, o, f, i], so
-# that [f, i] * [cell state, c~] is one product.
-_FUSED_ORDER = (3, 1, 2, 0)
-_FUSED_SCALE = (1.0, 0.5, 0.5, 0.5)  # sigmoid(x) = tanh(x / 2) / 2 + 1/2: the halving goes into the weights
+# The fused loops keep their gates gate-major. LSTM order of the ONNX gates (i, o, f, c): c's
+# candidate first, then the sigmoid gates o, f, i; its work buffer is [cell state, c~, o, f, i], so
+# that [f, i] * [cell state, c~] is one product. GRU: the ONNX order (z, r, h). Sigmoid gates' weight
+# rows are halved (exact): sigmoid(x) = tanh(x / 2) / 2 + 1/2.
+_LSTM_ORDER, _LSTM_SCALE = (3, 1, 2, 0), (1.0, 0.5, 0.5, 0.5)
+_GRU_ORDER, _GRU_SCALE = (0, 1, 2), (0.5, 0.5, 1.0)
 
 
-def _fused_weight(xp, M, gate_major: bool):
-    """A per-direction LSTM weight (D, 4H, n) transposed for ``x @ M^T``, in fused gate order, the
-    sigmoid gates' rows halved (exact): (4, D, n, H) if ``gate_major``, else (D, n, 4H)."""
-    D, H, n = M.shape[0], M.shape[1] // 4, M.shape[2]
-    M = xp.reshape(M, (D, 4, H, n))
-    M = xp.stack([M[:, j] * s for j, s in zip(_FUSED_ORDER, _FUSED_SCALE)])  # (4, D, H, n)
+def _fused_weight(xp, M, order, scale, gate_major: bool):
+    """A per-direction weight (D, G*H, n) transposed for ``x @ M^T``, its G gates in ``order``, each
+    scaled by ``scale``: (G, D, n, H) if ``gate_major``, else (D, n, G*H)."""
+    G = len(order)
+    D, H, n = M.shape[0], M.shape[1] // G, M.shape[2]
+    M = xp.reshape(M, (D, G, H, n))
+    M = xp.stack([M[:, j] * s for j, s in zip(order, scale)])  # (G, D, H, n)
     M = xp.permute_dims(M, (0, 1, 3, 2) if gate_major else (1, 3, 0, 2))
     M = xp.reshape(M, (-1,))  # flattening copies in row-major order
-    return xp.reshape(M, (4, D, n, H) if gate_major else (D, n, 4 * H))
+    return xp.reshape(M, (G, D, n, H) if gate_major else (D, n, G * H))
+
+
+def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
+    """``X @ W^T + bias(B)`` of every step in step order (a reverse direction reads X backwards),
+    laid out (T, G, D, batch, H) so that each step's slice is one contiguous block. ``bias(B)`` (B may
+    be None) is the (D, G*H) bias: it joins the weight, kept per (W, B) under ``tag``, as a last input
+    column of ones."""
+    T, batch, n_in = X.shape
+    D, G = len(dirs), len(order)
+    H = W.shape[1] // G
+
+    def weight():
+        b = xp.reshape(bias(B), (D, G * H, 1))
+        return _fused_weight(xp, xp.concat([W, b], axis=2), order, scale, True)
+
+    WT = derived((W,) if B is None else (W, B), tag, weight)  # (G, D, n_in + 1, H)
+    Xa = xp.empty((1, D, T, batch, n_in + 1), dtype=X.dtype)
+    for d, rev in enumerate(dirs):
+        Xa[0, d, ..., :n_in] = X[::-1] if rev else X
+    Xa[..., n_in] = 1
+    Xa = xp.reshape(Xa, (1, D, T * batch, n_in + 1))
+    XW = xp.empty((T, G, D, batch, H), dtype=X.dtype)
+    if batch == 1:  # the GEMM writes there directly
+        xp.matmul(Xa, WT, out=xp.permute_dims(XW[:, :, :, 0], (1, 2, 0, 3)))
+    else:
+        XW[...] = xp.permute_dims(xp.reshape(xp.matmul(Xa, WT), (G, D, T, batch, H)), (2, 0, 1, 3, 4))
+    return XW
 
 
 def _fused_lstm(xp, X, W, R, B, states, dirs):
@@ -257,29 +287,12 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
     input_forget. Per step: one GEMM per direction, then eight elementwise ops writing into
     preallocated buffers; the first moves the gates into the gate-major work buffer, where every
     later operand is one contiguous block."""
-    T, batch, n_in = X.shape
+    T, batch, _ = X.shape
     D, H = len(dirs), R.shape[-1]
     dt = X.dtype
-    RT = derived((R,), "lstm fused R", lambda: _fused_weight(xp, R, False))  # (D, H, 4H)
-
-    def input_weight():  # [W | Wb + Rb]: the biases join the projection as a last input column of ones
-        b = xp.zeros((D, 4 * H), dtype=dt) if B is None else B[:, :4 * H] + B[:, 4 * H:]
-        return _fused_weight(xp, xp.concat([W, xp.reshape(b, (D, 4 * H, 1))], axis=2), True)
-
-    WT = derived((W,) if B is None else (W, B), "lstm fused W", input_weight)  # (4, D, n_in + 1, H)
-    # input projection of every step, in step order (a reverse direction reads X backwards), laid out
-    # (T, 4, D, batch, H) so that each step's slice is one contiguous block
-    Xa = xp.empty((1, D, T, batch, n_in + 1), dtype=dt)
-    for d, rev in enumerate(dirs):
-        Xa[0, d, ..., :n_in] = X[::-1] if rev else X
-    Xa[..., n_in] = 1
-    Xa = xp.reshape(Xa, (1, D, T * batch, n_in + 1))
-    XW = xp.empty((T, 4, D, batch, H), dtype=dt)
-    if batch == 1:  # the GEMM writes there directly
-        xp.matmul(Xa, WT, out=xp.permute_dims(XW[:, :, :, 0], (1, 2, 0, 3)))
-    else:
-        proj = xp.reshape(xp.matmul(Xa, WT), (4, D, T, batch, H))
-        XW[...] = xp.permute_dims(proj, (2, 0, 1, 3, 4))
+    RT = derived((R,), "lstm fused R", lambda: _fused_weight(xp, R, _LSTM_ORDER, _LSTM_SCALE, False))  # (D, H, 4H)
+    XW = _fused_projection(xp, X, W, B, lambda B: xp.zeros((D, 4 * H), dtype=dt) if B is None else
+                           B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W")
 
     h0, c0 = states
     work = xp.empty((5, D, batch, H), dtype=dt)  # [c, c~, o, f, i]
@@ -305,6 +318,63 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
         mul(o, tc, out=y)
         h = y
     return Y, [xp.asarray(h, copy=True), xp.asarray(c, copy=True)]
+
+
+def _fused_gru(linear_before_reset):
+    def fused(xp, X, W, R, B, states, dirs):
+        """The GRU of the default activations (sigmoid, tanh) without clip. Per step: the recurrent
+        GEMMs (z and r, and h's: one GEMM with ``linear_before_reset``, after r without), then about
+        ten elementwise ops into preallocated buffers; h' = h~ + z * (h - h~)."""
+        T, batch, _ = X.shape
+        D, H = len(dirs), R.shape[-1]
+        dt = X.dtype
+        lbr = bool(linear_before_reset)
+
+        def bias(B):  # z, r: Wb + Rb; h: Wbh, and Rbh unless it sits inside r * (...)
+            if B is None:
+                return xp.zeros((D, 3 * H), dtype=dt)
+            Rb = B[:, 3 * H:]
+            if lbr:
+                Rb = xp.concat([Rb[:, :2 * H], xp.zeros((D, H), dtype=dt)], axis=1)
+            return B[:, :3 * H] + Rb
+
+        XW = _fused_projection(xp, X, W, B, bias, dirs, _GRU_ORDER, _GRU_SCALE, ("gru fused W", lbr))
+        RT = derived((R,), "gru fused R", lambda: _fused_weight(xp, R, _GRU_ORDER, _GRU_SCALE, False))  # (D, H, 3H)
+        n = 3 if lbr else 2
+        hR = xp.empty((D, batch, n * H), dtype=dt)
+        hR_g = xp.permute_dims(xp.reshape(hR, (D, batch, n, H)), (2, 0, 1, 3))
+        zr = xp.empty((2, D, batch, H), dtype=dt)
+        z, r = zr[0], zr[1]
+        hh, diff, rh = (xp.empty((D, batch, H), dtype=dt) for _ in range(3))
+        Y = xp.empty((T, D, batch, H), dtype=dt)
+        RT_zr, RT_h = RT[..., :n * H], RT[..., 2 * H:]
+        Rbh = None if not lbr or B is None else xp.reshape(B[:, 5 * H:], (D, 1, H))
+        matmul, add, sub, mul, tanh = xp.matmul, xp.add, xp.subtract, xp.multiply, xp.tanh
+        h = states[0]
+        for xw, y in [(XW[k], Y[k]) for k in range(T)]:
+            matmul(h, RT_zr, out=hR)
+            add(hR_g[:2], xw[:2], out=zr)
+            tanh(zr, out=zr)
+            mul(zr, 0.5, out=zr)
+            add(zr, 0.5, out=zr)
+            if lbr:  # h~ = tanh(xw_h + r * (h @ Rh^T + Rbh))
+                if Rbh is not None:
+                    add(hR_g[2], Rbh, out=hh)
+                    mul(r, hh, out=hh)
+                else:
+                    mul(r, hR_g[2], out=hh)
+            else:  # h~ = tanh(xw_h + (r * h) @ Rh^T), Rbh in xw_h
+                mul(r, h, out=rh)
+                matmul(rh, RT_h, out=hh)
+            add(hh, xw[2], out=hh)
+            tanh(hh, out=hh)
+            sub(h, hh, out=diff)
+            mul(z, diff, out=diff)
+            add(hh, diff, out=y)
+            h = y
+        return Y, [xp.asarray(h, copy=True)]
+
+    return fused
 
 
 def _default_activations(activations, defaults, D) -> bool:
@@ -349,10 +419,14 @@ def GRU_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation
 def GRU(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
         layout=0, linear_before_reset=0):
+    defaults = ["Sigmoid", "Tanh"]
+    D = 2 if direction == "bidirectional" else 1
+    fused = _fused_gru(linear_before_reset) if clip is None and _default_activations(activations, defaults, D) \
+        else None
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h], n_gates=3, hidden_size=hidden_size,
                        direction=direction, activations=activations,
-                       acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh"]),
-                       clip=clip, layout=layout, cell=_gru_cell(xp, linear_before_reset))
+                       acts=(activation_alpha, activation_beta, defaults),
+                       clip=clip, layout=layout, cell=_gru_cell(xp, linear_before_reset), fused=fused)
 
 
 @op("LSTM", since=1)

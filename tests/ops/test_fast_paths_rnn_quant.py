@@ -1,5 +1,5 @@
-"""The fused LSTM step loop (default activations, no clip / peepholes / input_forget / sequence_lens)
-and the float-exact integer GEMM + requantization of QLinearMatMul / MatMulInteger, against
+"""The fused LSTM and GRU step loops (default activations, no clip / peepholes / input_forget /
+sequence_lens) and the float-exact integer GEMM + requantization of QLinearMatMul / MatMulInteger, against
 onnxruntime and against the generic per-cell loop; weights as initializers (kept per weight) and as
 feeds that change between runs."""
 
@@ -14,23 +14,26 @@ from tests.ops.common import assert_same, make_model, one_node_model, run_gpuops
 DEVICES = ["cpu", "cuda"]
 
 
-def _lstm_feeds(rng, D, T=6, batch=3, I=5, H=4, layout=0, dtype=np.float32, bias=True, states=True):
+def _lstm_feeds(rng, D, T=6, batch=3, I=5, H=4, layout=0, dtype=np.float32, bias=True, states=True, gates=4):
     f = lambda *shape: (rng.standard_normal(shape) * 0.8).astype(dtype)  # noqa: E731
-    feeds = {"X": f(T, batch, I) if layout == 0 else f(batch, T, I), "W": f(D, 4 * H, I), "R": f(D, 4 * H, H)}
+    feeds = {"X": f(T, batch, I) if layout == 0 else f(batch, T, I), "W": f(D, gates * H, I),
+             "R": f(D, gates * H, H)}
     if bias:
-        feeds["B"] = f(D, 8 * H)
+        feeds["B"] = f(D, 2 * gates * H)
     if states:
         shape = (D, batch, H) if layout == 0 else (batch, D, H)
-        feeds["initial_h"], feeds["initial_c"] = f(*shape), f(*shape)
+        feeds["initial_h"] = f(*shape)
+        if gates == 4:
+            feeds["initial_c"] = f(*shape)
     return feeds
 
 
-def _lstm_node(feeds, **attrs):
+def _lstm_node(feeds, op="LSTM", **attrs):
     names = ["X", "W", "R", "B", "", "initial_h", "initial_c"]
     inputs = [n if n in feeds else "" for n in names]
     while inputs and not inputs[-1]:
         inputs.pop()
-    return helper.make_node("LSTM", inputs, ["Y", "Y_h", "Y_c"], **attrs)
+    return helper.make_node(op, inputs, ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"], **attrs)
 
 
 def _to_layout0(feeds):
@@ -105,6 +108,35 @@ def test_fused_lstm_weights_kept_per_session_and_fed_weights_follow_each_run():
         feeds["R"] *= scale
         feeds["W"] *= scale
         assert_same(sess.run(None, feeds), run_ort(model, feeds), 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+@pytest.mark.parametrize("direction,layout,batch", [("forward", 0, 3), ("reverse", 1, 1), ("bidirectional", 0, 1),
+                                                    ("bidirectional", 1, 3)])
+def test_fused_gru_matches_onnxruntime(device, linear_before_reset, direction, layout, batch):
+    D = 2 if direction == "bidirectional" else 1
+    feeds = _lstm_feeds(np.random.default_rng(15 + layout), D, layout=layout, batch=batch, gates=3)
+    attrs = dict(op="GRU", hidden_size=4, direction=direction, linear_before_reset=linear_before_reset)
+    got = run_gpuops(make_model(_lstm_node(feeds, layout=layout, **attrs), feeds, opset=14), feeds, device)
+    ref_feeds = _to_layout0(feeds) if layout else feeds
+    want = run_ort(make_model(_lstm_node(ref_feeds, **attrs), ref_feeds, opset=14), ref_feeds)
+    if layout:
+        want = [np.transpose(want[0], (2, 0, 1, 3)), np.swapaxes(want[1], 0, 1)]
+    assert_same(got, want, 1e-5, 1e-5, ["Y", "Y_h"])
+
+
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+def test_fused_gru_without_bias_or_state_and_against_the_generic_cell_loop(linear_before_reset):
+    rng = np.random.default_rng(16)
+    feeds = _lstm_feeds(rng, 2, bias=False, states=False, gates=3)
+    attrs = dict(op="GRU", hidden_size=4, direction="bidirectional", linear_before_reset=linear_before_reset)
+    model = make_model(_lstm_node(feeds, **attrs), feeds, opset=14)
+    assert_same(run_gpuops(model, feeds), run_ort(model, feeds), 1e-5, 1e-5)
+    feeds = _lstm_feeds(rng, 2, dtype=np.float64, gates=3)  # float64: the per-cell loop (a clip that never binds)
+    got = run_gpuops(make_model(_lstm_node(feeds, **attrs), feeds, opset=14), feeds)
+    want = run_gpuops(make_model(_lstm_node(feeds, clip=1e4, **attrs), feeds, opset=14), feeds)
+    assert_same(got, want, 1e-12, 1e-12)
 
 
 # -- quantized GEMMs --------------------------------------------------------------------------------
