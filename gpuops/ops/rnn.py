@@ -339,7 +339,7 @@ def _fused_gru(linear_before_reset):
             return B[:, :3 * H] + Rb
 
         XW = _fused_projection(xp, X, W, B, bias, dirs, _GRU_ORDER, _GRU_SCALE, ("gru fused W", lbr))
-        RT = derived((R,), "gru fused R", lambda: _fused_weight(xp, R, _GRU_ORDER, _GRU_SCALE, False))  # (D, H, 3H)
+        RT = derived((R,), "gru fused R", lambda: _fused_weight(xp, R, _GRU_ORDER, _GRU_SCALE, False))  # D, H, 3H
         n = 3 if lbr else 2
         hR = xp.empty((D, batch, n * H), dtype=dt)
         hR_g = xp.permute_dims(xp.reshape(hR, (D, batch, n, H)), (2, 0, 1, 3))
