@@ -518,13 +518,21 @@ def _linear_t(g: Graph, x, n_in, n_out, bias=True):
     return g.op("Add", g.weight(n_out, scale=0.1), y) if bias else y
 
 
-def bart_attention(g: Graph, x, kv, d, mask_add=None):
+def bart_attention(g: Graph, x, kv, d, mask_add=None, cache=None):
     """transformers' BartAttention / WhisperAttention: q_proj(x) * head_size**-0.5, k_proj without bias
     (Whisper's, which onnxruntime's bart fusion expects), keys / values from ``kv`` (cross-attention
-    when it is not ``x``), an optional additive mask, out_proj."""
+    when it is not ``x``), an optional additive mask, out_proj. ``cache``: the names of the past key,
+    past value (B, N, P, h) graph inputs and of the present key / value outputs they are extended into."""
     q = _split_heads(g, g.op("Mul", _linear_t(g, x, d, d), g.const(np.float32((d // HEADS) ** -0.5))), d, seq=-1)
-    k = _split_heads(g, _linear_t(g, kv, d, d, bias=False), d, key=True, seq=-1)
+    k = _linear_t(g, kv, d, d, bias=False)
     v = _split_heads(g, _linear_t(g, kv, d, d), d, seq=-1)
+    if cache is None:
+        k = _split_heads(g, k, d, key=True, seq=-1)
+    else:
+        past_k, past_v, present_k, present_v = cache
+        g.output(g.op("Concat", past_k, _split_heads(g, k, d, seq=-1), axis=2), present_k)
+        g.output(g.op("Concat", past_v, v, axis=2), present_v)
+        k, v = g.op("Transpose", present_k, perm=[0, 1, 3, 2]), present_v
     s = g.op("MatMul", q, k)
     if mask_add is not None:
         s = g.op("Add", s, mask_add)
@@ -532,41 +540,58 @@ def bart_attention(g: Graph, x, kv, d, mask_add=None):
     return _linear_t(g, g.op("Reshape", o, g.const(_i64(0, -1, d))), d, d)
 
 
-def _bart_embed(g: Graph, ids, d, opset):
-    pos = g.op("Slice", g.weight(MAX_POS, d, scale=0.5), g.const(_i64(0)), _unsq(g, _dim(g, ids, 1)), g.const(_i64(0)))
+def _bart_embed(g: Graph, ids, d, opset, past=None):
+    """Token embedding plus the learned positions past .. past + S - 1, LayerNorm'ed."""
+    start = g.const(_i64(0)) if past is None else _unsq(g, past)
+    end = _unsq(g, _dim(g, ids, 1) if past is None else g.op("Add", past, _dim(g, ids, 1)))
+    pos = g.op("Slice", g.weight(MAX_POS, d, scale=0.5), start, end, g.const(_i64(0)))
     return layer_norm(g, g.op("Add", g.op("Gather", g.weight(VOCAB, d, scale=0.5), ids), pos), d, opset)
 
 
 def bart(batch, layers=1, opset=17) -> Zoo:
-    """A BART-like encoder-decoder in one graph (no cache): post-LN blocks; the encoder unmasked (as
-    Whisper's, the shape onnxruntime's bart fusion takes for encoder attention), the decoder with
-    causal self-attention (the mask a Where, as transformers' _make_causal_mask) and cross-attention
-    on the encoder's output."""
+    """A BART-like encoder-decoder in one graph: post-LN blocks; the encoder unmasked (as Whisper's,
+    the shape onnxruntime's bart fusion takes for encoder attention); the decoder's self-attention
+    with a cache (past_key_self_i / past_value_self_i (B, N, P, h) extended into present_*) and a
+    causal mask over past + new tokens (a Where, as transformers' _make_causal_mask), and
+    cross-attention on the encoder's output."""
     g = Graph(9)
     d = HIDDEN
     x = _bart_embed(g, "input_ids", d, opset)
     for _ in range(layers):
         x = layer_norm(g, g.op("Add", x, bart_attention(g, x, x, d)), d, opset)
         x = layer_norm(g, g.op("Add", x, _linear_t(g, gelu(g, _linear_t(g, x, d, 4 * d)), 4 * d, d)), d, opset)
-    y = _bart_embed(g, "decoder_input_ids", d, opset)
-    steps = g.op("Range", g.const(np.int64(0)), _dim(g, "decoder_input_ids", 1), g.const(np.int64(1)))
-    visible = g.op("Less", _unsq(g, steps, 0), g.op("Add", _unsq(g, steps, 1), g.const(np.int64(1))))
+    past = _dim(g, "past_key_self_0", 2)
+    y = _bart_embed(g, "decoder_input_ids", d, opset, past)
+    one = g.const(np.int64(1))
+    queries = g.op("Range", g.const(np.int64(0)), _dim(g, "decoder_input_ids", 1), one)
+    keys = g.op("Range", g.const(np.int64(0)), g.op("Add", past, _dim(g, "decoder_input_ids", 1)), one)
+    visible = g.op("Less", _unsq(g, keys, 0), g.op("Add", _unsq(g, queries, 1), g.op("Add", past, one)))
     causal = g.op("Where", visible, g.const(np.float32(0)), g.const(np.float32(-10000)))
-    for _ in range(layers):
-        y = layer_norm(g, g.op("Add", y, bart_attention(g, y, y, d, causal)), d, opset)
+    for i in range(layers):
+        cache = (f"past_key_self_{i}", f"past_value_self_{i}", f"present_key_self_{i}", f"present_value_self_{i}")
+        y = layer_norm(g, g.op("Add", y, bart_attention(g, y, y, d, causal, cache)), d, opset)
         y = layer_norm(g, g.op("Add", y, bart_attention(g, y, x, d)), d, opset)
         y = layer_norm(g, g.op("Add", y, _linear_t(g, gelu(g, _linear_t(g, y, d, 4 * d)), 4 * d, d)), d, opset)
     g.output(g.op("MatMul", y, g.weight(d, VOCAB)), "logits")
-    tokens = [batch, "sequence"] if isinstance(batch, str) else [batch, SEQ]
-    decoder = [batch, "decoder_sequence"] if isinstance(batch, str) else [batch, SEQ - 1]
-    model = g.model([_io("input_ids", TensorProto.INT64, tokens), _io("decoder_input_ids", TensorProto.INT64, decoder)],
-                    [_io("logits", TensorProto.FLOAT, decoder + [VOCAB])], opset)
+    dyn = isinstance(batch, str)
+    s, p, t = ("decoder_sequence", "past_sequence", "total_sequence") if dyn else (SEQ - 1, PAST, SEQ - 1 + PAST)
+    h = d // HEADS
+    inputs = [_io("input_ids", TensorProto.INT64, [batch, "sequence" if dyn else SEQ]),
+              _io("decoder_input_ids", TensorProto.INT64, [batch, s])]
+    outputs = [_io("logits", TensorProto.FLOAT, [batch, s, VOCAB])]
+    for i in range(layers):
+        inputs += [_io(f"past_{kv}_self_{i}", TensorProto.FLOAT, [batch, HEADS, p, h]) for kv in ("key", "value")]
+        outputs += [_io(f"present_{kv}_self_{i}", TensorProto.FLOAT, [batch, HEADS, t, h]) for kv in ("key", "value")]
+    model = g.model(inputs, outputs, opset)
 
     def feeds(b, rng):
-        return {"input_ids": rng.integers(0, VOCAB, (b, SEQ)).astype(np.int64),
-                "decoder_input_ids": rng.integers(0, VOCAB, (b, SEQ - 1)).astype(np.int64)}
+        f = {"input_ids": rng.integers(0, VOCAB, (b, SEQ)).astype(np.int64),
+             "decoder_input_ids": rng.integers(0, VOCAB, (b, SEQ - 1)).astype(np.int64)}
+        for i in range(layers):
+            for kv in ("key", "value"):
+                f[f"past_{kv}_self_{i}"] = rng.standard_normal((b, HEADS, PAST, h)).astype(np.float32)
+        return f
     return Zoo("bart", model, feeds, "bart")
-
 
 BUILDERS = {"mlp": mlp, "cnn": cnn, "depthwise_cnn": depthwise_cnn, "bert": bert, "gpt": gpt, "vit": vit,
             "t5_encoder": t5_encoder, "t5_decoder": t5_decoder, "bart": bart}
