@@ -24,19 +24,22 @@ def _scalar(value, name):
     return int(v.reshape(-1)[0])
 
 
-def _buckets(S, num_buckets, max_distance, bidirectional):
+def _buckets(xp, S, num_buckets, max_distance, bidirectional):
     """(S, S) bucket of key t relative to query s, as T5 bins ``t - s``: exact below half the
     buckets, logarithmic up to ``max_distance``, in float32 like the kernel; a unidirectional bias
-    puts every later key in bucket 0 and bidirectional ones use the upper half for later keys."""
-    rel = np.arange(S)[None, :] - np.arange(S)[:, None]
+    puts every later key in bucket 0 and bidirectional ones use the upper half for later keys.
+    Built on the device (a host->device copy would stop a CUDA graph capture)."""
+    pos = xp.arange(S, dtype=np.int64)
+    rel = xp.reshape(pos, (1, S)) - xp.reshape(pos, (S, 1))
     n = num_buckets // 2 if bidirectional else num_buckets
-    bucket = np.where(rel > 0, n, 0) if bidirectional else np.zeros_like(rel)
-    rel = np.abs(rel) if bidirectional else np.maximum(-rel, 0)
+    bucket = (rel > 0).astype(np.int64) * n if bidirectional else None
+    rel = xp.abs(rel) if bidirectional else xp.maximum(-rel, 0)
     exact = n // 2
-    far = np.maximum(rel, exact).astype(np.float32)
-    ratio = np.log(far / np.float32(exact)) / np.log(np.float32(max_distance) / np.float32(exact))
-    large = np.minimum(exact + (ratio * np.float32(n - exact)).astype(np.int64), n - 1)
-    return bucket + np.where(rel < exact, rel, large)
+    ratio = xp.log(xp.maximum(rel, exact).astype(np.float32) / np.float32(exact))
+    ratio = ratio / np.log(np.float32(max_distance) / np.float32(exact))  # float32 scalar: logf of the kernel
+    large = xp.minimum(exact + (ratio * np.float32(n - exact)).astype(np.int64), n - 1)
+    near = xp.where(rel < exact, rel, large)
+    return near if bucket is None else bucket + near
 
 
 @op("RelativePositionBias", domain=MS, since=1, host_inputs=(1, 2))
@@ -52,7 +55,7 @@ def RelativePositionBias(xp, bias_table, query_length, key_length, *, max_distan
     if max_distance <= 0 or num_buckets < (4 if is_bidirectional else 2):
         raise NodeError(f"max_distance {max_distance} must be positive and num_buckets {num_buckets} at least "
                         f"{4 if is_bidirectional else 2} (is_bidirectional={is_bidirectional})")
-    index = xp.asarray(_buckets(S, num_buckets, max_distance, bool(is_bidirectional)).reshape(-1))
+    index = xp.reshape(_buckets(xp, S, num_buckets, max_distance, bool(is_bidirectional)), (-1,))
     table = xp.reshape(bias_table, (N, num_buckets))
     return xp.reshape(xp.take(table, index, axis=1), (1, N, S, S))
 
