@@ -69,7 +69,7 @@ def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, u
         pl = Planes(X, kernel, strides, dilations, pb, out, pad_value)
         return pl.crop(pl.reduce(ufunc), X.shape[1])
     cur = pad_for_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value)
-    for a in reversed(range(len(kernel))):
+    for a in range(len(kernel)):  # the last axis (strided inner loops) last, on the smallest array
         k, s, d, o = kernel[a], strides[a], dilations[a], out[a]
         views = [cur[(slice(None),) * (2 + a) + (slice(t * d, t * d + (o - 1) * s + 1, s),)] for t in range(k)]
         if k == 1:
