@@ -344,7 +344,6 @@ def vit(batch, layers=2, opset=18) -> Zoo:
     return Zoo("vit", model, _image_feeds, "vit")
 
 
-
 # -- encoder-decoder: T5 (RMSNorm, bucketed relative position bias, cross-attention caches) ------
 
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128  # the values onnxruntime's RelativePositionBias fusion expects
@@ -399,7 +398,7 @@ def t5_position_bias(g: Graph, query_length, key_length, bidirectional):
 
 
 def extended_mask(g: Graph, mask):
-    """transformers' get_extended_attention_mask: (B, L) 0/1 -> (1 - m[:, None, None, :]) * min."""
+    """transformers' get_extended_attention_mask: (B, L) 0/1 -> (1 - m[:, None, None, :]) * FMIN."""
     m = g.op("Cast", _unsq(g, _unsq(g, mask, 1), 2), to=TensorProto.FLOAT)
     return g.op("Mul", g.op("Sub", g.const(np.float32(1)), m), g.const(np.float32(FMIN)))
 
