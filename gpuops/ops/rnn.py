@@ -343,6 +343,7 @@ def _fused_gru(linear_before_reset):
         n = 3 if lbr else 2
         hR = xp.empty((D, batch, n * H), dtype=dt)
         hR_g = xp.permute_dims(xp.reshape(hR, (D, batch, n, H)), (2, 0, 1, 3))
+        hR_zr, hR_h = hR_g[:2], hR_g[n - 1]  # hR_h: h's gate, with linear_before_reset
         zr = xp.empty((2, D, batch, H), dtype=dt)
         z, r = zr[0], zr[1]
         hh, diff, rh = (xp.empty((D, batch, H), dtype=dt) for _ in range(3))
@@ -351,22 +352,22 @@ def _fused_gru(linear_before_reset):
         Rbh = None if not lbr or B is None else xp.reshape(B[:, 5 * H:], (D, 1, H))
         matmul, add, sub, mul, tanh = xp.matmul, xp.add, xp.subtract, xp.multiply, xp.tanh
         h = states[0]
-        for xw, y in [(XW[k], Y[k]) for k in range(T)]:
+        for xw_zr, xw_h, y in [(XW[k, :2], XW[k, 2], Y[k]) for k in range(T)]:
             matmul(h, RT_zr, out=hR)
-            add(hR_g[:2], xw[:2], out=zr)
+            add(hR_zr, xw_zr, out=zr)
             tanh(zr, out=zr)
             mul(zr, 0.5, out=zr)
             add(zr, 0.5, out=zr)
             if lbr:  # h~ = tanh(xw_h + r * (h @ Rh^T + Rbh))
                 if Rbh is not None:
-                    add(hR_g[2], Rbh, out=hh)
+                    add(hR_h, Rbh, out=hh)
                     mul(r, hh, out=hh)
                 else:
-                    mul(r, hR_g[2], out=hh)
+                    mul(r, hR_h, out=hh)
             else:  # h~ = tanh(xw_h + (r * h) @ Rh^T), Rbh in xw_h
                 mul(r, h, out=rh)
                 matmul(rh, RT_h, out=hh)
-            add(hh, xw[2], out=hh)
+            add(hh, xw_h, out=hh)
             tanh(hh, out=hh)
             sub(h, hh, out=diff)
             mul(z, diff, out=diff)
