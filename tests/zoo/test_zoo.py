@@ -8,7 +8,7 @@ no-implicit-transfer guard). The static-shape form (a model per batch size, the 
 runs on ``cpu`` at both batch sizes for every pair too, and on ``cuda`` for the float32, optimizer
 level 99, QOperator and float16 variants: the CUDA path depends on the ops, not on the shape form.
 
-The whole zoo takes about 140 s of CPU time (measured: 104 s user + 38 s system, one pytest process);
+The whole zoo takes about 165 s of CPU time (measured: 124 s user + 41 s system, one pytest process);
 most of it is the tools themselves (symbolic shape inference, calibration).
 
 Oracles: onnxruntime on the tool's output. For QDQ models its sessions fuse DequantizeLinear ->
