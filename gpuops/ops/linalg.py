@@ -58,8 +58,8 @@ def MatMul(xp, A, B):
         raise NodeError(f"MatMul needs operands of rank >= 1, got shapes {tuple(A.shape)} and {tuple(B.shape)}")
     if A.ndim > 2 and B.ndim == 2 and A.shape[-1] == B.shape[0]:  # one GEMM over the stacked rows
         Y = xp.matmul(xp.reshape(up(A), (-1, A.shape[-1])), up(B))
-        return xp.reshape(Y, tuple(A.shape[:-1]) + (B.shape[1],)).astype(A.dtype)
-    return xp.asarray(xp.matmul(up(A), up(B))).astype(A.dtype)  # NumPy gives a scalar for 1-D @ 1-D
+        return xp.reshape(Y, tuple(A.shape[:-1]) + (B.shape[1],)).astype(A.dtype, copy=False)
+    return xp.asarray(xp.matmul(up(A), up(B))).astype(A.dtype, copy=False)  # NumPy: a scalar for 1-D @ 1-D
 
 
 def _gemm(xp, A, B, C, alpha: float, beta: float, transA: int, transB: int, broadcast: bool = True):
@@ -69,9 +69,9 @@ def _gemm(xp, A, B, C, alpha: float, beta: float, transA: int, transB: int, broa
     b = up(B).T if transB else up(B)
     if a.shape[1] != b.shape[0]:
         raise NodeError(f"Gemm: inner dimensions differ: A' is {tuple(a.shape)}, B' is {tuple(b.shape)}")
-    y = xp.matmul(a, b)
+    y = xp.matmul(a, b)  # a new array: scaled and shifted in place
     if alpha != 1.0:
-        y = y * alpha
+        y *= alpha
     if C is not None and beta != 0.0:
         out = (a.shape[0], b.shape[1])
         ok = tuple(C.shape) == out if not broadcast else (
@@ -80,8 +80,8 @@ def _gemm(xp, A, B, C, alpha: float, beta: float, transA: int, transB: int, broa
             how = "equal" if not broadcast else "be unidirectionally broadcastable to"
             raise NodeError(f"Gemm: C of shape {tuple(C.shape)} must {how} the output shape {out}")
         c = up(C)
-        y = y + (c * beta if beta != 1.0 else c)
-    return y.astype(A.dtype)
+        y += c * beta if beta != 1.0 else c
+    return y.astype(A.dtype, copy=False)
 
 
 @op("Gemm", since=1)  # 6 is the same; C broadcasts only with broadcast=1
