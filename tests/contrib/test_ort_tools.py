@@ -150,6 +150,17 @@ def test_qlinear_softmax(dtype, opset, axis, shape):
     check(ms_node("QLinearSoftmax", list(feeds), ["y"], opset=opset, axis=axis), feeds)
 
 
+@pytest.mark.parametrize("dtype,zy", [(U8, 5), (I8, 0), (I8, -128)])
+def test_qlinear_softmax_saturates_a_certain_row(dtype, zy):
+    # one dominant logit per row: its probability rounds to 1 / y_scale = 256 steps, past the type
+    low = 0 if dtype == U8 else -60
+    x = np.full((3, 5), low, dtype)
+    x[np.arange(3), [0, 2, 4]] = low + 170
+    x[1, 1] = low + 160  # a second candidate: a row that is not quite certain
+    feeds = {"x": x, "sx": f32(0.07502239), "zx": np.array(10, dtype), "sy": f32(1 / 256), "zy": np.array(zy, dtype)}
+    check(ms_node("QLinearSoftmax", list(feeds), ["y"], opset=13, axis=-1), feeds)
+
+
 @pytest.mark.parametrize("dtype", [U8, I8])
 def test_qlinear_where(dtype):
     feeds = {"c": bools(3, 4), "x": q8(dtype, 3, 4), "sx": f32(0.05), "zx": np.array(2, dtype),

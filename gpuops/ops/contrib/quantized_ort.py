@@ -87,11 +87,8 @@ def QLinearSoftmax(xp, X, X_scale, x_zero_point=None, y_scale=None, y_zero_point
     q = xp.rint(e * multiplier / total).astype(np.int32)
     if y_zero_point is not None:
         q = q + xp.reshape(y_zero_point, ()).astype(np.int32)
-    dtype = np.dtype(X.dtype)
-    if dtype == np.uint8:
-        return xp.minimum(q, 255).astype(dtype)
-    # int8: onnxruntime caps at 255 only, then narrows (wrapping) to int8
-    return xp.minimum(q, 255).astype(np.uint8).astype(dtype)
+    info = np.iinfo(X.dtype)  # saturated, as onnxruntime (1.32) does for int8 as well as uint8
+    return clamp(xp, q, int(info.min), int(info.max)).astype(X.dtype)
 
 
 # -- QLinearWhere -------------------------------------------------------------------------------
