@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from .helpers import check, make_model, ms_node, ort_has_kernel, rand, randint, run_ort
+from .helpers import DEVICES, check, make_model, ms_node, ort_has_kernel, rand, randint, run_ort
 
 
 # -- Gelu family --------------------------------------------------------------------------------
@@ -230,6 +230,19 @@ def test_qattention(signed, with_mask):
     feeds["xzp"], feeds["wzp"] = np.array(120, np.uint8), np.array(3 if signed else 128, wt)
     inputs += ["xzp", "wzp"]
     check(ms_node("QAttention", inputs, ["y"], num_heads=2), feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_qattention_without_its_bias_is_refused_naming_the_node(device):
+    import gpuops
+
+    feeds = {"x": randint(0, 255, 1, 2, 8, dtype=np.uint8), "w": randint(0, 255, 8, 24, dtype=np.uint8),
+             "xs": np.array(0.02, np.float32), "ws": np.array(0.01, np.float32)}
+    node = ms_node("QAttention", ["x", "w", "", "xs", "ws"], ["y"], num_heads=2)
+    node.name = "qatt"
+    sess = gpuops.InferenceSession(make_model(node, feeds), device=device)
+    with pytest.raises(gpuops.errors.NodeError, match="'qatt'.*needs its bias"):
+        sess.run(None, feeds)
 
 
 def _longformer_reference(input, weight, bias, mask, global_weight, global_bias, global_, num_heads, window):

@@ -352,6 +352,9 @@ def QAttention(xp, input, weight, bias, input_scale, weight_scale, mask_index=No
                mask_filter_value=-10000.0, do_rotary=0, past_present_share_buffer=0, n_outputs=1):
     """Attention on (input - izp) @ (weight - wzp) * input_scale * weight_scale + bias (int32 accumulation)."""
     _unsupported(do_rotary=do_rotary, past_present_share_buffer=past_present_share_buffer)
+    if bias is None:
+        raise NodeError("QAttention needs its bias input (input 2, required by the spec; onnxruntime "
+                        "refuses the node too)")
     acc = _matmul_integer(xp, input, weight, input_zero_point, weight_zero_point)
     dtype = np.dtype(bias.dtype)
     multiplier = (xp.reshape(input_scale, ()).astype(np.float32) *
