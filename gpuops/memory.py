@@ -38,6 +38,7 @@ class LiveBytes:
 
 
 _hook_ids = itertools.count()
+_NO_POOL = contextlib.nullcontext()
 
 
 @dataclass
@@ -93,12 +94,12 @@ class MemoryManager:
         with self._on_device():
             pool.free_all_blocks()
 
-    @contextlib.contextmanager
     def active(self):
-        """Allocations inside come from this session's pool (and are counted)."""
-        if self.pool is None:
-            yield
-            return
+        """A ``with`` block whose allocations come from this session's pool (and are counted)."""
+        return _NO_POOL if self.pool is None else self._active()
+
+    @contextlib.contextmanager
+    def _active(self):
         lib = self.device.lib
         with lib.cuda.Device(self.device.index), lib.cuda.using_allocator(self.pool.malloc), self._hook:
             yield

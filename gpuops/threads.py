@@ -10,7 +10,6 @@ afterwards; without it, the BLAS keeps its own setting (``OPENBLAS_NUM_THREADS``
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 
@@ -61,15 +60,24 @@ def resolve(threads: int | None) -> int:
     return threads
 
 
-@contextlib.contextmanager
-def blas_threads(n: int):
-    """Run the enclosed code with ``n`` BLAS threads, then restore the previous counts."""
-    saved = [(c, c.get_num_threads()) for c in _blas_controllers()]
-    changed = [(c, old) for c, old in saved if old != n]
-    for c, _ in changed:
-        c.set_num_threads(n)
-    try:
-        yield
-    finally:
-        for c, old in changed:
+class blas_threads:
+    """``with blas_threads(n):`` runs the enclosed code with ``n`` BLAS threads, then restores the
+    previous counts (a plain class: it wraps every run, where a generator's overhead shows)."""
+
+    __slots__ = ("n", "changed")
+
+    def __init__(self, n: int):
+        self.n = n
+        self.changed: list = []
+
+    def __enter__(self):
+        self.changed = []
+        for c in _blas_controllers():
+            old = c.get_num_threads()
+            if old != self.n:
+                c.set_num_threads(self.n)
+                self.changed.append((c, old))
+
+    def __exit__(self, *exc):
+        for c, old in self.changed:
             c.set_num_threads(old)

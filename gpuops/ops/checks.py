@@ -13,7 +13,6 @@ A CUDA graph keeps the arrays its capture recorded: a replay refreshes them, and
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Callable
 
@@ -51,14 +50,18 @@ def active() -> Deferred | None:
     return stack[-1] if stack else None
 
 
-@contextlib.contextmanager
-def deferred():
-    """Collect the checks of the ops run inside the block (this thread) in a :class:`Deferred`."""
-    d = Deferred()
-    _state.stack = getattr(_state, "stack", []) + [d]
-    try:
-        yield d
-    finally:
+class deferred:
+    """``with deferred() as d:`` collects the checks of the ops run inside the block (this thread) in
+    the :class:`Deferred` ``d`` (a plain class: the executor opens one per run)."""
+
+    __slots__ = ("d",)
+
+    def __enter__(self) -> Deferred:
+        self.d = Deferred()
+        _state.stack = getattr(_state, "stack", []) + [self.d]
+        return self.d
+
+    def __exit__(self, *exc):
         _state.stack = _state.stack[:-1]
 
 
