@@ -160,15 +160,19 @@ class InferenceSession:
                     feeds = None  # env's alone: a feed is freed after its last use
                     if profile:
                         syncs, launches = self.device.host_sync_count(), self.device.kernel_launch_count()
-                    with checks.deferred() as pending:  # index checks, read once the run is done
+                    if self.device.kind == "cpu":  # NumPy checks run at once (checks.require)
+                        pending = None
                         run_plan(self.plan, env, ctx)
+                    else:
+                        with checks.deferred() as pending:  # index checks, read once the run is done
+                            run_plan(self.plan, env, ctx)
                     outs = [env[n] for n in names]
                     del env
                     self.memory.note_run(ctx.live)
                     if profile:
                         syncs = self.device.host_sync_count() - syncs
                         launches = None if launches is None else self.device.kernel_launch_count() - launches
-                    if pending.pending:
+                    if pending is not None and pending.pending:
                         pending.check()
         except OutOfMemoryError:
             self.memory.release_cached()
@@ -457,6 +461,7 @@ class _Code(NamedTuple):
     release: tuple  # (name, produced here: counted in the live bytes)
     syncs: bool
     reuse: tuple  # inputs whose buffer may take the output (``inplace`` ops): (position, name)
+    subgraphs: dict  # graph attributes' plans (empty for most nodes)
 
 
 def _code(plan: Plan) -> list[_Code]:
@@ -466,7 +471,7 @@ def _code(plan: Plan) -> list[_Code]:
             _Code(s, s.impl.fn, s.attrs, _lookup(s), s.outputs[0] if len(s.outputs) == 1 and s.outputs[0] else None,
                   sum(1 for o in s.outputs if o), tuple(s.outputs),
                   tuple((n, n in plan.produced or n in plan.fed) for n in s.release), bool(s.impl.syncs),
-                  _reusable(s, plan))
+                  _reusable(s, plan), s.subgraphs)
             for s in plan.steps]
     return code
 
@@ -538,84 +543,93 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     xp, live, profile, on_cpu = device.xp, ctx.live, ctx.profile, device.kind == "cpu"
     note_node = ctx.memory.note_node if ctx.memory.pool is not None else None
     pending, keep_all = checks.active(), ctx.keep_all
-    # unpacked, and the common cases first: this loop is the per-node cost of every model
-    for step, fn, attrs, lookup, single, n_required, outputs, release, syncs, reuse in _code(plan):
-        if pending is not None:
-            pending.node = step  # described only if its check fails
-        try:
-            args = lookup(env)
-            if args[-1] is None:  # an optional output left unset upstream
-                args = _gather(step, env, device)
-        except (KeyError, TypeError):  # TypeError: no lookup (subgraphs, host or omitted inputs)
-            args = _gather(step, env, device)  # raises, naming a missing input
-        if step.subgraphs:
-            attrs = {**attrs, **{k: Subgraph(p, env, ctx) for k, p in step.subgraphs.items()}}
-        if profile is not None:
-            timer = NodeTimer(device, ctx.memory)
-        step_xp = xp
-        if not on_cpu and any(_host_resident(a) for a in args):
-            step_xp, args = _on_host(step, args, ctx)
-        into = None
-        if reuse and (len(reuse) > 1 or args[reuse[0][0]].nbytes >= MIN_IN_PLACE_BYTES) and not keep_all \
-                and step_xp is xp:
-            into = _dying_buffer(args, reuse, device)
-        try:
-            if into is not None:
-                result = fn(step_xp, *args, out=args[into[0]], **attrs)
-            elif syncs and step_xp is xp:
-                with device.declared_syncs():
-                    result = fn(step_xp, *args, **attrs)
-            else:
-                result = fn(step_xp, *args, **attrs)
-            if step_xp is not xp:
-                result = _to_device(device, result)
-        except GpuopsError as e:
-            ctx.failed_node = ctx.failed_node or step.name
-            if step.name in str(e):
-                raise
-            raise type(e)(f"{step.describe()}: {e}") from e
-        except Exception as e:
-            ctx.failed_node = ctx.failed_node or step.name
-            limit = ctx.memory.stats()["limit_bytes"]
-            raise _oom_or(e, lambda: NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}"),
-                          f"{step.describe()} ran out of device memory on {device}"
-                          + (f" (session memory_limit {limit:,} bytes)" if limit else "")) from e
-        if into is not None:  # the input's buffer is now the output's: it dies here, not after
-            live.current -= _nbytes(env.pop(into[1]))
-            live.in_place += 1
-        if single is not None and type(result) is not tuple:
-            env[single] = result
+    cur, peak, made = live.current, live.peak, live.produced  # kept here, stored back at the end
+    try:
+        # unpacked, and the common cases first: this loop is the per-node cost of every model
+        for step, fn, attrs, lookup, single, n_required, outputs, release, syncs, reuse, subgraphs in _code(plan):
+            if pending is not None:
+                pending.node = step  # described only if its check fails
             try:
-                nb = result.nbytes
-            except AttributeError:  # a sequence, or None
-                nb = _nbytes(result)
-            outs = None
-        else:
-            outs = result if isinstance(result, tuple) else (result,)
-            if len(outs) < n_required:
-                raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
-                                f"{len(step.outputs)}")
-            nb = 0
-            for name, value in zip(outputs, outs):
-                if name:
-                    env[name] = value
-                    nb += _nbytes(value)
-        current = live.current + nb
-        live.current = current
-        live.produced += nb
-        if current > live.peak:
-            live.peak = current
-        if profile is not None:
-            profile.append(timer.done(step, (result,) if outs is None else outs, in_place=into is not None))
-        if note_node is not None:
-            note_node()
-        if not keep_all:
-            for name, counted in release:
-                value = env.pop(name, None)
-                if counted and value is not None:
-                    live.current -= _nbytes(value)
-        args = result = outs = value = None  # the values are env's alone: a dead one is freed, and
-        # one that dies at the next node has no reference left but env's and its arguments'
+                args = lookup(env)
+                if args[-1] is None:  # an optional output left unset upstream
+                    args = _gather(step, env, device)
+            except (KeyError, TypeError):  # TypeError: no lookup (subgraphs, host or omitted inputs)
+                args = _gather(step, env, device)  # raises, naming a missing input
+            if subgraphs:
+                attrs = {**attrs, **{k: Subgraph(p, env, ctx) for k, p in subgraphs.items()}}
+                live.current, live.peak, live.produced = cur, peak, made  # the bodies count on
+            if profile is not None:
+                timer = NodeTimer(device, ctx.memory)
+            step_xp = xp
+            if not on_cpu and any(_host_resident(a) for a in args):
+                step_xp, args = _on_host(step, args, ctx)
+            into = None
+            if reuse and (len(reuse) > 1 or args[reuse[0][0]].nbytes >= MIN_IN_PLACE_BYTES) and not keep_all \
+                    and step_xp is xp:
+                into = _dying_buffer(args, reuse, device)
+            try:
+                if into is not None:
+                    result = fn(step_xp, *args, out=args[into[0]], **attrs)
+                elif syncs and step_xp is xp:
+                    with device.declared_syncs():
+                        result = fn(step_xp, *args, **attrs)
+                else:
+                    result = fn(step_xp, *args, **attrs)
+                if step_xp is not xp:
+                    result = _to_device(device, result)
+            except GpuopsError as e:
+                ctx.failed_node = ctx.failed_node or step.name
+                if step.name in str(e):
+                    raise
+                raise type(e)(f"{step.describe()}: {e}") from e
+            except Exception as e:
+                ctx.failed_node = ctx.failed_node or step.name
+                limit = ctx.memory.stats()["limit_bytes"]
+                raise _oom_or(e, lambda: NodeError(f"{step.describe()} failed: {type(e).__name__}: {e}"),
+                              f"{step.describe()} ran out of device memory on {device}"
+                              + (f" (session memory_limit {limit:,} bytes)" if limit else "")) from e
+            if subgraphs:
+                cur, peak, made = live.current, live.peak, live.produced
+            if into is not None:  # the input's buffer is now the output's: it dies here, not after
+                cur -= _nbytes(env.pop(into[1]))
+                live.in_place += 1
+            if single is not None and type(result) is not tuple:
+                env[single] = result
+                try:
+                    nb = result.nbytes
+                except AttributeError:  # a sequence, or None
+                    nb = _nbytes(result)
+                outs = None
+            else:
+                outs = result if isinstance(result, tuple) else (result,)
+                if len(outs) < n_required:
+                    raise NodeError(f"{step.describe()} produced {len(outs)} output(s), the node expects "
+                                    f"{len(step.outputs)}")
+                nb = 0
+                for name, value in zip(outputs, outs):
+                    if name:
+                        env[name] = value
+                        nb += _nbytes(value)
+            cur += nb
+            made += nb
+            if cur > peak:
+                peak = cur
+            if profile is not None:
+                profile.append(timer.done(step, (result,) if outs is None else outs, in_place=into is not None))
+            if note_node is not None:
+                note_node()
+            if not keep_all:
+                for name, counted in release:
+                    value = env.pop(name, None)
+                    if counted and value is not None:
+                        try:
+                            cur -= value.nbytes
+                        except AttributeError:
+                            cur -= _nbytes(value)
+            args = result = outs = value = None  # the values are env's alone: a dead one is freed, and
+            # one that dies at the next node has no reference left but env's and its arguments'
+    finally:
+        live.current, live.peak, live.produced = cur, peak, made
 
 
 def is_out_of_memory(e: BaseException) -> bool:
