@@ -1097,7 +1097,17 @@ cp = _Namespace("gpuops.cuda_standin.cp", np)  # what ``import cupy`` gives, on 
 for _k, _v in {"ndarray": ndarray, "asarray": asarray, "asnumpy": asnumpy, "from_dlpack": from_dlpack,
                "cuda": cuda, "RawModule": RawModule, "get_default_memory_pool": get_default_memory_pool}.items():
     setattr(cp, _k, _v)
-cp.array = lambda obj, dtype=None, copy=True, **kw: asarray(obj, dtype=dtype)
+
+
+def array(obj, dtype=None, copy=True, **kwargs):
+    """``cupy.array``: a new array (a device-side copy of a device array) unless ``copy=False`` and
+    none is needed."""
+    if copy and isinstance(obj, ndarray) and obj._m.device == _current_device():
+        return _call(np.array, (obj,), {"dtype": dtype, "copy": True})
+    return asarray(obj, dtype=dtype)
+
+
+cp.array = array
 
 
 def _array_api_namespace():
@@ -1121,8 +1131,13 @@ def _array_api_namespace():
     ns.bool = np.bool_
 
     def api_asarray(obj, /, *, dtype=None, device=None, copy=None, **kwargs):
-        with cuda.Device(device):
-            return asarray(obj, dtype=dtype)
+        with cuda.Device(device):  # as array-api-compat's: copy=True always copies
+            if copy is None:
+                return asarray(obj, dtype=dtype)
+            res = array(obj, dtype=dtype, copy=copy)
+            if not copy and res is not obj:
+                raise ValueError("Unable to avoid copy while creating an array as requested")
+            return res
 
     def astype(x, dtype, /, *, copy=True, device=None):
         return x.astype(dtype=dtype, copy=copy)

@@ -220,3 +220,17 @@ def test_cpu_chain_holds_no_more_than_the_liveness_minimum():
     st = sess.memory_stats()
     assert st["planned_peak_bytes"] == 2 * x.nbytes and st["in_place_outputs"] == n - 1
     assert held <= 1.1 * st["planned_peak_bytes"] - x.nbytes  # the feed was allocated before
+
+
+def test_device_asarray_with_copy_true_copies():
+    # array-api-compat's asarray(copy=True) is cupy.array(copy=True) on CuPy: a new buffer (ops that
+    # must not alias their input, Clip without bounds say, rely on it)
+    cuda = get_device("cuda")
+    xp = cuda.xp
+    a = xp.arange(6, dtype=xp.float32)
+    for c in (xp.asarray(a[::2], copy=True), xp.asarray(a, copy=True), cuda.lib.array(a)):
+        c[...] = -1
+    np.testing.assert_array_equal(cuda.to_host(a), np.arange(6, dtype=np.float32))
+    assert xp.asarray(a) is a and xp.asarray(a, copy=False) is a
+    with pytest.raises(ValueError):
+        xp.asarray(a, dtype=xp.float64, copy=False)  # a copy is needed

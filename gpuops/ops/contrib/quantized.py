@@ -25,9 +25,9 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ..elementwise import clamp
-from ..pool import AveragePool as _average_pool
+from ..conv import window_taps
 from ..pool import _geometry as _pool_geometry
-from ..pool import _sum_windows
+from ..pool import _window_counts
 from ..quantize import DequantizeLinear_21 as _dequantize_linear
 from ..quantize import DynamicQuantizeLinear as _dynamic_quantize
 from ..quantize import MatMulInteger as _matmul_integer
@@ -171,13 +171,15 @@ def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_p
     kernel size, even where ``ceil_mode`` overhangs the padding), quantize as round(y / scale + zp)."""
     _check_8bit(X)
     x = _to_channels_first(xp, _dequant(xp, X, x_scale, x_zero_point), channels_last)
-    if count_include_pad:
-        kernel, strides_, dil, pb, pe, out = _pool_geometry(x, kernel_shape, strides, None, pads, auto_pad, ceil_mode)
-        y = _sum_windows(xp, x, kernel, strides_, dil, pb, pe, out) / float(math.prod(kernel))
-    else:
-        y = _average_pool(xp, x, auto_pad=auto_pad, ceil_mode=ceil_mode, kernel_shape=kernel_shape, pads=pads,
-                          strides=strides)
-    y = _from_channels_first(xp, y, channels_last)
+    kernel, strides_, dil, pb, pe, out = _pool_geometry(x, kernel_shape, strides, None, pads, auto_pad, ceil_mode)
+    # each window's cells added in row-major order, as onnxruntime's loop adds them (padding adds
+    # zeros): the same float32 roundings, so the same quantized results at rounding ties
+    total = None
+    for tap in window_taps(xp, x, kernel, strides_, dil, pb, pe, out):
+        total = xp.asarray(tap, copy=True) if total is None else xp.add(total, tap, out=total)
+    counts = float(math.prod(kernel)) if count_include_pad else _window_counts(
+        xp, x.shape[2:], kernel, strides_, dil, pb, pe, out, False, x.dtype)
+    y = _from_channels_first(xp, total / counts, channels_last)
     dtype = _out_dtype(X, y_zero_point)
     lo, hi = _range(dtype)
     q = xp.rint(y / _scalar(xp, y_scale) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point)))
