@@ -54,14 +54,11 @@ SOURCE_ORACLE["bart", "opt-L1", "static"] = SOURCE_ORACLE["gpt", "opt-L1", "stat
 _T5_QATTENTION = ("the tool's output is invalid: quantize_dynamic turns T5's fused Attention (no bias, the relative "
                   "position bias as attention_bias) into a QAttention without its required bias input and drops the "
                   "attention_bias; onnxruntime rejects the model too")
-_INT8_SOFTMAX = ("gpuops' int8 QLinearSoftmax wraps a probability that rounds to 1.0 (y_zero_point -128 + 256) "
-                 "to -128 where onnxruntime 1.32 saturates it to 127 (a cross-attention row with one dominant key)")
 KNOWN = {
     ("bart", "qdyn-optimized", "dynamic"): "the tool fails: quant_pre_process's symbolic shape inference does not "
                                            "complete on the optimized BART with symbolic axes",
     ("t5_encoder", "qdyn-optimized", "dynamic"): _T5_QATTENTION,
     ("t5_encoder", "qdyn-optimized", "static"): _T5_QATTENTION,
-    ("t5_decoder", "qstatic-QOperator-s8s8-reducerange", "dynamic"): _INT8_SOFTMAX,
 }
 
 CASES = [pytest.param(m, v, f, id=f"{m}-{v.name}-{f}",
