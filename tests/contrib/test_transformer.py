@@ -113,7 +113,7 @@ def test_fused_gemm(activation, extra):
 
 
 @pytest.mark.parametrize("activation,params", [("", None), ("Relu", None), ("LeakyRelu", [0.1]),
-                                               ("Clip", [-0.5, 0.5]), ("Sigmoid", None)])
+                                               ("Clip", [-0.5, 0.5]), ("Sigmoid", None), ("HardSwish", None)])
 @pytest.mark.parametrize("with_z", [False, True])
 def test_fused_conv(activation, params, with_z):
     feeds = {"x": rand(1, 4, 6, 6), "w": rand(6, 2, 3, 3), "b": rand(6)}

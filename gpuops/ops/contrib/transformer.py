@@ -47,9 +47,17 @@ def _compute_dtype(X):
 
 # -- activations --------------------------------------------------------------------------------
 
-def fused_activation(xp, Y, name: str | None, alpha=None, beta=None, gamma=None):
-    """The activation a Fused* node names, with onnxruntime's parameter defaults."""
+def fused_activation(xp, Y, name: str | None, alpha=None, beta=None, gamma=None, *, own: bool = False):
+    """The activation a Fused* node names, with onnxruntime's parameter defaults. ``own``: Y is the
+    node's own new array, so Relu, Clip and HardSwish may write their result over it."""
     name = name or ""
+    if own and Y.dtype.kind == "f" and name in ("Relu", "Clip", "HardSwish"):
+        if name == "Relu":
+            return _act.Relu(xp, Y, out=Y)
+        if name == "HardSwish":
+            return xp.multiply(Y, clamp(xp, Y * (1 / 6) + 0.5, 0, 1), out=Y)
+        lo, hi = (-np.inf if alpha is None else float(alpha)), (np.inf if beta is None else float(beta))
+        return xp.minimum(xp.maximum(Y, lo, out=Y), hi, out=Y)
 
     def a(default):
         return default if alpha is None else float(alpha)
@@ -182,7 +190,7 @@ def TransposeMatMul(xp, A, B, *, alpha=1.0, transA=0, transB=0):
 def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activation_beta=None,
               activation_gamma=None, alpha=1.0, beta=1.0, transA=0, transB=0):
     Y = _gemm(xp, A, B, C, alpha=alpha, beta=beta, transA=transA, transB=transB)
-    return fused_activation(xp, Y, activation, activation_alpha, activation_beta, activation_gamma)
+    return fused_activation(xp, Y, activation, activation_alpha, activation_beta, activation_gamma, own=True)
 
 
 @op("FusedConv", domain=MS, since=1)
@@ -191,9 +199,12 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     """activation(Conv(X, W) + B + Z)."""
     Y = _conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
               pads=pads, strides=strides)
-    if Z is not None:
-        Y = Y + Z
-    return fused_activation(xp, Y, activation, *_params(activation_params))
+    if Z is not None:  # Y is the conv's new array: the residual and activation go into it
+        if tuple(Z.shape) == tuple(Y.shape) and Z.dtype == Y.dtype:
+            Y += Z
+        else:
+            Y = Y + Z
+    return fused_activation(xp, Y, activation, *_params(activation_params), own=True)
 
 
 # -- normalizations -----------------------------------------------------------------------------
