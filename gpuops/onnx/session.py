@@ -573,8 +573,8 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
                 elif syncs and step_xp is xp:
                     with device.declared_syncs():
                         result = fn(step_xp, *args, **attrs)
-                else:
-                    result = fn(step_xp, *args, **attrs)
+                else:  # without an empty ** when there are no attributes: measurably cheaper
+                    result = fn(step_xp, *args, **attrs) if attrs else fn(step_xp, *args)
                 if step_xp is not xp:
                     result = _to_device(device, result)
             except GpuopsError as e:
