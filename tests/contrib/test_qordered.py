@@ -295,17 +295,36 @@ def _encoder_feeds(batch, rng):
     return {"hidden": rng.standard_normal((batch, 8, 16)).astype(np.float32), "attention_mask": mask}
 
 
-def test_optimizer_qordered_fusions_on_a_qdq_bert(tmp_path):
-    import logging
-
-    import onnx
+def _matches_qdq_source(fused, qdq_path, out_scale, rng):
+    """gpuops on the fused model (cpu and cuda, batch 1 and 3) against onnxruntime CPU on its QDQ
+    source. The same int8 pipeline runs on both sides; only float32 rounding inside
+    LayerNormalization, Gelu and the requantizations differs, which may move a value at a rounding
+    boundary by one step of its tensor: two steps of the output's scale are allowed, and 98% of the
+    values must be equal."""
     import onnxruntime as ort
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-    from onnxruntime.transformers.optimizer import optimize_model
 
     import gpuops
 
     from ..conformance.harness import device_guard
+
+    oracle = ort.InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        feeds = _encoder_feeds(batch, rng)
+        want = oracle.run(None, feeds)[0]
+        for device in DEVICES:
+            sess = gpuops.InferenceSession(fused, device=device)
+            with device_guard(device):
+                got = sess.run(None, feeds)[0]
+            np.testing.assert_allclose(got, want, rtol=0, atol=2.01 * out_scale)
+            assert np.mean(got == want) > 0.98
+
+
+def test_optimizer_qordered_fusions_on_a_qdq_bert(tmp_path):
+    import logging
+
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.transformers.optimizer import optimize_model
 
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     rng = np.random.default_rng(3)
@@ -337,19 +356,7 @@ def test_optimizer_qordered_fusions_on_a_qdq_bert(tmp_path):
                       "QOrderedAttention": 0}
     last = next(n for n in fused.graph.node if n.output[0] == "out")  # DequantizeLinear
     out_scale = float(onnx.numpy_helper.to_array(next(t for t in fused.graph.initializer if t.name == last.input[1])))
-    qdq = ort.InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
-    for batch in (1, 3):
-        feeds = _encoder_feeds(batch, rng)
-        want = qdq.run(None, feeds)[0]
-        for device in DEVICES:
-            sess = gpuops.InferenceSession(fused, device=device)
-            with device_guard(device):
-                got = sess.run(None, feeds)[0]
-            # the same int8 pipeline on both sides; only float32 rounding inside LayerNormalization,
-            # Gelu and the requantizations differs, which may move a value at a rounding boundary by
-            # one step of its tensor: allow two steps of the output's scale
-            np.testing.assert_allclose(got, want, rtol=0, atol=2.01 * out_scale)
-            assert np.mean(got == want) > 0.98
+    _matches_qdq_source(fused, qdq_path, out_scale, rng)
 
 
 def _trt_style_encoder(scales=None):
@@ -406,10 +413,6 @@ def test_optimizer_qordered_attention_on_a_tensorrt_style_qdq_bert(tmp_path):
     import onnxruntime as ort
     from onnxruntime.transformers.optimizer import optimize_model
 
-    import gpuops
-
-    from ..conformance.harness import device_guard
-
     rng = np.random.default_rng(4)
     model, marks = _trt_style_encoder()
     model.graph.output.extend([onnx.ValueInfoProto(name=n) for n in marks if n not in ("hidden", "out")])
@@ -427,14 +430,4 @@ def test_optimizer_qordered_attention_on_a_tensorrt_style_qdq_bert(tmp_path):
     fused = onnx.load(str(tmp_path / "fused.onnx"))
     ops = sorted(n.op_type for n in fused.graph.node if n.op_type.startswith("QOrdered"))
     assert ops == ["QOrderedAttention", "QOrderedGelu"] + ["QOrderedLayerNormalization"] * 3 + ["QOrderedMatMul"] * 3
-    oracle = ort.InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
-    for batch in (1, 3):
-        feeds = _encoder_feeds(batch, rng)
-        want = oracle.run(None, feeds)[0]
-        for device in DEVICES:
-            sess = gpuops.InferenceSession(fused, device=device)
-            with device_guard(device):
-                got = sess.run(None, feeds)[0]
-            # as above: two steps of the output's scale where float32 rounding differs at a boundary
-            np.testing.assert_allclose(got, want, rtol=0, atol=2.01 * amax["out"] / 127)
-            assert np.mean(got == want) > 0.98
+    _matches_qdq_source(fused, qdq_path, amax["out"] / 127, rng)
