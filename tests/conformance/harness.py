@@ -43,12 +43,32 @@ def check_case(case, device: str) -> None:
     out_names = [o.name for o in case.model.graph.output]
     for inputs, expected in case.data_sets:
         feeds = dict(zip(names, map(_from_proto, inputs)))
+        before = {k: _copy(v) for k, v in feeds.items()}
         expected = [_from_proto(e) for e in expected]
         with device_guard(device):
             got = sess.run(out_names, feeds)
         assert len(got) == len(expected)
         for name, g, e in zip(out_names, got, expected):
             assert_close(g, e, case.rtol, case.atol, name)
+        for k, v in feeds.items():  # no op writes into what it reads (buffer reuse, in-place kernels)
+            assert _same(v, before[k]), f"input {k!r} was modified by the run"
+
+
+def _copy(value):
+    return [_copy(v) for v in value] if isinstance(value, list) else (
+        None if value is None else np.array(value, copy=True))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
+    if a is None or b is None:
+        return a is b
+    a = np.asarray(a)
+    try:
+        return np.array_equal(a, b, equal_nan=a.dtype.kind not in "OUSbiu")
+    except TypeError:  # no isnan for the type
+        return np.array_equal(a, b)
 
 
 def _from_proto(value):
