@@ -11,7 +11,7 @@ from onnx import helper
 
 import gpuops
 
-from ..conformance.harness import device_guard
+from ..conformance.harness import device_guard, unchanged
 
 DEVICES = ("cpu", "cuda")
 RNG = np.random.default_rng(1234)
@@ -49,7 +49,7 @@ def ort_has_kernel(node, feeds) -> bool:
 
 def run_gpuops(model, feeds, device: str):
     sess = gpuops.InferenceSession(model, device=device)
-    with device_guard(device):
+    with device_guard(device), unchanged(feeds):
         return sess.run(None, feeds)
 
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import gpuops
 
-from tests.conformance.harness import assert_close, device_guard
+from tests.conformance.harness import assert_close, device_guard, unchanged
 
 DEVICES = ["cpu", "cuda"]  # "cuda" is the CPU stand-in without a GPU: it proves no implicit transfers
 
@@ -64,8 +64,9 @@ def one_node_model(op_type, inputs, outputs=1, *, opset=18, domain="", opsets=No
 def run_gpuops(model, feeds, device="cpu", outputs=None):
     """Run ``model`` in gpuops; on the CUDA stand-in any implicit device-to-host copy is an error."""
     sess = gpuops.InferenceSession(model, device=device)
-    with device_guard(device):
-        return sess.run(outputs, dict(feeds))
+    feeds = dict(feeds)
+    with device_guard(device), unchanged(feeds):
+        return sess.run(outputs, feeds)
 
 
 def run_ort(model, feeds, outputs=None):
