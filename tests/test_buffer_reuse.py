@@ -234,3 +234,19 @@ def test_device_asarray_with_copy_true_copies():
     assert xp.asarray(a) is a and xp.asarray(a, copy=False) is a
     with pytest.raises(ValueError):
         xp.asarray(a, dtype=xp.float64, copy=False)  # a copy is needed
+
+
+def test_cpu_weights_are_read_only_and_outputs_writable():
+    # an op writing into a weight would change every later run: NumPy refuses it; an output that is a
+    # weight (or a view of one) comes back as the caller's own copy
+    w = np.arange(6, dtype=np.float32)
+    shape = numpy_helper.from_array(np.array([2, 3], np.int64), "shape")
+    m = model([helper.make_node("Reshape", ["w", "shape"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])],
+              [("x", F, [2, 3])], [("r", F, [2, 3]), ("y", F, [2, 3])], [("w", w)])
+    m.graph.initializer.append(shape)
+    sess = gpuops.InferenceSession(m, device="cpu", optimize="none")
+    assert all(not a.flags.writeable for a in sess.plan.weights.values())
+    r, y = sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    r += 1  # the caller's copy
+    r2, _ = sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(r2, w.reshape(2, 3))

@@ -62,8 +62,12 @@ class Plan:
     output_info: list[onnx.ValueInfoProto] = field(default_factory=list)
 
     def upload(self, device) -> None:
-        """Copy initializers (this plan's and its subgraphs') to ``device`` once."""
+        """Copy initializers (this plan's and its subgraphs') to ``device`` once. Host-resident ones
+        are made read-only: an op that wrote into a weight would change every later run."""
         self.weights = {k: device.asarray(v) for k, v in self.initializers.items()}
+        for w in self.weights.values():
+            if isinstance(w, np.ndarray):
+                w.flags.writeable = False
         for step in self.steps:
             for sub in step.subgraphs.values():
                 sub.upload(device)

@@ -188,8 +188,8 @@ class InferenceSession:
             return outs
         host = []
         for name, v in zip(names, outs):
-            if type(v) is np.ndarray:
-                host.append(v)
+            if type(v) is np.ndarray:  # the caller's to keep and change: never a (read-only) weight
+                host.append(v if v.flags.writeable else v.copy())
                 continue
             try:
                 host.append(_to_host(v))
