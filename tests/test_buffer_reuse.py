@@ -248,5 +248,7 @@ def test_cpu_weights_are_read_only_and_outputs_writable():
     assert all(not a.flags.writeable for a in sess.plan.weights.values())
     r, y = sess.run(None, {"x": np.ones((2, 3), np.float32)})
     r += 1  # the caller's copy
-    r2, _ = sess.run(None, {"x": np.ones((2, 3), np.float32)})
-    np.testing.assert_array_equal(r2, w.reshape(2, 3))
+    (r2,) = sess.run(["r"], {"x": np.ones((2, 3), np.float32)}, output_device="device")
+    r2 += 1
+    (r3,) = sess.run(["r"], {"x": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(r3, w.reshape(2, 3))

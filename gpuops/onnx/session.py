@@ -185,7 +185,7 @@ class InferenceSession:
             "kernel_launches": launches,
         }
         if output_device == "device":
-            return outs
+            return [v.copy() if type(v) is np.ndarray and not v.flags.writeable else v for v in outs]
         host = []
         for name, v in zip(names, outs):
             if type(v) is np.ndarray:  # the caller's to keep and change: never a (read-only) weight
