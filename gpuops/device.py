@@ -69,6 +69,8 @@ class Device:
         """A feed -> an array where this device keeps it, classified once (:meth:`classify`) and moved
         once. Python values are converted to ``dtype``; ``upload(host_array)`` makes the host->device copy
         (default :meth:`asarray`). Raises :class:`FeedError` for what cannot be a tensor."""
+        if self.kind == "cpu" and type(value) is np.ndarray:  # the common case, without classifying it
+            return value
         kind = self.classify(value)
         if kind == "device":
             return value

@@ -185,11 +185,11 @@ class InferenceSession:
             "kernel_launches": launches,
         }
         if output_device == "device":
-            return [v.copy() if type(v) is np.ndarray and not v.flags.writeable else v for v in outs]
+            return [_callers(v) for v in outs]
         host = []
         for name, v in zip(names, outs):
-            if type(v) is np.ndarray:  # the caller's to keep and change: never a (read-only) weight
-                host.append(v if v.flags.writeable else v.copy())
+            if type(v) is np.ndarray:
+                host.append(_callers(v))
                 continue
             try:
                 host.append(_to_host(v))
@@ -248,20 +248,16 @@ class InferenceSession:
         if missing:
             raise FeedError(f"missing input(s) {missing}")
         out = {}
-        on_cpu = self.device.kind == "cpu"
         for name, value in feed.items():
             arg = args[name]
-            if on_cpu and type(value) is np.ndarray and arg.dtype is not None:
-                arr = value  # what intake would answer, without its classification
-            else:
-                try:  # classified once, moved once (Device.intake)
-                    if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
-                        out[name] = _feed_to_device(self.device, value)
-                        continue
-                    arr = self.device.intake(value, arg.dtype,
-                                             upload=lambda host, key=name: self.memory.upload(host, key))
-                except FeedError as e:
-                    raise FeedError(f"input {name!r}: {e}") from None
+            try:  # classified once, moved once (Device.intake)
+                if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
+                    out[name] = _feed_to_device(self.device, value)
+                    continue
+                arr = self.device.intake(value, arg.dtype,
+                                         upload=lambda host, key=name: self.memory.upload(host, key))
+            except FeedError as e:
+                raise FeedError(f"input {name!r}: {e}") from None
             if arr.dtype != arg.dtype:
                 raise FeedError(f"input {name!r}: expected dtype {arg.type} ({arg.dtype}), got {arr.dtype}")
             if arg.shape is not None:
@@ -436,6 +432,11 @@ class _Scope(dict):
         return self.outer[key]
 
 
+def _callers(value):
+    """An output for the caller to keep and change: never a (read-only) CPU weight or view of one."""
+    return value.copy() if type(value) is np.ndarray and not value.flags.writeable else value
+
+
 def _weight_bytes(plan: Plan) -> int:
     return sum(map(_nbytes, plan.weights.values())) + sum(
         _weight_bytes(sub) for step in plan.steps for sub in step.subgraphs.values())
@@ -549,12 +550,15 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
         for step, fn, attrs, lookup, single, n_required, outputs, release, syncs, reuse, subgraphs in _code(plan):
             if pending is not None:
                 pending.node = step  # described only if its check fails
-            try:
-                args = lookup(env)
+            if lookup is None:  # subgraphs, host or omitted inputs
+                args = _gather(step, env, device)
+            else:
+                try:
+                    args = lookup(env)
+                except KeyError:
+                    args = _gather(step, env, device)  # raises, naming the missing input
                 if args[-1] is None:  # an optional output left unset upstream
                     args = _gather(step, env, device)
-            except (KeyError, TypeError):  # TypeError: no lookup (subgraphs, host or omitted inputs)
-                args = _gather(step, env, device)  # raises, naming a missing input
             if subgraphs:
                 attrs = {**attrs, **{k: Subgraph(p, env, ctx) for k, p in subgraphs.items()}}
                 live.current, live.peak, live.produced = cur, peak, made  # the bodies count on
