@@ -1,4 +1,4 @@
-"""Wheels carry cuda_kernels/ inside the package (gpuops/cuda_kernels); a clone keeps it at the top."""
+"""Wheels carry cuda_kernels/ and cpu_kernels/ inside the package (gpuops/...); a clone keeps them at the top."""
 
 import shutil
 from pathlib import Path
@@ -10,8 +10,8 @@ from setuptools.command.build_py import build_py
 class BuildPy(build_py):
     def run(self):
         super().run()
-        target = Path(self.build_lib) / "gpuops" / "cuda_kernels"
-        shutil.copytree(Path(__file__).parent / "cuda_kernels", target, dirs_exist_ok=True)
+        for name in ("cuda_kernels", "cpu_kernels"):
+            shutil.copytree(Path(__file__).parent / name, Path(self.build_lib) / "gpuops" / name, dirs_exist_ok=True)
 
 
 setup(cmdclass={"build_py": BuildPy})

@@ -20,6 +20,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from .. import native
 from ..errors import NodeError
 from ..registry import op
 from .linalg import derived, up
@@ -290,10 +291,24 @@ class Planes:
         return np.ascontiguousarray(Y)
 
 
+_DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15  # x, w, bias or NULL, y; sizes
+
+
 def _depthwise(X, W, B, kernel, strides, dilations, pb, out):
-    """Depthwise conv (``group == C``, ``M = C * multiplier``): columns copied from the planes (long rows,
-    where im2col copies one short output row at a time), one batched GEMM over the channels,
-    ``(multiplier, taps) @ (taps, cells)`` each."""
+    """Depthwise conv (``group == C``, ``M = C * multiplier``). 2-D float32: the native kernel
+    (``cpu_kernels/conv.c``). Else columns copied from the planes (long rows, where im2col copies one
+    short output row at a time), one batched GEMM over the channels, ``(multiplier, taps) @ (taps, cells)``
+    each."""
+    fn = native.function("conv.c", "depthwise_conv2d_f32", _DEPTHWISE_ARGS) if (
+        X.ndim == 4 and X.dtype == W.dtype == np.float32) else None
+    if fn is not None and (B is None or B.dtype == np.float32):
+        X, W = np.ascontiguousarray(X), np.ascontiguousarray(W)
+        B = None if B is None else np.ascontiguousarray(B)
+        (N, C, H, Wd), M = X.shape, W.shape[0]
+        Y = np.empty((N, M) + tuple(out), dtype=np.float32)
+        native.call(fn, native.ptr(X), native.ptr(W), None if B is None else native.ptr(B), native.ptr(Y),
+                    N, C, H, Wd, M // C, *kernel, *out, *strides, *pb, *dilations)
+        return Y
     pl = Planes(X, kernel, strides, dilations, pb, out)
     N, C = X.shape[:2]
     M = W.shape[0]

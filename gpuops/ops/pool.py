@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from .. import native
 from ..errors import NodeError
 from ..registry import op
 from .conv import Planes, pad_for_windows, conv_geometry, spatial_attrs, window_taps
@@ -82,6 +83,22 @@ def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, u
     return cur if math.prod(kernel) > 1 else xp.asarray(cur, copy=True)
 
 
+def _native_pool(X, kernel, strides, dilations, pb, pe, out, mode):
+    """2-D float32 MaxPool (mode 0) or AveragePool (1: cells inside the input count, 2: cells inside
+    the explicitly padded input count) by the native kernel (``cpu_kernels/pool.c``); None when it
+    does not apply or is unavailable."""
+    if not (isinstance(X, np.ndarray) and X.ndim == 4 and X.dtype == np.float32 and X.size and all(o > 0 for o in out)):
+        return None
+    fn = native.function("pool.c", "pool2d_f32", (native.PTR,) * 2 + (native.INT,) * 16)
+    if fn is None:
+        return None
+    X = np.ascontiguousarray(X)
+    (N, C, H, W) = X.shape
+    Y = np.empty((N, C) + tuple(out), dtype=np.float32)
+    native.call(fn, native.ptr(X), native.ptr(Y), N * C, H, W, *out, *kernel, *strides, *pb, *dilations, mode, *pe)
+    return Y
+
+
 def _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out):
     return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, 0, xp.add)
 
@@ -96,6 +113,9 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
                                                         auto_pad, ceil_mode)
     low = _lowest(X.dtype)
     if n_outputs == 1:
+        Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 0)
+        if Y is not None:
+            return Y
         return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, low, xp.maximum)
     best = arg = None
     for t, v in enumerate(window_taps(xp, X, kernel, strides, dilations, pb, pe, out, low)):
@@ -144,6 +164,9 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
                 kernel_shape=None, pads=None, strides=None):
     kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
+    Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 2 if count_include_pad else 1)
+    if Y is not None:
+        return Y
     counts = _window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad, X.dtype)
     return _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out) / counts
 

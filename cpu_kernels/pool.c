@@ -1,0 +1,66 @@
+/* 2-D MaxPool / AveragePool, NCHW float32, over N * C planes. Per plane: its phase planes (common.h,
+ * padded with -inf for max, 0 for average), then one max or add over the whole output grid per
+ * window tap, then the grid cropped into y (divided by the cell counts for an average).
+ *
+ * mode 0: max; NaN propagates, as NumPy's maximum (a plane holding NaN takes a slower exact loop).
+ * mode 1: average over the window cells inside the input. mode 2: average over the window cells
+ * inside the explicitly padded input: rows in [-ph, H + ph_end), columns in [-pw, W + pw_end)
+ * (cells that ceil_mode adds never count). Returns 0, or 1 when out of memory. */
+#include <math.h>
+#include <stdlib.h>
+#include "common.h"
+
+static int64_t count_in(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t hi) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < k; ++t) n += start + t * d >= lo && start + t * d < hi;
+    return n;
+}
+
+static int has_nan(const float* x, int64_t n) {
+    int any = 0;
+    for (int64_t i = 0; i < n; ++i) any |= x[i] != x[i];
+    return any;
+}
+
+int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
+               int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+               int64_t mode, int64_t ph_end, int64_t pw_end) {
+    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+    const int64_t cells = OH * g.Qw;
+    float* buf = malloc(sizeof(float) * (planes_size(&g) + cells + OH + OW));
+    if (!buf) return 1;
+    float* restrict acc = buf + planes_size(&g);
+    float* rows = acc + cells;  /* window cells per output row and column that count (averages) */
+    float* cols = rows + OH;
+    for (int64_t oy = 0; oy < OH && mode; ++oy)
+        rows[oy] = (float)(mode == 1 ? count_in(oy * sh - ph, KH, dh, 0, H) : count_in(oy * sh - ph, KH, dh, -ph, H + ph_end));
+    for (int64_t ox = 0; ox < OW && mode; ++ox)
+        cols[ox] = (float)(mode == 1 ? count_in(ox * sw - pw, KW, dw, 0, W) : count_in(ox * sw - pw, KW, dw, -pw, W + pw_end));
+    for (int64_t p = 0; p < NC; ++p) {
+        const float* xp = x + p * H * W;
+        const int exact = mode == 0 && has_nan(xp, H * W);
+        fill_planes(&g, xp, mode ? 0.0f : -INFINITY, buf);
+        for (int64_t i = 0; i < cells; ++i) acc[i] = mode ? 0.0f : -INFINITY;
+        for (int64_t ky = 0; ky < KH; ++ky)
+            for (int64_t kx = 0; kx < KW; ++kx) {
+                const float* restrict src = tap(&g, buf, ky, kx);
+                if (mode)
+                    for (int64_t i = 0; i < cells; ++i) acc[i] += src[i];
+                else if (!exact)
+                    for (int64_t i = 0; i < cells; ++i) acc[i] = src[i] > acc[i] ? src[i] : acc[i];
+                else
+                    for (int64_t i = 0; i < cells; ++i) acc[i] = (src[i] > acc[i] || src[i] != src[i]) ? src[i] : acc[i];
+            }
+        float* yp = y + p * OH * OW;
+        for (int64_t oy = 0; oy < OH; ++oy) {
+            const float* ar = acc + oy * g.Qw;
+            float* yr = yp + oy * OW;
+            if (mode)
+                for (int64_t ox = 0; ox < OW; ++ox) yr[ox] = ar[ox] / (rows[oy] * cols[ox]);
+            else
+                for (int64_t ox = 0; ox < OW; ++ox) yr[ox] = ar[ox];
+        }
+    }
+    free(buf);
+    return 0;
+}
