@@ -2,6 +2,33 @@
 #pragma once
 #include <stdint.h>
 
+#include <string.h>
+
+/* VL floats held in registers (GNU C vector extensions, which gcc and clang lower to the widest
+ * vectors -march=native has: one AVX-512 register, two AVX2 ones). Loads and stores are unaligned. */
+#define VL 16
+#define ROWS 4  /* output rows computed together: independent sums hide the add latency */
+typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
+typedef int32_t vint __attribute__((vector_size(VL * sizeof(int32_t))));
+
+static inline vfloat vload(const float* p) { vfloat v; memcpy(&v, p, sizeof v); return v; }
+static inline vfloat vmax(vfloat a, vfloat b) { const vint m = b > a; return (vfloat)((m & (vint)b) | (~m & (vint)a)); }
+
+/* Store v at p, or only its first n < VL lanes (a row shorter than VL). */
+static inline void vstore(float* p, vfloat v, int64_t n) {
+    if (n == VL) { memcpy(p, &v, sizeof v); return; }
+    float t[VL];
+    memcpy(t, &v, sizeof v);
+    for (int64_t j = 0; j < n; ++j) p[j] = t[j];
+}
+
+/* The start of the row's next VL-cell vector after ox (-1: done): VL apart, the last one moved back
+ * to end at the row's end (recomputing a few cells) so that every store is a whole vector. */
+static inline int64_t next_vector(int64_t ox, int64_t n) {
+    if (ox + VL >= n) return -1;
+    return ox + 2 * VL <= n ? ox + VL : n - VL;
+}
+
 /* Output cells o in [lo, hi) whose input index o * s + off lies in [0, n). */
 static inline void valid_range(int64_t n, int64_t s, int64_t off, int64_t out, int64_t* lo, int64_t* hi) {
     int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
@@ -10,14 +37,6 @@ static inline void valid_range(int64_t n, int64_t s, int64_t off, int64_t out, i
     *hi = b < out ? (b > *lo ? b : *lo) : out;
 }
 
-/* A windowed op over one H x W plane (conv tap, pool window) made of long contiguous loops.
- *
- * The padded plane is split by stride phase: padded cell (a + sh * q, b + sw * r) goes to cell (q, r)
- * of phase plane (a, b), each Qh x Qw with Qh = OH + (KH - 1) * dh / sh, Qw = OW + (KW - 1) * dw / sw,
- * stored one after the other (plus Qw cells of slack). Kernel tap (ky, kx) of output cell (oy, ox)
- * then reads cell (oy + ky * dh / sh, ox + kx * dw / sw) of phase plane (ky * dh % sh, kx * dw % sw):
- * over the output grid OH x Qw, flat, one shifted slice of the phase plane for all cells. Grid
- * columns ox >= OW are waste (their reads may wrap into the next row); the caller crops them. */
 typedef struct {
     int64_t H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, Qh, Qw;
 } Windows;
@@ -30,7 +49,8 @@ static inline Windows windows(int64_t H, int64_t W, int64_t OH, int64_t OW, int6
     return g;
 }
 
-static inline int64_t planes_size(const Windows* g) { return g->sh * g->sw * g->Qh * g->Qw + g->Qw; }
+/* Floats of the phase planes, plus VL of slack: a row's last vector may read past the last plane. */
+static inline int64_t planes_size(const Windows* g) { return g->sh * g->sw * g->Qh * g->Qw + VL; }
 
 /* Fill the phase planes of plane x (pad: the value of cells outside the input). */
 static inline void fill_planes(const Windows* g, const float* x, float pad, float* buf) {
@@ -55,12 +75,14 @@ static inline void fill_planes(const Windows* g, const float* x, float pad, floa
                 for (int64_t r = hi; r < g->Qw; ++r) row[r] = pad;
             }
         }
-    float* slack = buf + g->sh * g->sw * g->Qh * g->Qw;
-    for (int64_t r = 0; r < g->Qw; ++r) slack[r] = pad;
+    for (int64_t r = 0; r < VL; ++r) buf[g->sh * g->sw * g->Qh * g->Qw + r] = pad;
 }
 
-/* Where tap (ky, kx) starts reading in the phase planes. */
-static inline const float* tap(const Windows* g, const float* buf, int64_t ky, int64_t kx) {
-    const int64_t a = ky * g->dh % g->sh, b = kx * g->dw % g->sw;
-    return buf + (a * g->sw + b) * g->Qh * g->Qw + (ky * g->dh / g->sh) * g->Qw + kx * g->dw / g->sw;
+/* Where each tap (ky, kx), row-major, reads in the phase planes for output cell (0, 0). */
+static inline void tap_offsets(const Windows* g, int64_t* offs) {
+    for (int64_t ky = 0; ky < g->KH; ++ky)
+        for (int64_t kx = 0; kx < g->KW; ++kx) {
+            const int64_t a = ky * g->dh % g->sh, b = kx * g->dw % g->sw;
+            offs[ky * g->KW + kx] = (a * g->sw + b) * g->Qh * g->Qw + (ky * g->dh / g->sh) * g->Qw + kx * g->dw / g->sw;
+        }
 }

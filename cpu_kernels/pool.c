@@ -1,6 +1,6 @@
 /* 2-D MaxPool / AveragePool, NCHW float32, over N * C planes. Per plane: its phase planes (common.h,
- * padded with -inf for max, 0 for average), then one max or add over the whole output grid per
- * window tap, then the grid cropped into y (divided by the cell counts for an average).
+ * padded with -inf for max, 0 for average); then VL output cells of a row at a time reduce their
+ * windows in registers (an average divided by the counted cells).
  *
  * mode 0: max; NaN propagates, as NumPy's maximum (a plane holding NaN takes a slower exact loop).
  * mode 1: average over the window cells inside the input. mode 2: average over the window cells
@@ -26,12 +26,13 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
                int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                int64_t mode, int64_t ph_end, int64_t pw_end) {
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-    const int64_t cells = OH * g.Qw;
-    float* buf = malloc(sizeof(float) * (planes_size(&g) + cells + OH + OW));
+    const int64_t K = KH * KW;
+    float* buf = malloc(sizeof(float) * (planes_size(&g) + OH + OW + VL) + sizeof(int64_t) * K);
     if (!buf) return 1;
-    float* restrict acc = buf + planes_size(&g);
-    float* rows = acc + cells;  /* window cells per output row and column that count (averages) */
+    float* rows = buf + planes_size(&g);  /* window cells per output row and column that count (averages) */
     float* cols = rows + OH;
+    int64_t* offs = (int64_t*)(cols + OW + VL);  /* cols: VL of slack for the last vector */
+    tap_offsets(&g, offs);
     for (int64_t oy = 0; oy < OH && mode; ++oy)
         rows[oy] = (float)(mode == 1 ? count_in(oy * sh - ph, KH, dh, 0, H) : count_in(oy * sh - ph, KH, dh, -ph, H + ph_end));
     for (int64_t ox = 0; ox < OW && mode; ++ox)
@@ -40,25 +41,30 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
         const float* xp = x + p * H * W;
         const int exact = mode == 0 && has_nan(xp, H * W);
         fill_planes(&g, xp, mode ? 0.0f : -INFINITY, buf);
-        for (int64_t i = 0; i < cells; ++i) acc[i] = mode ? 0.0f : -INFINITY;
-        for (int64_t ky = 0; ky < KH; ++ky)
-            for (int64_t kx = 0; kx < KW; ++kx) {
-                const float* restrict src = tap(&g, buf, ky, kx);
-                if (mode)
-                    for (int64_t i = 0; i < cells; ++i) acc[i] += src[i];
-                else if (!exact)
-                    for (int64_t i = 0; i < cells; ++i) acc[i] = src[i] > acc[i] ? src[i] : acc[i];
-                else
-                    for (int64_t i = 0; i < cells; ++i) acc[i] = (src[i] > acc[i] || src[i] != src[i]) ? src[i] : acc[i];
-            }
-        float* yp = y + p * OH * OW;
         for (int64_t oy = 0; oy < OH; ++oy) {
-            const float* ar = acc + oy * g.Qw;
-            float* yr = yp + oy * OW;
-            if (mode)
-                for (int64_t ox = 0; ox < OW; ++ox) yr[ox] = ar[ox] / (rows[oy] * cols[ox]);
-            else
-                for (int64_t ox = 0; ox < OW; ++ox) yr[ox] = ar[ox];
+            const float* row = buf + oy * g.Qw;
+            float* yr = y + (p * OH + oy) * OW;
+            if (exact) {
+                for (int64_t ox = 0; ox < OW; ++ox) {
+                    float a = -INFINITY;
+                    for (int64_t t = 0; t < K; ++t) {
+                        const float v = row[offs[t] + ox];
+                        a = (v > a || v != v) ? v : a;
+                    }
+                    yr[ox] = a;
+                }
+                continue;
+            }
+            for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW)) {
+                vfloat a = vload(row + offs[0] + ox);
+                if (mode) {
+                    for (int64_t t = 1; t < K; ++t) a += vload(row + offs[t] + ox);
+                    a /= rows[oy] * vload(cols + ox);
+                } else {
+                    for (int64_t t = 1; t < K; ++t) a = vmax(a, vload(row + offs[t] + ox));
+                }
+                vstore(yr + ox, a, OW < VL ? OW : VL);
+            }
         }
     }
     free(buf);

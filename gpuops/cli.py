@@ -96,8 +96,10 @@ def cmd_run(a) -> int:
 
 
 def cmd_info(a) -> int:
+    from . import native
+
     info = {"gpuops": __version__, "numpy": np.__version__, "devices": devices(),
-            "default_device": str(get_device("auto"))}
+            "default_device": str(get_device("auto")), "native_cpu_kernels": native.status()}
     try:
         import onnx
 
@@ -112,6 +114,10 @@ def cmd_info(a) -> int:
     for d in info["devices"]:
         extra = ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("name", "kind"))
         print(f"  {d['name']}" + (f": {extra}" if extra else ""))
+    nat = info["native_cpu_kernels"]
+    print("native CPU kernels: " + ("off (GPUOPS_NATIVE=0)" if not nat["enabled"] else
+                                    f"compiled on first use by {nat['compiler']}, cached in {nat['cache']}"
+                                    if nat["compiler"] else "unavailable (no C compiler; NumPy code runs)"))
     return 0
 
 

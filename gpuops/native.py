@@ -39,7 +39,7 @@ KERNEL_DIR = next((d for d in (Path(__file__).resolve().parent.parent / "cpu_ker
                                Path(__file__).resolve().parent / "cpu_kernels") if d.is_dir()),
                   Path(__file__).resolve().parent.parent / "cpu_kernels")
 
-FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno")
+FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp-simd")
 
 # The C parameter types kernels use: pointers to arrays, sizes and flags, float parameters.
 PTR, INT, FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float

@@ -1,0 +1,98 @@
+/* The LSTM recurrence of gpuops/ops/rnn.py's fused path (activations sigmoid, tanh, tanh; no clip,
+ * peepholes, input_forget or sequence_lens), float32, over every time step at once.
+ *
+ * Layouts (those _fused_lstm builds): gates in the order [c~, o, f, i], the sigmoid gates' weights
+ * and biases halved so that sigmoid(x) = tanh(x / 2) / 2 + 1/2 is tanh(g) / 2 + 1/2.
+ *   xw  (T, 4, D, batch, H): the input projection plus both biases, per step in step order
+ *   rt  (D, H, 4H): R^T per direction, its columns gate-major in that order
+ *   h0, c0, h_n, c_n  (D, batch, H)
+ *   y   (T, D, batch, H): h of every step, in step order (the caller flips a reverse direction)
+ * Per step, direction and batch row: g = xw + h @ rt, then c = f * c + i * tanh(c~), h = o * tanh(c),
+ * with the products and sums in the order the NumPy loop uses. Directions are independent; each
+ * runs all its steps in turn so that its rt stays in cache. Returns 0, or 1 when out of memory. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define MADD(a, b, c) fmaf(a, b, c)
+#else
+#define MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* float32 tanh(x) = sign(x) * e / (e + 2), e = expm1(2|x|), without branches so that loops over it
+ * vectorise. expm1(z) = 2^n * expm1(r) + 2^n - 1 with z = n ln2 + r, r in [-ln2/2, ln2/2] (ln2 in two
+ * parts: n * LN2_HI is exact), expm1(r) = r + r^2 * Q(r), Q a minimax fit (relative error 3e-9).
+ * n is rounded by adding 1.5 * 2^23, whose low bits then hold n (defined for NaN too: no float to
+ * int conversion). |x| is clamped to 10 (tanh is 1 in float32 beyond 9.01); NaN propagates.
+ * Max error, every float32 in [0, 11): 2.5 ulp against tanh in float64 (3 ulp from numpy.tanh). */
+static inline float tanh_f32(float x) {
+    const float a = fabsf(x);
+    const float z = 2.0f * (a > 10.0f ? 10.0f : a);
+    union { float f; uint32_t u; } k = {MADD(z, 1.44269504f, 12582912.0f)}, s;
+    const float n = k.f - 12582912.0f;
+    float r = MADD(n, -0.693145752f, z);
+    r = MADD(n, -1.42860677e-6f, r);
+    const float q = MADD(MADD(MADD(MADD(1.38146e-3f, r, 8.36871e-3f), r, 4.166839e-2f), r, 1.6666521e-1f), r,
+                         4.9999993e-1f);
+    s.u = (k.u + 127u) << 23;  /* 2^n: the exponent field n + 127 */
+    const float e = MADD(s.f, MADD(r * r, q, r), s.f - 1.0f);
+    return copysignf(e / (e + 2.0f), x);
+}
+
+/* acc (batch, G) += h (batch, K) @ r (K, G): for each four rows of r, once over every batch row. */
+static void gemm_acc(float* acc, const float* h, const float* r, int64_t batch, int64_t K, int64_t G) {
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+        const float* restrict r0 = r + k * G;
+        const float* restrict r1 = r0 + G;
+        const float* restrict r2 = r1 + G;
+        const float* restrict r3 = r2 + G;
+        for (int64_t b = 0; b < batch; ++b) {
+            float* restrict a = acc + b * G;
+            const float h0 = h[b * K + k], h1 = h[b * K + k + 1], h2 = h[b * K + k + 2], h3 = h[b * K + k + 3];
+            for (int64_t j = 0; j < G; ++j) a[j] = MADD(h3, r3[j], MADD(h2, r2[j], MADD(h1, r1[j], MADD(h0, r0[j], a[j]))));
+        }
+    }
+    for (; k < K; ++k) {
+        const float* restrict r0 = r + k * G;
+        for (int64_t b = 0; b < batch; ++b) {
+            float* restrict a = acc + b * G;
+            const float h0 = h[b * K + k];
+            for (int64_t j = 0; j < G; ++j) a[j] = MADD(h0, r0[j], a[j]);
+        }
+    }
+}
+
+int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n, float* c_n,
+             int64_t T, int64_t D, int64_t batch, int64_t H) {
+    const int64_t G = 4 * H, BH = batch * H;
+    float* acc = malloc(sizeof(float) * (batch * G + 1));
+    if (!acc) return 1;
+    for (int64_t d = 0; d < D; ++d) {
+        const float* r = rt + d * H * G;
+        float* c = c_n + d * BH;
+        memcpy(c, c0 + d * BH, sizeof(float) * BH);
+        for (int64_t t = 0; t < T; ++t) {
+            const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
+            for (int64_t b = 0; b < batch; ++b)
+                for (int64_t g = 0; g < 4; ++g)
+                    memcpy(acc + b * G + g * H, xw + (((t * 4 + g) * D + d) * batch + b) * H, sizeof(float) * H);
+            gemm_acc(acc, h, r, batch, H, G);
+            for (int64_t b = 0; b < batch; ++b) {
+                float* restrict a = acc + b * G;
+                float* restrict cb = c + b * H;
+                float* restrict yb = y + (t * D + d) * BH + b * H;
+                for (int64_t j = 0; j < G; ++j) a[j] = tanh_f32(a[j]);
+                for (int64_t j = H; j < G; ++j) a[j] = a[j] * 0.5f + 0.5f;
+                const float *ct = a, *o = a + H, *f = a + 2 * H, *i = a + 3 * H;
+                for (int64_t j = 0; j < H; ++j) cb[j] = f[j] * cb[j] + i[j] * ct[j];
+                for (int64_t j = 0; j < H; ++j) yb[j] = o[j] * tanh_f32(cb[j]);
+            }
+        }
+        memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);
+    }
+    free(acc);
+    return 0;
+}
