@@ -70,6 +70,8 @@ static inline void fill_planes(const Windows* g, const float* x, float pad, floa
                 for (int64_t r = 0; r < lo; ++r) row[r] = pad;
                 if (g->sw == 1)
                     for (int64_t r = lo; r < hi; ++r) row[r] = xr[r];
+                else if (g->sw == 2)  /* a constant stride: vectorised with permutes */
+                    for (int64_t r = lo; r < hi; ++r) row[r] = xr[2 * r];
                 else
                     for (int64_t r = lo; r < hi; ++r) row[r] = xr[r * g->sw];
                 for (int64_t r = hi; r < g->Qw; ++r) row[r] = pad;

@@ -1,8 +1,8 @@
 /* 2-D MaxPool / AveragePool, NCHW float32, over N * C planes. Per plane: its phase planes (common.h,
- * padded with -inf for max, 0 for average); then VL output cells of a row at a time reduce their
+ * padded with -inf for max, 0 for average); then VL cells of ROWS output rows at a time reduce their
  * windows in registers (an average divided by the counted cells).
  *
- * mode 0: max; NaN propagates, as NumPy's maximum (a plane holding NaN takes a slower exact loop).
+ * mode 0: max; a window holding a NaN gives NaN, as NumPy's maximum.
  * mode 1: average over the window cells inside the input. mode 2: average over the window cells
  * inside the explicitly padded input: rows in [-ph, H + ph_end), columns in [-pw, W + pw_end)
  * (cells that ceil_mode adds never count). Returns 0, or 1 when out of memory. */
@@ -14,12 +14,6 @@ static int64_t count_in(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t
     int64_t n = 0;
     for (int64_t t = 0; t < k; ++t) n += start + t * d >= lo && start + t * d < hi;
     return n;
-}
-
-static int has_nan(const float* x, int64_t n) {
-    int any = 0;
-    for (int64_t i = 0; i < n; ++i) any |= x[i] != x[i];
-    return any;
 }
 
 int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
@@ -39,31 +33,34 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
         cols[ox] = (float)(mode == 1 ? count_in(ox * sw - pw, KW, dw, 0, W) : count_in(ox * sw - pw, KW, dw, -pw, W + pw_end));
     for (int64_t p = 0; p < NC; ++p) {
         const float* xp = x + p * H * W;
-        const int exact = mode == 0 && has_nan(xp, H * W);
         fill_planes(&g, xp, mode ? 0.0f : -INFINITY, buf);
-        for (int64_t oy = 0; oy < OH; ++oy) {
-            const float* row = buf + oy * g.Qw;
-            float* yr = y + (p * OH + oy) * OW;
-            if (exact) {
-                for (int64_t ox = 0; ox < OW; ++ox) {
-                    float a = -INFINITY;
-                    for (int64_t t = 0; t < K; ++t) {
-                        const float v = row[offs[t] + ox];
-                        a = (v > a || v != v) ? v : a;
-                    }
-                    yr[ox] = a;
-                }
-                continue;
-            }
+        for (int64_t oy = 0; oy < OH; oy += ROWS) {
+            const int64_t nr = OH - oy < ROWS ? OH - oy : ROWS;
             for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW)) {
-                vfloat a = vload(row + offs[0] + ox);
-                if (mode) {
-                    for (int64_t t = 1; t < K; ++t) a += vload(row + offs[t] + ox);
-                    a /= rows[oy] * vload(cols + ox);
-                } else {
-                    for (int64_t t = 1; t < K; ++t) a = vmax(a, vload(row + offs[t] + ox));
+                const float* src = buf + oy * g.Qw + ox;
+                vfloat a[ROWS];
+                vint nan[ROWS];  /* max: lanes whose window held a NaN (the select drops it) */
+                for (int r = 0; r < ROWS; ++r) {
+                    a[r] = vload(src + offs[0] + (r < nr ? r : 0) * g.Qw);
+                    nan[r] = a[r] != a[r];
                 }
-                vstore(yr + ox, a, OW < VL ? OW : VL);
+                if (mode)
+                    for (int64_t t = 1; t < K; ++t)
+                        for (int r = 0; r < ROWS; ++r) a[r] += vload(src + offs[t] + (r < nr ? r : 0) * g.Qw);
+                else
+                    for (int64_t t = 1; t < K; ++t)
+                        for (int r = 0; r < ROWS; ++r) {
+                            const vfloat v = vload(src + offs[t] + (r < nr ? r : 0) * g.Qw);
+                            a[r] = vmax(a[r], v);
+                            nan[r] |= v != v;
+                        }
+                for (int r = 0; r < nr; ++r) {
+                    if (mode)
+                        a[r] /= rows[oy + r] * vload(cols + ox);
+                    else
+                        a[r] = (vfloat)((vint)a[r] | nan[r]);  /* all bits set: a NaN */
+                    vstore(y + (p * OH + oy + r) * OW + ox, a[r], OW < VL ? OW : VL);
+                }
             }
         }
     }
