@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
 from ..errors import NodeError
 from ..registry import op
 from .elementwise import clamp
@@ -282,6 +283,10 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
     return XW
 
 
+_LSTM_ARGS = (native.PTR,) * 7 + (native.INT,) * 4  # xw, rt, h0, c0, y, h_n, c_n; T, D, batch, H
+_NATIVE_LSTM_BATCH = 2  # larger batches: the per-step GEMM is worth BLAS
+
+
 def _fused_lstm(xp, X, W, R, B, states, dirs):
     """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
     input_forget. Per step: one GEMM per direction, then eight elementwise ops writing into
@@ -295,6 +300,14 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
                            B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W")
 
     h0, c0 = states
+    fn = native.function("rnn.c", "lstm_f32", _LSTM_ARGS) if (
+        batch <= _NATIVE_LSTM_BATCH and isinstance(X, np.ndarray)
+        and all(a.dtype == np.float32 for a in (X, R, h0, c0))) else None
+    if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
+        h0, c0 = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
+        Y, hn, cn = np.empty((T, D, batch, H), dtype=dt), np.empty_like(h0), np.empty_like(c0)
+        native.call(fn, *(native.ptr(a) for a in (XW, RT, h0, c0, Y, hn, cn)), T, D, batch, H)
+        return Y, [hn, cn]
     work = xp.empty((5, D, batch, H), dtype=dt)  # [c, c~, o, f, i]
     work[0] = c0
     gates, sig, fi, cg, c, o = work[1:], work[2:], work[3:], work[:2], work[0], work[2]

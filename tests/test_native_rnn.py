@@ -1,0 +1,144 @@
+"""The native LSTM recurrence (cpu_kernels/rnn.c) against the NumPy step loop it replaces (its oracle),
+over random shapes, directions, layouts, biases and initial states; its float32 tanh against
+tanh in float64; and its outputs' bounds."""
+
+import array_api_compat.numpy as xp
+import numpy as np
+import pytest
+
+from gpuops import native
+from gpuops.ops import rnn
+
+needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
+
+
+def _kernel():
+    fn = native.function("rnn.c", "lstm_f32", rnn._LSTM_ARGS)
+    assert fn is not None, "cpu_kernels/rnn.c did not compile"
+    return fn
+
+
+def _lstm(rng, T, batch, I, H, D, layout, bias, states, scale=0.6):
+    f = lambda *shape: (rng.standard_normal(shape) * scale).astype(np.float32)  # noqa: E731
+    X = f(T, batch, I) if layout == 0 else f(batch, T, I)
+    args = [X, f(D, 4 * H, I), f(D, 4 * H, H), f(D, 8 * H) if bias else None, None]
+    shape = (D, batch, H) if layout == 0 else (batch, D, H)
+    args += [f(*shape), f(*shape)] if states else [None, None]
+    return args
+
+
+def _both(args, **attrs):
+    """(native outputs, NumPy outputs) of the LSTM op."""
+    with native.disabled():
+        ref = rnn.LSTM(xp, *args, **attrs)
+    return rnn.LSTM(xp, *args, **attrs), ref
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(4))
+def test_lstm_matches_numpy(seed):
+    _kernel()
+    rng = np.random.default_rng(seed)
+    for case in range(30):
+        D = int(rng.integers(1, 3))
+        direction = "bidirectional" if D == 2 else ("forward", "reverse")[case % 2]
+        T, batch = int(rng.integers(0 if case == 0 else 1, 12)), int(rng.integers(1, rnn._NATIVE_LSTM_BATCH + 2))
+        I, H = int(rng.integers(1, 20)), int(rng.choice([1, 3, 4, 7, 16, 33]))
+        layout = int(rng.integers(0, 2))
+        args = _lstm(rng, T, batch, I, H, D, layout, bias=case % 3 > 0, states=case % 4 > 0)
+        for a in args[1:4]:  # weights as the plan holds them: read-only (the derived layouts are then kept)
+            if a is not None and case % 2:
+                a.setflags(write=False)
+        got, ref = _both(args, direction=direction, hidden_size=H, layout=layout)
+        for g, r, name in zip(got, ref, ("Y", "Y_h", "Y_c")):
+            assert g.shape == r.shape and g.dtype == np.float32, (name, g.shape, r.shape)
+            np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6, err_msg=f"{name}: case {case} {T=} {batch=} "
+                                       f"{I=} {H=} {D=} {layout=}")
+
+
+@needs_cc
+def test_lstm_runs_are_repeatable_and_large_values_saturate():
+    _kernel()
+    rng = np.random.default_rng(7)
+    args = _lstm(rng, 9, 2, 5, 24, 2, 0, bias=True, states=True, scale=6.0)  # gates far into saturation
+    got, ref = _both(args, direction="bidirectional")
+    for g, r in zip(got, ref):  # gate sums of ~100 rounded in another order: 1e-5 absolute apart at most
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+    again = rnn.LSTM(xp, *args, direction="bidirectional")
+    assert all(np.array_equal(a, b) for a, b in zip(got, again))
+
+
+def _tanh_of(values):
+    """The kernel's tanh of float32 ``values``, read through the op: initial_c = values with the
+    forget gate 1 and the input and output gates 0 and 1 (sigmoid of +-30 is exactly 0 or 1 in
+    float32), so c stays the values and Y = tanh(c), unrounded by any other operation."""
+    H, D = 512, 2
+    B = np.zeros((D, 8 * H), np.float32)
+    B[:, :H], B[:, H:2 * H], B[:, 2 * H:3 * H] = -30, 30, 30  # ONNX gate order i, o, f, c
+    W, R = np.zeros((D, 4 * H, 1), np.float32), np.zeros((D, 4 * H, H), np.float32)
+    for a in (W, R, B):
+        a.setflags(write=False)
+    X, h0 = np.zeros((1, 1, 1), np.float32), np.zeros((D, 1, H), np.float32)
+    c0 = np.zeros(-(-values.size // (D * H)) * D * H, np.float32)
+    c0[:values.size] = values
+    out = []
+    for c in c0.reshape(-1, D, 1, H):
+        Y, _, Yc = rnn.LSTM(xp, X, W, R, B, None, h0, c, direction="bidirectional")
+        np.testing.assert_array_equal(Yc, c)
+        out.append(Y.reshape(-1))
+    return np.concatenate(out)[:values.size]
+
+
+@needs_cc
+def test_tanh_accuracy():
+    """Within 3 ulp of tanh in float64 over a dense sweep of float32 (both signs, every magnitude
+    up to saturation) and exact at the special values (-0 cannot be told apart through the op)."""
+    _kernel()
+    rng = np.random.default_rng(3)
+    bits = np.arange(0, 0x41300000, 0x41300000 // 30000, dtype=np.uint32)  # 0 .. 11, evenly in the bit patterns
+    x = np.concatenate([bits.view(np.float32), rng.uniform(-12, 12, 20000).astype(np.float32)])
+    x = np.concatenate([x, -x])
+    y = _tanh_of(x)
+    want = np.tanh(x.astype(np.float64))
+    ulps = np.abs(y - want) / np.spacing(want.astype(np.float32)).astype(np.float64)
+    assert ulps.max() <= 3, (ulps.max(), x[ulps.argmax()])
+    special = np.array([0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-40, 3e38, -3e38, 20], np.float32)
+    np.testing.assert_array_equal(_tanh_of(special), np.tanh(special.astype(np.float64)).astype(np.float32))
+
+
+@needs_cc
+def test_kernel_writes_only_its_outputs():
+    """The kernel run into NaN-guarded views of larger buffers: the guards stay NaN and the outputs
+    equal those of plain arrays."""
+    fn = _kernel()
+    rng = np.random.default_rng(5)
+    for T, D, batch, H in [(3, 2, 2, 5), (1, 1, 1, 1), (4, 2, 3, 17), (0, 2, 1, 4)]:
+        r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+        ins = [r(T, 4, D, batch, H), r(D, H, 4 * H) * 0.3, r(D, batch, H), r(D, batch, H)]
+        shapes = [(T, D, batch, H), (D, batch, H), (D, batch, H)]
+
+        def run(outs):
+            native.call(fn, *(native.ptr(a) for a in ins + outs), T, D, batch, H)
+            return outs
+
+        plain = run([np.empty(s, np.float32) for s in shapes])
+        bufs = [np.full(int(np.prod(s)) + 64, np.nan, np.float32) for s in shapes]
+        views = run([b[32:32 + int(np.prod(s))].reshape(s) for b, s in zip(bufs, shapes)])
+        for b, v, p in zip(bufs, views, plain):
+            assert np.isnan(b[:32]).all() and np.isnan(b[-32:]).all()
+            np.testing.assert_array_equal(v, p)
+
+
+def test_numpy_path_when_native_is_off():
+    """Without native kernels (or for float64, or a batch past the native limit) the NumPy loop runs."""
+    rng = np.random.default_rng(9)
+    args = _lstm(rng, 4, 2, 3, 6, 2, 0, bias=True, states=True)
+    generic = rnn.LSTM(xp, *args, direction="bidirectional", clip=1e4)  # clip selects the per-cell loop
+    with native.disabled():
+        fused = rnn.LSTM(xp, *args, direction="bidirectional")
+    for g, f in zip(generic, fused):
+        np.testing.assert_allclose(f, g, rtol=1e-5, atol=1e-6)
+    args64 = [None if a is None else a.astype(np.float64) for a in args]
+    for g, f in zip(rnn.LSTM(xp, *args64, direction="bidirectional"), generic):
+        assert g.dtype == np.float64
+        np.testing.assert_allclose(g, f, rtol=1e-5, atol=1e-5)
