@@ -52,14 +52,14 @@ static inline Windows windows(int64_t H, int64_t W, int64_t OH, int64_t OW, int6
 /* Floats of the phase planes, plus VL of slack: a row's last vector may read past the last plane. */
 static inline int64_t planes_size(const Windows* g) { return g->sh * g->sw * g->Qh * g->Qw + VL; }
 
-/* Fill the phase planes of plane x (pad: the value of cells outside the input). */
-static inline void fill_planes(const Windows* g, const float* x, float pad, float* buf) {
+/* Fill rows [q0, q1) of the phase planes of plane x (pad: the value of cells outside the input). */
+static inline void fill_plane_rows(const Windows* g, const float* x, float pad, float* buf, int64_t q0, int64_t q1) {
     for (int64_t a = 0; a < g->sh; ++a)
         for (int64_t b = 0; b < g->sw; ++b) {
             float* plane = buf + (a * g->sw + b) * g->Qh * g->Qw;
             int64_t lo, hi;
             valid_range(g->W, g->sw, b - g->pw, g->Qw, &lo, &hi);
-            for (int64_t q = 0; q < g->Qh; ++q) {
+            for (int64_t q = q0; q < q1; ++q) {
                 float* row = plane + q * g->Qw;
                 const int64_t iy = a + g->sh * q - g->ph;
                 if (iy < 0 || iy >= g->H) {
@@ -78,6 +78,10 @@ static inline void fill_planes(const Windows* g, const float* x, float pad, floa
             }
         }
     for (int64_t r = 0; r < VL; ++r) buf[g->sh * g->sw * g->Qh * g->Qw + r] = pad;
+}
+
+static inline void fill_planes(const Windows* g, const float* x, float pad, float* buf) {
+    fill_plane_rows(g, x, pad, buf, 0, g->Qh);
 }
 
 /* Where each tap (ky, kx), row-major, reads in the phase planes for output cell (0, 0). */

@@ -11,7 +11,7 @@ import pytest
 
 from gpuops import native
 from gpuops.errors import NodeError
-from gpuops.ops import conv, pool
+from gpuops.ops import conv, pool, winograd
 from gpuops.ops.conv import _DEPTHWISE_ARGS
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
@@ -202,3 +202,71 @@ def test_kernel_status_and_argument_checks():
         native.call(failing, 0)
     with pytest.raises(TypeError, match="C-contiguous float32"):
         native.ptr(np.zeros((3, 3), np.float32).T)
+
+
+def _conv_f64(X, W, B, pads):
+    with native.disabled():
+        return conv.conv(xp, X.astype(np.float64), W.astype(np.float64), None if B is None else B.astype(np.float64),
+                         pads=pads)
+
+
+@needs_cc
+@pytest.mark.parametrize("block_bytes", [None, 1 << 12])
+def test_winograd_matches_a_float64_conv(monkeypatch, block_bytes):
+    """F(2x2, 3x3) against the float64 direct conv: no further off than the float32 direct conv (its
+    transforms only add, subtract and halve), over odd sizes, asymmetric pads, several images, and
+    (block_bytes) the tile-row blocks that large maps take."""
+    if block_bytes:
+        monkeypatch.setattr(winograd, "BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(11)
+    for N, C, M, H, Wd in [(1, 32, 16, 5, 5), (2, 33, 19, 9, 7), (1, 40, 8, 6, 23), (3, 32, 17, 1, 1),
+                           (1, 32, 20, 40, 3), (2, 48, 33, 17, 35)]:
+        X = rng.standard_normal((N, C, H, Wd)).astype(np.float32)
+        W = (rng.standard_normal((M, C, 3, 3)) / np.sqrt(9 * C)).astype(np.float32)
+        B = rng.standard_normal(M).astype(np.float32) if C % 2 else None
+        for pads in ([1, 1, 1, 1], [1, 0, 0, 1], [0, 1, 1, 0], [0, 0, 0, 0]):
+            if H + pads[0] + pads[2] < 3 or Wd + pads[1] + pads[3] < 3:
+                continue
+            ref = _conv_f64(X, W, B, pads)
+            y = winograd.conv3x3(X, W, B, pads[:2], ref.shape[2:])
+            with native.disabled():
+                direct = conv.conv(xp, X, W, B, pads=pads)
+            assert y.shape == ref.shape and y.dtype == np.float32
+            bound = 2 * np.abs(direct - ref).max() + 1e-6
+            assert np.abs(y - ref).max() <= bound, (N, C, M, H, Wd, pads)
+
+
+@needs_cc
+def test_winograd_is_chosen_where_it_pays():
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((1, 32, 14, 14)).astype(np.float32)
+    W = rng.standard_normal((16, 32, 3, 3)).astype(np.float32)
+    assert winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [14, 14])
+    for kernel, strides, dilations, group, out in (([3, 3], [2, 2], [1, 1], 1, [7, 7]), ([3, 3], [1, 1], [2, 2], 1, [14, 14]),
+                                                   ([3, 3], [1, 1], [1, 1], 2, [14, 14]), ([3, 3], [1, 1], [1, 1], 1, [7, 7])):
+        assert not winograd.applies(X, W, kernel, strides, dilations, group, out)
+    assert not winograd.applies(X[:, :16], W[:, :16], [3, 3], [1, 1], [1, 1], 1, [14, 14])  # too few channels
+    with native.disabled():
+        assert not winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [14, 14])
+
+
+@needs_cc
+def test_winograd_transforms_write_only_their_outputs():
+    rng = np.random.default_rng(13)
+    C, M, H, Wd, guard = 3, 4, 7, 9, 64
+    th, tw = 4, 5
+    x = rng.standard_normal((C, H, Wd)).astype(np.float32)
+    fwd = native.function("winograd.c", "winograd_f2k3_input_f32", winograd._INPUT_ARGS)
+    bwd = native.function("winograd.c", "winograd_f2k3_output_f32", winograd._OUTPUT_ARGS)
+    ld = (th - 1) * tw + 7  # rows 1..3 of the tiles, at column 7 of a wider matrix
+    V = np.full(16 * C * ld + 2 * guard, np.nan, dtype=np.float32)
+    assert fwd(x.ctypes.data, V[guard:].ctypes.data, C, H, Wd, 1, 1, th, tw, 1, th, ld, 7) == 0
+    body = V[guard:guard + 16 * C * ld].reshape(16, C, ld)
+    assert np.isnan(V[:guard]).all() and np.isnan(V[guard + 16 * C * ld:]).all()
+    assert np.isnan(body[..., :7]).all() and not np.isnan(body[..., 7:]).any()
+    Mo = rng.standard_normal(16 * M * ld + winograd._VL).astype(np.float32)
+    Y = np.full(M * H * Wd + 2 * guard, np.nan, dtype=np.float32)
+    assert bwd(Mo.ctypes.data, None, Y[guard:].ctypes.data, M, H, Wd, tw, 1, th, ld, 7) == 0
+    out = Y[guard:guard + M * H * Wd].reshape(M, H, Wd)
+    assert np.isnan(Y[:guard]).all() and np.isnan(Y[guard + M * H * Wd:]).all()
+    assert np.isnan(out[:, :2]).all() and not np.isnan(out[:, 2:]).any()  # tile row 0 = output rows 0, 1

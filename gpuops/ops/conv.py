@@ -24,6 +24,7 @@ from .. import native
 from ..errors import NodeError
 from ..registry import op
 from .linalg import derived, up
+from . import winograd
 from .elementwise import clamp
 
 # -- geometry (host-side Python ints) ---------------------------------------------------------------
@@ -470,6 +471,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     if isinstance(X, np.ndarray) and K > 1 and L > 0 and X.size:  # CPU: paths without an im2col copy
         if group == C and C > 1:
             return _depthwise(X, W, B, kernel, strides, dilations, pb, out)
+        if winograd.applies(X, W, kernel, strides, dilations, group, out):
+            return winograd.conv3x3(X, W, B, pb, out)
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
             return _kn2row(X, W, B, kernel, strides, dilations, pb, out)
     if isinstance(X, np.ndarray) and L > 0:

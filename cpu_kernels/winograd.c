@@ -1,0 +1,85 @@
+/* Winograd convolution F(2x2, 3x3), float32: the input and output transforms around the 16 GEMMs
+ * that NumPy runs with BLAS (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2015).
+ *
+ * A 2x2 output tile is A^T [U * (B^T d B)] A, with d the 4x4 input tile at (2i - ph, 2j - pw) and
+ * U = G g G^T the transformed 3x3 filter (computed in NumPy). Tile position k = 4u + v holds
+ *   V[k][c][tile] = (B^T d B)[u][v] for every input channel c;    Mo[k] = U[k] @ V[k];
+ *   Y[2i + a][2j + b] = (A^T Mo A)[a][b] + bias.
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1]: adds and subtracts only.
+ *
+ * Tiles are read as a 4x4 "kernel" of stride 2 over the phase planes (common.h), so the 16 values of
+ * VL tiles of a tile row are 16 vector loads. Both transforms cover the tile rows [i0, i1) of one
+ * image, at columns col0 + (i - i0) * tw + j of matrices with row length ld (several images and row
+ * blocks share one GEMM). The caller gives Mo VL floats of slack past its end. */
+#include <stdlib.h>
+#include "common.h"
+
+int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                            int64_t th, int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0) {
+    const Windows g = windows(H, W, th, tw, 4, 4, 2, 2, ph, pw, 1, 1);
+    float* buf = malloc(sizeof(float) * planes_size(&g) + sizeof(int64_t) * 16);
+    if (!buf) return 1;
+    int64_t* offs = (int64_t*)(buf + planes_size(&g));
+    tap_offsets(&g, offs);
+    const int64_t n = tw < VL ? tw : VL;
+    for (int64_t c = 0; c < C; ++c) {
+        fill_plane_rows(&g, x + c * H * W, 0.0f, buf, i0, i1 + 1);
+        for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = 0; j >= 0; j = next_vector(j, tw)) {
+                const float* src = buf + i * g.Qw + j;
+                vfloat t[4][4];  /* B^T d, row by row */
+                for (int col = 0; col < 4; ++col) {
+                    const vfloat d0 = vload(src + offs[col]), d1 = vload(src + offs[4 + col]);
+                    const vfloat d2 = vload(src + offs[8 + col]), d3 = vload(src + offs[12 + col]);
+                    t[0][col] = d0 - d2;
+                    t[1][col] = d1 + d2;
+                    t[2][col] = d2 - d1;
+                    t[3][col] = d1 - d3;
+                }
+                float* out = V + c * ld + col0 + (i - i0) * tw + j;
+                const int64_t k_stride = C * ld;
+                for (int u = 0; u < 4; ++u) {  /* ... B */
+                    vstore(out + (4 * u + 0) * k_stride, t[u][0] - t[u][2], n);
+                    vstore(out + (4 * u + 1) * k_stride, t[u][1] + t[u][2], n);
+                    vstore(out + (4 * u + 2) * k_stride, t[u][2] - t[u][1], n);
+                    vstore(out + (4 * u + 3) * k_stride, t[u][1] - t[u][3], n);
+                }
+            }
+    }
+    free(buf);
+    return 0;
+}
+
+int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64_t M, int64_t OH, int64_t OW,
+                             int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0) {
+    const int64_t k_stride = M * ld;
+    for (int64_t m = 0; m < M; ++m) {
+        const float b = bias ? bias[m] : 0.0f;
+        float* ym = y + m * OH * OW;
+        for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = 0; j >= 0; j = next_vector(j, tw)) {
+                const float* src = Mo + m * ld + col0 + (i - i0) * tw + j;
+                vfloat s[2][4];  /* A^T Mo, column by column */
+                for (int v = 0; v < 4; ++v) {
+                    const vfloat m0 = vload(src + v * k_stride), m1 = vload(src + (4 + v) * k_stride);
+                    const vfloat m2 = vload(src + (8 + v) * k_stride), m3 = vload(src + (12 + v) * k_stride);
+                    s[0][v] = m0 + m1 + m2;
+                    s[1][v] = m1 - m2 - m3;
+                }
+                for (int a = 0; a < 2 && 2 * i + a < OH; ++a) {  /* ... A, interleaved into row 2i + a */
+                    const vfloat e = s[a][0] + s[a][1] + s[a][2] + b, o = s[a][1] - s[a][2] - s[a][3] + b;
+                    float fe[VL], fo[VL], row[2 * VL];
+                    memcpy(fe, &e, sizeof e);
+                    memcpy(fo, &o, sizeof o);
+                    for (int l = 0; l < VL; ++l) {
+                        row[2 * l] = fe[l];
+                        row[2 * l + 1] = fo[l];
+                    }
+                    const int64_t cells = OW - 2 * j < 2 * VL ? OW - 2 * j : 2 * VL;
+                    float* dst = ym + (2 * i + a) * OW + 2 * j;
+                    for (int64_t l = 0; l < cells; ++l) dst[l] = row[l];
+                }
+            }
+    }
+    return 0;
+}

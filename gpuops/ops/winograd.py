@@ -1,0 +1,88 @@
+"""Winograd convolution F(2x2, 3x3) on the CPU: a 3x3 stride-1 conv in 4/9 of the GEMM flops.
+
+Each 2x2 output tile is ``A^T [(G g G^T) * (B^T d B)] A`` over a 4x4 input tile ``d`` (Lavin & Gray,
+*Fast Algorithms for Convolutional Neural Networks*, 2015): for the 16 tile positions, 16 GEMMs
+``(M, C) @ (C, tiles)`` in BLAS, where im2col needs one GEMM with nine times the inner size. The
+transforms (``cpu_kernels/winograd.c``) hold only 0, +-1 and +-1/2: the result differs from a direct
+float32 sum by rounding only. In NumPy the transforms cost as much as the flops they save (measured),
+so this path exists only with the native kernels.
+
+The transformed input of all images shares one GEMM when it fits in :data:`BLOCK_BYTES`; larger maps
+(VGG's 224x224 layers) run a block of tile rows at a time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import native
+from .linalg import derived
+
+_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+_INPUT_ARGS = (native.PTR,) * 2 + (native.INT,) * 11
+_OUTPUT_ARGS = (native.PTR,) * 3 + (native.INT,) * 8
+
+BLOCK_BYTES = 1 << 23  # transformed input + products of one GEMM batch
+_VL = 16  # VL of cpu_kernels/common.h: the output transform's last vector may read this far past Mo
+
+
+def applies(X, W, kernel, strides, dilations, group, out) -> bool:
+    """Whether the Winograd path runs this conv: native kernels present, float32, 3x3, stride and
+    dilation 1, no groups, and enough channels and tiles that 16 GEMMs on a quarter of the columns
+    beat one GEMM of nine times the inner size (measured on one core; see :func:`pays`)."""
+    return (X.dtype == W.dtype == np.float32 and X.ndim == 4 and list(kernel) == [3, 3] and group == 1
+            and list(strides) == [1, 1] and list(dilations) == [1, 1]
+            and pays(X.shape[1], W.shape[0], X.shape[0], out) and native.enabled()
+            and native.function("winograd.c", "winograd_f2k3_input_f32", _INPUT_ARGS) is not None)
+
+
+def pays(C: int, M: int, N: int, out) -> bool:
+    """Measured against im2col/kn2row on the light models' 3x3 convs (one core): 1.1-2x faster from
+    32 input channels and 36 tiles on; SqueezeNet's 16-channel convs and single 7x7 maps (16 tiles,
+    GEMMs too narrow for BLAS) are slower."""
+    return C >= 32 and M >= 16 and N * math.ceil(out[0] / 2) * math.ceil(out[1] / 2) >= 36
+
+
+def _weights(W):
+    """``U = G g G^T`` per (out, in) channel pair, as ``(16, M, C)``: tile position ``4u + v``."""
+    M, C = W.shape[:2]
+    U = np.einsum("ui,mcij,vj->uvmc", _G, W.astype(np.float64), _G)
+    return np.ascontiguousarray(U.reshape(16, M, C).astype(W.dtype))
+
+
+def conv3x3(X, W, B, pads_begin, out):
+    """``Conv(X, W, B)`` for a 3x3 kernel, stride 1, dilation 1, group 1 (float32 NCHW NumPy arrays);
+    ``out`` is the output's spatial shape, ``pads_begin`` the begin pads (end padding is implicit)."""
+    forward = native.function("winograd.c", "winograd_f2k3_input_f32", _INPUT_ARGS)
+    backward = native.function("winograd.c", "winograd_f2k3_output_f32", _OUTPUT_ARGS)
+    X = np.ascontiguousarray(X)
+    B = None if B is None else np.ascontiguousarray(B, dtype=np.float32)
+    N, C, H, Wd = X.shape
+    M = W.shape[0]
+    OH, OW = out
+    th, tw = -(-OH // 2), -(-OW // 2)
+    U = derived((W,), "winograd F(2x2, 3x3)", lambda: _weights(W))
+    Y = np.empty((N, M, OH, OW), dtype=np.float32)
+    per_row = 16 * (C + M) * tw * 4  # bytes of V and Mo per tile row
+    if N * th * per_row <= BLOCK_BYTES:  # every image in one GEMM batch
+        batches = [[(n, 0, th) for n in range(N)]]
+    else:
+        rows = max(1, min(th, BLOCK_BYTES // per_row))
+        batches = [[(n, i0, min(th, i0 + rows))] for n in range(N) for i0 in range(0, th, rows)]
+    for batch in batches:
+        ld = sum(i1 - i0 for _, i0, i1 in batch) * tw
+        V = np.empty((16, C, ld), dtype=np.float32)
+        Mo = np.empty(16 * M * ld + _VL, dtype=np.float32)
+        col = 0
+        for n, i0, i1 in batch:
+            native.call(forward, X[n].ctypes.data, V.ctypes.data, C, H, Wd, *pads_begin, th, tw, i0, i1, ld, col)
+            col += (i1 - i0) * tw
+        np.matmul(U, V, out=Mo[:16 * M * ld].reshape(16, M, ld))
+        col = 0
+        for n, i0, i1 in batch:
+            native.call(backward, Mo.ctypes.data, None if B is None else B.ctypes.data, Y[n].ctypes.data,
+                        M, OH, OW, tw, i0, i1, ld, col)
+            col += (i1 - i0) * tw
+    return Y
