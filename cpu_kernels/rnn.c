@@ -23,10 +23,11 @@
 
 /* float32 tanh(x) = sign(x) * e / (e + 2), e = expm1(2|x|), without branches so that loops over it
  * vectorise. expm1(z) = 2^n * expm1(r) + 2^n - 1 with z = n ln2 + r, r in [-ln2/2, ln2/2] (ln2 in two
- * parts: n * LN2_HI is exact), expm1(r) = r + r^2 * Q(r), Q a minimax fit (relative error 3e-9).
+ * parts: n * LN2_HI is exact), expm1(r) = r + r^2 * Q(r), Q fitted so that 1 + r + r^2 * Q(r) is
+ * e^r within 3e-9 relative.
  * n is rounded by adding 1.5 * 2^23, whose low bits then hold n (defined for NaN too: no float to
  * int conversion). |x| is clamped to 10 (tanh is 1 in float32 beyond 9.01); NaN propagates.
- * Max error, every float32 in [0, 11): 2.5 ulp against tanh in float64 (3 ulp from numpy.tanh). */
+ * Max error over every float32: 2.61 ulp against tanh in double (at 0.0624; 3 ulp from numpy.tanh). */
 static inline float tanh_f32(float x) {
     const float a = fabsf(x);
     const float z = 2.0f * (a > 10.0f ? 10.0f : a);

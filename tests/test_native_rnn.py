@@ -1,6 +1,6 @@
 """The native LSTM recurrence (cpu_kernels/rnn.c) against the NumPy step loop it replaces (its oracle),
-over random shapes, directions, layouts, biases and initial states; its float32 tanh against
-tanh in float64; and its outputs' bounds."""
+over random shapes, directions, layouts, biases and initial states (larger ones take the NumPy loop);
+its float32 tanh against tanh in float64; and its outputs' bounds."""
 
 import array_api_compat.numpy as xp
 import numpy as np
@@ -18,10 +18,12 @@ def _kernel():
     return fn
 
 
-def _lstm(rng, T, batch, I, H, D, layout, bias, states, scale=0.6):
-    f = lambda *shape: (rng.standard_normal(shape) * scale).astype(np.float32)  # noqa: E731
+def _lstm(rng, T, batch, I, H, D, layout, bias, states, scale=1.0):
+    """LSTM inputs; weights scaled by 1/sqrt(fan-in), as trained models' are, so that the gates vary."""
+    f = lambda *shape, s=scale: (rng.standard_normal(shape) * s).astype(np.float32)  # noqa: E731
     X = f(T, batch, I) if layout == 0 else f(batch, T, I)
-    args = [X, f(D, 4 * H, I), f(D, 4 * H, H), f(D, 8 * H) if bias else None, None]
+    args = [X, f(D, 4 * H, I, s=scale / I ** 0.5), f(D, 4 * H, H, s=scale / H ** 0.5), f(D, 8 * H) if bias else None,
+            None]
     shape = (D, batch, H) if layout == 0 else (batch, D, H)
     args += [f(*shape), f(*shape)] if states else [None, None]
     return args
@@ -42,8 +44,8 @@ def test_lstm_matches_numpy(seed):
     for case in range(30):
         D = int(rng.integers(1, 3))
         direction = "bidirectional" if D == 2 else ("forward", "reverse")[case % 2]
-        T, batch = int(rng.integers(0 if case == 0 else 1, 12)), int(rng.integers(1, rnn._NATIVE_LSTM_BATCH + 2))
-        I, H = int(rng.integers(1, 20)), int(rng.choice([1, 3, 4, 7, 16, 33]))
+        T, batch = int(rng.integers(0 if case == 0 else 1, 12)), int(rng.integers(1, 7))
+        I, H = int(rng.integers(1, 20)), int(rng.choice([1, 3, 4, 7, 16, 33, 130]))
         layout = int(rng.integers(0, 2))
         args = _lstm(rng, T, batch, I, H, D, layout, bias=case % 3 > 0, states=case % 4 > 0)
         for a in args[1:4]:  # weights as the plan holds them: read-only (the derived layouts are then kept)
@@ -52,7 +54,7 @@ def test_lstm_matches_numpy(seed):
         got, ref = _both(args, direction=direction, hidden_size=H, layout=layout)
         for g, r, name in zip(got, ref, ("Y", "Y_h", "Y_c")):
             assert g.shape == r.shape and g.dtype == np.float32, (name, g.shape, r.shape)
-            np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6, err_msg=f"{name}: case {case} {T=} {batch=} "
+            np.testing.assert_allclose(g, r, rtol=1e-5, atol=2e-6, err_msg=f"{name}: case {case} {T=} {batch=} "
                                        f"{I=} {H=} {D=} {layout=}")
 
 
@@ -60,7 +62,7 @@ def test_lstm_matches_numpy(seed):
 def test_lstm_runs_are_repeatable_and_large_values_saturate():
     _kernel()
     rng = np.random.default_rng(7)
-    args = _lstm(rng, 9, 2, 5, 24, 2, 0, bias=True, states=True, scale=6.0)  # gates far into saturation
+    args = _lstm(rng, 9, 2, 5, 24, 2, 0, bias=True, states=True, scale=10.0)  # gates far into saturation
     got, ref = _both(args, direction="bidirectional")
     for g, r in zip(got, ref):  # gate sums of ~100 rounded in another order: 1e-5 absolute apart at most
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)

@@ -7,7 +7,8 @@ With ``sequence_lens``, a batch entry's state freezes once past its length and i
 a reverse direction starts at its own last valid step (as onnxruntime does). An LSTM or GRU with the
 default activations and no clip (LSTM: no peepholes or input_forget) nor ``sequence_lens`` runs a
 fused loop instead (:func:`_fused_lstm`, :func:`_fused_gru`): same formulas, fewer and in-place array
-ops per step.
+ops per step. A float32 LSTM on the CPU with a small per-step GEMM runs that loop in C
+(``cpu_kernels/rnn.c``) when native kernels are available.
 """
 
 from __future__ import annotations
@@ -284,7 +285,13 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
 
 
 _LSTM_ARGS = (native.PTR,) * 7 + (native.INT,) * 4  # xw, rt, h0, c0, y, h_n, c_n; T, D, batch, H
-_NATIVE_LSTM_BATCH = 2  # larger batches: the per-step GEMM is worth BLAS
+
+
+def _native_lstm(batch: int, H: int) -> bool:
+    """Whether the C recurrence beats the NumPy loop (measured on one core): a small per-step GEMM
+    (then the loop's ~10 NumPy calls a step dominate), or a few rows of an R^T that stays in cache.
+    Larger GEMMs are worth BLAS."""
+    return batch * H * H < 1 << 16 or (batch <= 4 and H <= 512)
 
 
 def _fused_lstm(xp, X, W, R, B, states, dirs):
@@ -301,7 +308,7 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
 
     h0, c0 = states
     fn = native.function("rnn.c", "lstm_f32", _LSTM_ARGS) if (
-        batch <= _NATIVE_LSTM_BATCH and isinstance(X, np.ndarray)
+        _native_lstm(batch, H) and isinstance(X, np.ndarray)
         and all(a.dtype == np.float32 for a in (X, R, h0, c0))) else None
     if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
         h0, c0 = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
