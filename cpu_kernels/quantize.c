@@ -1,15 +1,16 @@
 /* Exact 8-bit integer GEMM for MatMulInteger and QLinearMatMul: C = (A - za) (B - zb) as int32,
  * wrapping modulo 2**32 (the spec's int32 accumulation; all sums here are unsigned, so wrapping is
- * defined). A is M x K uint8 or int8 with one zero point or one per row; B is a weight, prepared once
- * by the caller (gpuops/ops/quantize.py) as a "pack" of int32:
- *     [0, N)       zb'[n] = zb[n] - 128 for uint8 B, zb[n] for int8 B
- *     [N, 2N)      T[n] = sum_k (B[k, n] - zb[n])  (modulo 2**32)
- *     [2N, ...)    S = B transposed (N x K, row n = column n of B) as int8: B - 128 for uint8 B
- * With U = A as uint8 (A + 128 for int8 A) and za' the zero point moved alike,
+ * defined). A is M x K uint8 or int8 with one zero point or one per row; B is K x N uint8 or int8
+ * with one zero point or one per column. B is a weight, prepared once by the caller
+ * (gpuops/ops/quantize.py) as a "pack" of int32:
+ *     [0, N)       Bsum[n] = sum_k B[k, n]  (modulo 2**32)
+ *     [N, ...)     S = B transposed (N x K: row n is column n of B) as int8: B - 128 for uint8 B
+ * With U = A as uint8 (A + 128 for int8 A), za' and zb' the zero points moved alike, and
+ * T[n] = sum_k (B[k, n] - zb[n]) = Bsum[n] - K zb[n],
  *     sum_k (A - za)(B - zb) = sum_k (U - za')(S - zb') = U.S - zb' sum_k U - za' T,
- * where U.S is a uint8 x int8 dot product (vpdpbusd and the like, where the CPU has them) over
- * contiguous K, computed for 4 columns at once, in int32 over chunks of K short enough not to
- * overflow. Returns 0, or 1 when out of memory. */
+ * where U.S is a uint8 x int8 dot product over contiguous K (vpdpbusd and the like, where the CPU
+ * has them), 4 columns at a time, in int32 over chunks of K short enough not to overflow.
+ * Returns 0, or 1 when out of memory. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,20 +40,54 @@ static inline void dot4(const uint8_t* restrict u, const int8_t* restrict s0, co
     out[3] += (uint32_t)a3;
 }
 
-/* C (M x N, uint32 bits of the int32 result). za: NULL (zero), or za_step 0 (one) / 1 (per row),
- * of A's type. */
-static int product(const void* A, int64_t a_signed, const void* za, int64_t za_step, const int32_t* pack,
-                   int64_t M, int64_t K, int64_t N, uint32_t* restrict C) {
-    const int32_t* zb = pack;
-    const int32_t* T = pack + N;
-    const int8_t* S = (const int8_t*)(pack + 2 * N);
+/* The pack of B (K x N, int8 if b_signed else uint8) described above, into pack (N + ceil(N K / 4)). */
+int pack_weight_8(const uint8_t* B, int64_t b_signed, int64_t K, int64_t N, int32_t* pack) {
+    uint32_t* restrict sum = (uint32_t*)pack;
+    int8_t* restrict S = (int8_t*)(pack + N);
+    const uint8_t flip = b_signed ? 0 : 0x80;
+    for (int64_t n = 0; n < N; ++n) sum[n] = 0;
+    for (int64_t k = 0; k < K; ++k) {
+        const uint8_t* restrict b = B + k * N;
+        if (b_signed)
+            for (int64_t n = 0; n < N; ++n) sum[n] += (uint32_t)(int32_t)(int8_t)b[n];
+        else
+            for (int64_t n = 0; n < N; ++n) sum[n] += b[n];
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += 16)  /* transposed by 16 x 16 tiles */
+        for (int64_t n0 = 0; n0 < N; n0 += 16) {
+            if (K - k0 >= 16 && N - n0 >= 16) {
+                uint8_t t[16][16];
+                for (int k = 0; k < 16; ++k)
+                    for (int n = 0; n < 16; ++n) t[n][k] = B[(k0 + k) * N + n0 + n] ^ flip;
+                for (int n = 0; n < 16; ++n)
+                    for (int k = 0; k < 16; ++k) S[(n0 + n) * K + k0 + k] = (int8_t)t[n][k];
+            } else {
+                for (int64_t k = k0; k < K && k < k0 + 16; ++k)
+                    for (int64_t n = n0; n < N && n < n0 + 16; ++n) S[n * K + k] = (int8_t)(B[k * N + n] ^ flip);
+            }
+        }
+    return 0;
+}
+
+/* C (M x N, uint32 bits of the int32 result). Zero points: za_rows (one per row, of A's type) else
+ * za; zb_cols (one per column, of B's type) else zb. */
+static int product(const void* A, int64_t a_signed, const void* za_rows, int64_t za, const int32_t* pack,
+                   int64_t b_signed, const void* zb_cols, int64_t zb, int64_t M, int64_t K, int64_t N,
+                   uint32_t* restrict C) {
+    const int8_t* S = (const int8_t*)(pack + N);
+    uint32_t* zs = malloc(sizeof(uint32_t) * (size_t)(2 * N) + (a_signed ? (size_t)(M * K) : 0));
+    if (!zs) return 1;
+    uint32_t* T = zs + N;
+    for (int64_t n = 0; n < N; ++n) {
+        int64_t z = zb;
+        if (zb_cols) z = b_signed ? ((const int8_t*)zb_cols)[n] : ((const uint8_t*)zb_cols)[n];
+        zs[n] = (uint32_t)(b_signed ? z : z - 128);
+        T[n] = (uint32_t)pack[n] - (uint32_t)K * (uint32_t)z;
+    }
     const uint8_t* U = A;
-    uint8_t* shifted = NULL;
     if (a_signed) {
-        shifted = malloc(M * K > 0 ? (size_t)(M * K) : 1);
-        if (!shifted) return 1;
-        const uint8_t* a = A;
-        for (int64_t i = 0; i < M * K; ++i) shifted[i] = a[i] ^ 0x80;
+        uint8_t* shifted = (uint8_t*)(zs + 2 * N);
+        for (int64_t i = 0; i < M * K; ++i) shifted[i] = ((const uint8_t*)A)[i] ^ 0x80;
         U = shifted;
     }
     memset(C, 0, sizeof(uint32_t) * (size_t)(M * N));
@@ -71,42 +106,40 @@ static int product(const void* A, int64_t a_signed, const void* za, int64_t za_s
         const uint8_t* u = U + m * K;
         uint32_t usum = 0;
         for (int64_t k = 0; k < K; ++k) usum += u[k];
-        int64_t z = 0;
-        if (za) z = a_signed ? ((const int8_t*)za)[m * za_step] : ((const uint8_t*)za)[m * za_step];
+        int64_t z = za;
+        if (za_rows) z = a_signed ? ((const int8_t*)za_rows)[m] : ((const uint8_t*)za_rows)[m];
         const uint32_t zu = (uint32_t)(a_signed ? z + 128 : z);
         uint32_t* restrict c = C + m * N;
-        for (int64_t n = 0; n < N; ++n) c[n] -= (uint32_t)zb[n] * usum + zu * (uint32_t)T[n];
+        for (int64_t n = 0; n < N; ++n) c[n] -= zs[n] * usum + zu * T[n];
     }
-    free(shifted);
+    free(zs);
     return 0;
 }
 
 /* MatMulInteger: Y = the int32 product. */
-int matmul_integer_u8(const void* A, int64_t a_signed, const void* za, int64_t za_step, const int32_t* pack,
-                      int32_t* Y, int64_t M, int64_t K, int64_t N) {
-    return product(A, a_signed, za, za_step, pack, M, K, N, (uint32_t*)Y);
+int matmul_integer_u8(const void* A, int64_t a_signed, const void* za_rows, int64_t za, const int32_t* pack,
+                      int64_t b_signed, const void* zb_cols, int64_t zb, int32_t* Y, int64_t M, int64_t K, int64_t N) {
+    return product(A, a_signed, za_rows, za, pack, b_signed, zb_cols, zb, M, K, N, (uint32_t*)Y);
 }
 
-/* QLinearMatMul: Y = saturate(rint(float(C) * (a_scale * b_scale / y_scale)) + y_zero_point), in
- * float32 as the NumPy code (rint rounds half to even; NaN saturates to the low end). The scales are
- * float32: a_scale one (step 0) or per row (1), b_scale one or per column; y_scale and y_zp one. */
-int qlinear_matmul_u8(const void* A, int64_t a_signed, const void* za, int64_t za_step, const int32_t* pack,
-                      const float* a_scale, int64_t as_step, const float* b_scale, int64_t bs_step,
-                      const float* y_scale, const void* y_zp, int64_t y_signed, void* Y,
-                      int64_t M, int64_t K, int64_t N) {
+/* QLinearMatMul: Y = saturate(rint(float(C) * (a_scale * b_scale / y_scale)) + y_zp), in float32
+ * as the NumPy code (rint rounds half to even; NaN saturates to the low end). a_scale: as_rows (one
+ * per row) else as; b_scale: bs_cols (one per column) else bs. */
+int qlinear_matmul_u8(const void* A, int64_t a_signed, const void* za_rows, int64_t za, const int32_t* pack,
+                      int64_t b_signed, const void* zb_cols, int64_t zb, const float* as_rows, float as, const float* bs_cols, float bs, float ys, int64_t y_zp,
+                      int64_t y_signed, void* Y, int64_t M, int64_t K, int64_t N) {
     uint32_t* C = malloc(sizeof(uint32_t) * (size_t)(M * N + N));
-    if (!C || product(A, a_signed, za, za_step, pack, M, K, N, C)) {
+    if (!C || product(A, a_signed, za_rows, za, pack, b_signed, zb_cols, zb, M, K, N, C)) {
         free(C);
         return 1;
     }
     float* restrict mult = (float*)(C + M * N);
     const float lo = y_signed ? -128.0f : 0.0f, hi = y_signed ? 127.0f : 255.0f;
-    const float zp = y_signed ? (float)*(const int8_t*)y_zp : (float)*(const uint8_t*)y_zp;
-    const float ys = *y_scale;
+    const float zp = (float)y_zp;
     for (int64_t m = 0; m < M; ++m) {
-        const float as = a_scale[m * as_step];
-        if (m == 0 || as_step)
-            for (int64_t n = 0; n < N; ++n) mult[n] = as * b_scale[n * bs_step] / ys;
+        const float a = as_rows ? as_rows[m] : as;
+        if (m == 0 || as_rows)
+            for (int64_t n = 0; n < N; ++n) mult[n] = a * (bs_cols ? bs_cols[n] : bs) / ys;
         const uint32_t* restrict c = C + m * N;
         if (y_signed) {
             int8_t* restrict y = (int8_t*)Y + m * N;
