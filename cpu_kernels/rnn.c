@@ -42,28 +42,39 @@ static inline float tanh_f32(float x) {
     return copysignf(e / (e + 2.0f), x);
 }
 
-/* acc (batch, G) += h (batch, K) @ r (K, G): for each four rows of r, once over every batch row. */
-static void gemm_acc(float* acc, const float* h, const float* r, int64_t batch, int64_t K, int64_t G) {
+/* acc (batch rows lda apart) += h (batch, K) @ r (K rows ldr apart), over N columns: for each four
+ * rows of r, once over every batch row. */
+static void gemm_acc(float* acc, int64_t lda, const float* h, const float* r, int64_t ldr, int64_t batch,
+                     int64_t K, int64_t N) {
     int64_t k = 0;
     for (; k + 4 <= K; k += 4) {
-        const float* restrict r0 = r + k * G;
-        const float* restrict r1 = r0 + G;
-        const float* restrict r2 = r1 + G;
-        const float* restrict r3 = r2 + G;
+        const float* restrict r0 = r + k * ldr;
+        const float* restrict r1 = r0 + ldr;
+        const float* restrict r2 = r1 + ldr;
+        const float* restrict r3 = r2 + ldr;
         for (int64_t b = 0; b < batch; ++b) {
-            float* restrict a = acc + b * G;
+            float* restrict a = acc + b * lda;
             const float h0 = h[b * K + k], h1 = h[b * K + k + 1], h2 = h[b * K + k + 2], h3 = h[b * K + k + 3];
-            for (int64_t j = 0; j < G; ++j) a[j] = MADD(h3, r3[j], MADD(h2, r2[j], MADD(h1, r1[j], MADD(h0, r0[j], a[j]))));
+            for (int64_t j = 0; j < N; ++j)
+                a[j] = MADD(h3, r3[j], MADD(h2, r2[j], MADD(h1, r1[j], MADD(h0, r0[j], a[j]))));
         }
     }
     for (; k < K; ++k) {
-        const float* restrict r0 = r + k * G;
+        const float* restrict r0 = r + k * ldr;
         for (int64_t b = 0; b < batch; ++b) {
-            float* restrict a = acc + b * G;
+            float* restrict a = acc + b * lda;
             const float h0 = h[b * K + k];
-            for (int64_t j = 0; j < G; ++j) a[j] = MADD(h0, r0[j], a[j]);
+            for (int64_t j = 0; j < N; ++j) a[j] = MADD(h0, r0[j], a[j]);
         }
     }
+}
+
+/* acc row b, gate g <- xw (T, G, D, batch, H) at step t, direction d. */
+static void load_gates(float* acc, const float* xw, int64_t t, int64_t d, int64_t G, int64_t D, int64_t batch,
+                       int64_t H, int64_t gates) {
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t g = 0; g < gates; ++g)
+            memcpy(acc + (b * G + g) * H, xw + (((t * G + g) * D + d) * batch + b) * H, sizeof(float) * H);
 }
 
 int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n, float* c_n,
@@ -77,10 +88,8 @@ int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0,
         memcpy(c, c0 + d * BH, sizeof(float) * BH);
         for (int64_t t = 0; t < T; ++t) {
             const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
-            for (int64_t b = 0; b < batch; ++b)
-                for (int64_t g = 0; g < 4; ++g)
-                    memcpy(acc + b * G + g * H, xw + (((t * 4 + g) * D + d) * batch + b) * H, sizeof(float) * H);
-            gemm_acc(acc, h, r, batch, H, G);
+            load_gates(acc, xw, t, d, 4, D, batch, H, 4);
+            gemm_acc(acc, G, h, r, G, batch, H, G);
             for (int64_t b = 0; b < batch; ++b) {
                 float* restrict a = acc + b * G;
                 float* restrict cb = c + b * H;
@@ -90,6 +99,63 @@ int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0,
                 const float *ct = a, *o = a + H, *f = a + 2 * H, *i = a + 3 * H;
                 for (int64_t j = 0; j < H; ++j) cb[j] = f[j] * cb[j] + i[j] * ct[j];
                 for (int64_t j = 0; j < H; ++j) yb[j] = o[j] * tanh_f32(cb[j]);
+            }
+        }
+        memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);
+    }
+    free(acc);
+    return 0;
+}
+
+/* The GRU of _fused_gru (activations sigmoid, tanh; no clip or sequence_lens), float32. Gates in the
+ * ONNX order [z, r, h~], z's and r's weights and biases halved (sigmoid as above).
+ *   xw  (T, 3, D, batch, H): the input projection plus biases: Wb + Rb for z and r; Wbh for h~, plus
+ *       Rbh unless lbr (linear_before_reset)
+ *   rt  (D, H, 3H): R^T per direction;  rbh (D, H): Rbh with lbr, else NULL
+ *   h0, h_n (D, batch, H);  y (T, D, batch, H) in step order
+ * Per step: z, r = sigmoid(xw + h @ rt); h~ = tanh(xw_h + r * (h @ rt_h + rbh)) with lbr, else
+ * tanh(xw_h + (r * h) @ rt_h); h = h~ + z * (h - h~). */
+int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0, float* y, float* h_n, int64_t T,
+            int64_t D, int64_t batch, int64_t H, int64_t lbr) {
+    const int64_t G = 3 * H, BH = batch * H;
+    float* acc = malloc(sizeof(float) * (batch * G + BH + 1));
+    if (!acc) return 1;
+    float* rh = acc + batch * G;  /* r * h, without lbr */
+    for (int64_t d = 0; d < D; ++d) {
+        const float* r = rt + d * H * G;
+        for (int64_t t = 0; t < T; ++t) {
+            const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
+            load_gates(acc, xw, t, d, 3, D, batch, H, 2);
+            for (int64_t b = 0; b < batch && lbr; ++b) {  /* h @ rt_h + rbh, apart from xw_h */
+                if (rbh) memcpy(acc + b * G + 2 * H, rbh + d * H, sizeof(float) * H);
+                else memset(acc + b * G + 2 * H, 0, sizeof(float) * H);
+            }
+            gemm_acc(acc, G, h, r, G, batch, H, lbr ? G : 2 * H);
+            for (int64_t b = 0; b < batch; ++b) {
+                float* restrict a = acc + b * G;
+                for (int64_t j = 0; j < 2 * H; ++j) a[j] = tanh_f32(a[j]) * 0.5f + 0.5f;
+            }
+            if (!lbr) {
+                for (int64_t b = 0; b < batch; ++b) {
+                    const float* restrict rb = acc + b * G + H;
+                    const float* restrict hb = h + b * H;
+                    float* restrict out = rh + b * H;
+                    for (int64_t j = 0; j < H; ++j) out[j] = rb[j] * hb[j];
+                    memcpy(acc + b * G + 2 * H, xw + (((t * 3 + 2) * D + d) * batch + b) * H, sizeof(float) * H);
+                }
+                gemm_acc(acc + 2 * H, G, rh, r + 2 * H, G, batch, H, H);
+            }
+            for (int64_t b = 0; b < batch; ++b) {
+                float* restrict a = acc + b * G;
+                const float *z = a, *rg = a + H, *hb = h + b * H;
+                float* restrict hh = a + 2 * H;
+                float* restrict yb = y + (t * D + d) * BH + b * H;
+                if (lbr) {
+                    const float* restrict x = xw + (((t * 3 + 2) * D + d) * batch + b) * H;
+                    for (int64_t j = 0; j < H; ++j) hh[j] = rg[j] * hh[j] + x[j];
+                }
+                for (int64_t j = 0; j < H; ++j) hh[j] = tanh_f32(hh[j]);
+                for (int64_t j = 0; j < H; ++j) yb[j] = hh[j] + z[j] * (hb[j] - hh[j]);
             }
         }
         memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);

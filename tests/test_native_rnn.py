@@ -1,6 +1,6 @@
-"""The native LSTM recurrence (cpu_kernels/rnn.c) against the NumPy step loop it replaces (its oracle),
-over random shapes, directions, layouts, biases and initial states (larger ones take the NumPy loop);
-its float32 tanh against tanh in float64; and its outputs' bounds."""
+"""The native LSTM and GRU recurrences (cpu_kernels/rnn.c) against the NumPy step loops they replace
+(their oracle), over random shapes, directions, layouts, biases and initial states (larger ones take
+the NumPy loop); their float32 tanh against tanh in float64; and their outputs' bounds."""
 
 import array_api_compat.numpy as xp
 import numpy as np
@@ -10,63 +10,76 @@ from gpuops import native
 from gpuops.ops import rnn
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
+GATES = {"LSTM": 4, "GRU": 3}
 
 
-def _kernel():
-    fn = native.function("rnn.c", "lstm_f32", rnn._LSTM_ARGS)
+def _kernel(name="lstm_f32", argtypes=rnn._LSTM_ARGS):
+    fn = native.function("rnn.c", name, argtypes)
     assert fn is not None, "cpu_kernels/rnn.c did not compile"
     return fn
 
 
-def _lstm(rng, T, batch, I, H, D, layout, bias, states, scale=1.0):
-    """LSTM inputs; weights scaled by 1/sqrt(fan-in), as trained models' are, so that the gates vary."""
+def _inputs(rng, T, batch, I, H, D, layout, bias, states, scale=1.0, op="LSTM"):
+    """LSTM or GRU inputs; weights scaled by 1/sqrt(fan-in), as trained models' are, so that the gates vary."""
     f = lambda *shape, s=scale: (rng.standard_normal(shape) * s).astype(np.float32)  # noqa: E731
+    G = GATES[op]
     X = f(T, batch, I) if layout == 0 else f(batch, T, I)
-    args = [X, f(D, 4 * H, I, s=scale / I ** 0.5), f(D, 4 * H, H, s=scale / H ** 0.5), f(D, 8 * H) if bias else None,
-            None]
+    args = [X, f(D, G * H, I, s=scale / I ** 0.5), f(D, G * H, H, s=scale / H ** 0.5),
+            f(D, 2 * G * H) if bias else None, None]
     shape = (D, batch, H) if layout == 0 else (batch, D, H)
-    args += [f(*shape), f(*shape)] if states else [None, None]
+    args += [f(*shape) if states else None for _ in range(G - 2)]  # initial_h (and initial_c)
     return args
 
 
-def _both(args, **attrs):
-    """(native outputs, NumPy outputs) of the LSTM op."""
+def _lstm(*args, **kwargs):
+    return _inputs(*args, **kwargs, op="LSTM")
+
+
+def _both(args, op="LSTM", **attrs):
+    """(native outputs, NumPy outputs) of the LSTM or GRU op."""
+    f = getattr(rnn, op)
     with native.disabled():
-        ref = rnn.LSTM(xp, *args, **attrs)
-    return rnn.LSTM(xp, *args, **attrs), ref
+        ref = f(xp, *args, **attrs)
+    return f(xp, *args, **attrs), ref
 
 
 @needs_cc
-@pytest.mark.parametrize("seed", range(4))
-def test_lstm_matches_numpy(seed):
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_numpy(op, seed):
     _kernel()
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + 10 * (op == "GRU"))
     for case in range(30):
         D = int(rng.integers(1, 3))
         direction = "bidirectional" if D == 2 else ("forward", "reverse")[case % 2]
         T, batch = int(rng.integers(0 if case == 0 else 1, 12)), int(rng.integers(1, 7))
         I, H = int(rng.integers(1, 20)), int(rng.choice([1, 3, 4, 7, 16, 33, 130]))
         layout = int(rng.integers(0, 2))
-        args = _lstm(rng, T, batch, I, H, D, layout, bias=case % 3 > 0, states=case % 4 > 0)
+        args = _inputs(rng, T, batch, I, H, D, layout, bias=case % 3 > 0, states=case % 4 > 0, op=op)
         for a in args[1:4]:  # weights as the plan holds them: read-only (the derived layouts are then kept)
             if a is not None and case % 2:
                 a.setflags(write=False)
-        got, ref = _both(args, direction=direction, hidden_size=H, layout=layout)
+        attrs = dict(direction=direction, hidden_size=H, layout=layout)
+        if op == "GRU":
+            attrs["linear_before_reset"] = int(rng.integers(0, 2))
+        got, ref = _both(args, op, **attrs)
         for g, r, name in zip(got, ref, ("Y", "Y_h", "Y_c")):
             assert g.shape == r.shape and g.dtype == np.float32, (name, g.shape, r.shape)
             np.testing.assert_allclose(g, r, rtol=1e-5, atol=2e-6, err_msg=f"{name}: case {case} {T=} {batch=} "
-                                       f"{I=} {H=} {D=} {layout=}")
+                                       f"{I=} {H=} {D=} {attrs}")
 
 
 @needs_cc
-def test_lstm_runs_are_repeatable_and_large_values_saturate():
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_runs_are_repeatable_and_large_values_saturate(op):
     _kernel()
     rng = np.random.default_rng(7)
-    args = _lstm(rng, 9, 2, 5, 24, 2, 0, bias=True, states=True, scale=10.0)  # gates far into saturation
-    got, ref = _both(args, direction="bidirectional")
+    args = _inputs(rng, 9, 2, 5, 24, 2, 0, bias=True, states=False, scale=10.0, op=op)  # gates far into saturation
+    attrs = {"linear_before_reset": 1} if op == "GRU" else {}
+    got, ref = _both(args, op, direction="bidirectional", **attrs)
     for g, r in zip(got, ref):  # gate sums of ~100 rounded in another order: 1e-5 absolute apart at most
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
-    again = rnn.LSTM(xp, *args, direction="bidirectional")
+    again = getattr(rnn, op)(xp, *args, direction="bidirectional", **attrs)
     assert all(np.array_equal(a, b) for a, b in zip(got, again))
 
 
@@ -108,27 +121,31 @@ def test_tanh_accuracy():
     np.testing.assert_array_equal(_tanh_of(special), np.tanh(special.astype(np.float64)).astype(np.float32))
 
 
+def _guarded(shapes, run):
+    """``run(outputs)`` into plain arrays and into NaN-guarded views of larger buffers: the guards
+    stay NaN and both give the same outputs."""
+    plain = run([np.empty(s, np.float32) for s in shapes])
+    bufs = [np.full(int(np.prod(s)) + 64, np.nan, np.float32) for s in shapes]
+    views = run([b[32:32 + int(np.prod(s))].reshape(s) for b, s in zip(bufs, shapes)])
+    for b, v, p in zip(bufs, views, plain):
+        assert np.isnan(b[:32]).all() and np.isnan(b[-32:]).all()
+        np.testing.assert_array_equal(v, p)
+
+
 @needs_cc
-def test_kernel_writes_only_its_outputs():
-    """The kernel run into NaN-guarded views of larger buffers: the guards stay NaN and the outputs
-    equal those of plain arrays."""
-    fn = _kernel()
+def test_kernels_write_only_their_outputs():
+    lstm, gru = _kernel(), _kernel("gru_f32", rnn._GRU_ARGS)
     rng = np.random.default_rng(5)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     for T, D, batch, H in [(3, 2, 2, 5), (1, 1, 1, 1), (4, 2, 3, 17), (0, 2, 1, 4)]:
-        r = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-        ins = [r(T, 4, D, batch, H), r(D, H, 4 * H) * 0.3, r(D, batch, H), r(D, batch, H)]
         shapes = [(T, D, batch, H), (D, batch, H), (D, batch, H)]
-
-        def run(outs):
-            native.call(fn, *(native.ptr(a) for a in ins + outs), T, D, batch, H)
-            return outs
-
-        plain = run([np.empty(s, np.float32) for s in shapes])
-        bufs = [np.full(int(np.prod(s)) + 64, np.nan, np.float32) for s in shapes]
-        views = run([b[32:32 + int(np.prod(s))].reshape(s) for b, s in zip(bufs, shapes)])
-        for b, v, p in zip(bufs, views, plain):
-            assert np.isnan(b[:32]).all() and np.isnan(b[-32:]).all()
-            np.testing.assert_array_equal(v, p)
+        ins = [r(T, 4, D, batch, H), r(D, H, 4 * H) * 0.3, r(D, batch, H), r(D, batch, H)]
+        _guarded(shapes, lambda outs: native.call(lstm, *(native.ptr(a) for a in ins + outs), T, D, batch, H) or outs)
+        xw, rt, rbh, h0 = r(T, 3, D, batch, H), r(D, H, 3 * H) * 0.3, r(D, H), r(D, batch, H)
+        for lbr, b in ((0, None), (1, None), (1, rbh)):
+            _guarded(shapes[:2], lambda outs: native.call(
+                gru, native.ptr(xw), native.ptr(rt), None if b is None else native.ptr(b), native.ptr(h0),
+                *(native.ptr(a) for a in outs), T, D, batch, H, lbr) or outs)
 
 
 def test_numpy_path_when_native_is_off():

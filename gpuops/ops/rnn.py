@@ -7,7 +7,7 @@ With ``sequence_lens``, a batch entry's state freezes once past its length and i
 a reverse direction starts at its own last valid step (as onnxruntime does). An LSTM or GRU with the
 default activations and no clip (LSTM: no peepholes or input_forget) nor ``sequence_lens`` runs a
 fused loop instead (:func:`_fused_lstm`, :func:`_fused_gru`): same formulas, fewer and in-place array
-ops per step. A float32 LSTM on the CPU with a small per-step GEMM runs that loop in C
+ops per step. On the CPU, in float32 with a small per-step GEMM, that loop runs in C
 (``cpu_kernels/rnn.c``) when native kernels are available.
 """
 
@@ -285,13 +285,19 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
 
 
 _LSTM_ARGS = (native.PTR,) * 7 + (native.INT,) * 4  # xw, rt, h0, c0, y, h_n, c_n; T, D, batch, H
+_GRU_ARGS = (native.PTR,) * 6 + (native.INT,) * 5  # xw, rt, rbh or NULL, h0, y, h_n; T, D, batch, H, lbr
 
 
-def _native_lstm(batch: int, H: int) -> bool:
-    """Whether the C recurrence beats the NumPy loop (measured on one core): a small per-step GEMM
-    (then the loop's ~10 NumPy calls a step dominate), or a few rows of an R^T that stays in cache.
-    Larger GEMMs are worth BLAS."""
-    return batch * H * H < 1 << 16 or (batch <= 4 and H <= 512)
+def _native(name, argtypes, batch: int, H: int, arrays):
+    """The C recurrence ``name`` of ``cpu_kernels/rnn.c``, or None. Used for float32 NumPy arrays
+    where it beats the NumPy loop (measured on one core): a small per-step GEMM (then the loop's ~10
+    NumPy calls a step dominate), or a few rows of an R^T that stays in cache. Larger GEMMs are worth
+    BLAS."""
+    if not (batch * H * H < 1 << 16 or (batch <= 4 and H <= 512)):
+        return None
+    if not all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrays):
+        return None
+    return native.function("rnn.c", name, argtypes)
 
 
 def _fused_lstm(xp, X, W, R, B, states, dirs):
@@ -307,9 +313,7 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
                            B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W")
 
     h0, c0 = states
-    fn = native.function("rnn.c", "lstm_f32", _LSTM_ARGS) if (
-        _native_lstm(batch, H) and isinstance(X, np.ndarray)
-        and all(a.dtype == np.float32 for a in (X, R, h0, c0))) else None
+    fn = _native("lstm_f32", _LSTM_ARGS, batch, H, (X, R, h0, c0))
     if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
         h0, c0 = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
         Y, hn, cn = np.empty((T, D, batch, H), dtype=dt), np.empty_like(h0), np.empty_like(c0)
@@ -360,6 +364,14 @@ def _fused_gru(linear_before_reset):
 
         XW = _fused_projection(xp, X, W, B, bias, dirs, _GRU_ORDER, _GRU_SCALE, ("gru fused W", lbr))
         RT = derived((R,), "gru fused R", lambda: _fused_weight(xp, R, _GRU_ORDER, _GRU_SCALE, False))  # D, H, 3H
+        fn = _native("gru_f32", _GRU_ARGS, batch, H, (X, R, states[0]) + (() if B is None else (B,)))
+        if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
+            h0 = np.ascontiguousarray(states[0])
+            rbh = np.ascontiguousarray(B[:, 5 * H:]) if lbr and B is not None else None
+            Y, hn = np.empty((T, D, batch, H), dtype=dt), np.empty_like(h0)
+            native.call(fn, native.ptr(XW), native.ptr(RT), None if rbh is None else native.ptr(rbh), native.ptr(h0),
+                        native.ptr(Y), native.ptr(hn), T, D, batch, H, int(lbr))
+            return Y, [hn]
         n = 3 if lbr else 2
         hR = xp.empty((D, batch, n * H), dtype=dt)
         hR_g = xp.permute_dims(xp.reshape(hR, (D, batch, n, H)), (2, 0, 1, 3))
