@@ -291,8 +291,8 @@ _GRU_ARGS = (native.PTR,) * 6 + (native.INT,) * 5  # xw, rt, rbh or NULL, h0, y,
 def _native(name, argtypes, batch: int, H: int, arrays):
     """The C recurrence ``name`` of ``cpu_kernels/rnn.c``, or None. Used for float32 NumPy arrays
     where it beats the NumPy loop (measured on one core): a small per-step GEMM (then the loop's ~10
-    NumPy calls a step dominate), or a few rows of an R^T that stays in cache. Larger GEMMs are worth
-    BLAS."""
+    NumPy calls a step dominate), or up to 4 rows with up to 512 hidden units (BLAS is slow on so few
+    rows). Larger GEMMs are worth BLAS."""
     if not (batch * H * H < 1 << 16 or (batch <= 4 and H <= 512)):
         return None
     if not all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrays):
