@@ -1,10 +1,11 @@
 /* Exact 8-bit integer GEMM for MatMulInteger and QLinearMatMul: C = (A - za) (B - zb) as int32,
  * wrapping modulo 2**32 (the spec's int32 accumulation; all sums here are unsigned, so wrapping is
  * defined). A is M x K uint8 or int8 with one zero point or one per row; B is K x N uint8 or int8
- * with one zero point or one per column. B is a weight, prepared once by the caller
- * (gpuops/ops/quantize.py) as a "pack" of int32:
- *     [0, N)       Bsum[n] = sum_k B[k, n]  (modulo 2**32)
- *     [N, ...)     S = B transposed (N x K: row n is column n of B) as int8: B - 128 for uint8 B
+ * with one zero point or one per column. B is a weight, prepared once (pack_weight_8) as a "pack"
+ * of int32:
+ *     [0, 4)           K, N, whether B is int8, 0
+ *     [4, 4 + N)       Bsum[n] = sum_k B[k, n]  (modulo 2**32)
+ *     [4 + N, ...)     S = B transposed (N x K: row n is column n of B) as int8: B - 128 for uint8 B
  * With U = A as uint8 (A + 128 for int8 A), za' and zb' the zero points moved alike, and
  * T[n] = sum_k (B[k, n] - zb[n]) = Bsum[n] - K zb[n],
  *     sum_k (A - za)(B - zb) = sum_k (U - za')(S - zb') = U.S - zb' sum_k U - za' T,
@@ -40,10 +41,16 @@ static inline void dot4(const uint8_t* restrict u, const int8_t* restrict s0, co
     out[3] += (uint32_t)a3;
 }
 
-/* The pack of B (K x N, int8 if b_signed else uint8) described above, into pack (N + ceil(N K / 4)). */
+#define HEADER 4
+
+/* The pack of B (K x N, int8 if b_signed else uint8) described above, into pack (4 + N + ceil(N K / 4)). */
 int pack_weight_8(const uint8_t* B, int64_t b_signed, int64_t K, int64_t N, int32_t* pack) {
-    uint32_t* restrict sum = (uint32_t*)pack;
-    int8_t* restrict S = (int8_t*)(pack + N);
+    pack[0] = (int32_t)K;
+    pack[1] = (int32_t)N;
+    pack[2] = (int32_t)b_signed;
+    pack[3] = 0;
+    uint32_t* restrict sum = (uint32_t*)pack + HEADER;
+    int8_t* restrict S = (int8_t*)(pack + HEADER + N);
     const uint8_t flip = b_signed ? 0 : 0x80;
     for (int64_t n = 0; n < N; ++n) sum[n] = 0;
     for (int64_t k = 0; k < K; ++k) {
@@ -71,10 +78,11 @@ int pack_weight_8(const uint8_t* B, int64_t b_signed, int64_t K, int64_t N, int3
 
 /* C (M x N, uint32 bits of the int32 result). Zero points: za_rows (one per row, of A's type) else
  * za; zb_cols (one per column, of B's type) else zb. */
-static int product(const void* A, int64_t a_signed, const void* za_rows, int64_t za, const int32_t* pack,
-                   int64_t b_signed, const void* zb_cols, int64_t zb, int64_t M, int64_t K, int64_t N,
-                   uint32_t* restrict C) {
-    const int8_t* S = (const int8_t*)(pack + N);
+static int product(const int32_t* pack, const void* A, int64_t M, int64_t a_signed, const void* za_rows,
+                   int64_t za, const void* zb_cols, int64_t zb, uint32_t* restrict C) {
+    const int64_t K = pack[0], N = pack[1], b_signed = pack[2];
+    const int32_t* Bsum = pack + HEADER;
+    const int8_t* S = (const int8_t*)(pack + HEADER + N);
     uint32_t* zs = malloc(sizeof(uint32_t) * (size_t)(2 * N) + (a_signed ? (size_t)(M * K) : 0));
     if (!zs) return 1;
     uint32_t* T = zs + N;
@@ -82,7 +90,7 @@ static int product(const void* A, int64_t a_signed, const void* za_rows, int64_t
         int64_t z = zb;
         if (zb_cols) z = b_signed ? ((const int8_t*)zb_cols)[n] : ((const uint8_t*)zb_cols)[n];
         zs[n] = (uint32_t)(b_signed ? z : z - 128);
-        T[n] = (uint32_t)pack[n] - (uint32_t)K * (uint32_t)z;
+        T[n] = (uint32_t)Bsum[n] - (uint32_t)K * (uint32_t)z;
     }
     const uint8_t* U = A;
     if (a_signed) {
@@ -117,19 +125,20 @@ static int product(const void* A, int64_t a_signed, const void* za_rows, int64_t
 }
 
 /* MatMulInteger: Y = the int32 product. */
-int matmul_integer_u8(const void* A, int64_t a_signed, const void* za_rows, int64_t za, const int32_t* pack,
-                      int64_t b_signed, const void* zb_cols, int64_t zb, int32_t* Y, int64_t M, int64_t K, int64_t N) {
-    return product(A, a_signed, za_rows, za, pack, b_signed, zb_cols, zb, M, K, N, (uint32_t*)Y);
+int matmul_integer_u8(const int32_t* pack, const void* A, int64_t M, const void* za_rows, int64_t za,
+                      const void* zb_cols, int64_t zb, int64_t a_signed, int32_t* Y) {
+    return product(pack, A, M, a_signed, za_rows, za, zb_cols, zb, (uint32_t*)Y);
 }
 
 /* QLinearMatMul: Y = saturate(rint(float(C) * (a_scale * b_scale / y_scale)) + y_zp), in float32
  * as the NumPy code (rint rounds half to even; NaN saturates to the low end). a_scale: as_rows (one
- * per row) else as; b_scale: bs_cols (one per column) else bs. */
-int qlinear_matmul_u8(const void* A, int64_t a_signed, const void* za_rows, int64_t za, const int32_t* pack,
-                      int64_t b_signed, const void* zb_cols, int64_t zb, const float* as_rows, float as, const float* bs_cols, float bs, float ys, int64_t y_zp,
-                      int64_t y_signed, void* Y, int64_t M, int64_t K, int64_t N) {
+ * per row) else as; b_scale: bs_cols (one per column) else bs. signs: 1 if A is int8, + 2 if Y is. */
+int qlinear_matmul_u8(const int32_t* pack, const void* A, int64_t M, const void* za_rows, int64_t za,
+                      const void* zb_cols, int64_t zb, int64_t signs, const float* as_rows, float as,
+                      const float* bs_cols, float bs, float ys, int64_t y_zp, void* Y) {
+    const int64_t N = pack[1], y_signed = signs & 2;
     uint32_t* C = malloc(sizeof(uint32_t) * (size_t)(M * N + N));
-    if (!C || product(A, a_signed, za_rows, za, pack, b_signed, zb_cols, zb, M, K, N, C)) {
+    if (!C || product(pack, A, M, signs & 1, za_rows, za, zb_cols, zb, C)) {
         free(C);
         return 1;
     }
@@ -138,18 +147,20 @@ int qlinear_matmul_u8(const void* A, int64_t a_signed, const void* za_rows, int6
     const float zp = (float)y_zp;
     for (int64_t m = 0; m < M; ++m) {
         const float a = as_rows ? as_rows[m] : as;
-        if (m == 0 || as_rows)
-            for (int64_t n = 0; n < N; ++n) mult[n] = a * (bs_cols ? bs_cols[n] : bs) / ys;
+        if (bs_cols)
+            for (int64_t n = 0; n < N; ++n) mult[n] = a * bs_cols[n] / ys;
+        else
+            for (int64_t n = 0; n < N; ++n) mult[n] = a * bs / ys;
         const uint32_t* restrict c = C + m * N;
-        if (y_signed) {
-            int8_t* restrict y = (int8_t*)Y + m * N;
-            for (int64_t n = 0; n < N; ++n)
-                y[n] = (int8_t)fminf(fmaxf(rintf((float)(int32_t)c[n] * mult[n]) + zp, lo), hi);
-        } else {
-            uint8_t* restrict y = (uint8_t*)Y + m * N;
-            for (int64_t n = 0; n < N; ++n)
-                y[n] = (uint8_t)fminf(fmaxf(rintf((float)(int32_t)c[n] * mult[n]) + zp, lo), hi);
+        for (int64_t n = 0; n < N; ++n) {  /* fmin(fmax(q, lo), hi), written so that it vectorises */
+            const float q = rintf((float)(int32_t)c[n] * mult[n]) + zp;
+            const float v = q > lo ? q : lo;  /* NaN: lo */
+            mult[n] = v < hi ? v : hi;
         }
+        if (y_signed)
+            for (int64_t n = 0; n < N; ++n) ((int8_t*)Y)[m * N + n] = (int8_t)mult[n];
+        else
+            for (int64_t n = 0; n < N; ++n) ((uint8_t*)Y)[m * N + n] = (uint8_t)mult[n];
     }
     free(C);
     return 0;

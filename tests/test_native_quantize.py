@@ -181,7 +181,7 @@ def test_kernels_write_only_their_outputs():
     guard = 64
     for M, K, N in ((1, 5, 3), (3, 70, 9), (5, 33, 17)):
         A, B = _ints(rng, np.uint8, (M, K)), _ints(rng, np.int8, (K, N))
-        size = N + -(-N * K // 4)
+        size = 4 + N + -(-N * K // 4)
         buf = np.full(size + 2 * guard, 0x5A5A5A5A, np.int32)
         native.call(native.function("quantize.c", "pack_weight_8", quantize._PACK_ARGS), B.ctypes.data, 1, K, N,
                     buf[guard:].ctypes.data)
@@ -190,13 +190,13 @@ def test_kernels_write_only_their_outputs():
         ref = (A.astype(np.int64) - 3) @ B.astype(np.int64)
         out = np.full(M * N + 2 * guard, -7, np.int32)
         fn = native.function("quantize.c", "matmul_integer_u8", quantize._MATMUL_INTEGER_ARGS)
-        native.call(fn, A.ctypes.data, 0, None, 3, pack.ctypes.data, 1, None, 0, out[guard:].ctypes.data, M, K, N)
+        native.call(fn, pack.ctypes.data, A.ctypes.data, M, None, 3, None, 0, 0, out[guard:].ctypes.data)
         assert (out[:guard] == -7).all() and (out[guard + M * N:] == -7).all()
         np.testing.assert_array_equal(out[guard:guard + M * N].reshape(M, N), ref)
         y = np.full(M * N + 2 * guard, 77, np.uint8)
         fn = native.function("quantize.c", "qlinear_matmul_u8", quantize._QLINEAR_ARGS)
-        native.call(fn, A.ctypes.data, 0, None, 3, pack.ctypes.data, 1, None, 0, None, 0.5, None, 0.25, 1.0,
-                    100, 0, y[guard:].ctypes.data, M, K, N)
+        native.call(fn, pack.ctypes.data, A.ctypes.data, M, None, 3, None, 0, 0, None, 0.5, None, 0.25, 1.0, 100,
+                    y[guard:].ctypes.data)
         assert (y[:guard] == 77).all() and (y[guard + M * N:] == 77).all()
 
 

@@ -228,17 +228,15 @@ def _integer_product(xp, A, B, a_zero_point, b_zero_point):
 _NATIVE_ROWS, _NATIVE_DEPTH_PER_ROW, _NATIVE_ROWS_F64 = 16, 32, 64
 _BYTES = frozenset((np.dtype(np.uint8), np.dtype(np.int8)))
 _SCALES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64))
-# A, A is int8, per-row a_zero_point or NULL, the one a_zero_point, the pack of B, B is int8,
-# per-column b_zero_point or NULL, the one b_zero_point
-_GEMM_ARGS = (native.PTR, native.INT, native.PTR, native.INT, native.PTR, native.INT, native.PTR, native.INT)
-_MATMUL_INTEGER_ARGS = _GEMM_ARGS + (native.PTR,) + (native.INT,) * 3  # Y, M, K, N
-# per-row a_scale or NULL, the one a_scale, per-column b_scale or NULL, the one b_scale, y_scale,
-# y_zero_point, Y is int8, Y, M, K, N
-_QLINEAR_ARGS = _GEMM_ARGS + (native.PTR, native.FLOAT, native.PTR, native.FLOAT, native.FLOAT, native.INT,
-                              native.INT, native.PTR) + (native.INT,) * 3
-
-
 _PACK_ARGS = (native.PTR, native.INT, native.INT, native.INT, native.PTR)  # B, B is int8, K, N, pack
+# the pack of B, A, M, per-row a_zero_point or NULL, the one a_zero_point, per-column b_zero_point
+# or NULL, the one b_zero_point, signs (A is int8: 1, Y is int8: 2)
+_GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.INT, native.PTR, native.INT, native.INT)
+_MATMUL_INTEGER_ARGS = _GEMM_ARGS + (native.PTR,)  # Y
+# per-row a_scale or NULL, the one a_scale, per-column b_scale or NULL, the one b_scale, y_scale,
+# y_zero_point, Y
+_QLINEAR_ARGS = _GEMM_ARGS + (native.PTR, native.FLOAT, native.PTR, native.FLOAT, native.FLOAT, native.INT,
+                              native.PTR)
 
 
 class _Pack(np.ndarray):
@@ -264,7 +262,7 @@ def _pack(B):
     """Weight B (K, N) as the native kernel's int32 pack (cpu_kernels/quantize.c)."""
     K, N = B.shape
     B = np.ascontiguousarray(B)
-    pack = np.empty(N + -(-N * K // 4), np.int32).view(_Pack)
+    pack = np.empty(4 + N + -(-N * K // 4), np.int32).view(_Pack)
     pack.address = native.ptr(pack, np.int32)
     native.call(native.function("quantize.c", "pack_weight_8", _PACK_ARGS), native.ptr(B, B.dtype),
                 int(B.dtype == np.int8), K, N, pack.address)
@@ -272,9 +270,9 @@ def _pack(B):
 
 
 def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
-    """``(kernel, its leading arguments, (M, K, N), output shape, arrays to keep alive)`` for the
-    native 8-bit GEMM of A (M rows, or a stack of rows with one zero point) by a 2-D weight B, or
-    None where the NumPy path runs."""
+    """``(kernel, its first 7 arguments, output shape, arrays to keep alive)`` for the native 8-bit
+    GEMM of A (M rows, or a stack of rows with one zero point) by a 2-D weight B, or None where the
+    NumPy path runs."""
     if not (type(A) is np.ndarray and type(B) is np.ndarray and A.dtype in _BYTES and B.dtype in _BYTES
             and B.ndim == 2 and A.ndim >= 1 and A.shape[-1] == B.shape[0] and A.size and B.size):
         return None
@@ -282,19 +280,18 @@ def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
     M = A.size // K
     za = _param(a_zero_point, A.ndim, M if A.ndim == 2 else None, (A.dtype,))
     zb = _param(b_zero_point, 2, N, (B.dtype,))
-    if za is None or zb is None or not (M <= _NATIVE_ROWS and M * _NATIVE_DEPTH_PER_ROW <= K or (
-            M <= _NATIVE_ROWS_F64 and exact_dtype(
-                K * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)) is not np.float32)):
+    if za is None or zb is None or max(K, N) >= 2 ** 31 or not (
+            M <= _NATIVE_ROWS and M * _NATIVE_DEPTH_PER_ROW <= K or M <= _NATIVE_ROWS_F64 and exact_dtype(
+                K * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)) is not np.float32):
         return None
     fn = native.function("quantize.c", name, argtypes)
     if fn is None:
         return None
     pack = derived((B,), "native int8 pack", lambda: _pack(B))
     A = np.ascontiguousarray(A)
-    args = (native.ptr(A, A.dtype), int(A.dtype == np.int8), None if za[0] is None else native.ptr(za[0], A.dtype),
-            za[1], pack.address, int(B.dtype == np.int8), None if zb[0] is None else native.ptr(zb[0], B.dtype),
-            zb[1])
-    return fn, args, (M, K, N), A.shape[:-1] + (N,), (A, za[0], zb[0], pack)
+    args = (pack.address, native.ptr(A, A.dtype), M, None if za[0] is None else native.ptr(za[0], A.dtype), za[1],
+            None if zb[0] is None else native.ptr(zb[0], B.dtype), zb[1])
+    return fn, args, A.shape[:-1] + (N,), (A, za[0], zb[0], pack)
 
 
 @op("MatMulInteger", since=10)
@@ -302,9 +299,9 @@ def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
     gemm = _native_gemm("matmul_integer_u8", _MATMUL_INTEGER_ARGS, A, B, a_zero_point, b_zero_point)
     if gemm is not None:
-        fn, args, sizes, shape, _ = gemm
+        fn, args, shape, _ = gemm
         Y = np.empty(shape, np.int32)
-        native.call(fn, *args, native.ptr(Y, np.int32), *sizes)
+        native.call(fn, *args, int(A.dtype == np.int8), native.ptr(Y, np.int32))
         return Y
     return wrap_int32(*_integer_product(xp, A, B, a_zero_point, b_zero_point))
 
@@ -358,11 +355,12 @@ def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
     gemm = _native_gemm("qlinear_matmul_u8", _QLINEAR_ARGS, a, b, a_zero_point, b_zero_point)
     if gemm is None:
         return None
-    fn, args, sizes, shape, _ = gemm
+    fn, args, shape, _ = gemm
     Y = np.empty(shape, y_zero_point.dtype)
-    native.call(fn, *args, None if a_s[0] is None else native.ptr(a_s[0]), float(a_s[1]),
+    native.call(fn, *args, (a.dtype == np.int8) + 2 * (Y.dtype == np.int8),
+                None if a_s[0] is None else native.ptr(a_s[0]), float(a_s[1]),
                 None if b_s[0] is None else native.ptr(b_s[0]), float(b_s[1]), float(y_s[1]), y_z[1],
-                int(Y.dtype == np.int8), native.ptr(Y, Y.dtype), *sizes)
+                native.ptr(Y, Y.dtype))
     return Y
 
 
