@@ -2,7 +2,10 @@
 NumPy code it replaces (its oracle): bit-exact over random shapes, types, zero points and scales,
 int32 wrapping included, and against onnxruntime in a model with weights."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import array_api_compat.numpy as xp
+import ml_dtypes
 import numpy as np
 import pytest
 from onnx import helper
@@ -84,6 +87,10 @@ def test_matmul_integer_matches_numpy(seed, calls):
     assert calls[0] == 40
 
 
+_SCALE_TYPES = [(np.float32,) * 3] * 4 + [(np.float16,) * 3, (ml_dtypes.bfloat16,) * 3, (np.float64,) * 3,
+                                           (np.float32, np.float16, ml_dtypes.bfloat16)]
+
+
 def _scale(rng, n, kind, dtype=np.float32):
     """One scale (0-d or 1-element) or ``n`` of them, over several decades."""
     shape = {0: (), 1: (1,), 2: (n,)}[kind]
@@ -101,9 +108,10 @@ def test_qlinear_matmul_matches_numpy(seed, calls):
             za = _ints(rng, A.dtype, ())
         if zb is None:
             zb = _ints(rng, B.dtype, ())
-        dtype = np.float16 if case % 7 == 0 else np.float32  # float16 scales: opset 21
-        a_s, b_s = _scale(rng, M, int(rng.integers(0, 3)), dtype), _scale(rng, N, int(rng.integers(0, 3)), dtype)
-        y_s = _scale(rng, 1, int(rng.integers(0, 2)), dtype)
+        # float16 / bfloat16 scales: opset 21; float64 and mixed types: what the NumPy path accepts
+        types = _SCALE_TYPES[case % len(_SCALE_TYPES)]
+        a_s, b_s = _scale(rng, M, int(rng.integers(0, 3)), types[0]), _scale(rng, N, int(rng.integers(0, 3)), types[1])
+        y_s = _scale(rng, 1, int(rng.integers(0, 2)), types[2])
         y_z = _ints(rng, np.uint8 if rng.random() < 0.5 else np.int8, ())
         got = _both(quantize.QLinearMatMul, A, a_s, za, B, b_s, zb, y_s, y_z)
         _same(*got, f"{A.dtype}{A.shape} {B.dtype}{B.shape} {za} {zb} {a_s} {b_s} {y_s} {y_z}")
@@ -156,6 +164,22 @@ def test_stacked_and_vector_inputs(calls):
         _same(*_both(quantize.QLinearMatMul, A, s, za, B, s, np.array(3, np.uint8), s, np.array(9, np.uint8)),
               f"{A.shape}")
     assert calls[0] == 6
+
+
+@needs_cc
+def test_views_and_concurrent_calls(calls):
+    """Strided views of A and B (copied for the kernel), and many threads at once (the kernel keeps
+    no state: ctypes releases the GIL around it)."""
+    rng = np.random.default_rng(7)
+    A = _ints(rng, np.int8, (6, 90))[:, ::2]
+    B = _ints(rng, np.uint8, (30, 45)).T
+    B.flags.writeable = False
+    za, zb = np.array(-5, np.int8), _ints(rng, np.uint8, (30,))
+    ref = _both(quantize.MatMulInteger, A, B, za, zb)[1]
+    with ThreadPoolExecutor(4) as pool:
+        for got in pool.map(lambda _: quantize.MatMulInteger(xp, A, B, za, zb), range(32)):
+            _same(got, ref, "threaded")
+    assert calls[0] == 33
 
 
 @needs_cc

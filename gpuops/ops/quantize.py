@@ -27,6 +27,8 @@ _INT_RANGES = {
     for t in (np.uint8, np.int8, np.uint16, np.int16, ml_dtypes.uint4, ml_dtypes.int4,
               ml_dtypes.uint2, ml_dtypes.int2)
 }
+# the same as float32 arrays, which NumPy's fmax/fmin take fastest (CuPy takes no NumPy arrays)
+_FLOAT_RANGES = {t: (np.array(lo, np.float32), np.array(hi, np.float32)) for t, (lo, hi) in _INT_RANGES.items()}
 _FLOAT8 = {np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
                                  ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz)}
 # No inf/NaN encodings: the cast itself saturates, so ``saturate`` changes nothing for these.
@@ -66,7 +68,7 @@ def _saturate_int(xp, q, zero_point, dtype):
     """Integer-valued float ``q`` (already rounded; a new array, which this overwrites) + zero point,
     clipped to ``dtype``'s range; NaN gives the low end. In float32 (or float64): the sum is exact
     wherever it is not saturated."""
-    lo, hi = _INT_RANGES[dtype]
+    lo, hi = (_FLOAT_RANGES if isinstance(q, np.ndarray) else _INT_RANGES)[dtype]
     if q.dtype != np.float32 and q.dtype != np.float64:
         q = q.astype(np.float32)
     if not q.ndim:  # a NumPy scalar takes no out=
