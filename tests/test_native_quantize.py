@@ -35,9 +35,11 @@ def counted(monkeypatch):
 
 @pytest.fixture
 def calls(monkeypatch, counted):
-    """Native kernel calls, counted; every GEMM shape may take the native path (not only those it wins)."""
+    """Native kernel calls, counted; every GEMM shape and weight may take the native path (not only
+    those where it wins)."""
     monkeypatch.setattr(quantize, "_NATIVE_ROWS", 10 ** 9)
     monkeypatch.setattr(quantize, "_NATIVE_DEPTH_PER_ROW", 0)
+    monkeypatch.setattr(quantize, "_keeps_pack", lambda B: True)
     return counted
 
 
@@ -196,6 +198,23 @@ def test_numpy_path_where_the_kernel_does_not_apply(calls):
     for A, B, za, zb in cases:
         _same(*_both(quantize.MatMulInteger, A, B, za, zb), f"{A.dtype}{A.shape} {B.shape}")
     assert calls[0] == 0
+
+
+@needs_cc
+def test_default_choice(counted):
+    """By default the kernel takes few rows by a kept weight (read-only, not small); many rows, shallow
+    products and writeable (run-time) B take the NumPy path."""
+    rng = np.random.default_rng(12)
+    z = np.array(128, np.uint8)
+    for (M, K, N), weight, native_path in (((1, 512, 512), True, True), ((16, 512, 512), True, True),
+                                           ((17, 512, 512), True, False), ((4, 64, 1024), True, False),
+                                           ((40, 1024, 64), True, True), ((1, 512, 512), False, False),
+                                           ((1, 128, 128), True, False)):
+        A, B = _ints(rng, np.uint8, (M, K)), _ints(rng, np.uint8, (K, N))
+        B.flags.writeable = not weight
+        before = counted[0]
+        _same(*_both(quantize.MatMulInteger, A, B, z, z), f"{M, K, N}")
+        assert counted[0] - before == native_path, f"{M, K, N} weight={weight}"
 
 
 @needs_cc

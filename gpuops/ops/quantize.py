@@ -18,7 +18,7 @@ from ..dtypes import np_dtype
 from ..errors import NodeError
 from ..registry import op
 from .conv import conv as _conv
-from .linalg import derived
+from .linalg import _CACHE_MIN, _frozen, derived
 from .elementwise import clamp
 
 _INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
@@ -226,7 +226,8 @@ def _integer_product(xp, A, B, a_zero_point, b_zero_point):
 # The native 8-bit GEMM (cpu_kernels/quantize.c) reads the weight as bytes where float BLAS reads a
 # float32 copy; it runs on one thread and pays a fixed cost per output. Measured: it beats float32
 # BLAS up to 16 rows of A and K / 32 rows (a shallower product is mostly that fixed cost), and
-# float64 BLAS (sums beyond float32's exact range) up to 64 rows.
+# float64 BLAS (sums beyond float32's exact range) up to 64 rows; but only when the weight's pack
+# is kept (see _keeps_pack): packing on every run costs more than the NumPy path saves.
 _NATIVE_ROWS, _NATIVE_DEPTH_PER_ROW, _NATIVE_ROWS_F64 = 16, 32, 64
 _BYTES = frozenset((np.dtype(np.uint8), np.dtype(np.int8)))
 _SCALES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64))
@@ -260,6 +261,11 @@ def _param(p, ndim: int, n: int | None, dtypes):
     return None
 
 
+def _keeps_pack(B) -> bool:
+    """Whether :func:`derived` keeps B's pack across runs (B is a weight, not a small one)."""
+    return B.size >= _CACHE_MIN and _frozen(B)
+
+
 def _pack(B):
     """Weight B (K, N) as the native kernel's int32 pack (cpu_kernels/quantize.c)."""
     K, N = B.shape
@@ -282,7 +288,7 @@ def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
     M = A.size // K
     za = _param(a_zero_point, A.ndim, M if A.ndim == 2 else None, (A.dtype,))
     zb = _param(b_zero_point, 2, N, (B.dtype,))
-    if za is None or zb is None or max(K, N) >= 2 ** 31 or not (
+    if za is None or zb is None or max(K, N) >= 2 ** 31 or not _keeps_pack(B) or not (
             M <= _NATIVE_ROWS and M * _NATIVE_DEPTH_PER_ROW <= K or M <= _NATIVE_ROWS_F64 and exact_dtype(
                 K * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)) is not np.float32):
         return None
