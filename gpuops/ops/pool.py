@@ -83,6 +83,11 @@ def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, u
     return cur if math.prod(kernel) > 1 else xp.asarray(cur, copy=True)
 
 
+def _whole_input(X, kernel, dilations, pb, pe) -> bool:
+    """One window covering the unpadded input (ResNet's last AveragePool): the Global* reduction."""
+    return tuple(kernel) == tuple(X.shape[2:]) and not any(pb) and not any(pe) and all(d == 1 for d in dilations)
+
+
 def _native_pool(X, kernel, strides, dilations, pb, pe, out, mode):
     """2-D float32 MaxPool (mode 0) or AveragePool (1: cells inside the input count, 2: cells inside
     the explicitly padded input count) by the native kernel (``cpu_kernels/pool.c``); None when it
@@ -112,6 +117,8 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
     kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
     low = _lowest(X.dtype)
+    if n_outputs == 1 and _whole_input(X, kernel, dilations, pb, pe):
+        return GlobalMaxPool(xp, X)
     if n_outputs == 1:
         Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 0)
         if Y is not None:
@@ -164,6 +171,8 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
                 kernel_shape=None, pads=None, strides=None):
     kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
+    if _whole_input(X, kernel, dilations, pb, pe):
+        return GlobalAveragePool(xp, X)
     Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 2 if count_include_pad else 1)
     if Y is not None:
         return Y

@@ -144,6 +144,8 @@ POOL_CASES = {
     "1d": ((15,), (4,), (2,), (1,), (1, 2), 1),
     "3d": ((5, 6, 7), (2, 3, 2), (1, 2, 1), (1, 1, 2), (1, 0, 1, 0, 1, 1), 0),
     "1x1-strided": ((7, 8), (1, 1), (2, 3), (1, 1), (0, 0, 0, 0), 0),
+    "whole-input": ((7, 5), (7, 5), (1, 1), (1, 1), (0, 0, 0, 0), 0),  # the Global* reduction
+    "whole-input-strided-ceil": ((6, 6), (6, 6), (3, 2), (1, 1), (0, 0, 0, 0), 1),
 }
 
 
@@ -192,7 +194,8 @@ def test_integer_max_pool_pads_with_the_type_minimum():
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
-@pytest.mark.parametrize("name", ["3x3-s1-pad1", "3x3-s2-unpadded", "3x3-s2-end-pad", "ceil-overhang", "3d"])
+@pytest.mark.parametrize("name", ["3x3-s1-pad1", "3x3-s2-unpadded", "3x3-s2-end-pad", "ceil-overhang", "3d",
+                                  "whole-input"])
 def test_pools_match_onnxruntime(name, op_type, device):
     case = POOL_CASES[name]
     X = np.random.default_rng(4).standard_normal((2, 3) + case[0]).astype(np.float32)
