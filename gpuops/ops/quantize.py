@@ -353,11 +353,10 @@ def _requantize(xp, acc, multiplier, y_zero_point):
 
 def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     """QLinearMatMul by the native kernel (8-bit in and out), or None where the NumPy path runs."""
-    ndim = max(a.ndim, 1)
-    floats = _SCALES
-    a_s = _param(a_scale, ndim, a.shape[0] if a.ndim == 2 else None, floats)
-    b_s = _param(b_scale, ndim, b.shape[-1] if b.ndim == 2 else None, floats)
-    y_s, y_z = _param(y_scale, ndim, None, floats), _param(y_zero_point, ndim, None, _BYTES)
+    ndim = a.ndim or 1
+    a_s = _param(a_scale, ndim, a.shape[0] if a.ndim == 2 else None, _SCALES)
+    b_s = _param(b_scale, ndim, b.shape[-1] if b.ndim == 2 else None, _SCALES)
+    y_s, y_z = _param(y_scale, ndim, None, _SCALES), _param(y_zero_point, ndim, None, _BYTES)
     if a_s is None or b_s is None or y_s is None or y_z is None or y_zero_point is None:
         return None
     gemm = _native_gemm("qlinear_matmul_u8", _QLINEAR_ARGS, a, b, a_zero_point, b_zero_point)
@@ -377,10 +376,10 @@ def QLinearMatMul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scal
     """Integer inputs: int32 accumulation, then requantization with a_scale * b_scale / y_scale
     (per-row a / per-column b scales allowed). float8 inputs or output: dequantize, matmul in
     float32, quantize (saturating)."""
+    y = _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+    if y is not None:
+        return y
     if a.dtype in _INT_RANGES and b.dtype in _INT_RANGES and y_zero_point.dtype in _INT_RANGES:
-        y = _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
-        if y is not None:
-            return y
         acc, bound = _integer_product(xp, a, b, a_zero_point, b_zero_point)
         if acc.dtype != np.float32:  # float32 holds it exactly: requantized as it is
             acc = wrap_int32(acc, bound)
