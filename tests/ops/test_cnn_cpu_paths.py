@@ -6,7 +6,9 @@ import array_api_compat.numpy as xnp
 import numpy as np
 import pytest
 
+from gpuops import native
 from gpuops.ops import conv as conv_mod
+from gpuops.ops import winograd
 from gpuops.ops import pool as pool_mod
 
 from .common import DEVICES, assert_op_matches_ort
@@ -65,8 +67,9 @@ def test_kn2row_runs_where_it_pays_and_keeps_its_weights_per_read_only_weight(mo
     calls = []
     real = conv_mod._kn2row
     monkeypatch.setattr(conv_mod, "_kn2row", lambda *a: calls.append(1) or real(*a))
-    got = conv_mod.conv(xnp, X, W, pads=[1, 1, 1, 1])
-    got_again = conv_mod.conv(xnp, X, W, pads=[1, 1, 1, 1])
+    with native.disabled():  # else the Winograd kernels take this conv
+        got = conv_mod.conv(xnp, X, W, pads=[1, 1, 1, 1])
+        got_again = conv_mod.conv(xnp, X, W, pads=[1, 1, 1, 1])
     assert len(calls) == 2
     want, _ = _generic_conv(X.astype(np.float64), W.astype(np.float64), [1, 1], [1, 1], [1, 1, 1, 1])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -82,6 +85,18 @@ def test_kn2row_convs_match_onnxruntime(name, device, monkeypatch):
     *_, strides, dilations, pads = case
     assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, device, rtol=1e-5, atol=1e-5, strides=list(strides),
                           dilations=list(dilations), pads=list(pads))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pads", [[1, 1, 1, 1], [0, 1, 1, 0]])
+def test_winograd_convs_match_onnxruntime(pads, device):
+    """3x3 stride-1 convs with enough channels and tiles take F(2x2, 3x3) on the CPU (native kernels)."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2, 32, 13, 10)).astype(np.float32)
+    W = (rng.standard_normal((24, 32, 3, 3)) / 17).astype(np.float32)
+    B = rng.standard_normal(24).astype(np.float32)
+    assert device != "cpu" or native.compiler() is None or winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [13, 10])
+    assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, device, rtol=1e-5, atol=1e-5, pads=pads)
 
 
 @pytest.mark.parametrize("group", [1, 3])
