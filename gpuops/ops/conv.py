@@ -5,8 +5,10 @@ Convolutions run as im2col + one GEMM per group. ``im2col`` is one copy out of a
 input. On the CPU the columns are built a block of output rows at a time into one reused
 cache-sized buffer (:func:`_im2col_gemm_blocked`), and a group-1 conv with fewer output than input
 channels (DenseNet's 3x3 growth convs) skips the im2col copy: one GEMM of every tap's weights with
-the input (:class:`Planes`), then a shifted add per tap (:func:`_kn2row`). float16/bfloat16
-convolve in float32 and are cast back, as onnxruntime does on CPU.
+the input (:class:`Planes`), then a shifted add per tap (:func:`_kn2row`). With the native CPU
+kernels (:mod:`gpuops.native`), float32 3x3 stride-1 convs with enough channels run as Winograd
+F(2x2, 3x3) (:mod:`.winograd`) and depthwise convs as a C loop. float16/bfloat16 convolve in float32
+and are cast back, as onnxruntime does on CPU.
 ``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
 ``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces a
 device override of Conv reuses; the generic :func:`conv` stays its fallback and test oracle.
@@ -450,8 +452,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
          pads=None, strides=None):
     """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
     channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels; on the
-    CPU, depthwise columns from :class:`Planes`, :func:`_kn2row` where it moves fewer bytes than
-    im2col, else the blocked im2col."""
+    CPU, the native depthwise kernel (else columns from :class:`Planes`), Winograd where it pays,
+    :func:`_kn2row` where it moves fewer bytes than im2col, else the blocked im2col."""
     _check_conv_shapes(X, W, group, kernel_shape)
     ct = compute_dtype(X.dtype)
     if ct is not None:
