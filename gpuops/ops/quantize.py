@@ -6,6 +6,10 @@ Quantizing rounds half to even (``xp.rint``) and saturates to the target range. 
 accumulate in int32, wrapping on overflow exactly as the spec allows ("the accumulation may overflow
 if and only if in 32 bits"). The sub-byte and float8/float4 types are ml_dtypes dtypes: the generic
 path handles them wherever the array namespace does (NumPy); CuPy has no such dtypes.
+
+On the CPU, 8-bit MatMulInteger and QLinearMatMul of few rows by a weight run a native kernel
+(``cpu_kernels/quantize.c``) over a packed int8 copy of the weight, kept with it; elsewhere, and
+without a C compiler, the NumPy code runs (exact float BLAS), which stays the oracle.
 """
 
 from __future__ import annotations
