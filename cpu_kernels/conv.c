@@ -11,9 +11,9 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
                          int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw) {
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
     const int64_t K = KH * KW;
-    float* buf = malloc(sizeof(float) * planes_size(&g) + sizeof(int64_t) * K);
-    if (!buf) return 1;
-    int64_t* offs = (int64_t*)(buf + planes_size(&g));
+    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(&g));  /* offsets, then planes */
+    if (!offs) return 1;
+    float* buf = (float*)(offs + K);
     tap_offsets(&g, offs);
     for (int64_t n = 0; n < N; ++n)
         for (int64_t c = 0; c < C; ++c) {
@@ -37,6 +37,6 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
                 }
             }
         }
-    free(buf);
+    free(offs);
     return 0;
 }

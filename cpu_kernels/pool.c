@@ -21,11 +21,11 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
                int64_t mode, int64_t ph_end, int64_t pw_end) {
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
     const int64_t K = KH * KW;
-    float* buf = malloc(sizeof(float) * (planes_size(&g) + OH + OW + VL) + sizeof(int64_t) * K);
-    if (!buf) return 1;
+    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * (planes_size(&g) + OH + OW + VL));
+    if (!offs) return 1;
+    float* buf = (float*)(offs + K);
     float* rows = buf + planes_size(&g);  /* window cells per output row and column that count (averages) */
-    float* cols = rows + OH;
-    int64_t* offs = (int64_t*)(cols + OW + VL);  /* cols: VL of slack for the last vector */
+    float* cols = rows + OH;  /* VL of slack for the last vector */
     tap_offsets(&g, offs);
     for (int64_t oy = 0; oy < OH && mode; ++oy)
         rows[oy] = (float)(mode == 1 ? count_in(oy * sh - ph, KH, dh, 0, H) : count_in(oy * sh - ph, KH, dh, -ph, H + ph_end));
@@ -64,6 +64,6 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
             }
         }
     }
-    free(buf);
+    free(offs);
     return 0;
 }

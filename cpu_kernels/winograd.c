@@ -17,9 +17,9 @@
 int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
                             int64_t th, int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0) {
     const Windows g = windows(H, W, th, tw, 4, 4, 2, 2, ph, pw, 1, 1);
-    float* buf = malloc(sizeof(float) * planes_size(&g) + sizeof(int64_t) * 16);
-    if (!buf) return 1;
-    int64_t* offs = (int64_t*)(buf + planes_size(&g));
+    int64_t* offs = malloc(sizeof(int64_t) * 16 + sizeof(float) * planes_size(&g));  /* offsets, then planes */
+    if (!offs) return 1;
+    float* buf = (float*)(offs + 16);
     tap_offsets(&g, offs);
     const int64_t n = tw < VL ? tw : VL;
     for (int64_t c = 0; c < C; ++c) {
@@ -46,7 +46,7 @@ int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int6
                 }
             }
     }
-    free(buf);
+    free(offs);
     return 0;
 }
 
