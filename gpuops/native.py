@@ -50,9 +50,13 @@ _functions: dict[tuple[str, str], object] = {}
 _off = threading.local()
 
 
+ENABLED = os.environ.get("GPUOPS_NATIVE", "1") != "0"  # read once, at import
+
+
 def enabled() -> bool:
-    """Whether native kernels may be used now (not turned off by ``GPUOPS_NATIVE=0`` or :func:`disabled`)."""
-    return os.environ.get("GPUOPS_NATIVE", "1") != "0" and not getattr(_off, "depth", 0)
+    """Whether native kernels may be used now (not turned off by ``GPUOPS_NATIVE=0`` at start-up or
+    by :func:`disabled`)."""
+    return ENABLED and not getattr(_off, "depth", 0)
 
 
 @contextmanager
@@ -158,4 +162,6 @@ def ptr(a: np.ndarray, dtype=np.float32) -> int:
     if a.dtype != dtype or not a.flags.c_contiguous:
         raise TypeError(f"native kernel argument must be a C-contiguous {np.dtype(dtype)} array, "
                         f"got {a.dtype} with strides {a.strides}")
+    if a.flags.writeable and a.size:  # a quarter of the cost of a.ctypes.data, which read-only arrays need
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
     return a.ctypes.data

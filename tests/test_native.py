@@ -2,6 +2,9 @@
 and pooling kernels against the NumPy code they replace (their oracle)."""
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -131,9 +134,12 @@ def test_kernels_write_only_their_outputs():
 def test_disabled_and_env_switch(monkeypatch):
     with native.disabled():
         assert native.function("pool.c", "pool2d_f32", ()) is None
-    monkeypatch.setenv("GPUOPS_NATIVE", "0")
+    monkeypatch.setattr(native, "ENABLED", False)  # what GPUOPS_NATIVE=0 at start-up sets
     assert not native.enabled()
     assert native.function("pool.c", "pool2d_f32", ()) is None
+    r = subprocess.run([sys.executable, "-c", "from gpuops import native; print(native.enabled())"],
+                       env={**os.environ, "GPUOPS_NATIVE": "0"}, capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr
     X = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
     assert pool.MaxPool(xp, X, kernel_shape=[2, 2], strides=[2, 2]).tolist() == [
         [[[5, 7], [13, 15]], [[21, 23], [29, 31]]]]
@@ -202,6 +208,10 @@ def test_kernel_status_and_argument_checks():
         native.call(failing, 0)
     with pytest.raises(TypeError, match="C-contiguous float32"):
         native.ptr(np.zeros((3, 3), np.float32).T)
+    a = np.arange(6, dtype=np.float32)
+    assert native.ptr(a) == a.ctypes.data and native.ptr(a[2:]) == a.ctypes.data + 8
+    a.flags.writeable = False
+    assert native.ptr(a) == a.ctypes.data
 
 
 def _conv_f64(X, W, B, pads):
