@@ -30,15 +30,17 @@ def _frozen(a) -> bool:
 def derived(arrays: tuple, tag, make):
     """``make()``, kept while every array in ``arrays`` (weights: read-only NumPy arrays, the first
     one large) lives, so each run does not redo per-weight work (a float32 copy, centring by a zero
-    point); anything else is computed every time. The kept result is read-only."""
+    point, a native kernel's call plan); anything else is computed every time. A kept array result
+    is read-only."""
+    key = (tag,) + tuple(map(id, arrays))
+    hit = _derived.get(key)
+    if hit is not None and all(r() is a and not a.flags.writeable for r, a in zip(hit[0], arrays)):
+        return hit[1]  # the same arrays, still read-only (they were frozen when kept)
     if arrays[0].size < _CACHE_MIN or not all(_frozen(a) for a in arrays):
         return make()
-    key = (tag,) + tuple(id(a) for a in arrays)
-    hit = _derived.get(key)
-    if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
-        return hit[1]
     y = make()
-    y.flags.writeable = False
+    if isinstance(y, np.ndarray):
+        y.flags.writeable = False
     _derived[key] = (tuple(weakref.ref(a, lambda _, key=key: _derived.pop(key, None)) for a in arrays), y)
     return y
 

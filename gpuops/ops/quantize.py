@@ -356,7 +356,28 @@ def _requantize(xp, acc, multiplier, y_zero_point):
 
 
 def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-    """QLinearMatMul by the native kernel (8-bit in and out), or None where the NumPy path runs."""
+    """QLinearMatMul by the native kernel (8-bit in and out), or None where the NumPy path runs. What
+    depends only on the weight and the parameters (the checks, the pack, the kernel's arguments) is
+    planned once per input shape while they are kept weights."""
+    if type(a) is not np.ndarray or y_zero_point is None or not native.enabled():
+        return None
+    tag = ("native qlinear", a.shape, a.dtype.str, a_zero_point is None, b_zero_point is None)
+    kept = [b, a_scale, b_scale, y_scale, y_zero_point]  # derived() keys on b, the large one, first
+    kept += [z for z in (a_zero_point, b_zero_point) if z is not None]
+    plan = derived(kept, tag, lambda: _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                                                    y_zero_point))
+    if plan is None:
+        return None
+    fn, head, tail, shape, y_dtype, _ = plan
+    A = np.ascontiguousarray(a)
+    Y = np.empty(shape, y_dtype)
+    native.call(fn, head, native.ptr(A, A.dtype), *tail, native.ptr(Y, y_dtype))
+    return Y
+
+
+def _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    """``(kernel, pack address, arguments between A and Y, Y's shape and type, arrays to keep)``, or
+    None where the native kernel does not apply."""
     ndim = a.ndim or 1
     a_s = _param(a_scale, ndim, a.shape[0] if a.ndim == 2 else None, _SCALES)
     b_s = _param(b_scale, ndim, b.shape[-1] if b.ndim == 2 else None, _SCALES)
@@ -366,13 +387,12 @@ def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
     gemm = _native_gemm("qlinear_matmul_u8", _QLINEAR_ARGS, a, b, a_zero_point, b_zero_point)
     if gemm is None:
         return None
-    fn, args, shape, _ = gemm
-    Y = np.empty(shape, y_zero_point.dtype)
-    native.call(fn, *args, (a.dtype == np.int8) + 2 * (Y.dtype == np.int8),
-                None if a_s[0] is None else native.ptr(a_s[0]), float(a_s[1]),
-                None if b_s[0] is None else native.ptr(b_s[0]), float(b_s[1]), float(y_s[1]), y_z[1],
-                native.ptr(Y, Y.dtype))
-    return Y
+    fn, args, shape, keep = gemm
+    y_dtype = np.dtype(y_zero_point.dtype)
+    tail = (*args[2:], (a.dtype == np.int8) + 2 * (y_dtype == np.int8),
+            None if a_s[0] is None else native.ptr(a_s[0]), float(a_s[1]),
+            None if b_s[0] is None else native.ptr(b_s[0]), float(b_s[1]), float(y_s[1]), y_z[1])
+    return fn, args[0], tail, shape, y_dtype, keep[1:] + (a_s[0], b_s[0])  # keep[0]: this call's A
 
 
 @op("QLinearMatMul", since=10)  # 21 adds float16/bfloat16 scales and float8 types
