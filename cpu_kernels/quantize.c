@@ -165,3 +165,28 @@ int qlinear_matmul_u8(const int32_t* pack, const void* A, int64_t M, const void*
     free(C);
     return 0;
 }
+
+/* QuantizeLinear, float32 to 8 bits with one scale and zero point: y = saturate(rint(x / scale) + zp)
+ * in float32, as the NumPy code (NaN saturates to the low end). y_signed: int8 output. */
+int quantize_linear_f32(const float* x, int64_t n, float scale, int64_t zp, int64_t y_signed, void* y) {
+    const float lo = y_signed ? -128.0f : 0.0f, hi = y_signed ? 127.0f : 255.0f, z = (float)zp;
+#define QUANTIZE(T)                                        \
+    for (int64_t i = 0; i < n; ++i) {                      \
+        const float q = rintf(x[i] / scale) + z;           \
+        const float v = q > lo ? q : lo; /* NaN: lo */     \
+        ((T*)y)[i] = (T)(v < hi ? v : hi);                 \
+    }
+    if (y_signed) QUANTIZE(int8_t) else QUANTIZE(uint8_t)
+#undef QUANTIZE
+    return 0;
+}
+
+/* DequantizeLinear, 8 bits to float32 with one scale and zero point: y = (x - zp) * scale. */
+int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp, float scale, float* y) {
+    const float z = (float)zp;
+    if (x_signed)
+        for (int64_t i = 0; i < n; ++i) y[i] = ((float)((const int8_t*)x)[i] - z) * scale;
+    else
+        for (int64_t i = 0; i < n; ++i) y[i] = ((float)((const uint8_t*)x)[i] - z) * scale;
+    return 0;
+}

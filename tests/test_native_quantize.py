@@ -260,7 +260,7 @@ def test_model_with_weights_matches_onnxruntime(counted):
     model = make_model(nodes, {"x": x}, ["h", "y"], inits=inits, opset=13)
     sess = gpuops.InferenceSession(model, device="cpu")
     got = [sess.run(None, {"x": x}) for _ in range(2)]
-    assert counted[0] == 2 * 2
+    assert counted[0] == 2 * 3  # QuantizeLinear too
     with native.disabled():
         ref = sess.run(None, {"x": x})
     want = run_ort(model, {"x": x})
@@ -278,3 +278,29 @@ def test_numpy_path_when_disabled():
         assert native.function("quantize.c", "matmul_integer_u8", quantize._MATMUL_INTEGER_ARGS) is None
         y = quantize.MatMulInteger(xp, A, B, np.array(3, np.uint8), np.array(200, np.uint8))
     _same(y, ((A.astype(np.int64) - 3) @ (B.astype(np.int64) - 200)).astype(np.int32), "NumPy path")
+
+
+@needs_cc
+@pytest.mark.parametrize("y_type", [np.uint8, np.int8])
+def test_quantize_and_dequantize_linear_match_numpy(y_type, counted):
+    """Per-tensor 8-bit QuantizeLinear / DequantizeLinear: bit-exact with the NumPy code, ties to even,
+    saturation, NaN to the low end, infinities, strided inputs; other forms keep the NumPy path."""
+    rng = np.random.default_rng(30)
+    for case in range(24):
+        scale = np.asarray(10.0 ** rng.uniform(-3, 1), np.float32).reshape((1,) if case % 2 else ())
+        x = (rng.standard_normal((3, 37)) * 300 * scale).astype(np.float32)
+        x[0, :8] = np.array([0.5, 1.5, 2.5, -0.5, -2.5, np.nan, np.inf, -np.inf], np.float32) * scale
+        if case % 3 == 0:
+            x = x.T  # a strided view
+        zp = None if case % 4 == 0 else _ints(rng, y_type, () if case % 2 else (1,))
+        if zp is None and y_type == np.int8:
+            zp = np.zeros((), np.int8)  # no zero point means uint8
+        q, ref = _both(quantize.QuantizeLinear_13, x, scale, zp)
+        _same(q, ref, f"quantize {scale} {zp}")
+        _same(*_both(quantize.DequantizeLinear_13, q, scale, zp), f"dequantize {scale} {zp}")
+    assert counted[0] == 48
+    blocked = rng.standard_normal((4, 6)).astype(np.float32)
+    per_axis = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    _same(*_both(lambda xp_, *a: quantize.QuantizeLinear_13(xp_, *a, axis=0), blocked, per_axis), "per-axis")
+    _same(*_both(quantize.QuantizeLinear_13, blocked.astype(np.float64), np.float64(0.1), None), "float64")
+    assert counted[0] == 48

@@ -82,6 +82,48 @@ def _saturate_int(xp, q, zero_point, dtype):
     return xp.fmin(xp.fmax(q, lo, out=q), hi, out=q).astype(dtype)
 
 
+_QUANTIZE_ARGS = (native.PTR, native.INT, native.FLOAT, native.INT, native.INT, native.PTR)
+_DEQUANTIZE_ARGS = (native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.PTR)
+
+
+def _one(p, dtypes, x) -> bool:
+    """``p`` is a single NumPy value of one of ``dtypes`` (a per-tensor scale or zero point) that leaves
+    x's shape as it is when broadcast."""
+    return type(p) is np.ndarray and p.size == 1 and p.dtype in dtypes and p.ndim <= x.ndim
+
+
+def _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision):
+    """QuantizeLinear of float32 to 8 bits with one scale and zero point by the native kernel, else None."""
+    if not (type(x) is np.ndarray and x.dtype == np.float32 and x.size and dtype in _BYTES and not block_size
+            and _one(y_scale, (np.float32,), x) and (y_zero_point is None or _one(y_zero_point, (dtype,), x))
+            and precision in (0, 1)):
+        return None
+    fn = native.function("quantize.c", "quantize_linear_f32", _QUANTIZE_ARGS)
+    if fn is None:
+        return None
+    x = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (which makes a 0-d array 1-d)
+    y = np.empty(x.shape, dtype)
+    native.call(fn, native.ptr(x), x.size, float(y_scale.reshape(())), 0 if y_zero_point is None else
+                int(y_zero_point.reshape(())), int(dtype == np.int8), native.ptr(y, dtype))
+    return y
+
+
+def _native_dequantize(x, x_scale, x_zero_point, out, block_size):
+    """DequantizeLinear of 8 bits to float32 with one scale and zero point by the native kernel, else None."""
+    if not (type(x) is np.ndarray and x.dtype in _BYTES and x.size and out == np.float32 and not block_size
+            and _one(x_scale, (np.float32,), x) and (x_zero_point is None or _one(x_zero_point, (x.dtype,), x))):
+        return None
+    fn = native.function("quantize.c", "dequantize_linear_f32", _DEQUANTIZE_ARGS)
+    if fn is None:
+        return None
+    x = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (which makes a 0-d array 1-d)
+    y = np.empty(x.shape, np.float32)
+    native.call(fn, native.ptr(x, x.dtype), x.size, int(x.dtype == np.int8),
+                0 if x_zero_point is None else int(x_zero_point.reshape(())), float(x_scale.reshape(())),
+                native.ptr(y))
+    return y
+
+
 def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0,
               precision=0):
     if y_zero_point is not None:
@@ -92,6 +134,9 @@ def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_si
         dtype = np_dtype(output_dtype) if output_dtype else np.dtype(np.uint8)
     if dtype not in _INT_RANGES and dtype not in _FLOAT8 and dtype not in _FLOAT_SMALL:
         raise NodeError(f"QuantizeLinear cannot quantize to {dtype}")
+    y = _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision)
+    if y is not None:
+        return y
     shape = tuple(x.shape)
     scale = _expand(xp, y_scale, shape, axis, block_size, "y_scale")
     zp = None if y_zero_point is None else _expand(xp, y_zero_point, shape, axis, block_size, "y_zero_point")
@@ -145,6 +190,10 @@ def QuantizeLinear_23(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, 
 def _dequantize(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
     shape = tuple(x.shape)
     xdt = np.dtype(x.dtype)
+    out = np_dtype(output_dtype) if output_dtype else x_scale.dtype
+    y = _native_dequantize(x, x_scale, x_zero_point, out, block_size)
+    if y is not None:
+        return y
     # float8/float4 zero points are zero by definition; int32 input has none.
     if x_zero_point is not None and xdt not in _FLOAT8 and xdt not in _FLOAT_SMALL:
         if np.dtype(x_zero_point.dtype) != xdt:
@@ -155,7 +204,6 @@ def _dequantize(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, outp
     else:
         dx = x.astype(np.float32)
     scale = _expand(xp, x_scale, shape, axis, block_size, "x_scale")
-    out = np_dtype(output_dtype) if output_dtype else x_scale.dtype
     y = xp.multiply(dx, scale if scale.dtype == np.float32 else scale.astype(np.float32), out=dx)
     return y if out == np.float32 else y.astype(out)
 
