@@ -84,6 +84,10 @@ def _saturate_int(xp, q, zero_point, dtype):
 
 _QUANTIZE_ARGS = (native.PTR, native.INT, native.FLOAT, native.INT, native.INT, native.PTR)
 _DEQUANTIZE_ARGS = (native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.PTR)
+# Sizes from which the kernels beat NumPy's few passes, after a ctypes call's few microseconds
+# (measured on one core: 1.4x at 2048 elements and 4.8x at 2**18 for QuantizeLinear, 1.5x at 2**15
+# for DequantizeLinear, which is two NumPy passes).
+_NATIVE_QUANTIZE_MIN, _NATIVE_DEQUANTIZE_MIN = 1 << 11, 1 << 13
 
 
 def _one(p, dtypes, x) -> bool:
@@ -94,7 +98,8 @@ def _one(p, dtypes, x) -> bool:
 
 def _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision):
     """QuantizeLinear of float32 to 8 bits with one scale and zero point by the native kernel, else None."""
-    if not (type(x) is np.ndarray and x.dtype == np.float32 and x.size and dtype in _BYTES and not block_size
+    if not (type(x) is np.ndarray and x.dtype == np.float32 and x.size >= _NATIVE_QUANTIZE_MIN and dtype in _BYTES
+            and not block_size
             and _one(y_scale, (np.float32,), x) and (y_zero_point is None or _one(y_zero_point, (dtype,), x))
             and precision in (0, 1)):
         return None
@@ -110,7 +115,8 @@ def _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision):
 
 def _native_dequantize(x, x_scale, x_zero_point, out, block_size):
     """DequantizeLinear of 8 bits to float32 with one scale and zero point by the native kernel, else None."""
-    if not (type(x) is np.ndarray and x.dtype in _BYTES and x.size and out == np.float32 and not block_size
+    if not (type(x) is np.ndarray and x.dtype in _BYTES and x.size >= _NATIVE_DEQUANTIZE_MIN and out == np.float32
+            and not block_size
             and _one(x_scale, (np.float32,), x) and (x_zero_point is None or _one(x_zero_point, (x.dtype,), x))):
         return None
     fn = native.function("quantize.c", "dequantize_linear_f32", _DEQUANTIZE_ARGS)
