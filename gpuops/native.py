@@ -5,7 +5,7 @@ Some of the CPU path's hot loops have no single NumPy call: a depthwise conv's p
 multiply-add over nine taps, a pooling window, an LSTM step's gate arithmetic, a uint8 GEMV. NumPy
 spends several whole-array passes (or a Python loop of small calls) on each, which keeps models such
 as ShuffleNet several times slower than onnxruntime. These kernels are plain C loops that the
-compiler vectorises for the CPU it runs on (``-O3 -march=native``).
+compiler vectorises for the CPU it runs on (``-O3 -march=native``; ``$GPUOPS_NATIVE_CFLAGS`` adds flags).
 
 They are optional. Without a C compiler (``$CC``, else ``cc``), with ``GPUOPS_NATIVE=0``, or when a
 file fails to compile (reported once, as a warning), :func:`function` returns None and the op runs its
@@ -24,6 +24,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -40,6 +41,12 @@ KERNEL_DIR = next((d for d in (Path(__file__).resolve().parent.parent / "cpu_ker
                   Path(__file__).resolve().parent.parent / "cpu_kernels")
 
 FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp-simd")
+
+
+def flags() -> tuple[str, ...]:
+    """:data:`FLAGS` and then ``$GPUOPS_NATIVE_CFLAGS`` (e.g. ``-march=x86-64-v3`` for a cache shared by
+    several kinds of CPU, or sanitizers: the tests run every kernel under ``-fsanitize=address``)."""
+    return FLAGS + tuple(shlex.split(os.environ.get("GPUOPS_NATIVE_CFLAGS", "")))
 
 # The C parameter types kernels use: pointers to arrays, sizes and flags, float parameters.
 PTR, INT, FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -99,14 +106,14 @@ def _compile(file: str) -> ctypes.CDLL:
         raise RuntimeError("no C compiler found (set CC)")
     src = (KERNEL_DIR / file).read_text() + "".join(h.read_text() for h in sorted(KERNEL_DIR.glob("*.h")))
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\0".join([src, cc, version, *FLAGS, _cpu_id()]).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\0".join([src, cc, version, *flags(), _cpu_id()]).encode()).hexdigest()[:32]
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     so = d / f"{Path(file).stem}-{key}.so"
     if not so.exists():
         with tempfile.TemporaryDirectory(dir=d) as tmp:
             out = Path(tmp) / "kernel.so"
-            r = subprocess.run([cc, *FLAGS, "-o", str(out), str(KERNEL_DIR / file)], capture_output=True, text=True)
+            r = subprocess.run([cc, *flags(), "-o", str(out), str(KERNEL_DIR / file)], capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"{cc} failed on cpu_kernels/{file}:\n{r.stderr[-4000:]}")
             os.replace(out, so)  # atomic: concurrent builders of the same key agree
