@@ -33,9 +33,10 @@ def test_native_kernels_are_clean_under_sanitizers(tmp_path):
            "GPUOPS_NATIVE_CFLAGS": "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer",
            "GPUOPS_NATIVE_CACHE": str(tmp_path / "cache"), "LD_PRELOAD": ":".join(libs),
            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-                        *NATIVE_TESTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    report = (r.stdout + r.stderr)[-6000:]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-s", "-p", "no:cacheprovider",  # -s: the
+                        "-p", "no:randomly", *NATIVE_TESTS], cwd=ROOT, env=env, capture_output=True,  # reports
+                       text=True, timeout=900)
+    report = (r.stdout + r.stderr)[-8000:]
     assert r.returncode == 0, report
     assert "AddressSanitizer" not in report and "runtime error" not in report, report
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").glob("*.so")) == [
