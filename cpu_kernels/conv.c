@@ -40,3 +40,30 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
     free(offs);
     return 0;
 }
+
+/* im2col of the output rows [oy0, oy1) of one NCHW image (any stride, padding, dilation), for the
+ * blocked im2col + GEMM: cols[(c * KH + ky) * KW + kx][(oy - oy0) * OW + ox] is the input cell that
+ * tap (ky, kx) of output cell (oy, ox) reads in channel c, 0 in the padding. From the phase planes
+ * each row is one contiguous copy, where a strided view copies an element at a time. */
+int im2col2d_f32(const float* x, float* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,
+                 int64_t OH, int64_t OW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                 int64_t oy0, int64_t oy1) {
+    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+    const int64_t K = KH * KW, L = (oy1 - oy0) * OW, last = oy1 + (KH - 1) * dh / sh;
+    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(&g));  /* offsets, then planes */
+    if (!offs) return 1;
+    float* buf = (float*)(offs + K);
+    tap_offsets(&g, offs);
+    for (int64_t c = 0; c < C; ++c) {
+        fill_plane_rows(&g, x + c * H * W, 0.0f, buf, oy0, last < g.Qh ? last : g.Qh);
+        for (int64_t t = 0; t < K; ++t) {
+            float* restrict dst = cols + (c * K + t) * L;
+            for (int64_t oy = oy0; oy < oy1; ++oy) {
+                const float* restrict src = buf + offs[t] + oy * g.Qw;
+                for (int64_t ox = 0; ox < OW; ++ox) dst[(oy - oy0) * OW + ox] = src[ox];
+            }
+        }
+    }
+    free(offs);
+    return 0;
+}

@@ -280,3 +280,44 @@ def test_winograd_transforms_write_only_their_outputs():
     out = Y[guard:guard + M * H * Wd].reshape(M, H, Wd)
     assert np.isnan(Y[:guard]).all() and np.isnan(Y[guard + M * H * Wd:]).all()
     assert np.isnan(out[:, :2]).all() and not np.isnan(out[:, 2:]).any()  # tile row 0 = output rows 0, 1
+
+
+@needs_cc
+@pytest.mark.parametrize("block_bytes", [None, 256])
+def test_native_im2col_convs_match_numpy(monkeypatch, block_bytes):
+    """Group-1 and grouped convs through the blocked im2col + GEMM, the columns from the native
+    im2col (any stride, dilation and padding; block_bytes: one output row per block)."""
+    if block_bytes:
+        monkeypatch.setattr(conv, "BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(21)
+    checked = 0
+    for case in range(40):
+        group = int(rng.integers(1, 3))
+        C, M = group * int(rng.integers(1, 4)), group * int(rng.integers(1, 4))
+        X = _input(rng, int(rng.integers(1, 3)), C, int(rng.integers(1, 12)), int(rng.integers(1, 30)), case % 9 == 0)
+        geo = _geometry(rng)
+        W = rng.standard_normal((M, C // group, *geo.pop("kernel_shape"))).astype(np.float32)
+        got = _both(conv.Conv, X, W, None, group=group, **geo)
+        if got is None:
+            continue
+        np.testing.assert_allclose(*got, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{X.shape} {W.shape} {geo}")
+        checked += 1
+    assert checked > 25
+
+
+@needs_cc
+def test_im2col_writes_only_its_block():
+    rng = np.random.default_rng(22)
+    C, H, W, guard = 2, 9, 7, 64
+    x = rng.standard_normal((C, H, W)).astype(np.float32)
+    fn = native.function("conv.c", "im2col2d_f32", conv._IM2COL_ARGS)
+    OH, OW, rows = 4, 3, 2  # 3x3 taps, stride 2, pad 1, dilation 1: output rows 1 and 2 only
+    n = C * 9 * rows * OW
+    buf = np.full(n + 2 * guard, np.nan, dtype=np.float32)
+    assert fn(x.ctypes.data, buf[guard:].ctypes.data, C, H, W, 3, 3, OH, OW, 2, 2, 1, 1, 1, 1, 1, 1 + rows) == 0
+    assert np.isnan(buf[:guard]).all() and np.isnan(buf[guard + n:]).all()
+    cols = buf[guard:guard + n].reshape(C, 3, 3, rows, OW)
+    xp_ = np.pad(x, ((0, 0), (1, 1), (1, 1)))
+    want = np.stack([np.stack([xp_[:, 2 + ky:2 + ky + 2 * rows:2, kx:kx + 2 * OW:2] for kx in range(3)], 1)
+                     for ky in range(3)], 1)
+    np.testing.assert_array_equal(cols, want)

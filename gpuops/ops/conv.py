@@ -295,6 +295,7 @@ class Planes:
 
 
 _DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15  # x, w, bias or NULL, y; sizes
+_IM2COL_ARGS = (native.PTR,) * 2 + (native.INT,) * 15  # x (one image), cols; sizes, output rows
 
 
 def _depthwise(X, W, B, kernel, strides, dilations, pb, out):
@@ -356,10 +357,12 @@ BLOCK_COLUMNS = 2048  # ...but wide enough that the GEMM's packing of W stays a 
 def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group):
     """im2col + GEMM (+ bias) a block of output rows (first spatial axis) at a time, the columns copied
     into one reused cache-sized buffer and each block's GEMM written into its slice of Y: VGG's first
-    layers would otherwise write and read back 100+ MB of columns."""
+    layers would otherwise write and read back 100+ MB of columns. 2-D float32: the columns come from
+    the native im2col (whole rows at a time from stride-phase planes, no padded copy of X)."""
     N, C = X.shape[:2]
     M, CK = Wm.shape[0], Wm.shape[1] * group
-    Xp = np.ascontiguousarray(pad_for_windows(np, X, kernel, strides, dilations, pb, pe, out, 0))
+    fn = native.function("conv.c", "im2col2d_f32", _IM2COL_ARGS) if X.ndim == 4 and X.dtype == np.float32 else None
+    Xp = np.ascontiguousarray(X if fn else pad_for_windows(np, X, kernel, strides, dilations, pb, pe, out, 0))
     st = Xp.strides
     row = math.prod(out[1:])  # output cells per first-axis index
     rows = max(1, min(out[0], max(BLOCK_BYTES // max(1, CK * row * X.dtype.itemsize), -(-BLOCK_COLUMNS // row))))
@@ -372,10 +375,13 @@ def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, grou
         for i0 in range(0, out[0], rows):
             r = min(rows, out[0] - i0)
             shape = (C,) + tuple(kernel) + (r,) + tuple(out[1:])
-            view = np.ndarray(shape, X.dtype, buffer=Xp, offset=n * st[0] + i0 * strides[0] * st[2],
-                              strides=tap_strides)
             cols = scratch[:CK * r * row].reshape(shape)
-            np.copyto(cols, view)
+            if fn is not None:  # the native im2col reads X itself, unpadded
+                native.call(fn, native.ptr(Xp[n]), native.ptr(scratch), C, *X.shape[2:], *kernel, *out, *strides, *pb,
+                            *dilations, i0, i0 + r)
+            else:
+                np.copyto(cols, np.ndarray(shape, X.dtype, buffer=Xp, offset=n * st[0] + i0 * strides[0] * st[2],
+                                           strides=tap_strides))
             Yb = Y[n, :, i0 * row:(i0 + r) * row]
             if group == 1:
                 np.matmul(Wm, cols.reshape(CK, r * row), out=Yb)
