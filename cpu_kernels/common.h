@@ -14,6 +14,14 @@ typedef int32_t vint __attribute__((vector_size(VL * sizeof(int32_t))));
 static inline vfloat vload(const float* p) { vfloat v; memcpy(&v, p, sizeof v); return v; }
 static inline vfloat vmax(vfloat a, vfloat b) { const vint m = b > a; return (vfloat)((m & (vint)b) | (~m & (vint)a)); }
 
+/* min(max(a, lo), hi) as NumPy's maximum and minimum: NaN stays NaN (the activation epilogue of a
+ * fused conv: Relu is [0, inf], Clip [min, max], none [-inf, inf]). */
+static inline vfloat vclamp(vfloat a, float lo, float hi) {
+    const vint below = a < lo, above = a > hi;
+    a = (vfloat)((below & (vint)((vfloat){0} + lo)) | (~below & (vint)a));
+    return (vfloat)((above & (vint)((vfloat){0} + hi)) | (~above & (vint)a));
+}
+
 /* Store v at p, or only its first n < VL lanes (a row shorter than VL). */
 static inline void vstore(float* p, vfloat v, int64_t n) {
     if (n == VL) { memcpy(p, &v, sizeof v); return; }

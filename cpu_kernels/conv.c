@@ -1,14 +1,15 @@
 /* Depthwise 2-D convolution (group == channels), NCHW float32: what NumPy cannot do in one pass, a
  * per-channel multiply-add over the kernel taps. Output channel oc = c * mult + m reads input
  * channel c. Per input channel: its phase planes (common.h); then VL cells of ROWS output rows at a
- * time sum their taps in registers. Returns 0, or 1 when out of memory. */
+ * time sum their taps in registers, clamped to [lo, hi] (a fused Relu or Clip). Returns 0, or 1 when
+ * out of memory. */
 #include <stdlib.h>
 #include "common.h"
 
 int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
                          int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,
                          int64_t KH, int64_t KW, int64_t OH, int64_t OW,
-                         int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw) {
+                         int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
     const int64_t K = KH * KW;
     int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(&g));  /* offsets, then planes */
@@ -32,7 +33,7 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
                             const float* src = buf + oy * g.Qw + offs[t] + ox;
                             for (int r = 0; r < ROWS; ++r) a[r] += wk[t] * vload(src + (r < nr ? r : 0) * g.Qw);
                         }
-                        for (int r = 0; r < nr; ++r) vstore(yc + (oy + r) * OW + ox, a[r], OW < VL ? OW : VL);
+                        for (int r = 0; r < nr; ++r) vstore(yc + (oy + r) * OW + ox, vclamp(a[r], lo, hi), OW < VL ? OW : VL);
                     }
                 }
             }
@@ -65,5 +66,20 @@ int im2col2d_f32(const float* x, float* cols, int64_t C, int64_t H, int64_t W, i
         }
     }
     free(offs);
+    return 0;
+}
+
+/* The epilogue of a conv computed as a GEMM, in place over y (M rows of L, ld apart): + bias[m] (bias
+ * may be NULL), clamped to [lo, hi] (a fused Relu or Clip), in one pass. */
+int bias_clamp_f32(float* y, const float* bias, int64_t M, int64_t L, int64_t ld, float lo, float hi) {
+    for (int64_t m = 0; m < M; ++m) {
+        float* restrict row = y + m * ld;
+        const float b = bias ? bias[m] : 0.0f;
+        for (int64_t l = 0; l < L; ++l) {
+            const float v = row[l] + b;
+            const float u = v < lo ? lo : v;  /* NaN stays */
+            row[l] = u > hi ? hi : u;
+        }
+    }
     return 0;
 }

@@ -4,7 +4,7 @@
  * A 2x2 output tile is A^T [U * (B^T d B)] A, with d the 4x4 input tile at (2i - ph, 2j - pw) and
  * U = G g G^T the transformed 3x3 filter (computed in NumPy). Tile position k = 4u + v holds
  *   V[k][c][tile] = (B^T d B)[u][v] for every input channel c;    Mo[k] = U[k] @ V[k];
- *   Y[2i + a][2j + b] = (A^T Mo A)[a][b] + bias.
+ *   Y[2i + a][2j + b] = (A^T Mo A)[a][b] + bias, clamped to [lo, hi] (a fused Relu or Clip).
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1]: adds and subtracts only.
  *
  * Tiles are read as a 4x4 "kernel" of stride 2 over the phase planes (common.h), so the 16 values of
@@ -51,7 +51,7 @@ int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int6
 }
 
 int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64_t M, int64_t OH, int64_t OW,
-                             int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0) {
+                             int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0, float lo, float hi) {
     const int64_t k_stride = M * ld;
     for (int64_t m = 0; m < M; ++m) {
         const float b = bias ? bias[m] : 0.0f;
@@ -67,7 +67,8 @@ int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64
                     s[1][v] = m1 - m2 - m3;
                 }
                 for (int a = 0; a < 2 && 2 * i + a < OH; ++a) {  /* ... A, interleaved into row 2i + a */
-                    const vfloat e = s[a][0] + s[a][1] + s[a][2] + b, o = s[a][1] - s[a][2] - s[a][3] + b;
+                    const vfloat e = vclamp(s[a][0] + s[a][1] + s[a][2] + b, lo, hi);
+                    const vfloat o = vclamp(s[a][1] - s[a][2] - s[a][3] + b, lo, hi);
                     float fe[VL], fo[VL], row[2 * VL];
                     memcpy(fe, &e, sizeof e);
                     memcpy(fo, &o, sizeof o);

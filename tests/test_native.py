@@ -120,7 +120,7 @@ def test_kernels_write_only_their_outputs():
         n = C * OH * OW
         for name, file, call in (
                 ("depthwise_conv2d_f32", "conv.c", lambda fn, out: fn(
-                    X.ctypes.data, Wt.ctypes.data, None, out, 1, C, H, W, 1, *k, OH, OW, *s, *p, 1, 1)),
+                    X.ctypes.data, Wt.ctypes.data, None, out, 1, C, H, W, 1, *k, OH, OW, *s, *p, 1, 1, 0.0, 1.0)),
                 ("pool2d_f32", "pool.c", lambda fn, out: fn(
                     X.ctypes.data, out, C, H, W, OH, OW, *k, *s, *p, 1, 1, 1, *p))):
             argtypes = _DEPTHWISE_ARGS if file == "conv.c" else (native.PTR,) * 2 + (native.INT,) * 16
@@ -276,7 +276,7 @@ def test_winograd_transforms_write_only_their_outputs():
     assert np.isnan(body[..., :7]).all() and not np.isnan(body[..., 7:]).any()
     Mo = rng.standard_normal(16 * M * ld + winograd._VL).astype(np.float32)
     Y = np.full(M * H * Wd + 2 * guard, np.nan, dtype=np.float32)
-    assert bwd(Mo.ctypes.data, None, Y[guard:].ctypes.data, M, H, Wd, tw, 1, th, ld, 7) == 0
+    assert bwd(Mo.ctypes.data, None, Y[guard:].ctypes.data, M, H, Wd, tw, 1, th, ld, 7, -np.inf, np.inf) == 0
     out = Y[guard:guard + M * H * Wd].reshape(M, H, Wd)
     assert np.isnan(Y[:guard]).all() and np.isnan(Y[guard + M * H * Wd:]).all()
     assert np.isnan(out[:, :2]).all() and not np.isnan(out[:, 2:]).any()  # tile row 0 = output rows 0, 1
@@ -321,3 +321,27 @@ def test_im2col_writes_only_its_block():
     want = np.stack([np.stack([xp_[:, 2 + ky:2 + ky + 2 * rows:2, kx:kx + 2 * OW:2] for kx in range(3)], 1)
                      for ky in range(3)], 1)
     np.testing.assert_array_equal(cols, want)
+
+
+@needs_cc
+@pytest.mark.parametrize("activation", ["Relu", "Clip"])
+def test_fused_conv_clamps_in_the_conv_epilogue(activation):
+    """FusedConv's Relu / Clip applied with the bias by every CPU conv path (1x1 GEMM, blocked im2col,
+    Winograd, depthwise, kn2row) equals the conv followed by the activation; NaN stays NaN."""
+    from gpuops.ops.contrib import transformer
+
+    rng = np.random.default_rng(23)
+    params = [-0.5, 0.75] if activation == "Clip" else None
+    for C, M, k, group, s in [(8, 6, 1, 1, 1), (3, 5, 3, 1, 2), (32, 16, 3, 1, 1), (6, 6, 3, 6, 1), (64, 8, 3, 1, 1),
+                              (4, 6, 1, 2, 1)]:
+        X = rng.standard_normal((2, C, 15, 13)).astype(np.float32)
+        X[0, 0, 3, 3] = np.nan
+        W = (rng.standard_normal((M, C // group, k, k)) / 3).astype(np.float32)
+        B = rng.standard_normal(M).astype(np.float32)
+        attrs = dict(group=group, strides=[s, s], pads=[k // 2] * 4)
+        got = transformer.FusedConv(xp, X, W, B, activation=activation, activation_params=params, **attrs)
+        with native.disabled():
+            ref = transformer.fused_activation(xp, conv.conv(xp, X, W, B, **attrs), activation,
+                                               *(params or [None, None]))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{C} {M} {k} {group} {s}")
+        assert np.isnan(got).any() and (activation != "Relu" or np.nanmin(got) >= 0)

@@ -294,11 +294,13 @@ class Planes:
         return np.ascontiguousarray(Y)
 
 
-_DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15  # x, w, bias or NULL, y; sizes
+_DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15 + (native.FLOAT,) * 2  # x, w, bias or NULL, y; sizes; clamp
+_EPILOGUE_ARGS = (native.PTR, native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)
+_NO_CLAMP = (-math.inf, math.inf)
 _IM2COL_ARGS = (native.PTR,) * 2 + (native.INT,) * 15  # x (one image), cols; sizes, output rows
 
 
-def _depthwise(X, W, B, kernel, strides, dilations, pb, out):
+def _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
     """Depthwise conv (``group == C``, ``M = C * multiplier``). 2-D float32: the native kernel
     (``cpu_kernels/conv.c``). Else columns copied from the planes (long rows, where im2col copies one
     short output row at a time), one batched GEMM over the channels, ``(multiplier, taps) @ (taps, cells)``
@@ -311,7 +313,7 @@ def _depthwise(X, W, B, kernel, strides, dilations, pb, out):
         (N, C, H, Wd), M = X.shape, W.shape[0]
         Y = np.empty((N, M) + tuple(out), dtype=np.float32)
         native.call(fn, native.ptr(X), native.ptr(W), None if B is None else native.ptr(B), native.ptr(Y),
-                    N, C, H, Wd, M // C, *kernel, *out, *strides, *pb, *dilations)
+                    N, C, H, Wd, M // C, *kernel, *out, *strides, *pb, *dilations, *(clamp_to or _NO_CLAMP))
         return Y
     pl = Planes(X, kernel, strides, dilations, pb, out)
     N, C = X.shape[:2]
@@ -319,7 +321,7 @@ def _depthwise(X, W, B, kernel, strides, dilations, pb, out):
     span = out[0] * pl.R[0]
     K = math.prod(kernel)
     Y = np.matmul(W.reshape(C, M // C, K), pl.columns(span).reshape(N, C, K, span))
-    return pl.crop(Y.reshape(N * M, span), M, B)
+    return _epilogue(np, pl.crop(Y.reshape(N * M, span), M, B), None, clamp_to)
 
 
 def _kn2row(X, W, B, kernel, strides, dilations, pb, out):
@@ -354,7 +356,7 @@ BLOCK_BYTES = 1 << 22  # one im2col block on the CPU: cache-sized, reused for ev
 BLOCK_COLUMNS = 2048  # ...but wide enough that the GEMM's packing of W stays a small part of each block
 
 
-def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group):
+def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group, clamp_to=None):
     """im2col + GEMM (+ bias) a block of output rows (first spatial axis) at a time, the columns copied
     into one reused cache-sized buffer and each block's GEMM written into its slice of Y: VGG's first
     layers would otherwise write and read back 100+ MB of columns. 2-D float32: the columns come from
@@ -387,8 +389,7 @@ def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, grou
                 np.matmul(Wm, cols.reshape(CK, r * row), out=Yb)
             else:
                 np.matmul(Wg, cols.reshape(group, CK // group, r * row), out=Yb.reshape(group, M // group, r * row))
-            if B is not None:  # while the block is in cache
-                Yb += B[:, None]
+            _epilogue(np, Yb, B, clamp_to)  # while the block is in cache
     return Y.reshape((N, M) + tuple(out))
 
 
@@ -441,6 +442,38 @@ def _add_bias(Y, B):
     return Y + b
 
 
+def _epilogue(xp, Y, B, clamp_to):
+    """``Y + B`` per channel, then clamped to ``clamp_to = (lo, hi)`` when given (a fused Relu or Clip,
+    NaN staying NaN). Y is ``(N, M, ...)`` or a 2-D block of M rows; a writeable NumPy Y is updated in
+    place, float32 in one pass by the native kernel."""
+    if B is None and clamp_to is None:
+        return Y
+    lo, hi = clamp_to or _NO_CLAMP
+    bias = None if B is None else xp.reshape(B, (-1,) + (1,) * (Y.ndim - 2 if Y.ndim > 2 else 1))
+    if not (isinstance(Y, np.ndarray) and Y.flags.writeable):
+        Y = Y if bias is None else Y + bias
+        return Y if clamp_to is None else xp.minimum(xp.maximum(Y, lo), hi)
+    fn = native.function("conv.c", "bias_clamp_f32", _EPILOGUE_ARGS) if (
+        Y.dtype == np.float32 and (B is None or B.dtype == np.float32) and Y.size and Y.strides[-1] == 4
+        and (Y.ndim == 2 or Y.flags.c_contiguous)) else None
+    if fn is None:
+        if bias is not None:
+            Y += bias
+        if lo > -math.inf:
+            np.maximum(Y, lo, out=Y)
+        if hi < math.inf:
+            np.minimum(Y, hi, out=Y)
+        return Y
+    b = None if B is None else native.ptr(np.ascontiguousarray(B))
+    if Y.ndim == 2:  # a block of rows, Y.strides[0] apart
+        native.call(fn, Y.ctypes.data, b, Y.shape[0], Y.shape[1], Y.strides[0] // 4, lo, hi)
+    else:
+        M, L, base = Y.shape[1], math.prod(Y.shape[2:]), Y.ctypes.data
+        for n in range(Y.shape[0]):
+            native.call(fn, base + 4 * n * M * L, b, M, L, L, lo, hi)
+    return Y
+
+
 _HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 
 
@@ -455,11 +488,12 @@ COLS_BYTES = 1 << 28  # bound on one im2col buffer; bigger batches are convolved
 
 
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
-         pads=None, strides=None):
+         pads=None, strides=None, clamp_to=None):
     """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
     channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels; on the
     CPU, the native depthwise kernel (else columns from :class:`Planes`), Winograd where it pays,
-    :func:`_kn2row` where it moves fewer bytes than im2col, else the blocked im2col."""
+    :func:`_kn2row` where it moves fewer bytes than im2col, else the blocked im2col. ``clamp_to``:
+    ``(lo, hi)`` of a fused Relu or Clip, applied with the bias (float32 only: see FusedConv)."""
     _check_conv_shapes(X, W, group, kernel_shape)
     ct = compute_dtype(X.dtype)
     if ct is not None:
@@ -475,16 +509,16 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     Wm = xp.reshape(W, (M, (C // group) * K))
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
-        return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
+        return _epilogue(xp, xp.reshape(Y, (N, M) + tuple(out)), B, clamp_to)
     if isinstance(X, np.ndarray) and K > 1 and L > 0 and X.size:  # CPU: paths without an im2col copy
         if group == C and C > 1:
-            return _depthwise(X, W, B, kernel, strides, dilations, pb, out)
+            return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
         if winograd.applies(X, W, kernel, strides, dilations, group, out):
-            return winograd.conv3x3(X, W, B, pb, out)
+            return winograd.conv3x3(X, W, B, pb, out, clamp_to)
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
-            return _kn2row(X, W, B, kernel, strides, dilations, pb, out)
+            return _epilogue(xp, _kn2row(X, W, B, kernel, strides, dilations, pb, out), None, clamp_to)
     if isinstance(X, np.ndarray) and L > 0:
-        return _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group)
+        return _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group, clamp_to)
     step = max(1, COLS_BYTES // max(1, C * K * L * X.dtype.itemsize))  # images per column buffer
     parts = []
     for n0 in range(0, max(N, 1), step):
@@ -492,7 +526,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         cols = im2col(xp, Xn, kernel, strides, dilations, pb, pe, out)
         parts.append(grouped_matmul(xp, Wm, xp.reshape(cols, (Xn.shape[0], C * K, L)), group))
     Y = parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
-    return _add_bias(xp.reshape(Y, (N, M) + tuple(out)), B)
+    return _epilogue(xp, xp.reshape(Y, (N, M) + tuple(out)), B, clamp_to)
 
 
 @op("Conv", since=1)

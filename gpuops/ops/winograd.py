@@ -22,7 +22,7 @@ from .linalg import derived
 
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 _INPUT_ARGS = (native.PTR,) * 2 + (native.INT,) * 11
-_OUTPUT_ARGS = (native.PTR,) * 3 + (native.INT,) * 8
+_OUTPUT_ARGS = (native.PTR,) * 3 + (native.INT,) * 8 + (native.FLOAT,) * 2
 
 BLOCK_BYTES = 1 << 23  # transformed input + products of one GEMM batch
 _VL = 16  # VL of cpu_kernels/common.h: the output transform's last vector may read this far past Mo
@@ -52,9 +52,10 @@ def _weights(W):
     return np.ascontiguousarray(U.reshape(16, M, C).astype(W.dtype))
 
 
-def conv3x3(X, W, B, pads_begin, out):
+def conv3x3(X, W, B, pads_begin, out, clamp_to=None):
     """``Conv(X, W, B)`` for a 3x3 kernel, stride 1, dilation 1, group 1 (float32 NCHW NumPy arrays);
-    ``out`` is the output's spatial shape, ``pads_begin`` the begin pads (end padding is implicit)."""
+    ``out`` is the output's spatial shape, ``pads_begin`` the begin pads (end padding is implicit),
+    ``clamp_to`` the ``(lo, hi)`` of a fused Relu or Clip."""
     forward = native.function("winograd.c", "winograd_f2k3_input_f32", _INPUT_ARGS)
     backward = native.function("winograd.c", "winograd_f2k3_output_f32", _OUTPUT_ARGS)
     X = np.ascontiguousarray(X)
@@ -83,6 +84,6 @@ def conv3x3(X, W, B, pads_begin, out):
         col = 0
         for n, i0, i1 in batch:
             native.call(backward, Mo.ctypes.data, None if B is None else B.ctypes.data, Y[n].ctypes.data,
-                        M, OH, OW, tw, i0, i1, ld, col)
+                        M, OH, OW, tw, i0, i1, ld, col, *(clamp_to or (-math.inf, math.inf)))
             col += (i1 - i0) * tw
     return Y

@@ -196,9 +196,17 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
 @op("FusedConv", domain=MS, since=1)
 def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
               dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    """activation(Conv(X, W) + B + Z)."""
+    """activation(Conv(X, W) + B + Z). Without Z, a float32 Relu or Clip is applied with the bias, in
+    the conv's own last pass."""
+    clamp_to = None
+    if Z is None and X.dtype == np.float32 and activation in ("Relu", "Clip"):
+        alpha, beta = _params(activation_params)
+        clamp_to = (0.0, math.inf) if activation == "Relu" else (
+            -math.inf if alpha is None else float(alpha), math.inf if beta is None else float(beta))
     Y = _conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-              pads=pads, strides=strides)
+              pads=pads, strides=strides, clamp_to=clamp_to)
+    if clamp_to is not None:
+        return Y
     if Z is not None:  # Y is the conv's new array: the residual and activation go into it
         if tuple(Z.shape) == tuple(Y.shape) and Z.dtype == Y.dtype:
             Y += Z
