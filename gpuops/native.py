@@ -81,12 +81,17 @@ def compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc"))
 
 
-def cache_dir() -> Path:
-    d = os.environ.get("GPUOPS_NATIVE_CACHE")
+def user_cache(env: str, name: str) -> Path:
+    """``$env`` when set, else ``gpuops/<name>`` in the user's cache folder (``$XDG_CACHE_HOME`` or ~/.cache)."""
+    d = os.environ.get(env)
     if d:
         return Path(d)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpuops" / "native"
+    return Path(base) / "gpuops" / name
+
+
+def cache_dir() -> Path:
+    return user_cache("GPUOPS_NATIVE_CACHE", "native")
 
 
 def _cpu_id() -> str:

@@ -64,11 +64,9 @@ def _cxx() -> str:
 
 
 def cache_dir() -> Path:
-    d = os.environ.get("GPUOPS_EMU_CACHE")
-    if d:
-        return Path(d)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpuops" / "emulator"
+    from ..native import user_cache
+
+    return user_cache("GPUOPS_EMU_CACHE", "emulator")
 
 
 # -- compiling -----------------------------------------------------------------------------------
