@@ -13,8 +13,9 @@ NumPy code, which stays the fallback and the test oracle (:func:`disabled`). Not
 ``import gpuops``.
 
 Each file is compiled once per (source, compiler, flags, CPU) and cached in ``$GPUOPS_NATIVE_CACHE``
-(default ``~/.cache/gpuops/native``, created private to the user), written atomically so concurrent
-processes agree. The kernels trust their arguments: the wrappers in the ops pass C-contiguous arrays
+(default ``~/.cache/gpuops/native``), written atomically so concurrent processes agree. The folder
+must be private to the user (a library found there is loaded), and a compiler gets
+:data:`COMPILE_SECONDS`. The kernels trust their arguments: the wrappers in the ops pass C-contiguous arrays
 of the declared types and consistent sizes (:func:`ptr` checks the arrays).
 """
 
@@ -105,20 +106,33 @@ def _cpu_id() -> str:
     return platform.machine() + platform.processor() + flags
 
 
+COMPILE_SECONDS = 300  # a compiler that takes longer is given up on (the NumPy code runs)
+
+
+def _private(d: Path) -> None:
+    """Refuse a cache folder that someone else could write into: a library found there is loaded."""
+    st = d.stat()
+    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+        raise RuntimeError(f"the kernel cache {d} is writable by others or not owned by this user; "
+                           f"set GPUOPS_NATIVE_CACHE to a private folder")
+
+
 def _compile(file: str) -> ctypes.CDLL:
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC)")
     src = (KERNEL_DIR / file).read_text() + "".join(h.read_text() for h in sorted(KERNEL_DIR.glob("*.h")))
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=COMPILE_SECONDS).stdout
     key = hashlib.sha256("\0".join([src, cc, version, *flags(), _cpu_id()]).encode()).hexdigest()[:32]
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _private(d)
     so = d / f"{Path(file).stem}-{key}.so"
     if not so.exists():
         with tempfile.TemporaryDirectory(dir=d) as tmp:
             out = Path(tmp) / "kernel.so"
-            r = subprocess.run([cc, *flags(), "-o", str(out), str(KERNEL_DIR / file)], capture_output=True, text=True)
+            r = subprocess.run([cc, *flags(), "-o", str(out), str(KERNEL_DIR / file)], capture_output=True, text=True,
+                               timeout=COMPILE_SECONDS)
             if r.returncode:
                 raise RuntimeError(f"{cc} failed on cpu_kernels/{file}:\n{r.stderr[-4000:]}")
             os.replace(out, so)  # atomic: concurrent builders of the same key agree

@@ -345,3 +345,26 @@ def test_fused_conv_clamps_in_the_conv_epilogue(activation):
                                                *(params or [None, None]))
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{C} {M} {k} {group} {s}")
         assert np.isnan(got).any() and (activation != "Relu" or np.nanmin(got) >= 0)
+
+
+def test_a_shared_cache_folder_or_a_hung_compiler_falls_back(monkeypatch, tmp_path):
+    """A cache folder others can write into is refused (a library found there would be loaded), and
+    a compiler that does not finish is given up on; both with one warning, then NumPy."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(shared))
+    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setattr(native, "_functions", {})
+    if native.compiler() is not None:
+        with pytest.warns(RuntimeWarning, match="writable by others"):
+            assert native.function("pool.c", "pool2d_f32", ()) is None
+    slow = tmp_path / "slowcc"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("CC", str(slow))
+    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(tmp_path / "private"))
+    monkeypatch.setattr(native, "COMPILE_SECONDS", 1)
+    monkeypatch.setattr(native, "_loaded", {})
+    with pytest.warns(RuntimeWarning, match="timed out"):
+        assert native.function("conv.c", "depthwise_conv2d_f32", _DEPTHWISE_ARGS) is None
