@@ -183,6 +183,12 @@ def status() -> dict:
             "files": {f: "compiled" if lib is not None else "unavailable" for f, lib in sorted(_loaded.items())}}
 
 
+def address(a: np.ndarray) -> int:
+    """The data address of a writeable, non-empty array the caller has just made or checked (no
+    checks: :func:`ptr` is the checked form)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(a))
+
+
 def ptr(a: np.ndarray, dtype=np.float32) -> int:
     """The data address of ``a``, after checking what every kernel assumes: C-contiguous ``dtype``."""
     if a.dtype != dtype or not a.flags.c_contiguous:

@@ -32,10 +32,14 @@ def derived(arrays: tuple, tag, make):
     one large) lives, so each run does not redo per-weight work (a float32 copy, centring by a zero
     point, a native kernel's call plan); anything else is computed every time. A kept array result
     is read-only."""
-    key = (tag,) + tuple(map(id, arrays))
+    key = (tag, *map(id, arrays))
     hit = _derived.get(key)
-    if hit is not None and all(r() is a and not a.flags.writeable for r, a in zip(hit[0], arrays)):
-        return hit[1]  # the same arrays, still read-only (they were frozen when kept)
+    if hit is not None:
+        for r, a in zip(hit[0], arrays):
+            if r() is not a:
+                break
+        else:  # the same arrays: they were frozen when kept, and gpuops never unfreezes an array
+            return hit[1]
     if arrays[0].size < _CACHE_MIN or not all(_frozen(a) for a in arrays):
         return make()
     y = make()

@@ -423,9 +423,9 @@ def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
     if plan is None:
         return None
     fn, head, tail, shape, y_dtype, _ = plan
-    A = np.ascontiguousarray(a)
+    A = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # the plan checked its type and size
     Y = np.empty(shape, y_dtype)
-    native.call(fn, head, native.ptr(A, A.dtype), *tail, native.ptr(Y, y_dtype))
+    native.call(fn, head, A.ctypes.data if not A.flags.writeable else native.address(A), *tail, native.address(Y))
     return Y
 
 
