@@ -3,9 +3,9 @@
 It reports the versions that decide whether the CUDA path works (CuPy, the CUDA runtime, the driver,
 NVRTC, the CUDA wheels installed) and the GPUs (NVML when present); compiles every kernel family of
 :data:`gpuops.kernels.NAME_EXPRESSIONS` and runs each kernel-backed override against the generic op
-on random and edge inputs; runs a model (``light:resnet50`` by default) node by node and as a CUDA
-graph and compares both with the cpu path, reporting host syncs per run and the graph-capture
-status. :func:`run` returns the report (a JSON-able dict); its ``"ok"`` is False on any mismatch or
+on random and edge inputs (on the CPU: one op per native CPU kernel against its NumPy code); runs a
+model (``light:resnet50`` by default) node by node and as a CUDA graph and compares both with the
+cpu path, reporting host syncs per run and the graph-capture status. :func:`run` returns the report (a JSON-able dict); its ``"ok"`` is False on any mismatch or
 error, and ``gpuops selftest`` then exits with 1.
 
 The kernel cases' oracle is the generic op, the one every override must match; their edge inputs
@@ -239,6 +239,75 @@ def run_kernel_case(case: KernelCase, dev: Device, seed: int = 0) -> dict:
     if why:
         rec["error"] = why
     return rec
+
+
+# -- native CPU kernels (cpu_kernels/*.c) ---------------------------------------------------------
+
+
+def _native_cases(rng) -> list[tuple[str, str, Callable]]:
+    """(name, C file, a call of the op whose CPU path runs that file's kernel)."""
+    import array_api_compat.numpy as npx
+
+    from .ops import conv, pool, quantize, rnn
+    from .ops.contrib import transformer
+
+    x = rng.standard_normal((2, 32, 15, 13)).astype(np.float32)
+    w3 = (rng.standard_normal((16, 32, 3, 3)) / 17).astype(np.float32)
+    dw = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    seq = rng.standard_normal((5, 1, 8)).astype(np.float32)
+    W, R = (rng.standard_normal((2, 64, n)).astype(np.float32) / 4 for n in (8, 16))
+    a8, w8 = ints(rng, (1, 256), np.uint8), ints(rng, (256, 256), np.uint8)  # a kept weight: packed
+    w8.flags.writeable = False
+    s, z = np.array(0.05, np.float32), np.array(128, np.uint8)
+    return [
+        ("depthwise conv", "conv.c", lambda: conv.Conv(npx, x, dw, group=32, pads=[1, 1, 1, 1], strides=[2, 1])),
+        ("im2col conv", "conv.c", lambda: conv.Conv(npx, x, w3, b, strides=[2, 2])),
+        ("fused conv + relu", "conv.c", lambda: transformer.FusedConv(npx, x[:, :16], w3[:, :16, :1, :1], b,
+                                                                       activation="Relu")),
+        ("winograd conv", "winograd.c", lambda: conv.Conv(npx, x, w3, b, pads=[1, 1, 1, 1])),
+        ("max pool", "pool.c", lambda: pool.MaxPool(npx, x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        ("average pool", "pool.c", lambda: pool.AveragePool(npx, x, kernel_shape=[3, 2], pads=[1, 0, 1, 1])),
+        ("lstm", "rnn.c", lambda: rnn.LSTM(npx, seq, W, R, hidden_size=16, direction="bidirectional")),
+        ("qlinear matmul", "quantize.c", lambda: quantize.QLinearMatMul(npx, a8, s, z, w8, s, z, s, z)),
+    ]
+
+
+def native_checks(seed: int = 0) -> list[dict]:
+    """Each native CPU kernel file compiled, and one op per kernel run natively against its NumPy code
+    (the oracle): ``[{"name", "file", "ok", "max_abs_diff", "error"?}]``; empty when native kernels are
+    off or no compiler is installed."""
+    from . import native
+
+    if not native.enabled() or native.compiler() is None:
+        return []
+    out = []
+    for name, file, call in _native_cases(np.random.default_rng(seed)):
+        rec = {"name": name, "file": file}
+        calls: list[str] = []
+        original = native.call
+
+        def recording(fn, *args):
+            calls.append(fn.__name__)
+            return original(fn, *args)
+
+        def check():
+            native.call = recording
+            try:
+                got = call()
+            finally:
+                native.call = original
+            with native.disabled():
+                want = call()
+            got, want = (list(v) if isinstance(v, (tuple, list)) else [v] for v in (got, want))
+            ok, diff, why = compare(got, want, rtol=1e-5, atol=1e-5)
+            if not calls:
+                ok, why = False, f"no {file} kernel ran (unavailable: {native.status()['files'].get(file)})"
+            rec.update(ok=ok, max_abs_diff=diff, **({"error": why} if why else {}))
+
+        _guarded(rec, check)
+        out.append(rec)
+    return out
 
 
 def compile_family(family: str, dev: Device) -> dict:
@@ -475,7 +544,13 @@ def run(device: str = "auto", model: str | None = DEFAULT_MODEL, rtol: float = 1
                 if not c.get("ok"):
                     report["failures"].append(f"kernel case {c['name']}: {c.get('error', 'mismatch')}")
     else:
-        report["notes"].append("device cpu: no kernel checks (they need a CUDA device)")
+        report["notes"].append("device cpu: no CUDA kernel checks (they need a CUDA device)")
+        report["native"] = native_checks()
+        if not report["native"]:
+            report["notes"].append("native CPU kernels off or no C compiler: the NumPy code runs")
+        for c in report["native"]:
+            if not c.get("ok"):
+                report["failures"].append(f"native kernel {c['name']}: {c.get('error', 'mismatch')}")
     if model:
         rec = {"model": model}
         _guarded(rec, lambda: rec.update(model_check(model, dev, rtol, atol)))
@@ -521,6 +596,12 @@ def format_report(report: dict) -> str:
             status = "ok  " if c.get("ok") else "FAIL"
             diff = f"max |diff| {c['max_abs_diff']:.3g}" if "max_abs_diff" in c else ""
             lines.append(f"  {status} {c['name']:<36} {diff}  {c.get('error', '')}".rstrip())
+    if report.get("native"):
+        lines += ["", "native CPU kernels (cpu_kernels/*.c) against the NumPy code"]
+        for c in report["native"]:
+            status = "ok  " if c.get("ok") else "FAIL"
+            diff = f"max |diff| {c['max_abs_diff']:.3g}" if "max_abs_diff" in c else ""
+            lines.append(f"  {status} {c['name'] + ' (' + c['file'] + ')':<36} {diff}  {c.get('error', '')}".rstrip())
     for m in report.get("models", []):
         lines += ["", f"model {m['model']}"] + ([f"  ERROR {m['error']}"] if "error" in m and "runs" not in m else [])
         for r in m.get("runs", []):

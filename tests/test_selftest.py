@@ -216,3 +216,19 @@ def test_environment_reports_the_cuda_versions_cupy_sees(monkeypatch):
     assert env["standin"] is False and env["gpus"] == []
     text = selftest.format_report({"environment": env, "ok": True, "failures": [], "notes": []})
     assert "cuda_runtime  12.6" in text and "nvrtc         12.9" in text
+
+
+@pytest.mark.skipif(__import__("gpuops").native.compiler() is None, reason="no C compiler: no native CPU kernels")
+def test_selftest_on_the_cpu_checks_every_native_kernel(capsys, monkeypatch):
+    """On the CPU the selftest runs one op per native kernel against its NumPy code, and fails when a
+    kernel does not run (here: every kernel file unavailable)."""
+    from gpuops import native
+
+    rc, report = _selftest(capsys, "--device", "cpu", "--model", "none")
+    assert rc == 0 and report["ok"]
+    assert {c["file"] for c in report["native"]} == {"conv.c", "pool.c", "winograd.c", "rnn.c", "quantize.c"}
+    assert all(c["ok"] and c["max_abs_diff"] <= 1e-5 for c in report["native"])
+    monkeypatch.setattr(native, "function", lambda *args: None)
+    rc, report = _selftest(capsys, "--device", "cpu", "--model", "none")
+    assert rc == 1 and len(report["failures"]) == len(report["native"]) == 8
+    assert all("kernel ran" in f for f in report["failures"])
