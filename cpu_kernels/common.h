@@ -22,9 +22,14 @@ static inline vfloat vclamp(vfloat a, float lo, float hi) {
     return (vfloat)((above & (vint)((vfloat){0} + hi)) | (~above & (vint)a));
 }
 
-/* Store v at p, or only its first n < VL lanes (a row shorter than VL). */
-static inline void vstore(float* p, vfloat v, int64_t n) {
-    if (n == VL) { memcpy(p, &v, sizeof v); return; }
+/* Store the first n (<= VL) lanes of v at p. room: the floats the caller may write from p on (to the
+ * end of its output), where the lanes past n land on cells that a later store overwrites (rows are
+ * written in order): with room for a whole vector the store is one vector store, no partial copy. */
+static inline void vstore(float* p, vfloat v, int64_t n, int64_t room) {
+    if (n == VL || room >= VL) {
+        memcpy(p, &v, sizeof v);
+        return;
+    }
     float t[VL];
     memcpy(t, &v, sizeof v);
     for (int64_t j = 0; j < n; ++j) p[j] = t[j];

@@ -16,6 +16,7 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
     if (!offs) return 1;
     float* buf = (float*)(offs + K);
     tap_offsets(&g, offs);
+    const float* y_end = y + N * C * mult * OH * OW;  /* rows are written in order up to here */
     for (int64_t n = 0; n < N; ++n)
         for (int64_t c = 0; c < C; ++c) {
             fill_planes(&g, x + (n * C + c) * H * W, 0.0f, buf);
@@ -33,7 +34,10 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
                             const float* src = buf + oy * g.Qw + offs[t] + ox;
                             for (int r = 0; r < ROWS; ++r) a[r] += wk[t] * vload(src + (r < nr ? r : 0) * g.Qw);
                         }
-                        for (int r = 0; r < nr; ++r) vstore(yc + (oy + r) * OW + ox, vclamp(a[r], lo, hi), OW < VL ? OW : VL);
+                        for (int r = 0; r < nr; ++r) {
+                            float* dst = yc + (oy + r) * OW + ox;
+                            vstore(dst, vclamp(a[r], lo, hi), OW < VL ? OW : VL, y_end - dst);
+                        }
                     }
                 }
             }

@@ -31,6 +31,7 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
         rows[oy] = (float)(mode == 1 ? count_in(oy * sh - ph, KH, dh, 0, H) : count_in(oy * sh - ph, KH, dh, -ph, H + ph_end));
     for (int64_t ox = 0; ox < OW && mode; ++ox)
         cols[ox] = (float)(mode == 1 ? count_in(ox * sw - pw, KW, dw, 0, W) : count_in(ox * sw - pw, KW, dw, -pw, W + pw_end));
+    const float* y_end = y + NC * OH * OW;  /* rows are written in order up to here */
     for (int64_t p = 0; p < NC; ++p) {
         const float* xp = x + p * H * W;
         fill_planes(&g, xp, mode ? 0.0f : -INFINITY, buf);
@@ -59,7 +60,8 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
                         a[r] /= rows[oy + r] * vload(cols + ox);
                     else
                         a[r] = (vfloat)((vint)a[r] | nan[r]);  /* all bits set: a NaN */
-                    vstore(y + (p * OH + oy + r) * OW + ox, a[r], OW < VL ? OW : VL);
+                    float* dst = y + (p * OH + oy + r) * OW + ox;
+                    vstore(dst, a[r], OW < VL ? OW : VL, y_end - dst);
                 }
             }
         }

@@ -39,10 +39,10 @@ int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int6
                 float* out = V + c * ld + col0 + (i - i0) * tw + j;
                 const int64_t k_stride = C * ld;
                 for (int u = 0; u < 4; ++u) {  /* ... B */
-                    vstore(out + (4 * u + 0) * k_stride, t[u][0] - t[u][2], n);
-                    vstore(out + (4 * u + 1) * k_stride, t[u][1] + t[u][2], n);
-                    vstore(out + (4 * u + 2) * k_stride, t[u][2] - t[u][1], n);
-                    vstore(out + (4 * u + 3) * k_stride, t[u][1] - t[u][3], n);
+                    vstore(out + (4 * u + 0) * k_stride, t[u][0] - t[u][2], n, 0);
+                    vstore(out + (4 * u + 1) * k_stride, t[u][1] + t[u][2], n, 0);
+                    vstore(out + (4 * u + 2) * k_stride, t[u][2] - t[u][1], n, 0);
+                    vstore(out + (4 * u + 3) * k_stride, t[u][1] - t[u][3], n, 0);
                 }
             }
     }
