@@ -51,6 +51,7 @@ def flags() -> tuple[str, ...]:
     several kinds of CPU, or sanitizers: the tests run every kernel under ``-fsanitize=address``)."""
     return FLAGS + tuple(shlex.split(os.environ.get("GPUOPS_NATIVE_CFLAGS", "")))
 
+
 # The C parameter types kernels use: pointers to arrays, sizes and flags, float parameters.
 PTR, INT, FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
@@ -58,7 +59,6 @@ _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
 _functions: dict[tuple[str, str], object] = {}
 _off = threading.local()
-
 
 ENABLED = os.environ.get("GPUOPS_NATIVE", "1") != "0"  # read once, at import
 
@@ -99,13 +99,13 @@ def cache_dir() -> Path:
 
 def _cpu_id() -> str:
     """What ``-march=native`` depends on: the machine and, on Linux, the CPU's feature flags."""
-    flags = ""
+    features = ""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+            features = next((line for line in f if line.startswith(("flags", "Features"))), "")
     except OSError:
         pass
-    return platform.machine() + platform.processor() + flags
+    return platform.machine() + platform.processor() + features
 
 
 COMPILE_SECONDS = 300  # a compiler that takes longer is given up on (the NumPy code runs)
@@ -197,5 +197,5 @@ def ptr(a: np.ndarray, dtype=np.float32) -> int:
         raise TypeError(f"native kernel argument must be a C-contiguous {np.dtype(dtype)} array, "
                         f"got {a.dtype} with strides {a.strides}")
     if a.flags.writeable and a.size:  # a quarter of the cost of a.ctypes.data, which read-only arrays need
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        return address(a)
     return a.ctypes.data

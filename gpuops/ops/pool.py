@@ -117,9 +117,9 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
     kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
     low = _lowest(X.dtype)
-    if n_outputs == 1 and _whole_input(X, kernel, dilations, pb, pe):
-        return GlobalMaxPool(xp, X)
     if n_outputs == 1:
+        if _whole_input(X, kernel, dilations, pb, pe):
+            return GlobalMaxPool(xp, X)
         Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 0)
         if Y is not None:
             return Y

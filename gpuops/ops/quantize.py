@@ -336,9 +336,9 @@ def _pack(B):
 
 
 def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
-    """``(kernel, its first 7 arguments, output shape, arrays to keep alive)`` for the native 8-bit
-    GEMM of A (M rows, or a stack of rows with one zero point) by a 2-D weight B, or None where the
-    NumPy path runs."""
+    """``(kernel, the pack's address, the arguments after A's, output shape, arrays to keep alive)``
+    for the native 8-bit GEMM of A (M rows, or a stack of rows with one zero point) by a 2-D weight B,
+    or None where the NumPy path runs. The caller passes A's address (C-contiguous) itself."""
     if not (type(A) is np.ndarray and type(B) is np.ndarray and A.dtype in _BYTES and B.dtype in _BYTES
             and B.ndim == 2 and A.ndim >= 1 and A.shape[-1] == B.shape[0] and A.size and B.size):
         return None
@@ -354,10 +354,9 @@ def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
     if fn is None:
         return None
     pack = derived((B,), "native int8 pack", lambda: _pack(B))
-    A = np.ascontiguousarray(A)
-    args = (pack.address, native.ptr(A, A.dtype), M, None if za[0] is None else native.ptr(za[0], A.dtype), za[1],
+    rest = (M, None if za[0] is None else native.ptr(za[0], A.dtype), za[1],
             None if zb[0] is None else native.ptr(zb[0], B.dtype), zb[1])
-    return fn, args, A.shape[:-1] + (N,), (A, za[0], zb[0], pack)
+    return fn, pack.address, rest, A.shape[:-1] + (N,), (za[0], zb[0], pack)
 
 
 @op("MatMulInteger", since=10)
@@ -365,9 +364,10 @@ def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
     gemm = _native_gemm("matmul_integer_u8", _MATMUL_INTEGER_ARGS, A, B, a_zero_point, b_zero_point)
     if gemm is not None:
-        fn, args, shape, _ = gemm
+        fn, pack, rest, shape, _ = gemm
+        A = np.ascontiguousarray(A)
         Y = np.empty(shape, np.int32)
-        native.call(fn, *args, int(A.dtype == np.int8), native.ptr(Y, np.int32))
+        native.call(fn, pack, native.ptr(A, A.dtype), *rest, int(A.dtype == np.int8), native.ptr(Y, np.int32))
         return Y
     return wrap_int32(*_integer_product(xp, A, B, a_zero_point, b_zero_point))
 
@@ -436,17 +436,17 @@ def _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y
     a_s = _param(a_scale, ndim, a.shape[0] if a.ndim == 2 else None, _SCALES)
     b_s = _param(b_scale, ndim, b.shape[-1] if b.ndim == 2 else None, _SCALES)
     y_s, y_z = _param(y_scale, ndim, None, _SCALES), _param(y_zero_point, ndim, None, _BYTES)
-    if a_s is None or b_s is None or y_s is None or y_z is None or y_zero_point is None:
+    if a_s is None or b_s is None or y_s is None or y_z is None:
         return None
     gemm = _native_gemm("qlinear_matmul_u8", _QLINEAR_ARGS, a, b, a_zero_point, b_zero_point)
     if gemm is None:
         return None
-    fn, args, shape, keep = gemm
+    fn, pack, rest, shape, keep = gemm
     y_dtype = np.dtype(y_zero_point.dtype)
-    tail = (*args[2:], (a.dtype == np.int8) + 2 * (y_dtype == np.int8),
+    tail = (*rest, (a.dtype == np.int8) + 2 * (y_dtype == np.int8),
             None if a_s[0] is None else native.ptr(a_s[0]), float(a_s[1]),
             None if b_s[0] is None else native.ptr(b_s[0]), float(b_s[1]), float(y_s[1]), y_z[1])
-    return fn, args[0], tail, shape, y_dtype, keep[1:] + (a_s[0], b_s[0])  # keep[0]: this call's A
+    return fn, pack, tail, shape, y_dtype, keep + (a_s[0], b_s[0])
 
 
 @op("QLinearMatMul", since=10)  # 21 adds float16/bfloat16 scales and float8 types
