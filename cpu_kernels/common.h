@@ -1,6 +1,7 @@
 /* Shared helpers of the native CPU kernels (see gpuops/native.py). */
 #pragma once
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <string.h>
 
@@ -104,4 +105,105 @@ static inline void tap_offsets(const Windows* g, int64_t* offs) {
             const int64_t a = ky * g->dh % g->sh, b = kx * g->dw % g->sw;
             offs[ky * g->KW + kx] = (a * g->sw + b) * g->Qh * g->Qw + (ky * g->dh / g->sh) * g->Qw + kx * g->dw / g->sw;
         }
+}
+
+/* Channel blocks: VL planes interleaved, so that one vector holds one cell of VL planes whatever the
+ * map's size (onnxruntime's NCHWc layout, built per block here), with no lanes left empty on narrow
+ * maps and no phase planes to fill. The block is the padded input: cell (q, r) at
+ * blk[(q * Pw + r) * VL + j] holds plane j's input cell (q - ph, r - pw), pad outside the input.
+ * Planes go in and results come out VL x VL tiles at a time, transposed in registers. */
+typedef struct {
+    int64_t Ph, Pw;  /* padded extent the windows read */
+    int64_t* in_at;  /* H * W: where input cell (iy, ix) lands in the block */
+    int64_t* out_at;  /* OH * OW: where output cell (oy, ox)'s window starts in the block */
+    int64_t* taps;  /* KH * KW: tap (ky, kx) from the window's start */
+    float* blk;  /* Ph * Pw * VL */
+} Block;
+
+/* Whether the channel blocks beat the phase planes (measured on 3x3 windows): enough planes to fill
+ * most of a block's lanes, and output rows short enough that a row's vectors are mostly empty or
+ * few (the phase planes then cost more to fill than the taps to sum). */
+static inline int use_blocks(int64_t planes, int64_t OW) { return planes >= VL / 2 && OW <= 2 * VL; }
+
+/* The tables and the block, padded with pad everywhere (block_load overwrites only input cells). NULL
+ * when out of memory; free with free(b->in_at). */
+static inline int block_init(const Windows* g, Block* b, float pad) {
+    b->Ph = (g->OH - 1) * g->sh + (g->KH - 1) * g->dh + 1;
+    b->Pw = (g->OW - 1) * g->sw + (g->KW - 1) * g->dw + 1;
+    const int64_t n = g->H * g->W + g->OH * g->OW + g->KH * g->KW;
+    b->in_at = malloc(sizeof(int64_t) * n + sizeof(float) * (b->Ph * b->Pw * VL + VL));
+    if (!b->in_at) return 1;
+    b->out_at = b->in_at + g->H * g->W;
+    b->taps = b->out_at + g->OH * g->OW;
+    b->blk = (float*)(b->in_at + n);
+    for (int64_t iy = 0; iy < g->H; ++iy)
+        for (int64_t ix = 0; ix < g->W; ++ix) {
+            const int64_t q = iy + g->ph, r = ix + g->pw;  /* past Ph or Pw: a cell no window reads */
+            b->in_at[iy * g->W + ix] = q < b->Ph && r < b->Pw ? (q * b->Pw + r) * VL : -1;
+        }
+    for (int64_t oy = 0; oy < g->OH; ++oy)
+        for (int64_t ox = 0; ox < g->OW; ++ox) b->out_at[oy * g->OW + ox] = (oy * g->sh * b->Pw + ox * g->sw) * VL;
+    for (int64_t ky = 0; ky < g->KH; ++ky)
+        for (int64_t kx = 0; kx < g->KW; ++kx) b->taps[ky * g->KW + kx] = (ky * g->dh * b->Pw + kx * g->dw) * VL;
+    const vfloat padv = (vfloat){0} + pad;
+    for (int64_t c = 0; c < b->Ph * b->Pw; ++c) memcpy(b->blk + c * VL, &padv, sizeof padv);
+    return 0;
+}
+
+#define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+
+/* t[i][j] <- t[j][i] for a VL x VL tile (VL == 16): four rounds of swapping the off-diagonal blocks
+ * of 8, 4, 2, 1. */
+static inline void transpose_tile(vfloat* t) {
+    for (int i = 0; i < 8; ++i) {
+        const vfloat a = t[i], c = t[i + 8];
+        t[i] = SHUF(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        t[i + 8] = SHUF(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = h; i < h + 4; ++i) {
+            const vfloat a = t[i], c = t[i + 4];
+            t[i] = SHUF(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            t[i + 4] = SHUF(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        }
+    for (int h = 0; h < 16; h += 4)
+        for (int i = h; i < h + 2; ++i) {
+            const vfloat a = t[i], c = t[i + 2];
+            t[i] = SHUF(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+            t[i + 2] = SHUF(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        }
+    for (int i = 0; i < 16; i += 2) {
+        const vfloat a = t[i], c = t[i + 1];
+        t[i] = SHUF(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+        t[i + 1] = SHUF(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    }
+}
+
+/* Load nc planes (plane_stride floats apart) into the block's input cells, VL cells at a time. */
+static inline void block_load(const Windows* g, const Block* b, const float* x, int64_t plane_stride, int64_t nc) {
+    const int64_t HW = g->H * g->W;
+    vfloat t[VL];
+    for (int64_t f = 0; f < HW; f += VL) {
+        const int64_t n = HW - f < VL ? HW - f : VL;
+        for (int64_t j = 0; j < VL; ++j) {
+            if (j >= nc) {
+                t[j] = (vfloat){0};
+            } else if (n == VL) {
+                t[j] = vload(x + j * plane_stride + f);
+            } else {
+                t[j] = (vfloat){0};
+                memcpy(&t[j], x + j * plane_stride + f, sizeof(float) * n);
+            }
+        }
+        transpose_tile(t);
+        for (int64_t i = 0; i < n; ++i)
+            if (b->in_at[f + i] >= 0) memcpy(b->blk + b->in_at[f + i], &t[i], sizeof(vfloat));
+    }
+}
+
+/* Store n (<= VL) cells of results t[i] (lanes: planes) as lanes [0, nc) to nc planes, plane_stride
+ * floats apart, from cell f on. */
+static inline void tile_store(vfloat* t, int64_t n, int64_t nc, float* y, int64_t plane_stride, int64_t f) {
+    transpose_tile(t);
+    for (int64_t j = 0; j < nc; ++j) vstore(y + j * plane_stride + f, t[j], n, 0);
 }

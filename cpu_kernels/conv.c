@@ -1,16 +1,54 @@
 /* Depthwise 2-D convolution (group == channels), NCHW float32: what NumPy cannot do in one pass, a
  * per-channel multiply-add over the kernel taps. Output channel oc = c * mult + m reads input
  * channel c. Per input channel: its phase planes (common.h); then VL cells of ROWS output rows at a
- * time sum their taps in registers, clamped to [lo, hi] (a fused Relu or Clip). Returns 0, or 1 when
- * out of memory. */
+ * time sum their taps in registers, clamped to [lo, hi] (a fused Relu or Clip). Narrow maps of many
+ * channels go VL channels at a time instead (channel blocks, common.h). Returns 0, or 1 when out of
+ * memory. */
 #include <stdlib.h>
 #include "common.h"
+
+/* Depthwise conv over channel blocks (common.h): VL channels of VL output cells at a time. */
+static int depthwise_blocks(const Windows* g, const float* x, const float* w, const float* bias, float* y,
+                            int64_t N, int64_t C, int64_t mult, float lo, float hi) {
+    Block b;
+    if (block_init(g, &b, 0.0f)) return 1;
+    const int64_t K = g->KH * g->KW, OHW = g->OH * g->OW;
+    vfloat wt[K + 1], t[VL];  /* tap k of the block's VL channels, then the bias */
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t c0 = 0; c0 < C; c0 += VL) {
+            const int64_t nc = C - c0 < VL ? C - c0 : VL;
+            block_load(g, &b, x + (n * C + c0) * g->H * g->W, g->H * g->W, nc);
+            for (int64_t m = 0; m < mult; ++m) {
+                for (int64_t j = 0; j < VL; ++j) {
+                    const int64_t oc = (c0 + j) * mult + m;
+                    for (int64_t k = 0; k < K; ++k) wt[k][j] = j < nc ? w[oc * K + k] : 0.0f;
+                    wt[K][j] = j < nc && bias ? bias[oc] : 0.0f;
+                }
+                float* yb = y + (n * C * mult + c0 * mult + m) * OHW;  /* lane j's plane: yb + j * mult * OHW */
+                for (int64_t f = 0; f < OHW; f += VL) {
+                    const int64_t nf = OHW - f < VL ? OHW - f : VL;
+                    for (int64_t i0 = 0; i0 < VL; i0 += ROWS) {
+                        vfloat a[ROWS];
+                        for (int r = 0; r < ROWS; ++r) a[r] = wt[K];
+                        for (int64_t k = 0; k < K; ++k)
+                            for (int r = 0; r < ROWS; ++r)
+                                a[r] += wt[k] * vload(b.blk + b.out_at[f + (i0 + r < nf ? i0 + r : 0)] + b.taps[k]);
+                        for (int r = 0; r < ROWS; ++r) t[i0 + r] = vclamp(a[r], lo, hi);
+                    }
+                    tile_store(t, nf, nc, yb, mult * OHW, f);
+                }
+            }
+        }
+    free(b.in_at);
+    return 0;
+}
 
 int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
                          int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,
                          int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                          int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+    if (use_blocks(C, OW)) return depthwise_blocks(&g, x, w, bias, y, N, C, mult, lo, hi);
     const int64_t K = KH * KW;
     int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(&g));  /* offsets, then planes */
     if (!offs) return 1;

@@ -1,6 +1,7 @@
 /* 2-D MaxPool / AveragePool, NCHW float32, over N * C planes. Per plane: its phase planes (common.h,
  * padded with -inf for max, 0 for average); then VL cells of ROWS output rows at a time reduce their
- * windows in registers (an average divided by the counted cells).
+ * windows in registers (an average divided by the counted cells). Narrow maps of many planes go VL
+ * planes at a time instead (channel blocks, common.h).
  *
  * mode 0: max; a window holding a NaN gives NaN, as NumPy's maximum.
  * mode 1: average over the window cells inside the input. mode 2: average over the window cells
@@ -14,6 +15,49 @@ static int64_t count_in(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t
     int64_t n = 0;
     for (int64_t t = 0; t < k; ++t) n += start + t * d >= lo && start + t * d < hi;
     return n;
+}
+
+/* Pooling over channel blocks (common.h): VL planes of VL output cells at a time. */
+static int pool_blocks(const Windows* g, const float* x, float* y, int64_t NC, int64_t mode, const float* rows,
+                       const float* cols) {
+    Block b;
+    if (block_init(g, &b, mode ? 0.0f : -INFINITY)) return 1;
+    const int64_t K = g->KH * g->KW, OHW = g->OH * g->OW;
+    vfloat t[VL];
+    for (int64_t p0 = 0; p0 < NC; p0 += VL) {
+        const int64_t nc = NC - p0 < VL ? NC - p0 : VL;
+        block_load(g, &b, x + p0 * g->H * g->W, g->H * g->W, nc);
+        for (int64_t f = 0; f < OHW; f += VL) {
+            const int64_t nf = OHW - f < VL ? OHW - f : VL;
+            for (int64_t i0 = 0; i0 < VL; i0 += ROWS) {
+                const float* src[ROWS];
+                vfloat a[ROWS];
+                vint nan[ROWS];
+                for (int r = 0; r < ROWS; ++r) {
+                    src[r] = b.blk + b.out_at[f + (i0 + r < nf ? i0 + r : 0)];
+                    a[r] = vload(src[r] + b.taps[0]);
+                    nan[r] = a[r] != a[r];
+                }
+                for (int64_t k = 1; k < K; ++k)
+                    for (int r = 0; r < ROWS; ++r) {
+                        const vfloat v = vload(src[r] + b.taps[k]);
+                        if (mode) {
+                            a[r] += v;
+                        } else {
+                            a[r] = vmax(a[r], v);
+                            nan[r] |= v != v;
+                        }
+                    }
+                for (int r = 0; r < ROWS; ++r) {
+                    const int64_t c = f + (i0 + r < nf ? i0 + r : 0);
+                    t[i0 + r] = mode ? a[r] / (rows[c / g->OW] * cols[c % g->OW]) : (vfloat)((vint)a[r] | nan[r]);
+                }
+            }
+            tile_store(t, nf, nc, y + p0 * OHW, OHW, f);
+        }
+    }
+    free(b.in_at);
+    return 0;
 }
 
 int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
@@ -31,6 +75,11 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
         rows[oy] = (float)(mode == 1 ? count_in(oy * sh - ph, KH, dh, 0, H) : count_in(oy * sh - ph, KH, dh, -ph, H + ph_end));
     for (int64_t ox = 0; ox < OW && mode; ++ox)
         cols[ox] = (float)(mode == 1 ? count_in(ox * sw - pw, KW, dw, 0, W) : count_in(ox * sw - pw, KW, dw, -pw, W + pw_end));
+    if (use_blocks(NC, OW)) {
+        const int status = pool_blocks(&g, x, y, NC, mode, rows, cols);
+        free(offs);
+        return status;
+    }
     const float* y_end = y + NC * OH * OW;  /* rows are written in order up to here */
     for (int64_t p = 0; p < NC; ++p) {
         const float* xp = x + p * H * W;

@@ -91,6 +91,37 @@ def test_depthwise_conv_matches_numpy(seed):
 
 
 @needs_cc
+@pytest.mark.parametrize("seed", range(4))
+def test_channel_blocks_match_numpy(seed):
+    """Eight or more planes with output rows of at most 32 cells take the channel-block kernels
+    (VL planes interleaved, transposed in and out a tile at a time): partial blocks and tiles, every
+    geometry, and NaN and inf, against the NumPy code."""
+    rng = np.random.default_rng(200 + seed)
+    checked = 0
+    for case in range(25):
+        N, C = int(rng.integers(1, 3)), int(rng.integers(8, 40))
+        X = _input(rng, N, C, int(rng.integers(1, 20)), int(rng.integers(1, 34)), specials=case % 4 == 0)
+        geo = _geometry(rng)
+        ceil = int(rng.integers(0, 2))
+        mult = int(rng.integers(1, 3))
+        W = rng.standard_normal((C * mult, 1, *geo["kernel_shape"])).astype(np.float32)
+        B = rng.standard_normal(C * mult).astype(np.float32) if case % 2 else None
+        conv_geo = {k: v for k, v in geo.items() if k != "kernel_shape"}
+        for f, args, kw in ((pool.MaxPool, (X,), dict(ceil_mode=ceil, **geo)),
+                            (pool.AveragePool, (X,), dict(ceil_mode=ceil, count_include_pad=case % 3 == 0, **geo)),
+                            (conv.Conv, (X, W, B), dict(group=C, **conv_geo))):
+            got = _both(f, *args, **kw)
+            if got is None:
+                continue
+            y, ref = got
+            assert y.shape == ref.shape and y.dtype == ref.dtype
+            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5, equal_nan=True,
+                                       err_msg=f"{f.__name__} {X.shape} {kw} x{mult}")
+            checked += 1
+    assert checked > 40
+
+
+@needs_cc
 def test_strided_views_and_float16_inputs():
     """Non-contiguous inputs are made contiguous for the kernels; float16 takes the NumPy pool path and
     the float32 conv path, unchanged."""
@@ -113,7 +144,8 @@ def test_kernels_write_only_their_outputs():
     rng = np.random.default_rng(3)
     guard = 64
     for (C, H, W, k, s, p) in [(3, 7, 5, (3, 3), (2, 2), (1, 1)), (2, 1, 33, (1, 3), (1, 3), (0, 2)),
-                               (4, 17, 18, (3, 3), (1, 1), (1, 1))]:
+                               (4, 17, 18, (3, 3), (1, 1), (1, 1)), (21, 5, 7, (3, 3), (1, 1), (1, 1)),
+                               (17, 9, 9, (3, 2), (2, 1), (1, 0))]:  # the last two: channel blocks
         X = rng.standard_normal((1, C, H, W)).astype(np.float32)
         Wt = rng.standard_normal((C, 1, *k)).astype(np.float32)
         OH, OW = (H + 2 * p[0] - k[0]) // s[0] + 1, (W + 2 * p[1] - k[1]) // s[1] + 1
