@@ -47,6 +47,21 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
                          int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,
                          int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                          int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
+    if (KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && OH == H && OW == W) {
+        /* a per-channel affine map (a BatchNormalization as a 1x1 conv): one pass */
+        for (int64_t p = 0; p < N * C * mult; ++p) {
+            const int64_t oc = p % (C * mult);
+            const float* restrict xc = x + (p / (C * mult) * C + oc / mult) * H * W;
+            float* restrict yc = y + p * H * W;
+            const float wk = w[oc], b = bias ? bias[oc] : 0.0f;
+            for (int64_t i = 0; i < H * W; ++i) {
+                const float v = xc[i] * wk + b;
+                const float u = v < lo ? lo : v;  /* NaN stays */
+                yc[i] = u > hi ? hi : u;
+            }
+        }
+        return 0;
+    }
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
     if (use_blocks(C, OW)) return depthwise_blocks(&g, x, w, bias, y, N, C, mult, lo, hi);
     const int64_t K = KH * KW;

@@ -36,14 +36,17 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 enum Activation { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY_RELU = 2, ACT_SIGMOID = 3, ACT_TANH = 4, ACT_CLIP = 5,
                   ACT_HARD_SIGMOID = 6 };
 
+// A NaN stays NaN, as in the generic ops (fmaxf / fminf would turn it into the bound).
+__device__ __forceinline__ float clamp_nan(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
+
 __device__ __forceinline__ float activate(float v, int act, float alpha, float beta) {
     switch (act) {
-        case ACT_RELU: return v > 0.0f ? v : 0.0f;
+        case ACT_RELU: return v < 0.0f ? 0.0f : v;
         case ACT_LEAKY_RELU: return v >= 0.0f ? v : v * alpha;
         case ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
         case ACT_TANH: return tanhf(v);
-        case ACT_CLIP: return fminf(fmaxf(v, alpha), beta);
-        case ACT_HARD_SIGMOID: return fmaxf(0.0f, fminf(1.0f, alpha * v + beta));
+        case ACT_CLIP: return clamp_nan(v, alpha, beta);
+        case ACT_HARD_SIGMOID: return clamp_nan(alpha * v + beta, 0.0f, 1.0f);
         default: return v;
     }
 }

@@ -507,12 +507,12 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     K = math.prod(kernel)
     L = math.prod(out)
     Wm = xp.reshape(W, (M, (C // group) * K))
+    if isinstance(X, np.ndarray) and group == C and C > 1 and L > 0 and X.size:  # CPU depthwise, 1x1 too
+        return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
         return _epilogue(xp, xp.reshape(Y, (N, M) + tuple(out)), B, clamp_to)
     if isinstance(X, np.ndarray) and K > 1 and L > 0 and X.size:  # CPU: paths without an im2col copy
-        if group == C and C > 1:
-            return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
         if winograd.applies(X, W, kernel, strides, dilations, group, out):
             return winograd.conv3x3(X, W, B, pb, out, clamp_to)
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):

@@ -12,7 +12,8 @@ Levels (as onnxruntime's graph_optimization_level):
   (:mod:`.fold_batchnorm`), Mul/Add by constants into Conv (:mod:`.fold_mul_add_into_conv`),
   MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
   dead nodes (:mod:`.dead_code`).
-* ``"all"``: also the com.microsoft fusions: Conv + Add + activation -> FusedConv
+* ``"all"``: also the com.microsoft fusions: a BatchNormalization left over becomes a 1x1
+  depthwise Conv (:mod:`.batchnorm_to_conv`), Conv + Add + activation -> FusedConv
   (:mod:`.conv_fusion`), Gemm + activation -> FusedGemm (:mod:`.gemm_activation`), Transposes into
   MatMul -> FusedMatMul, and the transformer patterns
   (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`).
@@ -32,9 +33,9 @@ from functools import partial
 import onnx
 
 from ..errors import GpuopsError, ModelError
-from . import (attention, constant_folding, conv_fusion, cse, dead_code, eliminate_noops, float16_compute,
-               fold_batchnorm, fold_mul_add_into_conv, gelu, gemm_activation, layernorm, matmul_add_to_gemm,
-               shape_to_constant, transpose_into_matmul)
+from . import (attention, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code, eliminate_noops,
+               float16_compute, fold_batchnorm, fold_mul_add_into_conv, gelu, gemm_activation, layernorm,
+               matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph
 
@@ -50,8 +51,8 @@ def _passes(level: str, fold_limit: int):
              transpose_into_matmul.apply, dead_code.apply]
     if level == "basic":
         return basic
-    return basic + [attention.apply, gelu.apply, layernorm.apply, conv_fusion.apply, gemm_activation.apply,
-                    partial(transpose_into_matmul.apply, fused_matmul=True), dead_code.apply]
+    return basic + [attention.apply, gelu.apply, layernorm.apply, batchnorm_to_conv.apply, conv_fusion.apply,
+                    gemm_activation.apply, partial(transpose_into_matmul.apply, fused_matmul=True), dead_code.apply]
 
 
 def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT,

@@ -59,7 +59,7 @@ def test_batchnorm_after_non_constant_weights_kept():
     X, W = _f32(1, 3, 5, 5), _f32(4, 3, 1, 1)
     bn, params = _bn("c", "Y", 4)
     m = make_model([helper.make_node("Conv", ["X", "W"], ["c"]), bn], {"X": X, "W": W}, _out(), inits=params)
-    check(m, {"X": X, "W": W}, kept=["BatchNormalization"])
+    check(m, {"X": X, "W": W}, kept=["BatchNormalization"], level="basic")
 
 
 def test_batchnorm_when_conv_output_is_read_twice_kept():
@@ -67,7 +67,39 @@ def test_batchnorm_when_conv_output_is_read_twice_kept():
     bn, params = _bn("c", "y", 4)
     m = make_model([helper.make_node("Conv", ["X", "W"], ["c"]), bn, helper.make_node("Add", ["c", "y"], ["Y"])],
                    {"X": X}, _out(), inits=[("W", W)] + params)
-    check(m, {"X": X}, kept=["BatchNormalization"])
+    check(m, {"X": X}, kept=["BatchNormalization"], level="basic")
+
+
+@pytest.mark.parametrize("rank", [3, 4, 5])
+def test_batchnorm_after_concat_becomes_a_fused_depthwise_conv(rank):
+    """DenseNet's Concat -> BatchNormalization -> Relu: the BatchNormalization becomes a 1x1 depthwise
+    Conv (level "all"), which takes the Relu into a FusedConv: one pass over the tensor."""
+    spatial = (5, 6, 3)[:rank - 2]
+    X1, X2 = _f32(2, 3, *spatial), _f32(2, 5, *spatial)
+    X1.flat[:3] = [np.nan, np.inf, -np.inf]
+    bn, params = _bn("c", "b", 8)
+    nodes = [helper.make_node("Concat", ["X1", "X2"], ["c"], axis=1), bn, helper.make_node("Relu", ["b"], ["Y"])]
+    m = make_model(nodes, {"X1": X1, "X2": X2}, _out(), inits=params)
+    opt = check(m, {"X1": X1, "X2": X2}, gone=["BatchNormalization", "Relu"], present=["FusedConv"], atol=1e-5)
+    (fused,) = [n for n in opt.graph.node if n.op_type == "FusedConv"]
+    assert {a.name: helper.get_attribute_value(a) for a in fused.attribute}["group"] == 8
+    check(m, {"X1": X1, "X2": X2}, kept=["BatchNormalization", "Relu"], level="basic")
+
+
+def test_batchnorm_without_activation_rank2_or_double_stays_exact():
+    """A BatchNormalization with nothing after it becomes a plain depthwise Conv; rank 2 (no spatial
+    axes: not a Conv) and float64 (FusedConv is float32) keep theirs."""
+    X = _f32(2, 4, 3, 3)
+    bn, params = _bn("X", "Y", 4)
+    check(make_model([bn], {"X": X}, _out(), inits=params), {"X": X}, gone=["BatchNormalization"], present=["Conv"])
+    X2 = _f32(3, 4)
+    bn, params = _bn("X", "Y", 4)
+    check(make_model([bn], {"X": X2}, _out(), inits=params), {"X": X2}, kept=["BatchNormalization"])
+    X64 = X.astype(np.float64)
+    bn, params = _bn("X", "Y", 4)
+    params = [(k, v.astype(np.float64)) for k, v in params]
+    out = [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, None)]
+    check(make_model([bn], {"X": X64}, out, inits=params), {"X": X64}, kept=["BatchNormalization"])
 
 
 @pytest.mark.parametrize("shape", [(), (4, 1, 1), (1, 4, 1, 1), (1,)])
