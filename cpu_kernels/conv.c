@@ -140,3 +140,21 @@ int bias_clamp_f32(float* y, const float* bias, int64_t M, int64_t L, int64_t ld
     }
     return 0;
 }
+
+/* The epilogue of a conv with a residual input (com.microsoft FusedConv's Z), in place over y (N images
+ * of M rows of L): y + bias[m] (bias may be NULL) + z, clamped to [lo, hi], in one pass, summed in that
+ * order as the separate passes would. */
+int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t N, int64_t M, int64_t L,
+                            float lo, float hi) {
+    for (int64_t r = 0; r < N * M; ++r) {
+        float* restrict row = y + r * L;
+        const float* restrict zr = z + r * L;
+        const float b = bias ? bias[r % M] : 0.0f;
+        for (int64_t l = 0; l < L; ++l) {
+            const float v = (row[l] + b) + zr[l];
+            const float u = v < lo ? lo : v;  /* NaN stays */
+            row[l] = u > hi ? hi : u;
+        }
+    }
+    return 0;
+}

@@ -379,6 +379,36 @@ def test_fused_conv_clamps_in_the_conv_epilogue(activation):
         assert np.isnan(got).any() and (activation != "Relu" or np.nanmin(got) >= 0)
 
 
+@needs_cc
+@pytest.mark.parametrize("activation", ["Relu", "Clip", None, "LeakyRelu"])
+def test_fused_conv_with_a_residual(activation):
+    """FusedConv's Z: bias, Z and a Relu / Clip / no activation in one native pass after the conv, equal
+    to the conv, + Z, then the activation (NaN and inf in Z included); a Z that broadcasts and other
+    activations take the NumPy path, which native kernels off also take."""
+    from gpuops.ops.contrib import transformer
+
+    rng = np.random.default_rng(29)
+    params = [-0.5, 0.75] if activation == "Clip" else None
+    for C, M, k, group, s, bias, z_shape in [(8, 6, 1, 1, 1, True, None), (3, 5, 3, 1, 2, True, None),
+                                              (6, 6, 3, 6, 1, False, None), (4, 6, 1, 2, 1, True, (1, 6, 1, 1))]:
+        X = rng.standard_normal((2, C, 15, 13)).astype(np.float32)
+        W = (rng.standard_normal((M, C // group, k, k)) / 3).astype(np.float32)
+        B = rng.standard_normal(M).astype(np.float32) if bias else None
+        attrs = dict(group=group, strides=[s, s], pads=[k // 2] * 4)
+        out = conv.conv(xp, X, W, None, **attrs).shape
+        Z = rng.standard_normal(z_shape or out).astype(np.float32)
+        Z.flat[:3] = [np.nan, np.inf, -np.inf]
+        got = transformer.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
+        with native.disabled():
+            want = transformer.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
+            ref = transformer.fused_activation(xp, conv.conv(xp, X, W, B, **attrs) + Z, activation,
+                                               *(params or [None, None]))
+        assert got.shape == ref.shape == want.shape
+        np.testing.assert_allclose(want, ref, rtol=1e-6, atol=1e-6, equal_nan=True)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{C} {M} {k} {group} {s}")
+        assert np.isnan(got).any()
+
+
 def test_a_shared_cache_folder_or_a_hung_compiler_falls_back(monkeypatch, tmp_path):
     """A cache folder others can write into is refused (a library found there would be loaded), and
     a compiler that does not finish is given up on; both with one warning, then NumPy."""

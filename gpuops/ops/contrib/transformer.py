@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from ... import native
 from ...errors import NodeError
 from ...registry import op
 from .. import activation as _act
@@ -193,20 +194,40 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
     return fused_activation(xp, Y, activation, activation_alpha, activation_beta, activation_gamma, own=True)
 
 
+_RESIDUAL_ARGS = (native.PTR,) * 3 + (native.INT,) * 3 + (native.FLOAT,) * 2  # y, bias or NULL, z; N, M, L; clamp
+
+
+def _as_clamp(activation, activation_params):
+    """An activation that is a clamp to [lo, hi] (none, Relu, Clip) as (lo, hi), else None."""
+    if activation not in ("Relu", "Clip", None, ""):
+        return None
+    alpha, beta = _params(activation_params)
+    return (0.0, math.inf) if activation == "Relu" else (
+        -math.inf if alpha is None else float(alpha), math.inf if beta is None else float(beta))
+
+
 @op("FusedConv", domain=MS, since=1)
 def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
               dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    """activation(Conv(X, W) + B + Z). Without Z, a float32 Relu or Clip is applied with the bias, in
-    the conv's own last pass."""
-    clamp_to = None
-    if Z is None and X.dtype == np.float32 and activation in ("Relu", "Clip"):
-        alpha, beta = _params(activation_params)
-        clamp_to = (0.0, math.inf) if activation == "Relu" else (
-            -math.inf if alpha is None else float(alpha), math.inf if beta is None else float(beta))
-    Y = _conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-              pads=pads, strides=strides, clamp_to=clamp_to)
-    if clamp_to is not None:
-        return Y
+    """activation(Conv(X, W) + B + Z). float32 with Relu or Clip (or none): without Z the clamp goes with
+    the bias in the conv's own last pass; with Z, bias, Z and the clamp in one native pass after it."""
+    geometry = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                    strides=strides)
+    clamp_to = _as_clamp(activation, activation_params) if X.dtype == np.float32 else None
+    if Z is None and clamp_to is not None:
+        return _conv(xp, X, W, B, clamp_to=clamp_to if activation else None, **geometry)
+    residual = native.function("conv.c", "bias_residual_clamp_f32", _RESIDUAL_ARGS) if (
+        Z is not None and clamp_to is not None and isinstance(X, np.ndarray) and Z.dtype == np.float32
+        and (B is None or B.dtype == np.float32)) else None
+    Y = _conv(xp, X, W, None if residual else B, **geometry)
+    if residual is not None:
+        if Z.shape == Y.shape and Y.flags.c_contiguous and Y.flags.writeable:
+            b = None if B is None else native.ptr(np.ascontiguousarray(B))
+            native.call(residual, native.ptr(Y), b, native.ptr(np.ascontiguousarray(Z)), Y.shape[0], Y.shape[1],
+                        math.prod(Y.shape[2:]), *clamp_to)
+            return Y
+        if B is not None:  # the conv ran without it
+            Y = Y + xp.reshape(B, (-1,) + (1,) * (Y.ndim - 2))
     if Z is not None:  # Y is the conv's new array: the residual and activation go into it
         if tuple(Z.shape) == tuple(Y.shape) and Z.dtype == Y.dtype:
             Y += Z
