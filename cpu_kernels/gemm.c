@@ -28,8 +28,8 @@ static inline gvec gload(const float* p) { gvec v; memcpy(&v, p, sizeof v); retu
 #define KC 384  /* k per block, at most */
 #define MC 128  /* channels per block (a multiple of NR) */
 
-/* Floats of the pack of an M x K weight. */
-int64_t gemm_pack_size_f32(int64_t M, int64_t K) { return (M + GV - 1) / GV * GV * K; }
+/* The pack of an M x K weight holds ceil(M / GV) GV K floats. */
+int gemm_lanes_f32(void) { return GV; }
 
 /* Channels in the panel starting at channel p0: NR, or GV for a last one of at most GV. */
 static inline int64_t panel_width(int64_t M, int64_t p0) { return M - p0 <= GV ? GV : NR; }
@@ -48,6 +48,14 @@ int gemm_pack_f32(const float* A, int64_t lda, int64_t M, int64_t K, float* pack
         }
     }
     return 0;
+}
+
+/* min(max(a, lo), hi) as NumPy's maximum and minimum: NaN stays NaN. */
+static inline gvec clamp(gvec a, float lo, float hi) {
+    typedef int32_t gint __attribute__((vector_size(GV * sizeof(int32_t))));
+    const gint below = a < lo, above = a > hi;
+    a = (gvec)((below & (gint)((gvec){0} + lo)) | (~below & (gint)a));
+    return (gvec)((above & (gint)((gvec){0} + hi)) | (~above & (gint)a));
 }
 
 /* acc[i][v] += sum over k < kc of b[k ldb + i] q[k nv GV + v GV ...] (nv: a constant, 1 or NV). */
@@ -72,16 +80,19 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
  * clamped to [lo, hi] (NaN stays). Returns 0, or 1 when out of memory. */
 int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy, int64_t M,
              int64_t K, int64_t N, float lo, float hi) {
-    const int64_t nblocks = (K + KC - 1) / KC, kb = (K + nblocks - 1) / nblocks;
+    const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
     /* a row stride of a multiple of 64 floats puts a strip's rows in at most 16 of the 64 L1 sets */
     const int copy = ldb % 64 == 0;
-    float* strip = malloc(sizeof(float) * (size_t)(kb * MR));  /* the columns of MR cells, contiguous */
+    float* strip = malloc(sizeof(float) * (size_t)((kb + 1) * MR));  /* the columns of MR cells, contiguous */
     if (!strip) return 1;
-    for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    for (int64_t k0 = 0, last = 0; !last; k0 += kb) {  /* once when K == 0: Y = bias */
         const int64_t kc = K - k0 < kb ? K - k0 : kb;
-        const int first = k0 == 0, last = k0 + kc == K;
+        last = k0 + kc == K;
+        const int first = k0 == 0;
         for (int64_t m0 = 0; m0 < M; m0 += MC) {
             const int64_t m1 = M - m0 < MC ? M : m0 + MC;
+            float bb[MC];  /* the block's bias, 0 past M */
+            for (int64_t j = 0; j < MC; ++j) bb[j] = bias && m0 + j < M ? bias[m0 + j] : 0.0f;
             for (int64_t n0 = 0; n0 < N; n0 += MR) {
                 const int64_t nc = N - n0 < MR ? N - n0 : MR;
                 const float* b = B + k0 * ldb + n0;
@@ -103,6 +114,7 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
                         for (int i = 0; i < MR; ++i)
                             for (int v = 0; v < NV; ++v) acc[i][v] = (gvec){0};
                     } else {
+                        memset(t, 0, sizeof t);
                         for (int64_t j = 0; j < mc; ++j)
                             for (int64_t i = 0; i < nc; ++i) t[i][j] = Y[(p0 + j) * ldy + n0 + i];
                         for (int i = 0; i < MR; ++i)
@@ -113,20 +125,16 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
                         tile(b, lb, q, kc, NV, acc);
                     else
                         tile(b, lb, q, kc, 1, acc);
+                    if (last)
+                        for (int v = 0; v < NV; ++v) {
+                            const gvec bv = gload(bb + p0 - m0 + v * GV);
+                            for (int i = 0; i < MR; ++i) acc[i][v] = clamp(acc[i][v] + bv, lo, hi);
+                        }
                     for (int i = 0; i < MR; ++i)
                         for (int v = 0; v < NV; ++v) memcpy(&t[i][v * GV], &acc[i][v], sizeof(gvec));
                     for (int64_t j = 0; j < mc; ++j) {
                         float* restrict y = Y + (p0 + j) * ldy + n0;
-                        if (last) {
-                            const float bj = bias ? bias[p0 + j] : 0.0f;
-                            for (int64_t i = 0; i < nc; ++i) {
-                                const float v = t[i][j] + bj;
-                                const float u = v < lo ? lo : v;  /* NaN stays */
-                                y[i] = u > hi ? hi : u;
-                            }
-                        } else {
-                            for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
-                        }
+                        for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
                     }
                 }
             }

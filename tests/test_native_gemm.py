@@ -1,0 +1,141 @@
+"""The native float32 conv GEMM (cpu_kernels/gemm.c, gpuops/ops/native_gemm.py) against a float64
+NumPy product: edge sizes around its tiles and k blocks, bias and clamp, NaN and infinities, strided
+operands, nothing written outside the output, grouped weights, threads, and no result when native
+kernels are off (the caller's np.matmul runs)."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from gpuops import native
+from gpuops.ops import native_gemm
+
+needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
+
+# sizes around the vector (8 or 16 lanes), the tile (2 vectors of channels, 6 or 7 cells) and the k block (384)
+SIZES_M = [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 65, 130, 200]
+SIZES_N = [1, 2, 5, 6, 7, 8, 13, 14, 15, 49, 64, 100]
+SIZES_K = [0, 1, 2, 3, 17, 64, 383, 384, 385, 769, 1153]
+
+
+def _reference(A, B, bias, clamp_to):
+    with np.errstate(invalid="ignore"):  # inf - inf
+        Y = A.astype(np.float64) @ B.astype(np.float64)
+    if bias is not None:
+        Y += bias[:, None]
+    if clamp_to is not None:
+        Y = np.minimum(np.maximum(Y, clamp_to[0]), clamp_to[1])  # NaN stays, as in the kernel
+    return Y
+
+
+def _check(Y, A, B, bias, clamp_to, what):
+    ref = _reference(A, B, bias, clamp_to)
+    with np.errstate(invalid="ignore"):
+        bound = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64)) + 1.0  # float32 rounding scale
+    finite = np.isfinite(ref) & np.isfinite(bound)
+    assert Y.shape == ref.shape and Y.dtype == np.float32, what
+    np.testing.assert_array_less(np.abs(Y[finite] - ref[finite]), 2e-6 * (A.shape[1] + 4) * bound[finite],
+                                 err_msg=what)
+    np.testing.assert_array_equal(Y[~finite], ref[~finite].astype(np.float32), err_msg=what)
+
+
+def _operands(rng, M, K, N, specials):
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    if specials and B.size:
+        B.flat[rng.integers(0, B.size, 3)] = [np.nan, np.inf, -np.inf]
+    return A, B
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(4))
+def test_gemm_matches_float64(seed):
+    rng = np.random.default_rng(seed)
+    for case in range(60):
+        M, N, K = (int(rng.choice(s)) for s in (SIZES_M, SIZES_N, SIZES_K))
+        A, B = _operands(rng, M, K, N, specials=case % 5 == 0)
+        bias = rng.standard_normal(M).astype(np.float32) if case % 3 else None
+        clamp_to = [None, (0.0, np.inf), (-0.5, 0.25), (-np.inf, np.inf)][case % 4]
+        Y = native_gemm.gemm(native_gemm.packed(A)[0], B, bias, clamp_to)
+        _check(Y, A, B, bias, clamp_to, f"M={M} K={K} N={N} bias={bias is not None} clamp={clamp_to}")
+
+
+@needs_cc
+@pytest.mark.parametrize("M, K, N", [(32, 1152, 49), (70, 800, 60), (17, 147, 3025), (130, 64, 784)])
+def test_gemm_conv_shapes(M, K, N):
+    rng = np.random.default_rng(M + K + N)
+    A, B = _operands(rng, M, K, N, specials=False)
+    bias = rng.standard_normal(M).astype(np.float32)
+    _check(native_gemm.gemm(native_gemm.packed(A)[0], B, bias, (0.0, 6.0)), A, B, bias, (0.0, 6.0), f"{M, K, N}")
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(3))
+def test_gemm_writes_only_its_output(seed):
+    """B and Y as row-strided views into NaN-filled buffers (B's row stride a multiple of 64 floats
+    too: the kernel then copies its columns): the borders stay NaN."""
+    rng = np.random.default_rng(10 + seed)
+    for case in range(20):
+        M, N, K = (int(rng.choice(s)) for s in (SIZES_M, SIZES_N, SIZES_K))
+        A, B = _operands(rng, M, K, N, specials=False)
+        ldb = 64 * (N // 64 + 1) if case % 2 else N + int(rng.integers(1, 9))
+        Bbuf = np.full((K + 2, ldb + 3), np.nan, np.float32)
+        Bv = Bbuf[1:K + 1, 2:2 + N]
+        Bv[...] = B
+        Ybuf = np.full((M + 2, N + int(rng.integers(2, 20))), np.nan, np.float32)
+        Yv = Ybuf[1:M + 1, 1:N + 1]
+        bias = rng.standard_normal(M).astype(np.float32)
+        assert native_gemm.gemm(native_gemm.packed(A)[0], Bv, bias, (-1.0, 1.0), out=Yv) is Yv
+        _check(Yv, A, B, bias, (-1.0, 1.0), f"M={M} K={K} N={N} ldb={ldb}")
+        border = np.ones(Ybuf.shape, bool)
+        border[1:M + 1, 1:N + 1] = False
+        assert np.isnan(Ybuf[border]).all(), f"written outside the output: M={M} K={K} N={N}"
+
+
+@needs_cc
+def test_grouped_weights_are_packed_once():
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((4 * 136, 136, 1, 1)).astype(np.float32)  # ShuffleNet's grouped 1x1
+    W.flags.writeable = False  # a plan's weight: the packs are kept
+    parts = native_gemm.packed(W, group=4)
+    assert native_gemm.packed(W, group=4) is parts and len(parts) == 4
+    X = rng.standard_normal((4, 136, 49)).astype(np.float32)
+    bias = rng.standard_normal(4 * 136).astype(np.float32)
+    for g in range(4):
+        rows = slice(g * 136, (g + 1) * 136)
+        _check(native_gemm.gemm(parts[g], X[g], bias[rows]), W[rows, :, 0, 0], X[g], bias[rows], None, f"group {g}")
+
+
+@needs_cc
+def test_gemm_in_threads():
+    """Reentrant: many products at once (ctypes releases the GIL) give each one's own result."""
+    rng = np.random.default_rng(7)
+    jobs = [_operands(rng, int(rng.choice(SIZES_M)), int(rng.choice(SIZES_K)), int(rng.choice(SIZES_N)), False)
+            for _ in range(24)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda ab: native_gemm.gemm(native_gemm.packed(ab[0])[0], ab[1]), jobs))
+    for (A, B), Y in zip(jobs, results):
+        _check(Y, A, B, None, None, f"{A.shape} @ {B.shape}")
+
+
+def test_unavailable_when_native_is_off():
+    A = np.ones((8, 4), np.float32)
+    with native.disabled():
+        assert native_gemm.packed(A) is None
+    assert native_gemm.packed(A.astype(np.float64)) is None
+    p = native_gemm.packed(A)
+    if p is not None:
+        with native.disabled():
+            assert native_gemm.gemm(p[0], np.ones((4, 3), np.float32)) is None
+
+
+@needs_cc
+def test_bad_operands_are_refused():
+    (p,) = native_gemm.packed(np.ones((8, 4), np.float32))
+    with pytest.raises(ValueError):
+        native_gemm.gemm(p, np.ones((5, 3), np.float32))
+    with pytest.raises(ValueError):
+        native_gemm.gemm(p, np.ones((4, 3), np.float32), out=np.empty((8, 4), np.float32))
+    with pytest.raises(ValueError):
+        native_gemm.gemm(p, np.ones((4, 3), np.float32), bias=np.ones(7, np.float32))
