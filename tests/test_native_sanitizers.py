@@ -13,7 +13,7 @@ from gpuops import native
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE_TESTS = ["tests/test_native.py", "tests/test_native_rnn.py", "tests/test_native_quantize.py",
-                "tests/test_conv_epilogue.py"]
+                "tests/test_conv_epilogue.py", "tests/test_native_gemm.py"]
 
 
 def _runtime(cc: str, name: str) -> str | None:
@@ -41,4 +41,4 @@ def test_native_kernels_are_clean_under_sanitizers(tmp_path):
     assert r.returncode == 0, report
     assert "AddressSanitizer" not in report and "runtime error" not in report, report
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").glob("*.so")) == [
-        "conv", "gemm_epilogue", "pool", "quantize", "rnn", "winograd"]
+        "conv", "gemm", "gemm_epilogue", "pool", "quantize", "rnn", "winograd"]
