@@ -179,9 +179,11 @@ static inline void transpose_tile(vfloat* t) {
     }
 }
 
-/* Load nc planes (plane_stride floats apart) into the block's input cells, VL cells at a time. */
-static inline void block_load(const Windows* g, const Block* b, const float* x, int64_t plane_stride, int64_t nc) {
+/* Load nc planes (plane_stride floats apart) into the block's input cells, VL cells at a time. Returns
+ * whether they hold a NaN. */
+static inline int block_load(const Windows* g, const Block* b, const float* x, int64_t plane_stride, int64_t nc) {
     const int64_t HW = g->H * g->W;
+    vint nan = {0};
     vfloat t[VL];
     for (int64_t f = 0; f < HW; f += VL) {
         const int64_t n = HW - f < VL ? HW - f : VL;
@@ -195,10 +197,13 @@ static inline void block_load(const Windows* g, const Block* b, const float* x, 
                 memcpy(&t[j], x + j * plane_stride + f, sizeof(float) * n);
             }
         }
+        for (int64_t j = 0; j < VL; ++j) nan |= t[j] != t[j];
         transpose_tile(t);
         for (int64_t i = 0; i < n; ++i)
             if (b->in_at[f + i] >= 0) memcpy(b->blk + b->in_at[f + i], &t[i], sizeof(vfloat));
     }
+    for (int64_t j = 1; j < VL; ++j) nan[0] |= nan[j];
+    return nan[0] != 0;
 }
 
 /* Store n (<= VL) cells of results t[i] (lanes: planes) as lanes [0, nc) to nc planes, plane_stride

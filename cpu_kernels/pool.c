@@ -26,7 +26,7 @@ static int pool_blocks(const Windows* g, const float* x, float* y, int64_t NC, i
     vfloat t[VL];
     for (int64_t p0 = 0; p0 < NC; p0 += VL) {
         const int64_t nc = NC - p0 < VL ? NC - p0 : VL;
-        block_load(g, &b, x + p0 * g->H * g->W, g->H * g->W, nc);
+        const int track = block_load(g, &b, x + p0 * g->H * g->W, g->H * g->W, nc) && !mode;  /* NaN to keep */
         for (int64_t f = 0; f < OHW; f += VL) {
             const int64_t nf = OHW - f < VL ? OHW - f : VL;
             for (int64_t i0 = 0; i0 < VL; i0 += ROWS) {
@@ -45,7 +45,7 @@ static int pool_blocks(const Windows* g, const float* x, float* y, int64_t NC, i
                             a[r] += v;
                         } else {
                             a[r] = vmax(a[r], v);
-                            nan[r] |= v != v;
+                            if (track) nan[r] |= v != v;
                         }
                     }
                 for (int r = 0; r < ROWS; ++r) {
