@@ -7,7 +7,8 @@ cache-sized buffer (:func:`_im2col_gemm_blocked`), and a group-1 conv with fewer
 channels (DenseNet's 3x3 growth convs) skips the im2col copy: one GEMM of every tap's weights with
 the input (:class:`Planes`), then a shifted add per tap (:func:`_kn2row`). With the native CPU
 kernels (:mod:`gpuops.native`), float32 3x3 stride-1 convs with enough channels run as Winograd
-F(2x2, 3x3) (:mod:`.winograd`) and depthwise convs as a C loop. float16/bfloat16 convolve in float32
+F(2x2, 3x3) (:mod:`.winograd`), depthwise convs as a C loop, and the GEMMs of the 1x1 and blocked
+im2col convs as a C GEMM that adds the bias and clamps as it stores each tile (:class:`_FusedGemm`). float16/bfloat16 convolve in float32
 and are cast back, as onnxruntime does on CPU.
 ``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
 ``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces a
@@ -298,6 +299,37 @@ _DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15 + (native.FLOAT,) * 2  
 _EPILOGUE_ARGS = (native.PTR, native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)
 _NO_CLAMP = (-math.inf, math.inf)
 _IM2COL_ARGS = (native.PTR,) * 2 + (native.INT,) * 15  # x (one image), cols; sizes, output rows
+# W, x, its row stride, bias or NULL, y, its row stride; M, K, L; clamp
+_GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR) + (native.INT,) * 4 + (native.FLOAT,) * 2
+
+
+class _FusedGemm:
+    """The native GEMM with the conv's epilogue (``cpu_kernels/gemm_epilogue.c``): ``Y = clamp(W @ cols + B)``
+    per group, bias and clamp applied as each tile of Y is stored. :meth:`of` gives None where it does
+    not apply (not float32, or native kernels off)."""
+
+    def __init__(self, fn, W, B, group, clamp_to):
+        self.fn, self.group, self.Mg = fn, group, W.shape[0] // group
+        self.CKg = W.size // W.shape[0]
+        self.W = np.ascontiguousarray(W)
+        self.B = None if B is None else np.ascontiguousarray(B)
+        self.lo, self.hi = clamp_to or _NO_CLAMP
+
+    @classmethod
+    def of(cls, X, W, B, group, clamp_to):
+        if not (X.dtype == W.dtype == np.float32 and (B is None or B.dtype == np.float32) and W.size):
+            return None
+        fn = native.function("gemm_epilogue.c", "gemm_bias_clamp_f32", _GEMM_ARGS)
+        return None if fn is None else cls(fn, W, B, group, clamp_to)
+
+    def __call__(self, x: int, ldx: int, y: int, ldy: int, L: int):
+        """Y at address ``y`` (M rows of L, ``ldy`` floats apart) from the columns at address ``x``
+        (C * K rows of L, ``ldx`` apart)."""
+        Mg, CKg = self.Mg, self.CKg
+        w, b = native.ptr(self.W), None if self.B is None else native.ptr(self.B)
+        for g in range(self.group):
+            native.call(self.fn, w + 4 * g * Mg * CKg, x + 4 * g * CKg * ldx, ldx, None if b is None else b + 4 * g * Mg,
+                        y + 4 * g * Mg * ldy, ldy, Mg, CKg, L, self.lo, self.hi)
 
 
 def _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
@@ -356,11 +388,12 @@ BLOCK_BYTES = 1 << 22  # one im2col block on the CPU: cache-sized, reused for ev
 BLOCK_COLUMNS = 2048  # ...but wide enough that the GEMM's packing of W stays a small part of each block
 
 
-def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group, clamp_to=None):
+def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group, clamp_to=None, gemm=None):
     """im2col + GEMM (+ bias) a block of output rows (first spatial axis) at a time, the columns copied
     into one reused cache-sized buffer and each block's GEMM written into its slice of Y: VGG's first
     layers would otherwise write and read back 100+ MB of columns. 2-D float32: the columns come from
-    the native im2col (whole rows at a time from stride-phase planes, no padded copy of X)."""
+    the native im2col (whole rows at a time from stride-phase planes, no padded copy of X). ``gemm``: the
+    native GEMM with the epilogue (:class:`_FusedGemm`) when it applies."""
     N, C = X.shape[:2]
     M, CK = Wm.shape[0], Wm.shape[1] * group
     fn = native.function("conv.c", "im2col2d_f32", _IM2COL_ARGS) if X.ndim == 4 and X.dtype == np.float32 else None
@@ -384,6 +417,10 @@ def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, grou
             else:
                 np.copyto(cols, np.ndarray(shape, X.dtype, buffer=Xp, offset=n * st[0] + i0 * strides[0] * st[2],
                                            strides=tap_strides))
+            if gemm is not None:
+                gemm(native.address(scratch), r * row, native.address(Y) + 4 * (n * M * out[0] + i0) * row,
+                     out[0] * row, r * row)
+                continue
             Yb = Y[n, :, i0 * row:(i0 + r) * row]
             if group == 1:
                 np.matmul(Wm, cols.reshape(CK, r * row), out=Yb)
@@ -510,6 +547,13 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     if isinstance(X, np.ndarray) and group == C and C > 1 and L > 0 and X.size:  # CPU depthwise, 1x1 too
         return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
+        gemm = _FusedGemm.of(X, W, B, group, clamp_to) if isinstance(X, np.ndarray) and X.size and M else None
+        if gemm is not None:
+            X = np.ascontiguousarray(X)
+            Y = np.empty((N, M) + tuple(out), dtype=np.float32)
+            for n in range(N):
+                gemm(X[n].ctypes.data, L, native.address(Y[n]), L, L)
+            return Y
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
         return _epilogue(xp, xp.reshape(Y, (N, M) + tuple(out)), B, clamp_to)
     if isinstance(X, np.ndarray) and K > 1 and L > 0 and X.size:  # CPU: paths without an im2col copy
@@ -518,7 +562,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
             return _epilogue(xp, _kn2row(X, W, B, kernel, strides, dilations, pb, out), None, clamp_to)
     if isinstance(X, np.ndarray) and L > 0:
-        return _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group, clamp_to)
+        return _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group, clamp_to,
+                                    _FusedGemm.of(X, W, B, group, clamp_to) if M else None)
     step = max(1, COLS_BYTES // max(1, C * K * L * X.dtype.itemsize))  # images per column buffer
     parts = []
     for n0 in range(0, max(N, 1), step):

@@ -31,6 +31,16 @@ def _normalise(xp, x, axes: tuple[int, ...], log: bool):
     dtype = np.dtype(x.dtype)
     if dtype in _HALF:
         x = x.astype(np.float32)
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and axes == tuple(range(axes[0], x.ndim)):
+        # trailing axes: rows reduced along one axis (a tuple of axes costs several times more), in place
+        rows = x.reshape(-1, math.prod(x.shape[axes[0]:]))
+        y = np.subtract(rows, np.max(rows, axis=1, keepdims=True))
+        if log:
+            y -= np.log(np.sum(np.exp(y), axis=1, keepdims=True))
+        else:
+            np.exp(y, out=y)
+            y /= np.sum(y, axis=1, keepdims=True)
+        return y.reshape(x.shape).astype(dtype, copy=False)
     shifted = x - xp.max(x, axis=axes, keepdims=True)
     e = xp.exp(shifted)
     s = xp.sum(e, axis=axes, keepdims=True)

@@ -1,0 +1,155 @@
+"""The native GEMM with a conv's epilogue (cpu_kernels/gemm_epilogue.c: bias and a fused Relu / Clip
+applied as each tile is stored) behind the 1x1 and blocked im2col convs, against the NumPy code it
+replaces; and the single-pass NumPy forms of GlobalAveragePool and Softmax against onnxruntime and
+their generic formulas."""
+
+import math
+
+import array_api_compat.numpy as xp
+import numpy as np
+import pytest
+
+from gpuops import native
+from gpuops.ops import conv, pool, softmax
+from gpuops.ops.contrib import transformer
+
+from .ops.common import assert_op_matches_ort
+
+needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
+CLAMPS = [None, (0.0, math.inf), (-0.5, 0.75)]
+
+
+def _specials(rng, a):
+    a.flat[rng.integers(0, a.size, 3)] = [np.nan, np.inf, -np.inf]
+    return a
+
+
+def _gemm():
+    return native.function("gemm_epilogue.c", "gemm_bias_clamp_f32", conv._GEMM_ARGS)
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(3))
+def test_gemm_matches_numpy_and_writes_only_its_tiles(seed):
+    """Every size class (rows past a multiple of the tile's, columns narrower than a vector, a last
+    strip moved back) into a NaN-filled buffer wider than Y: the gaps between rows stay NaN; x read
+    with a row stride too; NaN and inf in x, bias or none, each clamp."""
+    rng = np.random.default_rng(seed)
+    fn = _gemm()
+    for case in range(40):
+        M, K, L = int(rng.integers(1, 30)), int(rng.integers(1, 50)), int(rng.choice([1, 5, 15, 16, 17, 31, 32, 33,
+                                                                                      47, 64, 70, 169]))
+        ldx, ldy = L + int(rng.integers(0, 3)), L + int(rng.integers(0, 5))
+        A = rng.standard_normal((M, K)).astype(np.float32)
+        X = rng.standard_normal((K, ldx)).astype(np.float32)
+        if case % 4 == 0:
+            _specials(rng, X[:, :L])
+        B = rng.standard_normal(M).astype(np.float32) if case % 3 else None
+        lo, hi = CLAMPS[case % 3] or conv._NO_CLAMP
+        buf = np.full(M * ldy + 16, np.nan, dtype=np.float32)
+        assert fn(A.ctypes.data, X.ctypes.data, ldx, None if B is None else B.ctypes.data, buf.ctypes.data, ldy,
+                  M, K, L, lo, hi) == 0
+        Y = buf[:M * ldy].reshape(M, ldy)
+        ref = A.astype(np.float64) @ X[:, :L].astype(np.float64) + (0 if B is None else B[:, None])
+        ref = np.minimum(np.maximum(ref, lo), hi).astype(np.float32)
+        np.testing.assert_allclose(Y[:, :L], ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{M} {K} {L}")
+        assert np.isnan(Y[:, L:]).all() and np.isnan(buf[M * ldy:]).all()
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(3))
+def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed):
+    """conv() with bias and a clamp through the native GEMM (1x1 direct, and the blocked im2col with
+    one row per block as well) against conv() with native kernels off; grouped convs, several images,
+    maps from one cell to several strips, NaN and inf in the input."""
+    rng = np.random.default_rng(10 + seed)
+    for case in range(16):
+        group = int(rng.integers(1, 4))
+        C, M = group * int(rng.integers(1, 6)), group * int(rng.integers(1, 12))
+        k = int(rng.choice([1, 1, 3]))
+        X = rng.standard_normal((int(rng.integers(1, 3)), C, int(rng.integers(1, 14)), int(rng.integers(1, 40))))
+        X = X.astype(np.float32)
+        if case % 3 == 0:
+            _specials(rng, X)
+        W = rng.standard_normal((M, C // group, k, k)).astype(np.float32)
+        W.flags.writeable = False  # as model weights are
+        B = rng.standard_normal(M).astype(np.float32) if case % 4 else None
+        attrs = dict(group=group, pads=[k // 2] * 4 if case % 2 else None, strides=[1 + case % 2] * 2 if k > 1 else None,
+                     clamp_to=CLAMPS[case % 3])
+        for block_bytes in (conv.BLOCK_BYTES, 1):
+            old = conv.BLOCK_BYTES, conv.BLOCK_COLUMNS
+            conv.BLOCK_BYTES, conv.BLOCK_COLUMNS = block_bytes, 1
+            try:
+                got = conv.conv(xp, X, W, B, **attrs)
+                with native.disabled():
+                    ref = conv.conv(xp, X, W, B, **attrs)
+            finally:
+                conv.BLOCK_BYTES, conv.BLOCK_COLUMNS = old
+            assert got.shape == ref.shape and got.dtype == np.float32
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True,
+                                       err_msg=f"{X.shape} {W.shape} {attrs}")
+
+
+@needs_cc
+def test_fused_conv_1x1_relu_matches_onnxruntime():
+    """A squeezenet-like 1x1 FusedConv + Relu (an 8 x 16 tile multiple and a remainder) against a Conv
+    and a Relu in onnxruntime, through the session's FusedConv too."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((1, 48, 13, 13)).astype(np.float32)
+    W = (rng.standard_normal((21, 48, 1, 1)) / 7).astype(np.float32)
+    B = rng.standard_normal(21).astype(np.float32)
+    got = transformer.FusedConv(xp, X, W, B, activation="Relu")
+    want = assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, rtol=1e-5, atol=1e-5)[0]
+    np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1000, 13, 13), (2, 3, 7), (2, 5, 3, 4, 2), (0, 4, 3, 3), (2, 3, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_global_average_pool_matches_the_mean(shape, dtype):
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal(shape).astype(dtype)
+    if X.size:
+        _specials(rng, X)
+    got = pool.GlobalAveragePool(xp, X)
+    want = np.mean(X, axis=tuple(range(2, X.ndim)), keepdims=True)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12 if dtype == np.float64 else 1e-3,
+                               atol=1e-6, equal_nan=True)
+
+
+def test_global_average_pool_strided_input_matches_onnxruntime():
+    X = np.random.default_rng(8).standard_normal((2, 9, 6, 5)).astype(np.float32)
+    assert_op_matches_ort("GlobalAveragePool", {"X": X}, rtol=1e-6, atol=1e-6)
+    got = pool.GlobalAveragePool(xp, X[:, ::2, :, ::-1])  # not contiguous
+    np.testing.assert_allclose(got, np.mean(X[:, ::2], axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-6)
+
+
+def _softmax_formula(x, axes, log):
+    x = x.astype(np.float64)
+    s = x - x.max(axis=axes, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=axes, keepdims=True)) if log else np.exp(s) / np.exp(s).sum(
+        axis=axes, keepdims=True)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_softmax_over_trailing_axes_matches_the_formula(log, dtype):
+    """Rows along the trailing axes (opset < 13's flattening, opset 13's last axis) in place, and a
+    middle axis through the generic code: all equal to the float64 formula, a NaN row NaN and a row
+    with inf as the generic code gives it."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 4, 5, 6)).astype(dtype)
+    x[0, 0, 0, 0], x[1, 1, 1, 1] = np.nan, np.inf
+    tol = 2e-3 if dtype == np.float16 else 1e-6 if dtype == np.float32 else 1e-12
+    for axes in [(1, 2, 3), (2, 3), (3,), (1,), (0, 1, 2, 3)]:
+        got = softmax._normalise(xp, x, axes, log)
+        assert got.dtype == x.dtype and got.shape == x.shape
+        np.testing.assert_allclose(got.astype(np.float64), _softmax_formula(x, axes, log), rtol=tol, atol=tol,
+                                   equal_nan=True, err_msg=str(axes))
+
+
+@pytest.mark.parametrize("op_type, opset, axis", [("Softmax", 11, 1), ("Softmax", 13, -1), ("LogSoftmax", 11, 2),
+                                                  ("LogSoftmax", 13, 3)])
+def test_softmax_matches_onnxruntime(op_type, opset, axis):
+    x = np.random.default_rng(11).standard_normal((2, 1000, 1, 3)).astype(np.float32)
+    assert_op_matches_ort(op_type, {"input": x}, opset=opset, axis=axis, rtol=1e-5, atol=1e-6)
