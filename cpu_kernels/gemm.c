@@ -3,9 +3,9 @@
  * cells). A is packed once per weight (gemm_pack_f32) into panels of NR (or, the last one, GV)
  * channels, k-major; B is read where it lies. A tile is MR cells x NR channels in registers: per k,
  * MR floats of B broadcast against the panel's vectors. Channels on the vector lanes leave no lanes
- * empty on small maps (7x7 = 49 cells) and need no packed copy of B. K is split into blocks that keep
- * a block of packed panels in L2 (partial sums go through Y), and the cells' columns are copied to a
- * contiguous strip where B's row stride would map them all to a few L1 sets. */
+ * empty on small maps (7x7 = 49 cells) and need no packed copy of B: its rows are prefetched a line
+ * ahead instead (from memory when cold). K is split into blocks that keep a block of packed panels in
+ * L2 (partial sums go through Y). */
 
 /* Multiply-adds fused (one rounding, as OpenBLAS's FMA): -std=c11 turns GCC's contraction off, and
  * without it the sums run at three quarters of the speed. Clang contracts within an expression. */
@@ -25,6 +25,9 @@
 #define NR (NV * GV)
 typedef float gvec __attribute__((vector_size(GV * sizeof(float))));
 static inline gvec gload(const float* p) { gvec v; memcpy(&v, p, sizeof v); return v; }
+#ifndef PF
+#define PF 16  /* B's columns are fetched this many floats ahead (a later tile's), from memory or L3 */
+#endif
 #define KC 384  /* k per block, at most */
 #define MC 128  /* channels per block (a multiple of NR) */
 
@@ -67,6 +70,7 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
     for (int64_t k = 0; k < kc; ++k) {
         gvec w[NV];
         for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
+        __builtin_prefetch(b + k * ldb + PF);
         for (int i = 0; i < MR; ++i) {
             const float x = b[k * ldb + i];
             for (int v = 0; v < nv; ++v) s[i][v] += x * w[v];
@@ -81,9 +85,7 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
 int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy, int64_t M,
              int64_t K, int64_t N, float lo, float hi) {
     const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
-    /* a row stride of a multiple of 64 floats puts a strip's rows in at most 16 of the 64 L1 sets */
-    const int copy = ldb % 64 == 0;
-    float* strip = malloc(sizeof(float) * (size_t)((kb + 1) * MR));  /* the columns of MR cells, contiguous */
+    float* strip = malloc(sizeof(float) * (size_t)((kb + 1) * MR));
     if (!strip) return 1;
     for (int64_t k0 = 0, last = 0; !last; k0 += kb) {  /* once when K == 0: Y = bias */
         const int64_t kc = K - k0 < kb ? K - k0 : kb;
@@ -97,12 +99,9 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
                 const int64_t nc = N - n0 < MR ? N - n0 : MR;
                 const float* b = B + k0 * ldb + n0;
                 int64_t lb = ldb;
-                if (nc < MR || copy) {
+                if (nc < MR) {  /* the last cells: columns padded to MR */
                     for (int64_t k = 0; k < kc; ++k)
-                        if (nc == MR)
-                            memcpy(strip + k * MR, b + k * ldb, sizeof(float) * MR);
-                        else
-                            for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? b[k * ldb + i] : 0.0f;
+                        for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? b[k * ldb + i] : 0.0f;
                     b = strip;
                     lb = MR;
                 }
