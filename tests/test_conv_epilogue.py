@@ -58,10 +58,12 @@ def test_gemm_matches_numpy_and_writes_only_its_tiles(seed):
 
 @needs_cc
 @pytest.mark.parametrize("seed", range(3))
-def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed):
+def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed, monkeypatch):
     """conv() with bias and a clamp through the native GEMM (1x1 direct, and the blocked im2col with
     one row per block as well) against conv() with native kernels off; grouped convs, several images,
-    maps from one cell to several strips, NaN and inf in the input."""
+    maps from one cell to several strips (the kernel taking even the narrow ones here), NaN and inf in
+    the input."""
+    monkeypatch.setattr(conv, "GEMM_MIN_COLUMNS", 1)
     rng = np.random.default_rng(10 + seed)
     for case in range(16):
         group = int(rng.integers(1, 4))
@@ -76,29 +78,31 @@ def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed):
         B = rng.standard_normal(M).astype(np.float32) if case % 4 else None
         attrs = dict(group=group, pads=[k // 2] * 4 if case % 2 else None, strides=[1 + case % 2] * 2 if k > 1 else None,
                      clamp_to=CLAMPS[case % 3])
-        for block_bytes in (conv.BLOCK_BYTES, 1):
-            old = conv.BLOCK_BYTES, conv.BLOCK_COLUMNS
-            conv.BLOCK_BYTES, conv.BLOCK_COLUMNS = block_bytes, 1
-            try:
-                got = conv.conv(xp, X, W, B, **attrs)
-                with native.disabled():
-                    ref = conv.conv(xp, X, W, B, **attrs)
-            finally:
-                conv.BLOCK_BYTES, conv.BLOCK_COLUMNS = old
+        for block_bytes, block_columns in ((conv.BLOCK_BYTES, conv.BLOCK_COLUMNS), (1, 1)):
+            monkeypatch.setattr(conv, "BLOCK_BYTES", block_bytes)
+            monkeypatch.setattr(conv, "BLOCK_COLUMNS", block_columns)
+            got = conv.conv(xp, X, W, B, **attrs)
+            with native.disabled():
+                ref = conv.conv(xp, X, W, B, **attrs)
             assert got.shape == ref.shape and got.dtype == np.float32
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True,
                                        err_msg=f"{X.shape} {W.shape} {attrs}")
 
 
 @needs_cc
-def test_fused_conv_1x1_relu_matches_onnxruntime():
-    """A squeezenet-like 1x1 FusedConv + Relu (an 8 x 16 tile multiple and a remainder) against a Conv
-    and a Relu in onnxruntime, through the session's FusedConv too."""
+@pytest.mark.parametrize("size", [13, 5])
+def test_fused_conv_1x1_relu_matches_onnxruntime(size, monkeypatch):
+    """A SqueezeNet 1x1 FusedConv + Relu (13x13: the native GEMM; rows past a tile multiple) and one on
+    a map too small for it (np.matmul) against a Conv and a Relu in onnxruntime."""
+    real = conv._FusedGemm.__call__
     rng = np.random.default_rng(5)
-    X = rng.standard_normal((1, 48, 13, 13)).astype(np.float32)
+    X = rng.standard_normal((1, 48, size, size)).astype(np.float32)
     W = (rng.standard_normal((21, 48, 1, 1)) / 7).astype(np.float32)
     B = rng.standard_normal(21).astype(np.float32)
+    calls = []
+    monkeypatch.setattr(conv._FusedGemm, "__call__", lambda self, *a: calls.append(a) or real(self, *a))
     got = transformer.FusedConv(xp, X, W, B, activation="Relu")
+    assert len(calls) == (size * size >= conv.GEMM_MIN_COLUMNS)
     want = assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, rtol=1e-5, atol=1e-5)[0]
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
 

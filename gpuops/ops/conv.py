@@ -303,6 +303,11 @@ _IM2COL_ARGS = (native.PTR,) * 2 + (native.INT,) * 15  # x (one image), cols; si
 _GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR) + (native.INT,) * 4 + (native.FLOAT,) * 2
 
 
+# Narrower outputs go to BLAS: the kernel computes whole vectors of columns (up to 15 wasted per
+# row) and loses to np.matmul plus the epilogue pass on 7x7 maps (measured, one thread, AVX-512).
+GEMM_MIN_COLUMNS = 128
+
+
 class _FusedGemm:
     """The native GEMM with the conv's epilogue (``cpu_kernels/gemm_epilogue.c``): ``Y = clamp(W @ cols + B)``
     per group, bias and clamp applied as each tile of Y is stored. :meth:`of` gives None where it does
@@ -316,8 +321,9 @@ class _FusedGemm:
         self.lo, self.hi = clamp_to or _NO_CLAMP
 
     @classmethod
-    def of(cls, X, W, B, group, clamp_to):
-        if not (X.dtype == W.dtype == np.float32 and (B is None or B.dtype == np.float32) and W.size):
+    def of(cls, X, W, B, group, clamp_to, L):
+        if not (X.dtype == W.dtype == np.float32 and (B is None or B.dtype == np.float32) and W.size
+                and L >= GEMM_MIN_COLUMNS):
             return None
         fn = native.function("gemm_epilogue.c", "gemm_bias_clamp_f32", _GEMM_ARGS)
         return None if fn is None else cls(fn, W, B, group, clamp_to)
@@ -547,7 +553,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     if isinstance(X, np.ndarray) and group == C and C > 1 and L > 0 and X.size:  # CPU depthwise, 1x1 too
         return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
-        gemm = _FusedGemm.of(X, W, B, group, clamp_to) if isinstance(X, np.ndarray) and X.size and M else None
+        gemm = _FusedGemm.of(X, W, B, group, clamp_to, L) if isinstance(X, np.ndarray) and X.size and M else None
         if gemm is not None:
             X = np.ascontiguousarray(X)
             Y = np.empty((N, M) + tuple(out), dtype=np.float32)
@@ -563,7 +569,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
             return _epilogue(xp, _kn2row(X, W, B, kernel, strides, dilations, pb, out), None, clamp_to)
     if isinstance(X, np.ndarray) and L > 0:
         return _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, group, clamp_to,
-                                    _FusedGemm.of(X, W, B, group, clamp_to) if M else None)
+                                    _FusedGemm.of(X, W, B, group, clamp_to, L) if M else None)
     step = max(1, COLS_BYTES // max(1, C * K * L * X.dtype.itemsize))  # images per column buffer
     parts = []
     for n0 in range(0, max(N, 1), step):
