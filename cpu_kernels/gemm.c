@@ -25,10 +25,8 @@
 #define NR (NV * GV)
 typedef float gvec __attribute__((vector_size(GV * sizeof(float))));
 static inline gvec gload(const float* p) { gvec v; memcpy(&v, p, sizeof v); return v; }
-#ifndef PF
-#define PF 16  /* B's columns are fetched this many floats ahead (a later tile's), from memory or L3 */
-#endif
-#define KC 384  /* k per block, at most */
+#define PF 16  /* B's rows are fetched this many floats ahead (a later tile's), from memory or L3 */
+#define KC 768  /* k per block, at most */
 #define MC 128  /* channels per block (a multiple of NR) */
 
 /* The pack of an M x K weight holds ceil(M / GV) GV K floats. */
@@ -131,10 +129,16 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
                         }
                     for (int i = 0; i < MR; ++i)
                         for (int v = 0; v < NV; ++v) memcpy(&t[i][v * GV], &acc[i][v], sizeof(gvec));
-                    for (int64_t j = 0; j < mc; ++j) {
-                        float* restrict y = Y + (p0 + j) * ldy + n0;
-                        for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
-                    }
+                    if (nc == MR)  /* constant bounds: unrolled */
+                        for (int64_t j = 0; j < mc; ++j) {
+                            float* restrict y = Y + (p0 + j) * ldy + n0;
+                            for (int i = 0; i < MR; ++i) y[i] = t[i][j];
+                        }
+                    else
+                        for (int64_t j = 0; j < mc; ++j) {
+                            float* restrict y = Y + (p0 + j) * ldy + n0;
+                            for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
+                        }
                 }
             }
         }

@@ -13,10 +13,10 @@ from gpuops.ops import native_gemm
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 
-# sizes around the vector (8 or 16 lanes), the tile (2 vectors of channels, 6 or 7 cells) and the k block (384)
+# sizes around the vector (8 or 16 lanes), the tile (2 vectors of channels, 6 or 7 cells) and the k block (768)
 SIZES_M = [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 65, 130, 200]
 SIZES_N = [1, 2, 5, 6, 7, 8, 13, 14, 15, 49, 64, 100]
-SIZES_K = [0, 1, 2, 3, 17, 64, 383, 384, 385, 769, 1153]
+SIZES_K = [0, 1, 2, 3, 17, 64, 383, 767, 768, 769, 1153, 1601]
 
 
 def _reference(A, B, bias, clamp_to):
