@@ -57,7 +57,7 @@ def test_gemm_matches_float64(seed):
         A, B = _operands(rng, M, K, N, specials=case % 5 == 0)
         bias = rng.standard_normal(M).astype(np.float32) if case % 3 else None
         clamp_to = [None, (0.0, np.inf), (-0.5, 0.25), (-np.inf, np.inf)][case % 4]
-        Y = native_gemm.gemm(native_gemm.packed(A)[0], B, bias, clamp_to)
+        Y = native_gemm.gemm(native_gemm.packed(A, bias)[0], B, clamp_to)
         _check(Y, A, B, bias, clamp_to, f"M={M} K={K} N={N} bias={bias is not None} clamp={clamp_to}")
 
 
@@ -67,7 +67,7 @@ def test_gemm_conv_shapes(M, K, N):
     rng = np.random.default_rng(M + K + N)
     A, B = _operands(rng, M, K, N, specials=False)
     bias = rng.standard_normal(M).astype(np.float32)
-    _check(native_gemm.gemm(native_gemm.packed(A)[0], B, bias, (0.0, 6.0)), A, B, bias, (0.0, 6.0), f"{M, K, N}")
+    _check(native_gemm.gemm(native_gemm.packed(A, bias)[0], B, (0.0, 6.0)), A, B, bias, (0.0, 6.0), f"{M, K, N}")
 
 
 @needs_cc
@@ -86,7 +86,7 @@ def test_gemm_writes_only_its_output(seed):
         Ybuf = np.full((M + 2, N + int(rng.integers(2, 20))), np.nan, np.float32)
         Yv = Ybuf[1:M + 1, 1:N + 1]
         bias = rng.standard_normal(M).astype(np.float32)
-        assert native_gemm.gemm(native_gemm.packed(A)[0], Bv, bias, (-1.0, 1.0), out=Yv) is Yv
+        assert native_gemm.gemm(native_gemm.packed(A, bias)[0], Bv, (-1.0, 1.0), out=Yv) is Yv
         _check(Yv, A, B, bias, (-1.0, 1.0), f"M={M} K={K} N={N} ldb={ldb}")
         border = np.ones(Ybuf.shape, bool)
         border[1:M + 1, 1:N + 1] = False
@@ -98,13 +98,14 @@ def test_grouped_weights_are_packed_once():
     rng = np.random.default_rng(5)
     W = rng.standard_normal((4 * 136, 136, 1, 1)).astype(np.float32)  # ShuffleNet's grouped 1x1
     W.flags.writeable = False  # a plan's weight: the packs are kept
-    parts = native_gemm.packed(W, group=4)
-    assert native_gemm.packed(W, group=4) is parts and len(parts) == 4
-    X = rng.standard_normal((4, 136, 49)).astype(np.float32)
     bias = rng.standard_normal(4 * 136).astype(np.float32)
+    bias.flags.writeable = False
+    parts = native_gemm.packed(W, bias, group=4)
+    assert native_gemm.packed(W, bias, group=4) is parts and len(parts) == 4
+    X = rng.standard_normal((4, 136, 49)).astype(np.float32)
     for g in range(4):
         rows = slice(g * 136, (g + 1) * 136)
-        _check(native_gemm.gemm(parts[g], X[g], bias[rows]), W[rows, :, 0, 0], X[g], bias[rows], None, f"group {g}")
+        _check(native_gemm.gemm(parts[g], X[g]), W[rows, :, 0, 0], X[g], bias[rows], None, f"group {g}")
 
 
 @needs_cc
@@ -138,4 +139,4 @@ def test_bad_operands_are_refused():
     with pytest.raises(ValueError):
         native_gemm.gemm(p, np.ones((4, 3), np.float32), out=np.empty((8, 4), np.float32))
     with pytest.raises(ValueError):
-        native_gemm.gemm(p, np.ones((4, 3), np.float32), bias=np.ones(7, np.float32))
+        native_gemm.packed(np.ones((8, 4), np.float32), np.ones(7, np.float32))

@@ -24,30 +24,37 @@ _GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR, native
 
 
 class Packed:
-    """A weight (M x K float32) packed for :func:`gemm`: ``pack`` is read-only, made by the kernel."""
+    """A weight (M x K float32) packed for :func:`gemm` by the kernel, with its bias (M float32 or
+    None): read-only arrays and their data addresses."""
 
-    __slots__ = ("pack", "M", "K")
+    __slots__ = ("pack", "address", "bias", "bias_address", "M", "K")
 
-    def __init__(self, pack: np.ndarray, M: int, K: int):
-        self.pack, self.M, self.K = pack, M, K
+    def __init__(self, pack: np.ndarray, bias: np.ndarray | None, M: int, K: int):
+        self.pack, self.address, self.M, self.K = pack, pack.ctypes.data, M, K
+        self.bias, self.bias_address = bias, None if bias is None else bias.ctypes.data
 
 
-def _pack(A: np.ndarray, fn, lanes: int) -> Packed:
+def _pack(A: np.ndarray, bias, fn, lanes: int) -> Packed:
     A = np.ascontiguousarray(A, dtype=np.float32)
     M, K = A.shape
     pack = np.empty(max(-(-M // lanes) * lanes * K, 1), np.float32)
     native.call(fn, native.ptr(A), K, M, K, native.ptr(pack))
     pack.flags.writeable = False
-    return Packed(pack, M, K)
+    if bias is not None:
+        bias = np.array(bias, dtype=np.float32)  # a copy: read-only below
+        bias.flags.writeable = False
+    return Packed(pack, bias, M, K)
 
 
-def packed(W: np.ndarray, group: int = 1) -> tuple[Packed, ...] | None:
-    """The weights ``W`` (M, ...) float32 as ``group`` packed matrices, group g holding rows
-    ``[g M / group, (g + 1) M / group)`` of ``W.reshape(M, -1)``; kept while a frozen ``W`` lives
-    (pass the weight itself, not a view made per call). None when native kernels are unavailable or
-    ``W`` is not float32."""
+def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1) -> tuple[Packed, ...] | None:
+    """The weights ``W`` (M, ...) float32, and the ``bias`` (M,) added to their products, as ``group``
+    packed matrices, group g holding rows ``[g M / group, (g + 1) M / group)`` of ``W.reshape(M, -1)``;
+    kept while frozen ``W`` and ``bias`` live (pass the plan's arrays, not views made per call). None
+    when native kernels are unavailable or ``W`` is not float32."""
     if not isinstance(W, np.ndarray) or W.dtype != np.float32 or W.ndim < 1 or W.shape[0] % group:
         return None
+    if bias is not None and np.shape(bias) != (W.shape[0],):
+        raise ValueError(f"packed: bias of shape {np.shape(bias)} for {W.shape[0]} output rows")
     fn = native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS)
     lanes = native.function("gemm.c", "gemm_lanes_f32", ())
     if fn is None or lanes is None:
@@ -56,23 +63,29 @@ def packed(W: np.ndarray, group: int = 1) -> tuple[Packed, ...] | None:
 
     def make():
         A = W.reshape(W.shape[0], -1)
-        return tuple(_pack(A[g * Mg:(g + 1) * Mg], fn, lanes()) for g in range(group))
+        return tuple(_pack(A[g * Mg:(g + 1) * Mg], None if bias is None else bias[g * Mg:(g + 1) * Mg], fn, lanes())
+                     for g in range(group))
 
-    return derived((W,), ("native_gemm", group), make)
+    return derived((W,) if bias is None else (W, bias), ("native_gemm", group), make)
 
 
-def _ld(a: np.ndarray, rows: int) -> int | None:
-    """The row stride in floats of 2-D float32 ``a`` with contiguous rows, or None."""
-    if a.dtype != np.float32 or a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != 4) or a.strides[0] % 4:
+def _rows(a: np.ndarray, cols: int) -> tuple[int, int] | None:
+    """(data address, row stride in floats) of 2-D float32 ``a`` whose rows are contiguous and at
+    least ``cols`` apart, else None."""
+    if a.dtype != np.float32 or a.ndim != 2:
         return None
-    return a.strides[0] // 4 if rows > 1 else max(a.shape[1], 1)
+    if a.flags.c_contiguous:
+        return native.address(a) if a.flags.writeable and a.size else a.ctypes.data, max(cols, 1)
+    if (a.shape[1] > 1 and a.strides[1] != 4) or a.strides[0] % 4 or (a.shape[0] > 1 and a.strides[0] < 4 * cols):
+        return None
+    return a.ctypes.data, a.strides[0] // 4 if a.shape[0] > 1 else max(cols, 1)
 
 
-def gemm(p: Packed, B: np.ndarray, bias: np.ndarray | None = None, clamp_to=None,
-         out: np.ndarray | None = None) -> np.ndarray | None:
-    """``clip(A @ B + bias[:, None], lo, hi)`` for the packed ``A`` (M x K) and ``B`` (K x N float32,
-    rows may be strided), ``clamp_to = (lo, hi)`` or None (NaN stays NaN, as ``np.clip``), into ``out``
-    (M x N float32, rows may be strided) when given. None when native kernels are unavailable."""
+def gemm(p: Packed, B: np.ndarray, clamp_to=None, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``clip(A @ B + bias[:, None], lo, hi)`` for the packed ``A`` (M x K) and its bias and ``B``
+    (K x N float32, rows may be strided), ``clamp_to = (lo, hi)`` or None (NaN stays NaN, as
+    ``np.clip``), into ``out`` (M x N float32, rows may be strided, not overlapping B) when given.
+    None when native kernels are unavailable."""
     fn = native.function("gemm.c", "gemm_f32", _GEMM_ARGS)
     if fn is None:
         return None
@@ -80,24 +93,18 @@ def gemm(p: Packed, B: np.ndarray, bias: np.ndarray | None = None, clamp_to=None
     if B.ndim != 2 or B.shape[0] != K:
         raise ValueError(f"gemm: B of shape {B.shape} for a packed {M} x {K} weight")
     N = B.shape[1]
-    ldb = _ld(B, K)
-    if ldb is None or ldb < N:
+    b = _rows(B, N)
+    if b is None:
         B = np.ascontiguousarray(B, dtype=np.float32)
-        ldb = max(N, 1)
+        b = native.ptr(B), max(N, 1)
     if out is None:
         out = np.empty((M, N), np.float32)
-    ldy = _ld(out, M)
-    if out.shape != (M, N) or ldy is None or ldy < N or not out.flags.writeable:
+    y = _rows(out, N) if out.shape == (M, N) and out.flags.writeable else None
+    if y is None:
         raise ValueError(f"gemm: out must be a writeable ({M}, {N}) float32 array with contiguous rows")
-    if bias is not None:
-        bias = np.ascontiguousarray(bias, dtype=np.float32)
-        if bias.shape != (M,):
-            raise ValueError(f"gemm: bias of shape {bias.shape} for {M} output rows")
-    if M == 0 or N == 0:
-        return out
-    lo, hi = (-math.inf, math.inf) if clamp_to is None else clamp_to
-    native.call(fn, p.pack.ctypes.data, B.ctypes.data, ldb, None if bias is None else native.ptr(bias),
-                out.ctypes.data, ldy, M, K, N, lo, hi)
+    if M and N:
+        lo, hi = (-math.inf, math.inf) if clamp_to is None else clamp_to
+        native.call(fn, p.address, b[0], b[1], p.bias_address, y[0], y[1], M, K, N, lo, hi)
     return out
 
 
