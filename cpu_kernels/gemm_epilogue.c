@@ -24,25 +24,27 @@
 #endif
 #define NR (NV * VL)
 
-/* One MR x (nv * VL) tile (nv <= NV, a constant where inlined): bias + the sums over K of a's rows [0, mr)
- * (lda apart) times x's columns (ldx apart), clamped, stored into the rows [0, mr) of y (ldy apart). */
-static inline __attribute__((always_inline)) void tile(int nv, const float* a, int64_t lda, const float* restrict x,
-                                                       int64_t ldx, int64_t K, const float* bias, int64_t mr,
-                                                       float* y, int64_t ldy, float lo, float hi) {
+/* One rows x (nv * VL) tile (rows <= MR, nv <= NV: constants where inlined): bias + the sums over K of
+ * a's rows [0, mr) (lda apart) times x's columns (ldx apart), clamped, stored into the rows [0, mr) of y
+ * (ldy apart). */
+static inline __attribute__((always_inline)) void tile(int rows, int nv, const float* a, int64_t lda,
+                                                       const float* restrict x, int64_t ldx, int64_t K,
+                                                       const float* bias, int64_t mr, float* y, int64_t ldy,
+                                                       float lo, float hi) {
     const float* restrict ar[MR];  /* the rows past mr repeat row 0: computed, never stored */
     vfloat s0[MR], s1[MR];  /* the sums of the first and (nv == 2) second vector of columns */
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < rows; ++r) {
         ar[r] = a + (r < mr ? r : 0) * lda;
         s0[r] = s1[r] = (vfloat){0} + (bias && r < mr ? bias[r] : 0.0f);
     }
     for (int64_t k = 0; k < K; ++k) {
         const vfloat b0 = vload(x + k * ldx), b1 = nv > 1 ? vload(x + k * ldx + VL) : b0;
-        for (int r = 0; r < MR; ++r) {
+        for (int r = 0; r < rows; ++r) {
             s0[r] += ar[r][k] * b0;
             if (nv > 1) s1[r] += ar[r][k] * b1;
         }
     }
-    for (int r = 0; r < MR && r < mr; ++r) {
+    for (int r = 0; r < rows && r < mr; ++r) {
         const vfloat c0 = vclamp(s0[r], lo, hi);
         memcpy(y + r * ldy, &c0, sizeof c0);
         if (nv > 1) {
@@ -52,18 +54,27 @@ static inline __attribute__((always_inline)) void tile(int nv, const float* a, i
     }
 }
 
-/* The tiles of the columns [l, l + nv * VL), every row block. */
+/* The tiles of the columns [l, l + nv * VL): MR rows at a time, the rest in a tile of MR, MR / 2 or 2
+ * rows (at most 3 rows computed in vain). */
 static inline __attribute__((always_inline)) void strip(int nv, const float* a, const float* x, int64_t ldx,
                                                         const float* bias, float* y, int64_t ldy, int64_t M,
                                                         int64_t K, int64_t l, float lo, float hi) {
-    for (int64_t i = 0; i < M; i += MR)
-        tile(nv, a + i * K, K, x + l, ldx, K, bias ? bias + i : NULL, M - i < MR ? M - i : MR, y + i * ldy + l, ldy,
-             lo, hi);
+    int64_t i = 0;
+    for (; i + MR <= M; i += MR)
+        tile(MR, nv, a + i * K, K, x + l, ldx, K, bias ? bias + i : NULL, MR, y + i * ldy + l, ldy, lo, hi);
+    const int64_t rest = M - i;
+    const float* bi = bias ? bias + i : NULL;
+    if (rest > MR / 2)
+        tile(MR, nv, a + i * K, K, x + l, ldx, K, bi, rest, y + i * ldy + l, ldy, lo, hi);
+    else if (rest > 2)
+        tile(MR / 2, nv, a + i * K, K, x + l, ldx, K, bi, rest, y + i * ldy + l, ldy, lo, hi);
+    else if (rest > 0)
+        tile(2, nv, a + i * K, K, x + l, ldx, K, bi, rest, y + i * ldy + l, ldy, lo, hi);
 }
 
 /* y (M rows of L, ldy apart) = clamp(a @ x + bias, lo, hi) (bias may be NULL), x K rows of L, ldx apart. */
-int gemm_bias_clamp_f32(const float* a, const float* x, int64_t ldx, const float* bias, float* y, int64_t ldy,
-                        int64_t M, int64_t K, int64_t L, float lo, float hi) {
+static int gemm1(const float* a, const float* x, int64_t ldx, const float* bias, float* y, int64_t ldy, int64_t M,
+                 int64_t K, int64_t L, float lo, float hi) {
     if (L < VL) {  /* narrower than a vector: through zero-padded copies of x and y */
         float* t = calloc((size_t)(K + M) * VL, sizeof(float));
         if (!t) return 1;
@@ -78,5 +89,16 @@ int gemm_bias_clamp_f32(const float* a, const float* x, int64_t ldx, const float
     for (; l + NR <= L; l += NR) strip(NV, a, x, ldx, bias, y, ldy, M, K, l, lo, hi);
     /* the rest a vector at a time, the last one moved back to end at L (recomputing a few columns) */
     for (; l < L; l += VL) strip(1, a, x, ldx, bias, y, ldy, M, K, l + VL <= L ? l : L - VL, lo, hi);
+    return 0;
+}
+
+/* A grouped conv's GEMMs: group g multiplies rows [g M, (g + 1) M) of a (the weights, contiguous, K
+ * per row) with rows [g K, (g + 1) K) of x into rows [g M, (g + 1) M) of y, bias[g M...] added. */
+int gemm_bias_clamp_f32(const float* a, const float* x, int64_t ldx, const float* bias, float* y, int64_t ldy,
+                        int64_t groups, int64_t M, int64_t K, int64_t L, float lo, float hi) {
+    for (int64_t g = 0; g < groups; ++g)
+        if (gemm1(a + g * M * K, x + g * K * ldx, ldx, bias ? bias + g * M : NULL, y + g * M * ldy, ldy, M, K, L, lo,
+                  hi))
+            return 1;
     return 0;
 }

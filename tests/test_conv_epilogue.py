@@ -48,7 +48,7 @@ def test_gemm_matches_numpy_and_writes_only_its_tiles(seed):
         lo, hi = CLAMPS[case % 3] or conv._NO_CLAMP
         buf = np.full(M * ldy + 16, np.nan, dtype=np.float32)
         assert fn(A.ctypes.data, X.ctypes.data, ldx, None if B is None else B.ctypes.data, buf.ctypes.data, ldy,
-                  M, K, L, lo, hi) == 0
+                  1, M, K, L, lo, hi) == 0
         Y = buf[:M * ldy].reshape(M, ldy)
         ref = A.astype(np.float64) @ X[:, :L].astype(np.float64) + (0 if B is None else B[:, None])
         ref = np.minimum(np.maximum(ref, lo), hi).astype(np.float32)

@@ -299,8 +299,8 @@ _DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15 + (native.FLOAT,) * 2  
 _EPILOGUE_ARGS = (native.PTR, native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)
 _NO_CLAMP = (-math.inf, math.inf)
 _IM2COL_ARGS = (native.PTR,) * 2 + (native.INT,) * 15  # x (one image), cols; sizes, output rows
-# W, x, its row stride, bias or NULL, y, its row stride; M, K, L; clamp
-_GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR) + (native.INT,) * 4 + (native.FLOAT,) * 2
+# W, x, its row stride, bias or NULL, y, its row stride; groups, M and K per group, L; clamp
+_GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR) + (native.INT,) * 5 + (native.FLOAT,) * 2
 
 
 # Narrower outputs go to BLAS: the kernel computes whole vectors of columns (up to 15 wasted per
@@ -331,11 +331,35 @@ class _FusedGemm:
     def __call__(self, x: int, ldx: int, y: int, ldy: int, L: int):
         """Y at address ``y`` (M rows of L, ``ldy`` floats apart) from the columns at address ``x``
         (C * K rows of L, ``ldx`` apart)."""
-        Mg, CKg = self.Mg, self.CKg
-        w, b = native.ptr(self.W), None if self.B is None else native.ptr(self.B)
-        for g in range(self.group):
-            native.call(self.fn, w + 4 * g * Mg * CKg, x + 4 * g * CKg * ldx, ldx, None if b is None else b + 4 * g * Mg,
-                        y + 4 * g * Mg * ldy, ldy, Mg, CKg, L, self.lo, self.hi)
+        native.call(self.fn, native.ptr(self.W), x, ldx, None if self.B is None else native.ptr(self.B), y, ldy,
+                    self.group, self.Mg, self.CKg, L, self.lo, self.hi)
+
+
+def _native_window_conv(file, name, X, W, B, count, kernel, strides, dilations, pb, out, clamp_to):
+    """A 2-D float32 conv by a native kernel of the depthwise kernel's arguments (``count``: the
+    depthwise multiplier, or M); None where it does not apply or native kernels are off."""
+    if not (X.ndim == 4 and X.dtype == W.dtype == np.float32 and (B is None or B.dtype == np.float32)):
+        return None
+    fn = native.function(file, name, _DEPTHWISE_ARGS)
+    if fn is None:
+        return None
+    X, W = np.ascontiguousarray(X), np.ascontiguousarray(W)
+    B = None if B is None else np.ascontiguousarray(B)
+    N, C, H, Wd = X.shape
+    Y = np.empty((N, W.shape[0]) + tuple(out), dtype=np.float32)
+    native.call(fn, native.ptr(X), native.ptr(W), None if B is None else native.ptr(B), native.ptr(Y),
+                N, C, H, Wd, count, *kernel, *out, *strides, *pb, *dilations, *(clamp_to or _NO_CLAMP))
+    return Y
+
+
+DIRECT_MAX_CHANNELS = 4  # a CNN's first layer: there im2col + GEMM has too short a K to run well
+
+
+def _direct(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
+    """A group-1 conv of few input channels by the native direct kernel (``cpu_kernels/direct_conv.c``),
+    no im2col copy; None where it does not apply."""
+    return _native_window_conv("direct_conv.c", "direct_conv2d_f32", X, W, B, W.shape[0], kernel, strides,
+                               dilations, pb, out, clamp_to)
 
 
 def _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
@@ -343,15 +367,9 @@ def _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
     (``cpu_kernels/conv.c``). Else columns copied from the planes (long rows, where im2col copies one
     short output row at a time), one batched GEMM over the channels, ``(multiplier, taps) @ (taps, cells)``
     each."""
-    fn = native.function("conv.c", "depthwise_conv2d_f32", _DEPTHWISE_ARGS) if (
-        X.ndim == 4 and X.dtype == W.dtype == np.float32) else None
-    if fn is not None and (B is None or B.dtype == np.float32):
-        X, W = np.ascontiguousarray(X), np.ascontiguousarray(W)
-        B = None if B is None else np.ascontiguousarray(B)
-        (N, C, H, Wd), M = X.shape, W.shape[0]
-        Y = np.empty((N, M) + tuple(out), dtype=np.float32)
-        native.call(fn, native.ptr(X), native.ptr(W), None if B is None else native.ptr(B), native.ptr(Y),
-                    N, C, H, Wd, M // C, *kernel, *out, *strides, *pb, *dilations, *(clamp_to or _NO_CLAMP))
+    Y = _native_window_conv("conv.c", "depthwise_conv2d_f32", X, W, B, W.shape[0] // X.shape[1], kernel, strides,
+                            dilations, pb, out, clamp_to)
+    if Y is not None:
         return Y
     pl = Planes(X, kernel, strides, dilations, pb, out)
     N, C = X.shape[:2]
@@ -552,6 +570,10 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     Wm = xp.reshape(W, (M, (C // group) * K))
     if isinstance(X, np.ndarray) and group == C and C > 1 and L > 0 and X.size:  # CPU depthwise, 1x1 too
         return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
+    if isinstance(X, np.ndarray) and group == 1 and C <= DIRECT_MAX_CHANNELS and K > 1 and L > 0 and X.size:
+        Y = _direct(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
+        if Y is not None:
+            return Y
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
         gemm = _FusedGemm.of(X, W, B, group, clamp_to, L) if isinstance(X, np.ndarray) and X.size and M else None
         if gemm is not None:
