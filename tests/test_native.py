@@ -122,6 +122,35 @@ def test_channel_blocks_match_numpy(seed):
 
 
 @needs_cc
+@pytest.mark.parametrize("seed", range(3))
+def test_direct_conv_matches_numpy(seed):
+    """Group-1 convs of at most four input channels (a CNN's first layer) take the native direct
+    kernel: every geometry, output-channel counts that leave partial chunks of sums, bias or none, a
+    fused clamp, NaN and inf, against the NumPy im2col + GEMM."""
+    from gpuops.ops.contrib import transformer
+
+    rng = np.random.default_rng(300 + seed)
+    checked = 0
+    for case in range(20):
+        N, C, M = int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.choice([1, 5, 16, 24, 40, 64, 70]))
+        X = _input(rng, N, C, int(rng.integers(2, 20)), int(rng.integers(2, 40)), specials=case % 4 == 0)
+        geo = _geometry(rng)
+        W = (rng.standard_normal((M, C, *geo.pop("kernel_shape"))) / 3).astype(np.float32)
+        if W.shape[2] * W.shape[3] == 1:
+            continue
+        B = rng.standard_normal(M).astype(np.float32) if case % 2 else None
+        act = dict(activation="Relu") if case % 3 == 0 else dict(activation="Clip", activation_params=[-0.5, 0.5])
+        got = _both(transformer.FusedConv, X, W, B, **act, **geo)
+        if got is None:
+            continue
+        y, ref = got
+        assert y.shape == ref.shape and y.dtype == ref.dtype
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{X.shape} {W.shape} {geo}")
+        checked += 1
+    assert checked > 10
+
+
+@needs_cc
 def test_strided_views_and_float16_inputs():
     """Non-contiguous inputs are made contiguous for the kernels; float16 takes the NumPy pool path and
     the float32 conv path, unchanged."""
@@ -148,14 +177,17 @@ def test_kernels_write_only_their_outputs():
                                (17, 9, 9, (3, 2), (2, 1), (1, 0))]:  # the last two: channel blocks
         X = rng.standard_normal((1, C, H, W)).astype(np.float32)
         Wt = rng.standard_normal((C, 1, *k)).astype(np.float32)
+        Wd = rng.standard_normal((C, C, *k)).astype(np.float32)  # the direct conv: C in, C out
         OH, OW = (H + 2 * p[0] - k[0]) // s[0] + 1, (W + 2 * p[1] - k[1]) // s[1] + 1
         n = C * OH * OW
         for name, file, call in (
                 ("depthwise_conv2d_f32", "conv.c", lambda fn, out: fn(
                     X.ctypes.data, Wt.ctypes.data, None, out, 1, C, H, W, 1, *k, OH, OW, *s, *p, 1, 1, 0.0, 1.0)),
+                ("direct_conv2d_f32", "direct_conv.c", lambda fn, out: fn(
+                    X.ctypes.data, Wd.ctypes.data, None, out, 1, C, H, W, C, *k, OH, OW, *s, *p, 1, 1, 0.0, 1.0)),
                 ("pool2d_f32", "pool.c", lambda fn, out: fn(
                     X.ctypes.data, out, C, H, W, OH, OW, *k, *s, *p, 1, 1, 1, *p))):
-            argtypes = _DEPTHWISE_ARGS if file == "conv.c" else (native.PTR,) * 2 + (native.INT,) * 16
+            argtypes = (native.PTR,) * 2 + (native.INT,) * 16 if file == "pool.c" else _DEPTHWISE_ARGS
             fn = native.function(file, name, argtypes)
             buf = np.full(n + 2 * guard, np.nan, dtype=np.float32)
             assert call(fn, buf[guard:].ctypes.data) == 0

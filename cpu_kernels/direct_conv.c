@@ -1,0 +1,78 @@
+/* Direct 2-D convolution, group 1, for inputs of few channels (a CNN's first layer: 3 image planes),
+ * NCHW float32, without an im2col copy. Per image: the phase planes of every input channel (common.h);
+ * then per VL cells of an output row, MB output channels at a time sum their C * KH * KW taps, each
+ * tap's input vector loaded once for all MB channels; bias, then clamped to [lo, hi] (a fused Relu or
+ * Clip). Returns 0, or 1 when out of memory. */
+#include <stdlib.h>
+#include "common.h"
+
+/* Sums as fused multiply-adds (one rounding per step, as BLAS kernels do): ISO C mode (-std=c11) keeps
+ * a * b + c as two operations otherwise. */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+#if defined(__AVX512F__)
+#define MB 24  /* output channels summed together, MB vectors of sums in registers (of 32) */
+#define MB_SMALL 16  /* for M a multiple of 16 and not of 24: no chunk left part empty */
+#else
+#define MB 6  /* 12 of the 16 AVX2 registers (a vector is two of them) */
+#define MB_SMALL 4
+#endif
+
+/* Output channels [m0, m0 + mb) of the VL cells from (oy, ox): mb a constant where inlined, so that
+ * the sums stay in registers. */
+static inline __attribute__((always_inline)) void chunk(int mb, const Windows* g, const int64_t* offs,
+                                                        const float* buf, int64_t P, int64_t C, int64_t K,
+                                                        const float* wt, int64_t Mp, const float* bv, int64_t M,
+                                                        int64_t m0, int64_t oy, int64_t ox, float* yn, float lo,
+                                                        float hi) {
+    const int64_t OW = g->OW, OHW = g->OH * OW;
+    vfloat a[MB];
+#pragma GCC unroll 32
+    for (int j = 0; j < mb; ++j) a[j] = (vfloat){0} + bv[m0 + j];
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t t = 0; t < K; ++t) {
+            const vfloat v = vload(buf + c * P + offs[t] + oy * g->Qw + ox);
+            const float* wk = wt + (c * K + t) * Mp + m0;
+#pragma GCC unroll 32
+            for (int j = 0; j < mb; ++j) a[j] += wk[j] * v;
+        }
+    for (int64_t j = 0; j < mb && m0 + j < M; ++j) {
+        float* dst = yn + (m0 + j) * OHW + oy * OW + ox;  /* a spill past the row stays in the plane */
+        vstore(dst, vclamp(a[j], lo, hi), OW < VL ? OW : VL, yn + (m0 + j + 1) * OHW - dst);
+    }
+}
+
+int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* y, int64_t N, int64_t C,
+                      int64_t H, int64_t W, int64_t M, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t sh,
+                      int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
+    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+    const int mb = M % MB && !(M % MB_SMALL) ? MB_SMALL : MB;
+    const int64_t K = KH * KW, CK = C * K, P = planes_size(&g), Mp = (M + mb - 1) / mb * mb;
+    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * (C * P + CK * Mp + Mp));
+    if (!offs) return 1;
+    float* buf = (float*)(offs + K);  /* channel c's phase planes at buf + c * P */
+    float* wt = buf + C * P;  /* tap (c, t) of output channel m at wt[(c * K + t) * Mp + m], 0 past M */
+    float* bv = wt + CK * Mp;
+    tap_offsets(&g, offs);
+    for (int64_t m = 0; m < Mp; ++m) {
+        for (int64_t i = 0; i < CK; ++i) wt[i * Mp + m] = m < M ? w[m * CK + i] : 0.0f;
+        bv[m] = m < M && bias ? bias[m] : 0.0f;
+    }
+    for (int64_t n = 0; n < N; ++n) {
+        for (int64_t c = 0; c < C; ++c) fill_planes(&g, x + (n * C + c) * H * W, 0.0f, buf + c * P);
+        float* yn = y + n * M * OH * OW;
+        for (int64_t oy = 0; oy < OH; ++oy)
+            for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW))
+                for (int64_t m0 = 0; m0 < M; m0 += mb)
+                    if (mb == MB)
+                        chunk(MB, &g, offs, buf, P, C, K, wt, Mp, bv, M, m0, oy, ox, yn, lo, hi);
+                    else
+                        chunk(MB_SMALL, &g, offs, buf, P, C, K, wt, Mp, bv, M, m0, oy, ox, yn, lo, hi);
+    }
+    free(offs);
+    return 0;
+}
