@@ -1,11 +1,14 @@
 /* Single-precision GEMM for convolutions: Y[M, N] = A[M, K] B[K, N] + bias[m], clamped to [lo, hi]
  * (a fused Relu or Clip), where A is a conv's weights (M output channels) and B its columns (N output
- * cells). A is packed once per weight (gemm_pack_f32) into panels of NR (or, the last one, GV)
- * channels, k-major; B is read where it lies. A tile is MR cells x NR channels in registers: per k,
- * MR floats of B broadcast against the panel's vectors. Channels on the vector lanes leave no lanes
- * empty on small maps (7x7 = 49 cells) and need no packed copy of B: its rows are prefetched a line
- * ahead instead (from memory when cold). K is split into blocks that keep a block of packed panels in
- * L2 (partial sums go through Y). */
+ * cells). A is packed once per weight (gemm_pack_f32) into panels, k-major; B is read where it lies.
+ * Two layouts of the register tiles:
+ * - channels on the vector lanes: MR cells x NR channels, per k MR floats of B broadcast against the
+ *   panel's NV vectors. Small maps (7x7 = 49 cells) leave no lanes empty and B needs no packed copy:
+ *   its rows are prefetched a line ahead instead (from memory when cold). K is split into blocks that
+ *   keep a block of panels in L2 (partial sums go through Y). The tiles are stored transposed, which
+ *   costs as much as ~60 k of sums: for short K,
+ * - cells on the vector lanes (rows): RR channels x RN cells, per k RR weights broadcast against RV
+ *   vectors of a row of B, stored as rows. */
 
 /* Multiply-adds fused (one rounding, as OpenBLAS's FMA): -std=c11 turns GCC's contraction off, and
  * without it the sums run at three quarters of the speed. Clang contracts within an expression. */
@@ -16,30 +19,36 @@
 
 #ifdef __AVX512F__
 #define GV 16  /* floats per vector: one register */
-#define MR 7  /* output cells per tile: the side of 7x7, 14x14, 28x28, 56x56 maps */
+#define MR 7  /* cells per tile: the side of 7x7, 14x14, 28x28, 56x56 maps */
+#define RR 8  /* channels per tile of cells on the lanes */
+#define RV 3  /* vectors of cells per tile: RR x RV accumulators */
 #else
 #define GV 8  /* 16 registers of 8 floats (AVX2, two NEON registers): wider vectors would spill */
 #define MR 6
+#define RR 6
+#define RV 2
 #endif
 #define NV 2  /* vectors of channels per tile: MR x NV accumulators */
 #define NR (NV * GV)
+#define RN (RV * GV)
 typedef float gvec __attribute__((vector_size(GV * sizeof(float))));
 static inline gvec gload(const float* p) { gvec v; memcpy(&v, p, sizeof v); return v; }
 #define PF 16  /* B's rows are fetched this many floats ahead (a later tile's), from memory or L3 */
 #define KC 768  /* k per block, at most */
 #define MC 128  /* channels per block (a multiple of NR) */
 
-/* The pack of an M x K weight holds ceil(M / GV) GV K floats. */
-int gemm_lanes_f32(void) { return GV; }
-
 /* Channels in the panel starting at channel p0: NR, or GV for a last one of at most GV. */
 static inline int64_t panel_width(int64_t M, int64_t p0) { return M - p0 <= GV ? GV : NR; }
 
-/* Pack A (M x K, rows lda apart): the panel of width w from channel p0 holds A[p0 + j, k] at
- * pack[p0 K + k w + j], 0 past M. */
-int gemm_pack_f32(const float* A, int64_t lda, int64_t M, int64_t K, float* pack) {
-    for (int64_t p0 = 0; p0 < M; p0 += NR) {
-        const int64_t w = panel_width(M, p0);
+/* The pack of an M x K weight holds ceil(M / w) w K floats, w = gemm_pack_width_f32(rows). */
+int gemm_pack_width_f32(int64_t rows) { return rows ? RR : GV; }
+
+/* Pack A (M x K, rows lda apart), 0 past M: for cells on the lanes (rows), panel p holds A[p RR + r, k]
+ * at pack[(p K + k) RR + r]; else the panel of width w from channel p0 holds A[p0 + j, k] at
+ * pack[p0 K + k w + j]. */
+int gemm_pack_f32(const float* A, int64_t lda, int64_t M, int64_t K, int64_t rows, float* pack) {
+    for (int64_t p0 = 0; p0 < M; p0 += rows ? RR : NR) {
+        const int64_t w = rows ? RR : panel_width(M, p0);
         for (int64_t j = 0; j < w; ++j) {
             float* restrict dst = pack + p0 * K + j;
             if (p0 + j < M)
@@ -78,10 +87,80 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
         for (int v = 0; v < nv; ++v) acc[i][v] = s[i][v];
 }
 
-/* Y (M x N, rows ldy apart) = pack (gemm_pack_f32 of A) B (K x N, rows ldb apart) + bias (NULL: 0),
- * clamped to [lo, hi] (NaN stays). Returns 0, or 1 when out of memory. */
+/* acc[r][v] = sum over k < K of a[k RR + r] b[k ldb + v GV ...] (nv: a constant, at most RV). */
+static inline __attribute__((always_inline)) void rows_tile(const float* restrict a, const float* restrict b,
+                                                            int64_t ldb, int64_t K, int nv, gvec acc[RR][RV]) {
+    gvec s[RR][RV];
+    for (int r = 0; r < RR; ++r)
+        for (int v = 0; v < nv; ++v) s[r][v] = (gvec){0};
+    for (int64_t k = 0; k < K; ++k) {
+        gvec x[RV];
+        for (int v = 0; v < nv; ++v) x[v] = gload(b + k * ldb + v * GV);
+        for (int r = 0; r < RR; ++r) {
+            const float w = a[k * RR + r];
+            for (int v = 0; v < nv; ++v) s[r][v] += w * x[v];
+        }
+    }
+    for (int r = 0; r < RR; ++r)
+        for (int v = 0; v < nv; ++v) acc[r][v] = s[r][v];
+}
+
+/* gemm_f32 with cells on the lanes, for short K (where the transposed store of the tiles above costs
+ * as much as their sums): RR channels x RN cells per tile, stored as rows. */
+static int gemm_rows(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
+                     int64_t M, int64_t K, int64_t N, float lo, float hi) {
+    float* strip = malloc(sizeof(float) * (size_t)(K * RN + 1));  /* the last cells' rows, padded to RN */
+    if (!strip) return 1;
+    for (int64_t n0 = 0; n0 < N; n0 += RN) {
+        const int64_t nc = N - n0 < RN ? N - n0 : RN, nv = (nc + GV - 1) / GV;
+        const float* b = B + n0;
+        int64_t lb = ldb;
+        if (nc < RN) {
+            for (int64_t k = 0; k < K; ++k)
+                for (int64_t i = 0; i < RN; ++i) strip[k * RN + i] = i < nc ? B[k * ldb + n0 + i] : 0.0f;
+            b = strip;
+            lb = RN;
+        }
+        for (int64_t p0 = 0; p0 < M; p0 += RR) {
+            const int64_t mc = M - p0 < RR ? M - p0 : RR;
+            const float* a = pack + p0 * K;
+            gvec acc[RR][RV];
+            if (nv == RV)
+                rows_tile(a, b, lb, K, RV, acc);
+            else if (nv == 1)
+                rows_tile(a, b, lb, K, 1, acc);
+#if RV > 2
+            else if (nv == 3)
+                rows_tile(a, b, lb, K, 3, acc);
+#endif
+            else
+                rows_tile(a, b, lb, K, 2, acc);
+            for (int64_t r = 0; r < mc; ++r) {
+                const float br = bias ? bias[p0 + r] : 0.0f;
+                float* restrict y = Y + (p0 + r) * ldy + n0;
+                for (int64_t v = 0; v < nv; ++v) {
+                    const gvec o = clamp(acc[r][v] + br, lo, hi);
+                    const int64_t n = nc - v * GV < GV ? nc - v * GV : GV;
+                    if (n == GV) {
+                        memcpy(y + v * GV, &o, sizeof o);
+                    } else {
+                        float t[GV];
+                        memcpy(t, &o, sizeof o);
+                        for (int64_t j = 0; j < n; ++j) y[v * GV + j] = t[j];
+                    }
+                }
+            }
+        }
+    }
+    free(strip);
+    return 0;
+}
+
+/* Y (M x N, rows ldy apart) = pack (gemm_pack_f32 of A, with the same rows) B (K x N, rows ldb apart)
+ * + bias (NULL: 0), clamped to [lo, hi] (NaN stays). Returns 0, or 1 when out of memory. */
 int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy, int64_t M,
-             int64_t K, int64_t N, float lo, float hi) {
+             int64_t K, int64_t N, int64_t rows, float lo, float hi) {
+    if (rows) return gemm_rows(pack, B, ldb, bias, Y, ldy, M, K, N, lo, hi);
     const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
     float* strip = malloc(sizeof(float) * (size_t)((kb + 1) * MR));
     if (!strip) return 1;

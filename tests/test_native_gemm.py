@@ -49,20 +49,22 @@ def _operands(rng, M, K, N, specials):
 
 
 @needs_cc
-@pytest.mark.parametrize("seed", range(4))
-def test_gemm_matches_float64(seed):
+@pytest.mark.parametrize("rows", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_gemm_matches_float64(seed, rows):
+    """Both layouts (cells or channels on the vector lanes) over every size."""
     rng = np.random.default_rng(seed)
     for case in range(60):
         M, N, K = (int(rng.choice(s)) for s in (SIZES_M, SIZES_N, SIZES_K))
         A, B = _operands(rng, M, K, N, specials=case % 5 == 0)
         bias = rng.standard_normal(M).astype(np.float32) if case % 3 else None
         clamp_to = [None, (0.0, np.inf), (-0.5, 0.25), (-np.inf, np.inf)][case % 4]
-        Y = native_gemm.gemm(native_gemm.packed(A, bias)[0], B, clamp_to)
-        _check(Y, A, B, bias, clamp_to, f"M={M} K={K} N={N} bias={bias is not None} clamp={clamp_to}")
+        Y = native_gemm.gemm(native_gemm.packed(A, bias, rows=rows)[0], B, clamp_to)
+        _check(Y, A, B, bias, clamp_to, f"M={M} K={K} N={N} bias={bias is not None} clamp={clamp_to} rows={rows}")
 
 
 @needs_cc
-@pytest.mark.parametrize("M, K, N", [(32, 1152, 49), (70, 800, 60), (17, 147, 3025), (130, 64, 784)])
+@pytest.mark.parametrize("M, K, N", [(32, 1152, 49), (70, 800, 60), (17, 147, 3025), (130, 64, 784), (34, 34, 784)])
 def test_gemm_conv_shapes(M, K, N):
     rng = np.random.default_rng(M + K + N)
     A, B = _operands(rng, M, K, N, specials=False)
@@ -86,8 +88,9 @@ def test_gemm_writes_only_its_output(seed):
         Ybuf = np.full((M + 2, N + int(rng.integers(2, 20))), np.nan, np.float32)
         Yv = Ybuf[1:M + 1, 1:N + 1]
         bias = rng.standard_normal(M).astype(np.float32)
-        assert native_gemm.gemm(native_gemm.packed(A, bias)[0], Bv, (-1.0, 1.0), out=Yv) is Yv
-        _check(Yv, A, B, bias, (-1.0, 1.0), f"M={M} K={K} N={N} ldb={ldb}")
+        p = native_gemm.packed(A, bias, rows=bool(case % 3 == 0))[0]
+        assert native_gemm.gemm(p, Bv, (-1.0, 1.0), out=Yv) is Yv
+        _check(Yv, A, B, bias, (-1.0, 1.0), f"M={M} K={K} N={N} ldb={ldb} rows={p.rows}")
         border = np.ones(Ybuf.shape, bool)
         border[1:M + 1, 1:N + 1] = False
         assert np.isnan(Ybuf[border]).all(), f"written outside the output: M={M} K={K} N={N}"

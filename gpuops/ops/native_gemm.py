@@ -18,55 +18,64 @@ import numpy as np
 from .. import native
 from .linalg import derived
 
-_PACK_ARGS = (native.PTR, native.INT, native.INT, native.INT, native.PTR)  # A, lda, M, K, pack
+_PACK_ARGS = (native.PTR,) + (native.INT,) * 4 + (native.PTR,)  # A, lda, M, K, rows, pack
 _GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR, native.INT,  # pack, B, ldb, bias, Y, ldy
-              native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)  # M, K, N, lo, hi
+              native.INT, native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)  # M, K, N, rows, lo, hi
 
 
 class Packed:
     """A weight (M x K float32) packed for :func:`gemm` by the kernel, with its bias (M float32 or
-    None): read-only arrays and their data addresses."""
+    None): read-only arrays and their data addresses. ``rows``: the layout (cells on the vector lanes,
+    for short K; else channels)."""
 
-    __slots__ = ("pack", "address", "bias", "bias_address", "M", "K")
+    __slots__ = ("pack", "address", "bias", "bias_address", "M", "K", "rows")
 
-    def __init__(self, pack: np.ndarray, bias: np.ndarray | None, M: int, K: int):
-        self.pack, self.address, self.M, self.K = pack, pack.ctypes.data, M, K
+    def __init__(self, pack: np.ndarray, bias: np.ndarray | None, M: int, K: int, rows: bool):
+        self.pack, self.address, self.M, self.K, self.rows = pack, pack.ctypes.data, M, K, rows
         self.bias, self.bias_address = bias, None if bias is None else bias.ctypes.data
 
 
-def _pack(A: np.ndarray, bias, fn, lanes: int) -> Packed:
+def _pack(A: np.ndarray, bias, rows: bool | None) -> Packed:
     A = np.ascontiguousarray(A, dtype=np.float32)
     M, K = A.shape
-    pack = np.empty(max(-(-M // lanes) * lanes * K, 1), np.float32)
-    native.call(fn, native.ptr(A), K, M, K, native.ptr(pack))
+    rows = rows_layout(M, K) if rows is None else rows
+    width = native.function("gemm.c", "gemm_pack_width_f32", (native.INT,))(rows)
+    pack = np.empty(max(-(-M // width) * width * K, 1), np.float32)
+    native.call(native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS), native.ptr(A), K, M, K, rows, native.ptr(pack))
     pack.flags.writeable = False
     if bias is not None:
         bias = np.array(bias, dtype=np.float32)  # a copy: read-only below
         bias.flags.writeable = False
-    return Packed(pack, bias, M, K)
+    return Packed(pack, bias, M, K, rows)
 
 
-def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1) -> tuple[Packed, ...] | None:
+def rows_layout(M: int, K: int) -> bool:
+    """Whether the cells-on-lanes layout beats the channels-on-lanes one (measured, AVX-512): short K,
+    where the transposed store costs as much as the sums, or channels that fill the lanes poorly."""
+    return K < 96 or M / (-(-M // 16) * 16) < 0.8
+
+
+def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1,
+           rows: bool | None = None) -> tuple[Packed, ...] | None:
     """The weights ``W`` (M, ...) float32, and the ``bias`` (M,) added to their products, as ``group``
     packed matrices, group g holding rows ``[g M / group, (g + 1) M / group)`` of ``W.reshape(M, -1)``;
-    kept while frozen ``W`` and ``bias`` live (pass the plan's arrays, not views made per call). None
-    when native kernels are unavailable or ``W`` is not float32."""
+    kept while frozen ``W`` and ``bias`` live (pass the plan's arrays, not views made per call).
+    ``rows``: the layout (None: :func:`rows_layout`). None when native kernels are unavailable or
+    ``W`` is not float32."""
     if not isinstance(W, np.ndarray) or W.dtype != np.float32 or W.ndim < 1 or W.shape[0] % group:
         return None
     if bias is not None and np.shape(bias) != (W.shape[0],):
         raise ValueError(f"packed: bias of shape {np.shape(bias)} for {W.shape[0]} output rows")
-    fn = native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS)
-    lanes = native.function("gemm.c", "gemm_lanes_f32", ())
-    if fn is None or lanes is None:
+    if native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS) is None:
         return None
     Mg = W.shape[0] // group
 
     def make():
         A = W.reshape(W.shape[0], -1)
-        return tuple(_pack(A[g * Mg:(g + 1) * Mg], None if bias is None else bias[g * Mg:(g + 1) * Mg], fn, lanes())
+        return tuple(_pack(A[g * Mg:(g + 1) * Mg], None if bias is None else bias[g * Mg:(g + 1) * Mg], rows)
                      for g in range(group))
 
-    return derived((W,) if bias is None else (W, bias), ("native_gemm", group), make)
+    return derived((W,) if bias is None else (W, bias), ("native_gemm", group, rows), make)
 
 
 def _rows(a: np.ndarray, cols: int) -> tuple[int, int] | None:
@@ -104,7 +113,7 @@ def gemm(p: Packed, B: np.ndarray, clamp_to=None, out: np.ndarray | None = None)
         raise ValueError(f"gemm: out must be a writeable ({M}, {N}) float32 array with contiguous rows")
     if M and N:
         lo, hi = (-math.inf, math.inf) if clamp_to is None else clamp_to
-        native.call(fn, p.address, b[0], b[1], p.bias_address, y[0], y[1], M, K, N, lo, hi)
+        native.call(fn, p.address, b[0], b[1], p.bias_address, y[0], y[1], M, K, N, p.rows, lo, hi)
     return out
 
 
