@@ -166,6 +166,27 @@ int qlinear_matmul_u8(const int32_t* pack, const void* A, int64_t M, const void*
     return 0;
 }
 
+/* qlinear_matmul_u8's arguments but A and Y, set once per weight and input shape (the caller's
+ * plan), so that a call converts three arguments rather than fifteen. */
+struct qlinear_args {
+    const int32_t* pack;
+    int64_t M;
+    const void* za_rows;
+    int64_t za;
+    const void* zb_cols;
+    int64_t zb;
+    int64_t signs;
+    const float* as_rows;
+    const float* bs_cols;
+    float as, bs, ys;
+    int64_t y_zp;
+};
+
+int qlinear_matmul_u8_planned(const struct qlinear_args* p, const void* A, void* Y) {
+    return qlinear_matmul_u8(p->pack, A, p->M, p->za_rows, p->za, p->zb_cols, p->zb, p->signs, p->as_rows, p->as,
+                             p->bs_cols, p->bs, p->ys, p->y_zp, Y);
+}
+
 /* QuantizeLinear, float32 to 8 bits with one scale and zero point: y = saturate(rint(x / scale) + zp)
  * in float32, as the NumPy code (NaN saturates to the low end). y_signed: int8 output. */
 int quantize_linear_f32(const float* x, int64_t n, float scale, int64_t zp, int64_t y_signed, void* y) {

@@ -58,7 +58,13 @@ PTR, INT, FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL | None] = {}
 _functions: dict[tuple[str, str], object] = {}
-_off = threading.local()
+
+
+class _Off(threading.local):
+    depth = 0  # nested disabled() blocks in this thread
+
+
+_off = _Off()
 
 ENABLED = os.environ.get("GPUOPS_NATIVE", "1") != "0"  # read once, at import
 
@@ -66,13 +72,13 @@ ENABLED = os.environ.get("GPUOPS_NATIVE", "1") != "0"  # read once, at import
 def enabled() -> bool:
     """Whether native kernels may be used now (not turned off by ``GPUOPS_NATIVE=0`` at start-up or
     by :func:`disabled`)."""
-    return ENABLED and not getattr(_off, "depth", 0)
+    return ENABLED and not _off.depth
 
 
 @contextmanager
 def disabled():
     """Run the NumPy code instead of native kernels in this thread (tests use it as the oracle)."""
-    _off.depth = getattr(_off, "depth", 0) + 1
+    _off.depth += 1
     try:
         yield
     finally:

@@ -2,6 +2,7 @@
 NumPy code it replaces (its oracle): bit-exact over random shapes, types, zero points and scales,
 int32 wrapping included, and against onnxruntime in a model with weights."""
 
+import ctypes
 from concurrent.futures import ThreadPoolExecutor
 
 import array_api_compat.numpy as xp
@@ -241,6 +242,35 @@ def test_kernels_write_only_their_outputs():
         native.call(fn, pack.ctypes.data, A.ctypes.data, M, None, 3, None, 0, 0, None, 0.5, None, 0.25, 1.0, 100,
                     y[guard:].ctypes.data)
         assert (y[:guard] == 77).all() and (y[guard + M * N:] == 77).all()
+        args = quantize._QLinearArgs(pack.ctypes.data, M, None, 3, None, 0, 0, None, None, 0.5, 0.25, 1.0, 100)
+        planned = np.full_like(y, 77)
+        native.call(native.function("quantize.c", "qlinear_matmul_u8_planned", quantize._PLANNED_ARGS),
+                    ctypes.addressof(args), A.ctypes.data, planned[guard:].ctypes.data)
+        np.testing.assert_array_equal(planned, y)  # the same arguments, passed in a struct
+
+
+@needs_cc
+def test_a_weights_plan_is_reused_only_for_the_same_fixed_parameters(counted):
+    """QLinearMatMul plans the kernel's arguments once per kept weight, input shape and set of
+    read-only scales and zero points; a writeable scale changed in place between calls, other
+    parameter objects and other input shapes are planned again: every result matches the NumPy path."""
+    rng = np.random.default_rng(13)
+    B = _ints(rng, np.uint8, (512, 64))
+    s, z = np.array(0.05, np.float32), np.array(128, np.uint8)
+    for t in (B, s, z):
+        t.flags.writeable = False
+    changing = np.array(0.1, np.float32)
+    A = _ints(rng, np.uint8, (1, 512))
+    for value in (0.1, 0.2, 0.025):
+        changing[...] = value
+        _same(*_both(quantize.QLinearMatMul, A, s, z, B, s, z, changing, z), f"changed y_scale {value}")
+    for i, value in enumerate((0.1, 0.2, 0.025, 0.2)):
+        A = _ints(rng, np.uint8, (1 + i % 2, 512))
+        fixed = np.array(value, np.float32)
+        fixed.flags.writeable = False
+        _same(*_both(quantize.QLinearMatMul, A, s, z, B, fixed, z, s, z), f"fixed b_scale {value}")
+        _same(*_both(quantize.QLinearMatMul, A, s, z, B, s, z, s, z), "the kept plan")
+    assert counted[0] == 11
 
 
 @needs_cc
@@ -260,7 +290,7 @@ def test_model_with_weights_matches_onnxruntime(counted):
     model = make_model(nodes, {"x": x}, ["h", "y"], inits=inits, opset=13)
     sess = gpuops.InferenceSession(model, device="cpu")
     got = [sess.run(None, {"x": x}) for _ in range(2)]
-    assert counted[0] == 2 * 2
+    assert counted[0] == 2 * 3  # each run's QuantizeLinear, QLinearMatMul and MatMulInteger
     with native.disabled():
         ref = sess.run(None, {"x": x})
     want = run_ort(model, {"x": x})

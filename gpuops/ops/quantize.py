@@ -14,6 +14,9 @@ without a C compiler, the NumPy code runs (exact float BLAS), which stays the or
 
 from __future__ import annotations
 
+import ctypes
+import operator
+
 import ml_dtypes
 import numpy as np
 
@@ -84,10 +87,13 @@ def _saturate_int(xp, q, zero_point, dtype):
 
 _QUANTIZE_ARGS = (native.PTR, native.INT, native.FLOAT, native.INT, native.INT, native.PTR)
 _DEQUANTIZE_ARGS = (native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.PTR)
-# Sizes from which the kernels beat NumPy's few passes, after a ctypes call's few microseconds
-# (measured on one core: 1.4x at 2048 elements and 4.8x at 2**18 for QuantizeLinear, 1.5x at 2**15
-# for DequantizeLinear, which is two NumPy passes).
-_NATIVE_QUANTIZE_MIN, _NATIVE_DEQUANTIZE_MIN = 1 << 11, 1 << 13
+# Sizes from which the kernels beat NumPy's passes, after a call's 3 us (measured on one core:
+# QuantizeLinear, six NumPy passes, 1.3x at 1 element, 1.5x at 512 and 3.9x at 2**15;
+# DequantizeLinear, two passes, even at 512 elements and 1.4x at 2048).
+_NATIVE_QUANTIZE_MIN, _NATIVE_DEQUANTIZE_MIN = 1, 1 << 9
+
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _one(p, dtypes, x) -> bool:
@@ -96,37 +102,43 @@ def _one(p, dtypes, x) -> bool:
     return type(p) is np.ndarray and p.size == 1 and p.dtype in dtypes and p.ndim <= x.ndim
 
 
+def _address(x) -> int:
+    """The data address of a C-contiguous, non-empty array (read-only ones too)."""
+    return native.address(x) if x.flags.writeable else x.ctypes.data
+
+
 def _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision):
     """QuantizeLinear of float32 to 8 bits with one scale and zero point by the native kernel, else None."""
-    if not (type(x) is np.ndarray and x.dtype == np.float32 and x.size >= _NATIVE_QUANTIZE_MIN and dtype in _BYTES
+    if not (type(x) is np.ndarray and x.dtype == _FLOAT32 and x.size >= _NATIVE_QUANTIZE_MIN and dtype in _BYTES
             and not block_size
-            and _one(y_scale, (np.float32,), x) and (y_zero_point is None or _one(y_zero_point, (dtype,), x))
+            and _one(y_scale, (_FLOAT32,), x) and (y_zero_point is None or _one(y_zero_point, (dtype,), x))
             and precision in (0, 1)):
         return None
     fn = native.function("quantize.c", "quantize_linear_f32", _QUANTIZE_ARGS)
     if fn is None:
         return None
-    x = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (which makes a 0-d array 1-d)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)  # (not 0-d: those are contiguous)
     y = np.empty(x.shape, dtype)
-    native.call(fn, native.ptr(x), x.size, float(y_scale.reshape(())), 0 if y_zero_point is None else
-                int(y_zero_point.reshape(())), int(dtype == np.int8), native.ptr(y, dtype))
+    native.call(fn, _address(x), x.size, y_scale.item(), 0 if y_zero_point is None else y_zero_point.item(),
+                dtype == np.int8, native.address(y))
     return y
 
 
 def _native_dequantize(x, x_scale, x_zero_point, out, block_size):
     """DequantizeLinear of 8 bits to float32 with one scale and zero point by the native kernel, else None."""
-    if not (type(x) is np.ndarray and x.dtype in _BYTES and x.size >= _NATIVE_DEQUANTIZE_MIN and out == np.float32
+    if not (type(x) is np.ndarray and x.dtype in _BYTES and x.size >= _NATIVE_DEQUANTIZE_MIN and out == _FLOAT32
             and not block_size
-            and _one(x_scale, (np.float32,), x) and (x_zero_point is None or _one(x_zero_point, (x.dtype,), x))):
+            and _one(x_scale, (_FLOAT32,), x) and (x_zero_point is None or _one(x_zero_point, (x.dtype,), x))):
         return None
     fn = native.function("quantize.c", "dequantize_linear_f32", _DEQUANTIZE_ARGS)
     if fn is None:
         return None
-    x = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (which makes a 0-d array 1-d)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)  # (not 0-d: those are contiguous)
     y = np.empty(x.shape, np.float32)
-    native.call(fn, native.ptr(x, x.dtype), x.size, int(x.dtype == np.int8),
-                0 if x_zero_point is None else int(x_zero_point.reshape(())), float(x_scale.reshape(())),
-                native.ptr(y))
+    native.call(fn, _address(x), x.size, x.dtype == np.int8, 0 if x_zero_point is None else x_zero_point.item(),
+                x_scale.item(), native.address(y))
     return y
 
 
@@ -298,6 +310,16 @@ _MATMUL_INTEGER_ARGS = _GEMM_ARGS + (native.PTR,)  # Y
 # y_zero_point, Y
 _QLINEAR_ARGS = _GEMM_ARGS + (native.PTR, native.FLOAT, native.PTR, native.FLOAT, native.FLOAT, native.INT,
                               native.PTR)
+_PLANNED_ARGS = (native.PTR, native.PTR, native.PTR)  # struct qlinear_args (_QLinearArgs), A, Y
+
+
+class _QLinearArgs(ctypes.Structure):
+    """cpu_kernels/quantize.c's ``struct qlinear_args``: qlinear_matmul_u8's arguments but A and Y."""
+
+    _fields_ = [("pack", ctypes.c_void_p), ("M", ctypes.c_int64), ("za_rows", ctypes.c_void_p),
+                ("za", ctypes.c_int64), ("zb_cols", ctypes.c_void_p), ("zb", ctypes.c_int64),
+                ("signs", ctypes.c_int64), ("as_rows", ctypes.c_void_p), ("bs_cols", ctypes.c_void_p),
+                ("as_", ctypes.c_float), ("bs", ctypes.c_float), ("ys", ctypes.c_float), ("y_zp", ctypes.c_int64)]
 
 
 class _Pack(np.ndarray):
@@ -409,28 +431,39 @@ def _requantize(xp, acc, multiplier, y_zero_point):
     return _saturate_int(xp, q, y_zero_point, y_zero_point.dtype)
 
 
+class _Plans(dict):
+    """A weight's native QLinearMatMul plans, kept with it (:func:`derived`): (A's shape, A's type) ->
+    (the scales and zero points planned for, the plan or None). Those are kept here too, and only
+    when they cannot change (:func:`_frozen`): a call with the very same objects reuses the plan."""
+
+
 def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     """QLinearMatMul by the native kernel (8-bit in and out), or None where the NumPy path runs. What
     depends only on the weight and the parameters (the checks, the pack, the kernel's arguments) is
     planned once per input shape while they are kept weights."""
     if type(a) is not np.ndarray or y_zero_point is None or not native.enabled():
         return None
-    tag = ("native qlinear", a.shape, a.dtype.str, a_zero_point is None, b_zero_point is None)
-    kept = [b, a_scale, b_scale, y_scale, y_zero_point]  # derived() keys on b, the large one, first
-    kept += [z for z in (a_zero_point, b_zero_point) if z is not None]
-    plan = derived(kept, tag, lambda: _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
-                                                    y_zero_point))
+    params = (a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point)
+    plans = derived((b,), "native qlinear", _Plans)
+    key = (a.shape, a.dtype)
+    hit = plans.get(key)
+    if hit is not None and all(map(operator.is_, hit[0], params)):
+        plan = hit[1]
+    else:
+        plan = _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+        if all(p is None or _frozen(p) for p in params):
+            plans[key] = (params, plan)
     if plan is None:
         return None
-    fn, head, tail, shape, y_dtype, _ = plan
+    fn, args, shape, y_dtype, _ = plan
     A = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # the plan checked its type and size
     Y = np.empty(shape, y_dtype)
-    native.call(fn, head, A.ctypes.data if not A.flags.writeable else native.address(A), *tail, native.address(Y))
+    native.call(fn, args, A.ctypes.data if not A.flags.writeable else native.address(A), native.address(Y))
     return Y
 
 
 def _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-    """``(kernel, pack address, arguments between A and Y, Y's shape and type, arrays to keep)``, or
+    """``(kernel, address of its struct of arguments, Y's shape and type, what to keep alive)``, or
     None where the native kernel does not apply."""
     ndim = a.ndim or 1
     a_s = _param(a_scale, ndim, a.shape[0] if a.ndim == 2 else None, _SCALES)
@@ -438,15 +471,15 @@ def _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y
     y_s, y_z = _param(y_scale, ndim, None, _SCALES), _param(y_zero_point, ndim, None, _BYTES)
     if a_s is None or b_s is None or y_s is None or y_z is None:
         return None
-    gemm = _native_gemm("qlinear_matmul_u8", _QLINEAR_ARGS, a, b, a_zero_point, b_zero_point)
+    gemm = _native_gemm("qlinear_matmul_u8_planned", _PLANNED_ARGS, a, b, a_zero_point, b_zero_point)
     if gemm is None:
         return None
-    fn, pack, rest, shape, keep = gemm
+    fn, pack, (M, za_rows, za, zb_cols, zb), shape, keep = gemm
     y_dtype = np.dtype(y_zero_point.dtype)
-    tail = (*rest, (a.dtype == np.int8) + 2 * (y_dtype == np.int8),
-            None if a_s[0] is None else native.ptr(a_s[0]), float(a_s[1]),
-            None if b_s[0] is None else native.ptr(b_s[0]), float(b_s[1]), float(y_s[1]), y_z[1])
-    return fn, pack, tail, shape, y_dtype, keep + (a_s[0], b_s[0])
+    args = _QLinearArgs(pack, M, za_rows, za, zb_cols, zb, (a.dtype == np.int8) + 2 * (y_dtype == np.int8),
+                        None if a_s[0] is None else native.ptr(a_s[0]), None if b_s[0] is None else native.ptr(b_s[0]),
+                        float(a_s[1]), float(b_s[1]), float(y_s[1]), y_z[1])
+    return fn, ctypes.addressof(args), shape, y_dtype, keep + (a_s[0], b_s[0], args)
 
 
 @op("QLinearMatMul", since=10)  # 21 adds float16/bfloat16 scales and float8 types
