@@ -548,6 +548,26 @@ def compute_dtype(dtype) -> np.dtype | None:
 COLS_BYTES = 1 << 28  # bound on one im2col buffer; bigger batches are convolved a chunk of images at a time
 
 
+_GEOMETRIES: dict = {}
+
+
+def _geometry(X, W, group, kernel_shape, auto_pad, strides, dilations, pads):
+    """(kernel, strides, dilations, pads_begin, pads_end, out, K, L) of a conv, its shapes checked; kept per
+    shapes and attributes, which a model's Conv meets again on every run."""
+    key = (tuple(X.shape), tuple(W.shape), group, auto_pad, *(None if v is None else tuple(v)
+                                                              for v in (kernel_shape, strides, dilations, pads)))
+    g = _GEOMETRIES.get(key)
+    if g is None:
+        _check_conv_shapes(X, W, group, kernel_shape)
+        kernel, s, d, pb, pe = spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
+        pb, pe, out = conv_geometry(X.shape[2:], kernel, s, d, pb, pe, auto_pad)
+        g = (*map(tuple, (kernel, s, d, pb, pe, out)), math.prod(kernel), math.prod(out))
+        if len(_GEOMETRIES) >= 4096:
+            _GEOMETRIES.clear()
+        _GEOMETRIES[key] = g
+    return g
+
+
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
          pads=None, strides=None, clamp_to=None):
     """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
@@ -555,25 +575,23 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     CPU, the native depthwise kernel (else columns from :class:`Planes`), Winograd where it pays,
     :func:`_kn2row` where it moves fewer bytes than im2col, else the blocked im2col. ``clamp_to``:
     ``(lo, hi)`` of a fused Relu or Clip, applied with the bias (float32 only: see FusedConv)."""
-    _check_conv_shapes(X, W, group, kernel_shape)
     ct = compute_dtype(X.dtype)
     if ct is not None:
+        _check_conv_shapes(X, W, group, kernel_shape)
         Y = conv(xp, X.astype(ct), up(W), None if B is None else up(B), auto_pad=auto_pad,
                  dilations=dilations, group=group, pads=pads, strides=strides)
         return Y.astype(X.dtype)
-    kernel, strides, dilations, pb, pe = spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
-    pb, pe, out = conv_geometry(X.shape[2:], kernel, strides, dilations, pb, pe, auto_pad)
+    kernel, strides, dilations, pb, pe, out, K, L = _geometry(X, W, group, kernel_shape, auto_pad, strides,
+                                                              dilations, pads)
     N, C = X.shape[:2]
     M = W.shape[0]
-    K = math.prod(kernel)
-    L = math.prod(out)
-    Wm = xp.reshape(W, (M, (C // group) * K))
     if isinstance(X, np.ndarray) and group == C and C > 1 and L > 0 and X.size:  # CPU depthwise, 1x1 too
         return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
     if isinstance(X, np.ndarray) and group == 1 and C <= DIRECT_MAX_CHANNELS and K > 1 and L > 0 and X.size:
         Y = _direct(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
         if Y is not None:
             return Y
+    Wm = xp.reshape(W, (M, (C // group) * K))
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
         gemm = _FusedGemm.of(X, W, B, group, clamp_to, L) if isinstance(X, np.ndarray) and X.size and M else None
         if gemm is not None:
