@@ -154,6 +154,7 @@ static inline int block_init(const Windows* g, Block* b, float pad) {
 
 /* t[i][j] <- t[j][i] for a VL x VL tile (VL == 16): four rounds of swapping the off-diagonal blocks
  * of 8, 4, 2, 1. */
+_Static_assert(VL == 16, "transpose_tile's shuffles are written for 16 lanes");
 static inline void transpose_tile(vfloat* t) {
     for (int i = 0; i < 8; ++i) {
         const vfloat a = t[i], c = t[i + 8];

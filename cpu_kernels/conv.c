@@ -13,7 +13,12 @@ static int depthwise_blocks(const Windows* g, const float* x, const float* w, co
     Block b;
     if (block_init(g, &b, 0.0f)) return 1;
     const int64_t K = g->KH * g->KW, OHW = g->OH * g->OW;
-    vfloat wt[K + 1], t[VL];  /* tap k of the block's VL channels, then the bias */
+    vfloat t[VL];
+    float* wt = malloc(sizeof(vfloat) * (K + 1));  /* tap k of the block's VL channels at wt[k * VL], then the bias */
+    if (!wt) {
+        free(b.in_at);
+        return 1;
+    }
     for (int64_t n = 0; n < N; ++n)
         for (int64_t c0 = 0; c0 < C; c0 += VL) {
             const int64_t nc = C - c0 < VL ? C - c0 : VL;
@@ -21,24 +26,28 @@ static int depthwise_blocks(const Windows* g, const float* x, const float* w, co
             for (int64_t m = 0; m < mult; ++m) {
                 for (int64_t j = 0; j < VL; ++j) {
                     const int64_t oc = (c0 + j) * mult + m;
-                    for (int64_t k = 0; k < K; ++k) wt[k][j] = j < nc ? w[oc * K + k] : 0.0f;
-                    wt[K][j] = j < nc && bias ? bias[oc] : 0.0f;
+                    for (int64_t k = 0; k < K; ++k) wt[k * VL + j] = j < nc ? w[oc * K + k] : 0.0f;
+                    wt[K * VL + j] = j < nc && bias ? bias[oc] : 0.0f;
                 }
+                const vfloat bv = vload(wt + K * VL);
                 float* yb = y + (n * C * mult + c0 * mult + m) * OHW;  /* lane j's plane: yb + j * mult * OHW */
                 for (int64_t f = 0; f < OHW; f += VL) {
                     const int64_t nf = OHW - f < VL ? OHW - f : VL;
                     for (int64_t i0 = 0; i0 < VL; i0 += ROWS) {
                         vfloat a[ROWS];
-                        for (int r = 0; r < ROWS; ++r) a[r] = wt[K];
-                        for (int64_t k = 0; k < K; ++k)
+                        for (int r = 0; r < ROWS; ++r) a[r] = bv;
+                        for (int64_t k = 0; k < K; ++k) {
+                            const vfloat wv = vload(wt + k * VL);
                             for (int r = 0; r < ROWS; ++r)
-                                a[r] += wt[k] * vload(b.blk + b.out_at[f + (i0 + r < nf ? i0 + r : 0)] + b.taps[k]);
+                                a[r] += wv * vload(b.blk + b.out_at[f + (i0 + r < nf ? i0 + r : 0)] + b.taps[k]);
+                        }
                         for (int r = 0; r < ROWS; ++r) t[i0 + r] = vclamp(a[r], lo, hi);
                     }
                     tile_store(t, nf, nc, yb, mult * OHW, f);
                 }
             }
         }
+    free(wt);
     free(b.in_at);
     return 0;
 }
