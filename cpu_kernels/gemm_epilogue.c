@@ -38,7 +38,7 @@ static inline __attribute__((always_inline)) void tile(int rows, int nv, const f
         s0[r] = s1[r] = (vfloat){0} + (bias && r < mr ? bias[r] : 0.0f);
     }
     for (int64_t k = 0; k < K; ++k) {
-        __builtin_prefetch(x + k * ldx + 2 * NR);  /* the next strips' rows, for the first row block */
+        __builtin_prefetch(x + k * ldx + 4 * NR);  /* the next strips' rows, for the first row block */
         const vfloat b0 = vload(x + k * ldx), b1 = nv > 1 ? vload(x + k * ldx + VL) : b0;
         for (int r = 0; r < rows; ++r) {
             s0[r] += ar[r][k] * b0;
