@@ -77,7 +77,7 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
     for (int64_t k = 0; k < kc; ++k) {
         gvec w[NV];
         for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
-        __builtin_prefetch(b + k * ldb + PF);
+        __builtin_prefetch(b + k * ldb + PF);  /* past B's end on its last rows: a prefetch never faults */
         for (int i = 0; i < MR; ++i) {
             const float x = b[k * ldb + i];
             for (int v = 0; v < nv; ++v) s[i][v] += x * w[v];

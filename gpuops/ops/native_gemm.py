@@ -35,10 +35,9 @@ class Packed:
         self.bias, self.bias_address = bias, None if bias is None else bias.ctypes.data
 
 
-def _pack(A: np.ndarray, bias, rows: bool | None) -> Packed:
+def _pack(A: np.ndarray, bias, rows: bool) -> Packed:
     A = np.ascontiguousarray(A, dtype=np.float32)
     M, K = A.shape
-    rows = rows_layout(M, K) if rows is None else rows
     width = native.function("gemm.c", "gemm_pack_width_f32", (native.INT,))(rows)
     pack = np.empty(max(-(-M // width) * width * K, 1), np.float32)
     native.call(native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS), native.ptr(A), K, M, K, rows, native.ptr(pack))
@@ -49,19 +48,20 @@ def _pack(A: np.ndarray, bias, rows: bool | None) -> Packed:
     return Packed(pack, bias, M, K, rows)
 
 
-def rows_layout(M: int, K: int) -> bool:
-    """Whether the cells-on-lanes layout beats the channels-on-lanes one (measured, AVX-512): short K,
-    where the transposed store costs as much as the sums, or channels that fill the lanes poorly."""
-    return K < 96 or M / (-(-M // 16) * 16) < 0.8
+def rows_layout(M: int, K: int, N: int | None = None) -> bool:
+    """Whether the cells-on-lanes layout beats the channels-on-lanes one for products with N cells
+    (None: large maps), as measured (AVX-512): short K, where the transposed store costs as much as
+    the sums, or channels that fill the lanes poorly; never on small maps (7x7), whose cells would."""
+    return (N is None or N >= 96) and (K < 96 or M / (-(-M // 16) * 16) < 0.8)
 
 
-def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1,
+def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int | None = None,
            rows: bool | None = None) -> tuple[Packed, ...] | None:
     """The weights ``W`` (M, ...) float32, and the ``bias`` (M,) added to their products, as ``group``
     packed matrices, group g holding rows ``[g M / group, (g + 1) M / group)`` of ``W.reshape(M, -1)``;
     kept while frozen ``W`` and ``bias`` live (pass the plan's arrays, not views made per call).
-    ``rows``: the layout (None: :func:`rows_layout`). None when native kernels are unavailable or
-    ``W`` is not float32."""
+    ``N``: the cells of the products to come, if known; ``rows``: the layout (None:
+    :func:`rows_layout`). None when native kernels are unavailable or ``W`` is not float32."""
     if not isinstance(W, np.ndarray) or W.dtype != np.float32 or W.ndim < 1 or W.shape[0] % group:
         return None
     if bias is not None and np.shape(bias) != (W.shape[0],):
@@ -69,6 +69,8 @@ def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1,
     if native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS) is None:
         return None
     Mg = W.shape[0] // group
+    if rows is None:
+        rows = rows_layout(Mg, math.prod(W.shape[1:]), N)
 
     def make():
         A = W.reshape(W.shape[0], -1)
