@@ -248,7 +248,7 @@ def _native_cases(rng) -> list[tuple[str, str, Callable]]:
     """(name, C file, a call of the op whose CPU path runs that file's kernel)."""
     import array_api_compat.numpy as npx
 
-    from .ops import conv, pool, quantize, rnn
+    from .ops import conv, elementwise, pool, quantize, rnn
     from .ops.contrib import transformer
 
     x = rng.standard_normal((2, 32, 15, 13)).astype(np.float32)
@@ -266,7 +266,12 @@ def _native_cases(rng) -> list[tuple[str, str, Callable]]:
         ("fused conv + relu", "conv.c", lambda: transformer.FusedConv(npx, x[:, :16], w3[:, :16, :1, :1], b,
                                                                        activation="Relu")),
         ("winograd conv", "winograd.c", lambda: conv.Conv(npx, x, w3, b, pads=[1, 1, 1, 1])),
+        ("fused conv + residual", "conv.c", lambda: transformer.FusedConv(npx, x[:, :16], w3[:, :16, :1, :1], b,
+                                                                           x[:, 16:], activation="Relu")),
+        ("direct conv", "direct_conv.c", lambda: conv.Conv(npx, x[:, :3], w3[:, :3], b, pads=[1, 1, 1, 1])),
         ("max pool", "pool.c", lambda: pool.MaxPool(npx, x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        ("max pool, wide rows", "pool.c", lambda: pool.MaxPool(npx, x.reshape(2, 4, 15, 104), kernel_shape=[3, 3])),
+        ("erf", "special.c", lambda: elementwise.Erf(npx, x)),
         ("average pool", "pool.c", lambda: pool.AveragePool(npx, x, kernel_shape=[3, 2], pads=[1, 0, 1, 1])),
         ("lstm", "rnn.c", lambda: rnn.LSTM(npx, seq, W, R, hidden_size=16, direction="bidirectional")),
         ("qlinear matmul", "quantize.c", lambda: quantize.QLinearMatMul(npx, a8, s, z, w8, s, z, s, z)),

@@ -430,6 +430,8 @@ def test_fused_conv_with_a_residual(activation):
         out = conv.conv(xp, X, W, None, **attrs).shape
         Z = rng.standard_normal(z_shape or out).astype(np.float32)
         Z.flat[:3] = [np.nan, np.inf, -np.inf]
+        if not bias:  # a strided Z (its contiguous copy must outlive the kernel's call)
+            Z = np.repeat(Z, 2, axis=1)[:, ::2]
         got = transformer.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
         with native.disabled():
             want = transformer.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
@@ -462,3 +464,29 @@ def test_a_shared_cache_folder_or_a_hung_compiler_falls_back(monkeypatch, tmp_pa
     monkeypatch.setattr(native, "_loaded", {})
     with pytest.warns(RuntimeWarning, match="timed out"):
         assert native.function("conv.c", "depthwise_conv2d_f32", _DEPTHWISE_ARGS) is None
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_erf(dtype):
+    """Erf (and Gelu through it) by the C library: within 2 ulp of a float64 math.erf, NaN, infinities,
+    zeros and subnormals included, on strided inputs too; the NumPy series agrees to its few ulp."""
+    import math
+
+    from gpuops.ops.elementwise import erf
+
+    rng = np.random.default_rng(41)
+    x = np.concatenate([rng.standard_normal(3000) * 3, [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 6.0, -30.0],
+                        rng.uniform(-1e-3, 1e-3, 100)]).astype(dtype)
+    got = erf(xp, x[::1])
+    want = np.array([math.erf(float(v)) if not math.isnan(v) else math.nan for v in x]).astype(dtype)
+    ulp = np.spacing(np.abs(want).astype(dtype))
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert (np.abs(got - want) <= 2 * ulp)[~np.isnan(want)].all()
+    assert np.signbit(got[np.where(x == 0)]).tolist() == np.signbit(x[x == 0]).tolist()
+    strided = erf(xp, x.reshape(-1, 1)[::2])
+    np.testing.assert_array_equal(strided.ravel(), got[::2])
+    with native.disabled():
+        series = erf(xp, x)
+    np.testing.assert_allclose(got, series, rtol=4e-6 if dtype == np.float32 else 1e-14, atol=1e-30, equal_nan=True)

@@ -525,7 +525,8 @@ def _epilogue(xp, Y, B, clamp_to):
         if hi < math.inf:
             np.minimum(Y, hi, out=Y)
         return Y
-    b = None if B is None else native.ptr(np.ascontiguousarray(B))
+    B = None if B is None else np.ascontiguousarray(B)  # held here while the kernel reads it
+    b = None if B is None else native.ptr(B)
     if Y.ndim == 2:  # a block of rows, Y.strides[0] apart
         native.call(fn, Y.ctypes.data, b, Y.shape[0], Y.shape[1], Y.strides[0] // 4, lo, hi)
     else:

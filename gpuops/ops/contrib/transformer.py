@@ -222,9 +222,9 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     Y = _conv(xp, X, W, None if residual else B, **geometry)
     if residual is not None:
         if Z.shape == Y.shape and Y.flags.c_contiguous and Y.flags.writeable:
-            b = None if B is None else native.ptr(np.ascontiguousarray(B))
-            native.call(residual, native.ptr(Y), b, native.ptr(np.ascontiguousarray(Z)), Y.shape[0], Y.shape[1],
-                        math.prod(Y.shape[2:]), *clamp_to)
+            B, Z = None if B is None else np.ascontiguousarray(B), np.ascontiguousarray(Z)  # kept while it runs
+            native.call(residual, native.ptr(Y), None if B is None else native.ptr(B), native.ptr(Z), Y.shape[0],
+                        Y.shape[1], math.prod(Y.shape[2:]), *clamp_to)
             return Y
         if B is not None:  # the conv ran without it
             Y = Y + xp.reshape(B, (-1,) + (1,) * (Y.ndim - 2))
