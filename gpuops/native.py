@@ -191,10 +191,13 @@ def status() -> dict:
             "files": {f: "compiled" if lib is not None else "unavailable" for f, lib in sorted(_loaded.items())}}
 
 
+_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
+
+
 def address(a: np.ndarray) -> int:
     """The data address of a writeable, non-empty array the caller has just made or checked (no
     checks: :func:`ptr` is the checked form)."""
-    return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    return _addressof(_from_buffer(a))
 
 
 def ptr(a: np.ndarray, dtype=np.float32) -> int:

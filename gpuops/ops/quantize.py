@@ -15,7 +15,6 @@ without a C compiler, the NumPy code runs (exact float BLAS), which stays the or
 from __future__ import annotations
 
 import ctypes
-import operator
 
 import ml_dtypes
 import numpy as np
@@ -433,8 +432,9 @@ def _requantize(xp, acc, multiplier, y_zero_point):
 
 class _Plans(dict):
     """A weight's native QLinearMatMul plans, kept with it (:func:`derived`): (A's shape, A's type) ->
-    (the scales and zero points planned for, the plan or None). Those are kept here too, and only
-    when they cannot change (:func:`_frozen`): a call with the very same objects reuses the plan."""
+    (a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point, the plan or None). The
+    parameters are kept here too, and only when they cannot change (:func:`_frozen`): a call with the
+    very same objects reuses the plan."""
 
 
 def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
@@ -443,22 +443,22 @@ def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
     planned once per input shape while they are kept weights."""
     if type(a) is not np.ndarray or y_zero_point is None or not native.enabled():
         return None
-    params = (a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point)
     plans = derived((b,), "native qlinear", _Plans)
-    key = (a.shape, a.dtype)
-    hit = plans.get(key)
-    if hit is not None and all(map(operator.is_, hit[0], params)):
-        plan = hit[1]
+    hit = plans.get((a.shape, a.dtype))
+    if (hit is not None and hit[0] is a_scale and hit[1] is a_zero_point and hit[2] is b_scale
+            and hit[3] is b_zero_point and hit[4] is y_scale and hit[5] is y_zero_point):
+        plan = hit[6]
     else:
         plan = _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+        params = (a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point)
         if all(p is None or _frozen(p) for p in params):
-            plans[key] = (params, plan)
+            plans[a.shape, a.dtype] = (*params, plan)
     if plan is None:
         return None
     fn, args, shape, y_dtype, _ = plan
     A = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # the plan checked its type and size
     Y = np.empty(shape, y_dtype)
-    native.call(fn, args, A.ctypes.data if not A.flags.writeable else native.address(A), native.address(Y))
+    native.call(fn, args, _address(A), native.address(Y))
     return Y
 
 
