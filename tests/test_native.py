@@ -45,13 +45,19 @@ def _input(rng, N, C, H, W, specials):
     return X
 
 
+# planes per image: few take the phase-plane kernels; 8 or more on rows of at most 32 output cells the
+# channel blocks (16 planes interleaved, in and out through transposed tiles: partial blocks and tiles)
+PLANES = {"phase planes": (1, 6), "channel blocks": (8, 40)}
+
+
 @needs_cc
-@pytest.mark.parametrize("seed", range(6))
-def test_pools_match_numpy(seed):
+@pytest.mark.parametrize("planes", PLANES)
+@pytest.mark.parametrize("seed", range(4))
+def test_pools_match_numpy(seed, planes):
     rng = np.random.default_rng(seed)
     checked = 0
-    for case in range(40):
-        X = _input(rng, int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 14)),
+    for case in range(30):
+        X = _input(rng, int(rng.integers(1, 3)), int(rng.integers(*PLANES[planes])), int(rng.integers(1, 14)),
                    int(rng.integers(1, 40)), specials=case % 5 == 0)
         geo = _geometry(rng)
         ceil = int(rng.integers(0, 2))
@@ -65,16 +71,17 @@ def test_pools_match_numpy(seed):
             np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6, equal_nan=True,
                                        err_msg=f"{f.__name__} {X.shape} {geo} ceil={ceil} {extra}")
             checked += 1
-    assert checked > 60
+    assert checked > 45
 
 
 @needs_cc
-@pytest.mark.parametrize("seed", range(6))
-def test_depthwise_conv_matches_numpy(seed):
+@pytest.mark.parametrize("planes", PLANES)
+@pytest.mark.parametrize("seed", range(4))
+def test_depthwise_conv_matches_numpy(seed, planes):
     rng = np.random.default_rng(100 + seed)
     checked = 0
     for case in range(30):
-        N, C = int(rng.integers(1, 3)), int(rng.integers(2, 6))
+        N, C = int(rng.integers(1, 3)), int(rng.integers(max(2, PLANES[planes][0]), PLANES[planes][1]))
         X = _input(rng, N, C, int(rng.integers(1, 14)), int(rng.integers(1, 40)), specials=case % 7 == 0)
         geo = _geometry(rng)
         mult = int(rng.integers(1, 3))
@@ -88,66 +95,6 @@ def test_depthwise_conv_matches_numpy(seed):
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{X.shape} {geo} x{mult}")
         checked += 1
     assert checked > 20
-
-
-@needs_cc
-@pytest.mark.parametrize("seed", range(4))
-def test_channel_blocks_match_numpy(seed):
-    """Eight or more planes with output rows of at most 32 cells take the channel-block kernels
-    (VL planes interleaved, transposed in and out a tile at a time): partial blocks and tiles, every
-    geometry, and NaN and inf, against the NumPy code."""
-    rng = np.random.default_rng(200 + seed)
-    checked = 0
-    for case in range(25):
-        N, C = int(rng.integers(1, 3)), int(rng.integers(8, 40))
-        X = _input(rng, N, C, int(rng.integers(1, 20)), int(rng.integers(1, 34)), specials=case % 4 == 0)
-        geo = _geometry(rng)
-        ceil = int(rng.integers(0, 2))
-        mult = int(rng.integers(1, 3))
-        W = rng.standard_normal((C * mult, 1, *geo["kernel_shape"])).astype(np.float32)
-        B = rng.standard_normal(C * mult).astype(np.float32) if case % 2 else None
-        conv_geo = {k: v for k, v in geo.items() if k != "kernel_shape"}
-        for f, args, kw in ((pool.MaxPool, (X,), dict(ceil_mode=ceil, **geo)),
-                            (pool.AveragePool, (X,), dict(ceil_mode=ceil, count_include_pad=case % 3 == 0, **geo)),
-                            (conv.Conv, (X, W, B), dict(group=C, **conv_geo))):
-            got = _both(f, *args, **kw)
-            if got is None:
-                continue
-            y, ref = got
-            assert y.shape == ref.shape and y.dtype == ref.dtype
-            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5, equal_nan=True,
-                                       err_msg=f"{f.__name__} {X.shape} {kw} x{mult}")
-            checked += 1
-    assert checked > 40
-
-
-@needs_cc
-@pytest.mark.parametrize("seed", range(3))
-def test_direct_conv_matches_numpy(seed):
-    """Group-1 convs of at most four input channels (a CNN's first layer) take the native direct
-    kernel: every geometry, output-channel counts that leave partial chunks of sums, bias or none, a
-    fused clamp, NaN and inf, against the NumPy im2col + GEMM."""
-    from gpuops.ops.contrib import transformer
-
-    rng = np.random.default_rng(300 + seed)
-    checked = 0
-    for case in range(20):
-        N, C, M = int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.choice([1, 5, 16, 24, 40, 64, 70]))
-        X = _input(rng, N, C, int(rng.integers(2, 20)), int(rng.integers(2, 40)), specials=case % 4 == 0)
-        geo = _geometry(rng)
-        W = (rng.standard_normal((M, C, *geo.pop("kernel_shape"))) / 3).astype(np.float32)
-        if W.shape[2] * W.shape[3] == 1:
-            continue
-        B = rng.standard_normal(M).astype(np.float32) if case % 2 else None
-        act = dict(activation="Relu") if case % 3 == 0 else dict(activation="Clip", activation_params=[-0.5, 0.5])
-        got = _both(transformer.FusedConv, X, W, B, **act, **geo)
-        if got is None:
-            continue
-        y, ref = got
-        assert y.shape == ref.shape and y.dtype == ref.dtype
-        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{X.shape} {W.shape} {geo}")
-        checked += 1
-    assert checked > 10
 
 
 @needs_cc
