@@ -157,3 +157,31 @@ def test_softmax_over_trailing_axes_matches_the_formula(log, dtype):
 def test_softmax_matches_onnxruntime(op_type, opset, axis):
     x = np.random.default_rng(11).standard_normal((2, 1000, 1, 3)).astype(np.float32)
     assert_op_matches_ort(op_type, {"input": x}, opset=opset, axis=axis, rtol=1e-5, atol=1e-6)
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(3))
+def test_native_head_rows_match_numpy(seed):
+    """The native row mean (GlobalAveragePool) and Softmax / LogSoftmax rows (cpu_kernels/rows.c)
+    against their NumPy code: rows shorter and longer than the vector sums' blocks, a row with a NaN,
+    one with +inf, one all -inf, a strided input."""
+    rng = np.random.default_rng(40 + seed)
+    for n in [1, 3, 16, 17, 64, 169, 1000]:
+        x = rng.standard_normal((2, 5, n)).astype(np.float32) * 4
+        x[0, 1, n // 2], x[0, 2, 0], x[1, 3] = np.nan, np.inf, -np.inf
+        for view in (x, x[:, ::2]):
+            X4 = view.reshape(view.shape + (1,))
+            got = pool.GlobalAveragePool(xp, X4)
+            with native.disabled():
+                want = pool.GlobalAveragePool(xp, X4)
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, equal_nan=True, err_msg=str(n))
+            for log in (False, True):
+                for axes in [(2,), (1, 2)]:
+                    got = softmax._normalise(xp, view, axes, log)
+                    with native.disabled():
+                        want = softmax._normalise(xp, view, axes, log)
+                    assert got.dtype == np.float32 and got.shape == view.shape
+                    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, equal_nan=True,
+                                               err_msg=f"{n} {axes} {log}")
+                    if axes == (2,) and view is x:  # the row holding a NaN, and the all -inf row
+                        assert np.isnan(got[0, 1]).all() and np.isnan(got[1, 3]).all()

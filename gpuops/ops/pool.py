@@ -214,14 +214,23 @@ def _spatial_axes(X):
     return tuple(range(2, X.ndim))
 
 
+_ROW_MEAN_ARGS = (native.PTR, native.PTR, native.INT, native.INT)  # x, y, rows, n
+
+
 @op("GlobalAveragePool", since=1)
 def GlobalAveragePool(xp, X):
     axes = _spatial_axes(X)
     n = math.prod(X.shape[2:])
-    if isinstance(X, np.ndarray) and X.dtype in (np.float32, np.float64) and n:
+    if isinstance(X, np.ndarray) and X.dtype in (np.float32, np.float64) and n and X.size:
+        rows = np.ascontiguousarray(X).reshape(-1, n)
+        fn = native.function("rows.c", "row_mean_f32", _ROW_MEAN_ARGS) if X.dtype == np.float32 else None
+        if fn is not None:  # one pass
+            Y = np.empty(tuple(X.shape[:2]) + (1,) * len(axes), dtype=np.float32)
+            native.call(fn, native.ptr(rows), native.address(Y), rows.shape[0], n)
+            return Y
         # one BLAS matrix-vector product with ones (np.mean's reduction over a tuple of axes is several
         # times slower on small maps), then the division np.mean does
-        S = np.matmul(np.ascontiguousarray(X).reshape(-1, n), np.ones(n, dtype=X.dtype))
+        S = np.matmul(rows, np.ones(n, dtype=X.dtype))
         S /= n
         return S.reshape(tuple(X.shape[:2]) + (1,) * len(axes))
     return xp.mean(X, axis=axes, keepdims=True)
