@@ -81,16 +81,21 @@ def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int
     return derived((W,) if bias is None else (W, bias), ("native_gemm", group, rows), make)
 
 
+_F32 = np.dtype(np.float32)
+
+
 def _rows(a: np.ndarray, cols: int) -> tuple[int, int] | None:
     """(data address, row stride in floats) of 2-D float32 ``a`` whose rows are contiguous and at
     least ``cols`` apart, else None."""
-    if a.dtype != np.float32 or a.ndim != 2:
+    if a.dtype != _F32 or a.ndim != 2:
         return None
-    if a.flags.c_contiguous:
-        return native.address(a) if a.flags.writeable and a.size else a.ctypes.data, max(cols, 1)
-    if (a.shape[1] > 1 and a.strides[1] != 4) or a.strides[0] % 4 or (a.shape[0] > 1 and a.strides[0] < 4 * cols):
+    flags = a.flags
+    if flags.c_contiguous:
+        return native.address(a) if flags.writeable and a.size else a.ctypes.data, max(cols, 1)
+    rows, step = a.strides
+    if (a.shape[1] > 1 and step != 4) or rows % 4 or (a.shape[0] > 1 and rows < 4 * cols):
         return None
-    return a.ctypes.data, a.strides[0] // 4 if a.shape[0] > 1 else max(cols, 1)
+    return a.ctypes.data, rows // 4 if a.shape[0] > 1 else max(cols, 1)
 
 
 def gemm(p: Packed, B: np.ndarray, clamp_to=None, out: np.ndarray | None = None) -> np.ndarray | None:
@@ -111,13 +116,18 @@ def gemm(p: Packed, B: np.ndarray, clamp_to=None, out: np.ndarray | None = None)
         b = native.ptr(B), max(N, 1)
     if out is None:
         out = np.empty((M, N), np.float32)
-    y = _rows(out, N) if out.shape == (M, N) and out.flags.writeable else None
-    if y is None:
-        raise ValueError(f"gemm: out must be a writeable ({M}, {N}) float32 array with contiguous rows")
+        y = native.address(out) if out.size else 0, max(N, 1)
+    else:
+        y = _rows(out, N) if out.shape == (M, N) and out.flags.writeable else None
+        if y is None:
+            raise ValueError(f"gemm: out must be a writeable ({M}, {N}) float32 array with contiguous rows")
     if M and N:
-        lo, hi = (-math.inf, math.inf) if clamp_to is None else clamp_to
+        lo, hi = _NO_CLAMP if clamp_to is None else clamp_to
         native.call(fn, p.address, b[0], b[1], p.bias_address, y[0], y[1], M, K, N, p.rows, lo, hi)
     return out
+
+
+_NO_CLAMP = (-math.inf, math.inf)
 
 
 def gemm_pays(M: int, K: int, N: int) -> bool:
