@@ -135,6 +135,14 @@ def test_unavailable_when_native_is_off():
 
 
 @needs_cc
+def test_empty_products():
+    (p,) = native_gemm.packed(np.ones((8, 4), np.float32))
+    assert native_gemm.gemm(p, np.ones((4, 0), np.float32)).shape == (8, 0)
+    (p,) = native_gemm.packed(np.ones((0, 4), np.float32))
+    assert native_gemm.gemm(p, np.ones((4, 5), np.float32)).shape == (0, 5)
+
+
+@needs_cc
 def test_bad_operands_are_refused():
     (p,) = native_gemm.packed(np.ones((8, 4), np.float32))
     with pytest.raises(ValueError):

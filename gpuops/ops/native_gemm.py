@@ -69,12 +69,12 @@ def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int
         raise ValueError(f"packed: bias of shape {np.shape(bias)} for {W.shape[0]} output rows")
     if native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS) is None:
         return None
-    Mg = W.shape[0] // group
+    Mg, K = W.shape[0] // group, math.prod(W.shape[1:])
     if rows is None:
-        rows = rows_layout(Mg, math.prod(W.shape[1:]), N)
+        rows = rows_layout(Mg, K, N)
 
     def make():
-        A = W.reshape(W.shape[0], -1)
+        A = W.reshape(W.shape[0], K)
         return tuple(_pack(A[g * Mg:(g + 1) * Mg], None if bias is None else bias[g * Mg:(g + 1) * Mg], rows)
                      for g in range(group))
 
