@@ -229,7 +229,7 @@ def erf(xp, X):
     """
     if isinstance(X, np.ndarray) and X.dtype in (np.float32, np.float64) and X.size >= NATIVE_ERF_MIN:
         fn = native.function("special.c", "erf_f64" if X.dtype == np.float64 else "erf_f32", _ERF_ARGS)
-        if fn is not None:  # the C library's erf: within an ulp or two, in one pass
+        if fn is not None:  # cpu_kernels/special.c: within an ulp, in one pass
             Xc = np.ascontiguousarray(X)
             Y = np.empty_like(Xc)
             native.call(fn, native.ptr(Xc, X.dtype), native.address(Y), X.size)
