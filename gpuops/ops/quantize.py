@@ -205,12 +205,12 @@ def QuantizeLinear_23(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, 
 
 
 def _dequantize(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
-    shape = tuple(x.shape)
-    xdt = np.dtype(x.dtype)
     out = np_dtype(output_dtype) if output_dtype else x_scale.dtype
     y = _native_dequantize(x, x_scale, x_zero_point, out, block_size)
     if y is not None:
         return y
+    shape = tuple(x.shape)
+    xdt = np.dtype(x.dtype)
     # float8/float4 zero points are zero by definition; int32 input has none.
     if x_zero_point is not None and xdt not in _FLOAT8 and xdt not in _FLOAT_SMALL:
         if np.dtype(x_zero_point.dtype) != xdt:
