@@ -6,6 +6,7 @@
  *                    relative error 2e-9 (Q fits erfc(x) exp(x^2), smooth there)
  *   beyond:          +-1 (erf(4) is 1 - 1.5e-8, which rounds to 1 in float32)
  * with x^2 exact in double, and exp by 2^k times a degree-11 polynomial on |r| <= ln2 / 2.
+ * gelu_f32: x * (1 + erf(x / sqrt(2))) / 2 with the same erf, in double.
  * erf_f64: the C library's erf, one call per element (within an ulp). */
 #include <math.h>
 #include <stdint.h>
@@ -48,20 +49,32 @@ static inline double exp_nonpositive(double y) {
     return p * scale;
 }
 
+/* erf(v) of a float32 value v, in double. */
+static inline double erf_of(double v) {
+    const double a = fabs(v), t = v * v;
+    double p = R1[7];
+#pragma GCC unroll 16
+    for (int j = 6; j >= 0; --j) p = p * t + R1[j];
+    const double b = a < 4.0 ? a : 4.0, s = (2.0 * b - 4.921875) / 3.078125;
+    double q = R2[13];
+#pragma GCC unroll 16
+    for (int j = 12; j >= 0; --j) q = q * s + R2[j];
+    const double e = 1.0 - exp_nonpositive(-(b * b)) * q, small = v * p;  /* both computed: selects only */
+    const double tail = copysign(a < 4.0 ? e : 1.0, v);
+    const double r = a < 0.921875 ? small : tail;
+    return v != v ? v : r;
+}
+
 int erf_f32(const float* restrict x, float* restrict y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = (float)erf_of(x[i]);
+    return 0;
+}
+
+/* Gelu, x * (1 + erf(x / sqrt(2))) / 2, in one pass (ai.onnx Gelu, com.microsoft Gelu). */
+int gelu_f32(const float* restrict x, float* restrict y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-        const double v = x[i], a = fabs(v), t = v * v;
-        double p = R1[7];
-#pragma GCC unroll 16
-        for (int j = 6; j >= 0; --j) p = p * t + R1[j];
-        const double b = a < 4.0 ? a : 4.0, s = (2.0 * b - 4.921875) / 3.078125;
-        double q = R2[13];
-#pragma GCC unroll 16
-        for (int j = 12; j >= 0; --j) q = q * s + R2[j];
-        const double e = 1.0 - exp_nonpositive(-(b * b)) * q, small = v * p;  /* both computed: selects only */
-        const double tail = copysign(a < 4.0 ? e : 1.0, v);
-        const double r = a < 0.921875 ? small : tail;
-        y[i] = (float)(v != v ? v : r);
+        const double v = x[i];
+        y[i] = (float)(0.5 * v * (1.0 + erf_of(v * 0.70710678118654752440)));
     }
     return 0;
 }

@@ -439,3 +439,30 @@ def test_native_erf(dtype):
     with native.disabled():
         series = erf(xp, x)
     np.testing.assert_allclose(got, series, rtol=4e-6 if dtype == np.float32 else 1e-14, atol=1e-30, equal_nan=True)
+
+
+@needs_cc
+def test_native_gelu():
+    """Gelu (approximate "none", float32) in one native pass: within 2 ulp of x (1 + erf(x / sqrt(2))) / 2
+    computed in float64, NaN and infinities included (Gelu(-inf) is that formula's NaN); the NumPy
+    formula agrees."""
+    import math
+
+    from gpuops.ops.activation import Gelu
+
+    rng = np.random.default_rng(43)
+    x = np.concatenate([rng.standard_normal(5000) * 4, [np.nan, np.inf, -np.inf, 0.0, -0.0, -40.0, 1e-40]])
+    x = x.astype(np.float32)
+    got = Gelu(xp, x)
+    with np.errstate(invalid="ignore"):  # -inf * (1 + erf(-inf)) is NaN, as onnxruntime's formula gives
+        want = np.array([0.5 * v * (1 + (math.erf(v / math.sqrt(2)) if not math.isnan(v) else v))
+                         for v in x.astype(np.float64)]).astype(np.float32)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    fin = np.isfinite(want)
+    assert (got[~fin] == want[~fin]).sum() == np.isinf(want).sum()
+    tol = 2 * np.spacing(np.abs(want[fin])) + np.where(x[fin] < -5, 1e-7, 1e-45)  # below -5: 1 + erf underflows,
+    assert (np.abs(got[fin].astype(np.float64) - want[fin]) <= tol).all()  # as in onnxruntime's float32 formula
+    with native.disabled():
+        ref = Gelu(xp, x)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -214,8 +214,23 @@ def Erf(xp, input):
     return erf(xp, input)
 
 
-NATIVE_ERF_MIN = 64  # elements: below, the kernel's call costs more than the NumPy passes save
-_ERF_ARGS = (native.PTR, native.PTR, native.INT)
+NATIVE_SPECIAL_MIN = 64  # elements: below, a kernel's call costs more than the NumPy passes save
+_SPECIAL_ARGS = (native.PTR, native.PTR, native.INT)
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+
+def native_special(name: str, X, dtypes=(np.float32, np.float64)):
+    """``cpu_kernels/special.c``'s elementwise ``name`` (``name_f32`` / ``name_f64``) over the NumPy array
+    X, in one pass; None where it does not apply (dtype, size, native kernels off)."""
+    if not (isinstance(X, np.ndarray) and X.dtype in dtypes and X.size >= NATIVE_SPECIAL_MIN):
+        return None
+    fn = native.function("special.c", f"{name}_{_SUFFIX[X.dtype]}", _SPECIAL_ARGS)
+    if fn is None:
+        return None
+    X = np.ascontiguousarray(X)
+    Y = np.empty_like(X)
+    native.call(fn, native.ptr(X, X.dtype), native.address(Y), X.size)
+    return Y
 
 
 def erf(xp, X):
@@ -227,13 +242,9 @@ def erf(xp, X):
     (a loop over a static count, not over the data). float16/bfloat16 and integers work in float32
     and the result is cast back to the input's type.
     """
-    if isinstance(X, np.ndarray) and X.dtype in (np.float32, np.float64) and X.size >= NATIVE_ERF_MIN:
-        fn = native.function("special.c", "erf_f64" if X.dtype == np.float64 else "erf_f32", _ERF_ARGS)
-        if fn is not None:  # cpu_kernels/special.c: within an ulp, in one pass
-            Xc = np.ascontiguousarray(X)
-            Y = np.empty_like(Xc)
-            native.call(fn, native.ptr(Xc, X.dtype), native.address(Y), X.size)
-            return Y
+    Y = native_special("erf", X)  # within an ulp, in one pass
+    if Y is not None:
+        return Y
     out_dtype = X.dtype
     wide = X.dtype == xp.float64
     work = xp.float64 if wide else xp.float32
