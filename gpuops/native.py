@@ -41,15 +41,18 @@ KERNEL_DIR = next((d for d in (Path(__file__).resolve().parent.parent / "cpu_ker
                                Path(__file__).resolve().parent / "cpu_kernels") if d.is_dir()),
                   Path(__file__).resolve().parent.parent / "cpu_kernels")
 
-# -fno-tree-loop-distribute-patterns: short copy and fill loops stay loops, not libc calls per row
-FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp-simd",
-         "-fno-tree-loop-distribute-patterns")
+FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp-simd")
+# GCC only (clang rejects it): short copy and fill loops stay loops, not libc calls per row
+GCC_FLAGS = ("-fno-tree-loop-distribute-patterns",)
+LIBS = ("-lm",)  # after the source: special.c's erf
 
 
-def flags() -> tuple[str, ...]:
-    """:data:`FLAGS` and then ``$GPUOPS_NATIVE_CFLAGS`` (e.g. ``-march=x86-64-v3`` for a cache shared by
-    several kinds of CPU, or sanitizers: the tests run every kernel under ``-fsanitize=address``)."""
-    return FLAGS + tuple(shlex.split(os.environ.get("GPUOPS_NATIVE_CFLAGS", "")))
+def flags(version: str = "") -> tuple[str, ...]:
+    """:data:`FLAGS` (and :data:`GCC_FLAGS` unless ``version``, the compiler's ``--version``, says clang),
+    then ``$GPUOPS_NATIVE_CFLAGS`` (e.g. ``-march=x86-64-v3`` for a cache shared by several kinds of CPU,
+    or sanitizers: the tests run every kernel under ``-fsanitize=address``)."""
+    own = FLAGS if "clang" in version else FLAGS + GCC_FLAGS
+    return own + tuple(shlex.split(os.environ.get("GPUOPS_NATIVE_CFLAGS", "")))
 
 
 # The C parameter types kernels use: pointers to arrays, sizes and flags, float parameters.
@@ -131,7 +134,7 @@ def _compile(file: str) -> ctypes.CDLL:
         raise RuntimeError("no C compiler found (set CC)")
     src = (KERNEL_DIR / file).read_text() + "".join(h.read_text() for h in sorted(KERNEL_DIR.glob("*.h")))
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=COMPILE_SECONDS).stdout
-    key = hashlib.sha256("\0".join([src, cc, version, *flags(), _cpu_id()]).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\0".join([src, cc, version, *flags(version), _cpu_id()]).encode()).hexdigest()[:32]
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     _private(d)
@@ -139,8 +142,8 @@ def _compile(file: str) -> ctypes.CDLL:
     if not so.exists():
         with tempfile.TemporaryDirectory(dir=d) as tmp:
             out = Path(tmp) / "kernel.so"
-            r = subprocess.run([cc, *flags(), "-o", str(out), str(KERNEL_DIR / file)], capture_output=True, text=True,
-                               timeout=COMPILE_SECONDS)
+            r = subprocess.run([cc, *flags(version), "-o", str(out), str(KERNEL_DIR / file), *LIBS],
+                               capture_output=True, text=True, timeout=COMPILE_SECONDS)
             if r.returncode:
                 raise RuntimeError(f"{cc} failed on cpu_kernels/{file}:\n{r.stderr[-4000:]}")
             os.replace(out, so)  # atomic: concurrent builders of the same key agree

@@ -466,3 +466,13 @@ def test_native_gelu():
     with native.disabled():
         ref = Gelu(xp, x)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_compiler_flags_suit_gcc_and_clang(monkeypatch):
+    """GCC-only flags go to GCC alone (clang rejects them: every kernel would fall back to NumPy), and
+    the user's flags come last."""
+    monkeypatch.setenv("GPUOPS_NATIVE_CFLAGS", "-march=x86-64-v3")
+    gcc = native.flags("cc (Debian 12.2.0-14) 12.2.0")
+    clang = native.flags("Debian clang version 14.0.6\nTarget: x86_64-pc-linux-gnu")
+    assert set(native.GCC_FLAGS) <= set(gcc) and not set(native.GCC_FLAGS) & set(clang)
+    assert gcc[-1] == clang[-1] == "-march=x86-64-v3" and set(native.FLAGS) <= set(clang)
