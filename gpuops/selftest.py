@@ -248,13 +248,14 @@ def _native_cases(rng) -> list[tuple[str, str, Callable]]:
     """(name, C file, a call of the op whose CPU path runs that file's kernel)."""
     import array_api_compat.numpy as npx
 
-    from .ops import conv, elementwise, pool, quantize, rnn
+    from .ops import conv, elementwise, pool, quantize, rnn, softmax
     from .ops.contrib import transformer
 
     x = rng.standard_normal((2, 32, 15, 13)).astype(np.float32)
     w3 = (rng.standard_normal((16, 32, 3, 3)) / 17).astype(np.float32)
     dw = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
     b = rng.standard_normal(16).astype(np.float32)
+    w1, b1 = (rng.standard_normal((64, 32, 1, 1)) / 6).astype(np.float32), rng.standard_normal(64).astype(np.float32)
     seq = rng.standard_normal((5, 1, 8)).astype(np.float32)
     W, R = (rng.standard_normal((2, 64, n)).astype(np.float32) / 4 for n in (8, 16))
     a8, w8 = ints(rng, (1, 256), np.uint8), ints(rng, (256, 256), np.uint8)  # a kept weight: packed
@@ -269,9 +270,12 @@ def _native_cases(rng) -> list[tuple[str, str, Callable]]:
         ("fused conv + residual", "conv.c", lambda: transformer.FusedConv(npx, x[:, :16], w3[:, :16, :1, :1], b,
                                                                            x[:, 16:], activation="Relu")),
         ("direct conv", "direct_conv.c", lambda: conv.Conv(npx, x[:, :3], w3[:, :3], b, pads=[1, 1, 1, 1])),
+        ("conv gemm", "gemm.c", lambda: conv.Conv(npx, x, w1, b1)),
         ("max pool", "pool.c", lambda: pool.MaxPool(npx, x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
         ("max pool, wide rows", "pool.c", lambda: pool.MaxPool(npx, x.reshape(2, 4, 15, 104), kernel_shape=[3, 3])),
         ("erf", "special.c", lambda: elementwise.Erf(npx, x)),
+        ("global average pool", "rows.c", lambda: pool.GlobalAveragePool(npx, x)),
+        ("softmax", "rows.c", lambda: softmax.Softmax(npx, x, axis=-1)),
         ("average pool", "pool.c", lambda: pool.AveragePool(npx, x, kernel_shape=[3, 2], pads=[1, 0, 1, 1])),
         ("lstm", "rnn.c", lambda: rnn.LSTM(npx, seq, W, R, hidden_size=16, direction="bidirectional")),
         ("qlinear matmul", "quantize.c", lambda: quantize.QLinearMatMul(npx, a8, s, z, w8, s, z, s, z)),

@@ -1,7 +1,7 @@
-"""The native GEMM with a conv's epilogue (cpu_kernels/gemm_epilogue.c: bias and a fused Relu / Clip
-applied as each tile is stored) behind the 1x1 and blocked im2col convs, against the NumPy code it
-replaces; and the single-pass NumPy forms of GlobalAveragePool and Softmax against onnxruntime and
-their generic formulas."""
+"""The native conv GEMM (cpu_kernels/gemm.c through gpuops.ops.native_gemm: bias and a fused Relu / Clip
+applied as each tile is stored; tests/test_native_gemm.py tests the kernel itself) behind the 1x1 and
+blocked im2col convs, against the NumPy code it replaces; and the single-pass forms of
+GlobalAveragePool and Softmax against onnxruntime and their generic formulas."""
 
 import math
 
@@ -24,46 +24,14 @@ def _specials(rng, a):
     return a
 
 
-def _gemm():
-    return native.function("gemm_epilogue.c", "gemm_bias_clamp_f32", conv._GEMM_ARGS)
-
-
-@needs_cc
-@pytest.mark.parametrize("seed", range(3))
-def test_gemm_matches_numpy_and_writes_only_its_tiles(seed):
-    """Every size class (rows past a multiple of the tile's, columns narrower than a vector, a last
-    strip moved back) into a NaN-filled buffer wider than Y: the gaps between rows stay NaN; x read
-    with a row stride too; NaN and inf in x, bias or none, each clamp."""
-    rng = np.random.default_rng(seed)
-    fn = _gemm()
-    for case in range(40):
-        M, K, L = int(rng.integers(1, 30)), int(rng.integers(1, 50)), int(rng.choice([1, 5, 15, 16, 17, 31, 32, 33,
-                                                                                      47, 64, 70, 169]))
-        ldx, ldy = L + int(rng.integers(0, 3)), L + int(rng.integers(0, 5))
-        A = rng.standard_normal((M, K)).astype(np.float32)
-        X = rng.standard_normal((K, ldx)).astype(np.float32)
-        if case % 4 == 0:
-            _specials(rng, X[:, :L])
-        B = rng.standard_normal(M).astype(np.float32) if case % 3 else None
-        lo, hi = CLAMPS[case % 3] or conv._NO_CLAMP
-        buf = np.full(M * ldy + 16, np.nan, dtype=np.float32)
-        assert fn(A.ctypes.data, X.ctypes.data, ldx, None if B is None else B.ctypes.data, buf.ctypes.data, ldy,
-                  1, M, K, L, lo, hi) == 0
-        Y = buf[:M * ldy].reshape(M, ldy)
-        ref = A.astype(np.float64) @ X[:, :L].astype(np.float64) + (0 if B is None else B[:, None])
-        ref = np.minimum(np.maximum(ref, lo), hi).astype(np.float32)
-        np.testing.assert_allclose(Y[:, :L], ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{M} {K} {L}")
-        assert np.isnan(Y[:, L:]).all() and np.isnan(buf[M * ldy:]).all()
-
-
 @needs_cc
 @pytest.mark.parametrize("seed", range(3))
 def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed, monkeypatch):
     """conv() with bias and a clamp through the native GEMM (1x1 direct, and the blocked im2col with
     one row per block as well) against conv() with native kernels off; grouped convs, several images,
-    maps from one cell to several strips (the kernel taking even the narrow ones here), NaN and inf in
-    the input."""
-    monkeypatch.setattr(conv, "GEMM_MIN_COLUMNS", 1)
+    maps from one cell to several strips (the kernel taking even the shapes where it does not pay
+    here), NaN and inf in the input."""
+    monkeypatch.setattr(conv.native_gemm, "gemm_pays", lambda M, K, N: True)
     rng = np.random.default_rng(10 + seed)
     for case in range(16):
         group = int(rng.integers(1, 4))
@@ -90,19 +58,20 @@ def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed, monkeypatch)
 
 
 @needs_cc
-@pytest.mark.parametrize("size", [13, 5])
-def test_fused_conv_1x1_relu_matches_onnxruntime(size, monkeypatch):
-    """A SqueezeNet 1x1 FusedConv + Relu (13x13: the native GEMM; rows past a tile multiple) and one on
-    a map too small for it (np.matmul) against a Conv and a Relu in onnxruntime."""
+@pytest.mark.parametrize("size, M, K", [(13, 48, 384), (55, 16, 64), (28, 34, 34)])
+def test_fused_conv_1x1_relu_matches_onnxruntime(size, M, K, monkeypatch):
+    """SqueezeNet 1x1 FusedConvs + Relu (the native GEMM where gemm_pays says so: rows past a tile
+    multiple) and a ShuffleNet-sized one where it does not (np.matmul) against a Conv and a Relu in
+    onnxruntime."""
     real = conv._FusedGemm.__call__
     rng = np.random.default_rng(5)
-    X = rng.standard_normal((1, 48, size, size)).astype(np.float32)
-    W = (rng.standard_normal((21, 48, 1, 1)) / 7).astype(np.float32)
-    B = rng.standard_normal(21).astype(np.float32)
+    X = rng.standard_normal((1, K, size, size)).astype(np.float32)
+    W = (rng.standard_normal((M, K, 1, 1)) / 7).astype(np.float32)
+    B = rng.standard_normal(M).astype(np.float32)
     calls = []
     monkeypatch.setattr(conv._FusedGemm, "__call__", lambda self, *a: calls.append(a) or real(self, *a))
     got = transformer.FusedConv(xp, X, W, B, activation="Relu")
-    assert len(calls) == (size * size >= conv.GEMM_MIN_COLUMNS)
+    assert len(calls) == conv.native_gemm.gemm_pays(M, K, size * size)
     want = assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, rtol=1e-5, atol=1e-5)[0]
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
 

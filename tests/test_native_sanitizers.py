@@ -41,4 +41,4 @@ def test_native_kernels_are_clean_under_sanitizers(tmp_path):
     assert r.returncode == 0, report
     assert "AddressSanitizer" not in report and "runtime error" not in report, report
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").glob("*.so")) == [
-        "conv", "direct_conv", "gemm", "gemm_epilogue", "pool", "quantize", "rnn", "rows", "special", "winograd"]
+        "conv", "direct_conv", "gemm", "pool", "quantize", "rnn", "rows", "special", "winograd"]

@@ -7,9 +7,10 @@ cache-sized buffer (:func:`_im2col_gemm_blocked`), and a group-1 conv with fewer
 channels (DenseNet's 3x3 growth convs) skips the im2col copy: one GEMM of every tap's weights with
 the input (:class:`Planes`), then a shifted add per tap (:func:`_kn2row`). With the native CPU
 kernels (:mod:`gpuops.native`), float32 3x3 stride-1 convs with enough channels run as Winograd
-F(2x2, 3x3) (:mod:`.winograd`), depthwise convs as a C loop, and the GEMMs of the 1x1 and blocked
-im2col convs as a C GEMM that adds the bias and clamps as it stores each tile (:class:`_FusedGemm`). float16/bfloat16 convolve in float32
-and are cast back, as onnxruntime does on CPU.
+F(2x2, 3x3) (:mod:`.winograd`), depthwise convs and convs of at most 4 input channels as C loops, and
+the GEMMs of the 1x1 and blocked im2col convs, where it pays, as a C GEMM over weights packed once
+that adds the bias and clamps as it stores each tile (:class:`_FusedGemm`, :mod:`.native_gemm`).
+float16/bfloat16 convolve in float32 and are cast back, as onnxruntime does on CPU.
 ``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
 ``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces a
 device override of Conv reuses; the generic :func:`conv` stays its fallback and test oracle.
@@ -27,7 +28,7 @@ from .. import native
 from ..errors import NodeError
 from ..registry import op
 from .linalg import derived, up
-from . import winograd
+from . import native_gemm, winograd
 from .elementwise import clamp
 
 # -- geometry (host-side Python ints) ---------------------------------------------------------------
@@ -299,40 +300,33 @@ _DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15 + (native.FLOAT,) * 2  
 _EPILOGUE_ARGS = (native.PTR, native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)
 _NO_CLAMP = (-math.inf, math.inf)
 _IM2COL_ARGS = (native.PTR,) * 2 + (native.INT,) * 15  # x (one image), cols; sizes, output rows
-# W, x, its row stride, bias or NULL, y, its row stride; groups, M and K per group, L; clamp
-_GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR) + (native.INT,) * 5 + (native.FLOAT,) * 2
-
-
-# Narrower outputs go to BLAS: the kernel computes whole vectors of columns (up to 15 wasted per
-# row) and loses to np.matmul plus the epilogue pass on 7x7 maps (measured, one thread, AVX-512).
-GEMM_MIN_COLUMNS = 128
-
-
 class _FusedGemm:
-    """The native GEMM with the conv's epilogue (``cpu_kernels/gemm_epilogue.c``): ``Y = clamp(W @ cols + B)``
-    per group, bias and clamp applied as each tile of Y is stored. :meth:`of` gives None where it does
-    not apply (not float32, or native kernels off)."""
+    """The native conv GEMM (:mod:`.native_gemm`, ``cpu_kernels/gemm.c``): ``Y = clamp(W @ cols + B)`` per
+    group, the weights packed once per weight array with the bias, bias and clamp applied as each tile
+    of Y is stored. :meth:`of` gives None where it does not pay (:func:`.native_gemm.gemm_pays`: as
+    measured against ``np.matmul`` plus the epilogue pass) or does not apply (not float32, native
+    kernels off)."""
 
-    def __init__(self, fn, W, B, group, clamp_to):
-        self.fn, self.group, self.Mg = fn, group, W.shape[0] // group
-        self.CKg = W.size // W.shape[0]
-        self.W = np.ascontiguousarray(W)
-        self.B = None if B is None else np.ascontiguousarray(B)
+    def __init__(self, packs, Mg, CKg, clamp_to):
+        self.packs, self.Mg, self.CKg = packs, Mg, CKg
         self.lo, self.hi = clamp_to or _NO_CLAMP
 
     @classmethod
     def of(cls, X, W, B, group, clamp_to, L):
-        if not (X.dtype == W.dtype == np.float32 and (B is None or B.dtype == np.float32) and W.size
-                and L >= GEMM_MIN_COLUMNS):
+        if not (X.dtype == W.dtype == np.float32 and (B is None or B.dtype == np.float32) and W.size):
             return None
-        fn = native.function("gemm_epilogue.c", "gemm_bias_clamp_f32", _GEMM_ARGS)
-        return None if fn is None else cls(fn, W, B, group, clamp_to)
+        Mg, CKg = W.shape[0] // group, W.size // W.shape[0]
+        if not native_gemm.gemm_pays(Mg, CKg, L):
+            return None
+        packs = native_gemm.packed(W, B, group, N=L)
+        return None if packs is None else cls(packs, Mg, CKg, clamp_to)
 
     def __call__(self, x: int, ldx: int, y: int, ldy: int, L: int):
         """Y at address ``y`` (M rows of L, ``ldy`` floats apart) from the columns at address ``x``
         (C * K rows of L, ``ldx`` apart)."""
-        native.call(self.fn, native.ptr(self.W), x, ldx, None if self.B is None else native.ptr(self.B), y, ldy,
-                    self.group, self.Mg, self.CKg, L, self.lo, self.hi)
+        for g, p in enumerate(self.packs):
+            native_gemm.gemm_into(p, x + 4 * g * self.CKg * ldx, ldx, y + 4 * g * self.Mg * ldy, ldy, L, self.lo,
+                                  self.hi)
 
 
 def _native_window_conv(file, name, X, W, B, count, kernel, strides, dilations, pb, out, clamp_to):

@@ -130,6 +130,18 @@ def gemm(p: Packed, B: np.ndarray, clamp_to=None, out: np.ndarray | None = None)
 _NO_CLAMP = (-math.inf, math.inf)
 
 
+def gemm_into(p: Packed, b: int, ldb: int, y: int, ldy: int, N: int, lo: float, hi: float) -> bool:
+    """:func:`gemm` by addresses, for callers that have checked their buffers (a conv's columns and
+    output rows): B (K rows of N floats, ``ldb`` apart) at ``b``, Y (M rows, ``ldy`` apart) at ``y``.
+    False when native kernels are unavailable."""
+    fn = native.function("gemm.c", "gemm_f32", _GEMM_ARGS)
+    if fn is None:
+        return False
+    if p.M and N:
+        native.call(fn, p.address, b, ldb, p.bias_address, y, ldy, p.M, p.K, N, p.rows, lo, hi)
+    return True
+
+
 def gemm_pays(M: int, K: int, N: int) -> bool:
     """Whether :func:`gemm` beats ``np.matmul`` plus the native bias-and-clamp pass on an M x K x N
     product, as measured on one thread (AVX-512): it wins by 1.2-2x with cold caches almost everywhere,
