@@ -6,11 +6,9 @@
 #include <stdlib.h>
 #include "common.h"
 
-/* Sums as fused multiply-adds (one rounding per step, as BLAS kernels do): ISO C mode (-std=c11) keeps
- * a * b + c as two operations otherwise. */
-#if defined(__clang__)
-#pragma clang fp contract(fast)
-#elif defined(__GNUC__)
+/* Sums as fused multiply-adds (one rounding per step, as BLAS kernels do): -std=c11 turns GCC's
+ * contraction off (clang contracts within an expression). */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
