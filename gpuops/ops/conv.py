@@ -329,6 +329,25 @@ class _FusedGemm:
                                   self.hi)
 
 
+def _conv1x1(X, W, B, group, out, L, clamp_to):
+    """A 1x1 stride-1 unpadded conv of NumPy arrays: the native GEMM where it pays, else ``np.matmul``
+    into the output (one BLAS call per group and image) and the epilogue."""
+    (N, C), M = X.shape[:2], W.shape[0]
+    Y = np.empty((N, M) + tuple(out), dtype=X.dtype)
+    gemm = _FusedGemm.of(X, W, B, group, clamp_to, L) if X.size and M else None
+    if gemm is not None:
+        X = np.ascontiguousarray(X)
+        for n in range(N):
+            gemm(X[n].ctypes.data, L, native.address(Y[n]), L, L)
+        return Y
+    if group == 1:
+        np.matmul(W.reshape(M, C), X.reshape(N, C, L), out=Y.reshape(N, M, L))
+    else:
+        np.matmul(W.reshape(group, M // group, C // group), X.reshape(N, group, C // group, L),
+                  out=Y.reshape(N, group, M // group, L))
+    return _epilogue(np, Y, B, clamp_to)
+
+
 def _native_window_conv(file, name, X, W, B, count, kernel, strides, dilations, pb, out, clamp_to):
     """A 2-D float32 conv by a native kernel of the depthwise kernel's arguments (``count``: the
     depthwise multiplier, or M); None where it does not apply or native kernels are off."""
@@ -504,14 +523,15 @@ def _epilogue(xp, Y, B, clamp_to):
     if B is None and clamp_to is None:
         return Y
     lo, hi = clamp_to or _NO_CLAMP
-    bias = None if B is None else xp.reshape(B, (-1,) + (1,) * (Y.ndim - 2 if Y.ndim > 2 else 1))
-    if not (isinstance(Y, np.ndarray) and Y.flags.writeable):
-        Y = Y if bias is None else Y + bias
-        return Y if clamp_to is None else xp.minimum(xp.maximum(Y, lo), hi)
+    writeable = isinstance(Y, np.ndarray) and Y.flags.writeable
     fn = native.function("conv.c", "bias_clamp_f32", _EPILOGUE_ARGS) if (
-        Y.dtype == np.float32 and (B is None or B.dtype == np.float32) and Y.size and Y.strides[-1] == 4
-        and (Y.ndim == 2 or Y.flags.c_contiguous)) else None
+        writeable and Y.dtype == np.float32 and (B is None or B.dtype == np.float32) and Y.size
+        and Y.strides[-1] == 4 and (Y.ndim == 2 or Y.flags.c_contiguous)) else None
     if fn is None:
+        bias = None if B is None else xp.reshape(B, (-1,) + (1,) * (Y.ndim - 2 if Y.ndim > 2 else 1))
+        if not writeable:
+            Y = Y if bias is None else Y + bias
+            return Y if clamp_to is None else xp.minimum(xp.maximum(Y, lo), hi)
         if bias is not None:
             Y += bias
         if lo > -math.inf:
@@ -524,7 +544,7 @@ def _epilogue(xp, Y, B, clamp_to):
     if Y.ndim == 2:  # a block of rows, Y.strides[0] apart
         native.call(fn, Y.ctypes.data, b, Y.shape[0], Y.shape[1], Y.strides[0] // 4, lo, hi)
     else:
-        M, L, base = Y.shape[1], math.prod(Y.shape[2:]), Y.ctypes.data
+        M, L, base = Y.shape[1], math.prod(Y.shape[2:]), native.address(Y)
         for n in range(Y.shape[0]):
             native.call(fn, base + 4 * n * M * L, b, M, L, L, lo, hi)
     return Y
@@ -588,13 +608,8 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
             return Y
     Wm = xp.reshape(W, (M, (C // group) * K))
     if K == 1 and L == math.prod(X.shape[2:]) and not any(pb) and not any(pe):  # 1x1, stride 1: no copy
-        gemm = _FusedGemm.of(X, W, B, group, clamp_to, L) if isinstance(X, np.ndarray) and X.size and M else None
-        if gemm is not None:
-            X = np.ascontiguousarray(X)
-            Y = np.empty((N, M) + tuple(out), dtype=np.float32)
-            for n in range(N):
-                gemm(X[n].ctypes.data, L, native.address(Y[n]), L, L)
-            return Y
+        if isinstance(X, np.ndarray):
+            return _conv1x1(X, W, B, group, out, L, clamp_to)
         Y = grouped_matmul(xp, Wm, xp.reshape(X, (N, C, L)), group)
         return _epilogue(xp, xp.reshape(Y, (N, M) + tuple(out)), B, clamp_to)
     if isinstance(X, np.ndarray) and K > 1 and L > 0 and X.size:  # CPU: paths without an im2col copy
