@@ -360,7 +360,9 @@ def _native_window_conv(file, name, X, W, B, count, kernel, strides, dilations, 
     B = None if B is None else np.ascontiguousarray(B)
     N, C, H, Wd = X.shape
     Y = np.empty((N, W.shape[0]) + tuple(out), dtype=np.float32)
-    native.call(fn, native.ptr(X), native.ptr(W), None if B is None else native.ptr(B), native.ptr(Y),
+    if not Y.size:
+        return Y
+    native.call(fn, native.ptr(X), native.ptr(W), None if B is None else native.ptr(B), native.address(Y),
                 N, C, H, Wd, count, *kernel, *out, *strides, *pb, *dilations, *(clamp_to or _NO_CLAMP))
     return Y
 
