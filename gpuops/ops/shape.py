@@ -25,7 +25,8 @@ from .elementwise import clamp
 
 def _ints(values) -> list[int]:
     """A host array / list / scalar of integers -> a list of Python ints."""
-    return [int(v) for v in np.asarray(values).reshape(-1)]
+    a = np.asarray(values).reshape(-1)
+    return a.tolist() if a.dtype.kind in "iu" else [int(v) for v in a]
 
 
 def _axis(axis: int, rank: int, what: str = "axis") -> int:
