@@ -403,6 +403,7 @@ class RunContext:
     live: LiveBytes = field(default_factory=LiveBytes)
     host_nodes_logged: set = field(default_factory=set)
     keep_all: bool = False  # no liveness releases (a CUDA graph capture keeps its buffers)
+    xp: Any = None  # the namespace the ops get, when not the device's (a stream capture's)
     failed_node: str | None = None  # the innermost node that raised
 
 
@@ -554,7 +555,7 @@ def _fits(args: list, i: int) -> bool:
 def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
     """Execute ``plan``'s steps in order over ``env`` (name -> value), releasing dead values."""
     device = ctx.device
-    xp, live, profile, on_cpu = device.xp, ctx.live, ctx.profile, device.kind == "cpu"
+    xp, live, profile, on_cpu = ctx.xp or device.xp, ctx.live, ctx.profile, device.kind == "cpu"
     note_node = ctx.memory.note_node if ctx.memory.pool is not None else None
     pending, keep_all = checks.active(), ctx.keep_all
     cur, peak, made = live.current, live.peak, live.produced  # kept here, stored back at the end
