@@ -32,6 +32,13 @@ __device__ __forceinline__ T from_float(float v) { return (T)v; }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
+// The sign bit of a stored value. A GPU's arithmetic returns a canonical NaN (0x7FFFFFFF) whatever its
+// operands' signs, where x86 keeps the NaN operand's sign: a NaN's sign is read from the storage.
+template <class T>
+__device__ __forceinline__ bool sign_bit(T v) { return __float_as_uint((float)v) >> 31; }
+template <>
+__device__ __forceinline__ bool sign_bit<__half>(__half v) { return __half_as_ushort(v) >> 15; }
+
 // Activation epilogue (Conv bias + activation; com.microsoft FusedConv's `activation` attribute).
 enum Activation { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY_RELU = 2, ACT_SIGMOID = 3, ACT_TANH = 4, ACT_CLIP = 5,
                   ACT_HARD_SIGMOID = 6 };

@@ -99,6 +99,10 @@ __global__ void quantize_linear(const TX* __restrict__ x, const TS* __restrict__
             y[i] = (TQ)(bits >= 8 ? v : (v & ((1 << bits) - 1)));
         } else {
             float v = q;
+            if (q != q) {  // the NaN of the input, else of the scale, with its sign (ONNX keeps it)
+                const float xf = to_float(x[i]);
+                v = copysignf(q, (xf != xf ? sign_bit(x[i]) : sign_bit(scale[p])) ? -1.0f : 1.0f);
+            }
             if (saturate) {
                 const F8Format F = f8_format(kind);
                 const float fmax = f8_to_float((unsigned char)F.max_code, kind);

@@ -104,6 +104,18 @@ def test_float8_rounding_of_every_float16_value(dev, target):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("target", FLOAT8, ids=lambda t: np.dtype(t).name)
+def test_float8_nan_keeps_its_sign(dev, target):
+    # a GPU's division returns a NaN without its operand's sign: the kernel must read it from storage
+    neg_nan = np.array(0xFFC00001, np.uint32).view(np.float32)
+    x = np.array([neg_nan, -neg_nan, 1.5, -2.0], np.float32)
+    for scale in (np.array(1.0, np.float32), neg_nan.reshape(()), np.array(-neg_nan, np.float32)):
+        with np.errstate(all="ignore"):
+            want = generic._quantize(npx, x, scale, None, saturate=1, output_dtype=_onnx(target))
+        got = cuda_quant.quantize_to(dev.xp, dev.put(x), dev.put(scale), None, target, saturate=1)
+        _same(dev.get(got), _storage(want))
+
+
 def _onnx(dtype) -> int:
     from gpuops.dtypes import onnx_dtype
 
