@@ -290,6 +290,7 @@ for _name, _what in [("__bool__", "bool()"), ("__int__", "int()"), ("__float__",
 
 def _binary(name):
     def method(self, *args):
+        _no_cublas_in_capture(name, (self, *args))
         return _call(getattr(self._a, name), args)
 
     method.__name__ = name
@@ -447,6 +448,21 @@ def _data_shaped(name: str, f, args, kwargs) -> str | None:
     return None
 
 
+# What CuPy computes with cuBLAS or cuSOLVER for floating types. Their bindings refuse a capturing
+# stream before any CUDA call: "calling cuBLAS API during stream capture is currently unsupported"
+# (cupy_backends/cuda/libs/cublas.pyx setStream; cusolver.pyx likewise). Integer matmul is a kernel.
+_CUBLAS = {"matmul", "dot", "vdot", "inner", "tensordot", "einsum", "kron", "__matmul__", "__rmatmul__",
+           "__imatmul__", "inv", "pinv", "solve", "lstsq", "det", "slogdet", "cholesky", "qr", "svd", "eig",
+           "eigh", "eigvals", "eigvalsh", "matrix_power", "matrix_rank", "multi_dot", "tensorinv",
+           "tensorsolve"}
+
+
+def _no_cublas_in_capture(name: str, args) -> None:
+    if name in _CUBLAS and getattr(_state, "capture", None) is not None and any(
+            isinstance(a, ndarray) and a.dtype.kind in "fc" and a.size for a in _leaves(args)):
+        raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
+
+
 class _Wrapped:
     """A NumPy callable (function, ufunc, bound method) taking and returning device arrays."""
 
@@ -457,6 +473,7 @@ class _Wrapped:
         self._name = getattr(f, "__name__", "")
 
     def __call__(self, *args, **kwargs):
+        _no_cublas_in_capture(self._name, args)
         what = _data_shaped(self._name, self._f, args, kwargs)
         if what is not None and any(map(_is_device, _leaves((args, kwargs)))):
             _sync(what, shape=True)
@@ -485,22 +502,44 @@ def _leaves(x):
 # -- memory --------------------------------------------------------------------------------------
 
 class OutOfMemoryError(MemoryError):
-    """Raised like ``cupy.cuda.memory.OutOfMemoryError`` when a pool's limit is exceeded."""
+    """``cupy.cuda.memory.OutOfMemoryError``: a pool could not get ``size`` bytes (its limit, or the
+    device, was exhausted); ``total`` is what the pool had allocated from the device (its cached free
+    blocks included), ``limit`` its limit (0: none). Same message and attributes as CuPy's."""
 
-    def __init__(self, size: int, total: int, limit: int):
-        super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes, "
-                         f"limit set to: {limit:,} bytes).")
+    def __init__(self, size, total, limit=0):
+        self._size, self._total, self._limit = size, total, limit
+        if limit == 0:
+            msg = f"Out of memory allocating {size:,} bytes"
+            if total != -1:
+                msg += f" (allocated so far: {total:,} bytes)."
+        else:
+            msg = (f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes, "
+                   f"limit set to: {limit:,} bytes).")
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return type(self), (self._size, self._total, self._limit)
 
 
 class MemoryHook:
-    """Base class of memory hooks (CuPy's ``cupy.cuda.memory_hook.MemoryHook`` subset)."""
+    """Base class of memory hooks (``cupy.cuda.memory_hook.MemoryHook``): the pool calls them around
+    every device allocation (``alloc_*``), every pool ``malloc`` and every return to the pool."""
 
     name = "MemoryHook"
+
+    def alloc_preprocess(self, device_id, mem_size):
+        pass
 
     def alloc_postprocess(self, device_id, mem_size, mem_ptr):  # a new block from the "device"
         pass
 
+    def malloc_preprocess(self, device_id, size, mem_size):
+        pass
+
     def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):  # any pool malloc
+        pass
+
+    def free_preprocess(self, device_id, mem_size, mem_ptr, pmem_id):
         pass
 
     def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
@@ -523,25 +562,147 @@ def _hooks() -> dict:
     return _state.hooks
 
 
-_ROUND = 512
+_ROUND = 512  # cupy/cuda/memory.pyx ALLOCATION_UNIT_SIZE
 DEVICE_MEMORY = 16 << 30  # what each stand-in "GPU" reports as its total memory
 DEVICE_COUNT = 2  # stand-in GPUs (GPUOPS_STANDIN_DEVICES overrides)
+_device_bytes: Counter = Counter()  # device -> bytes every pool holds from it (cudaMalloc'd, not freed)
+_addresses = iter(range(0x7F0000000000, 1 << 62, 1 << 32))  # fake device addresses of new blocks
+
+
+def _round_size(size: int) -> int:
+    return -(-size // _ROUND) * _ROUND
+
+
+class _Chunk:
+    """A piece of one device allocation (``cupy.cuda.memory._Chunk``): blocks are split on reuse
+    and the pieces of one allocation are linked (``prev``/``next``) to merge again when free."""
+
+    __slots__ = ("ptr", "size", "arena", "prev", "next", "__weakref__")
+
+    def __init__(self, ptr: int, size: int, arena: "_Arena"):
+        self.ptr, self.size, self.arena = ptr, size, arena
+        self.prev = self.next = None
+
+    def split(self, size: int) -> "_Chunk | None":
+        if self.size == size:
+            return None
+        rest = _Chunk(self.ptr + size, self.size - size, self.arena)
+        self.size = size
+        rest.next, rest.prev = self.next, self
+        if self.next is not None:
+            self.next.prev = rest
+        self.next = rest
+        return rest
+
+    def merge_next(self) -> None:
+        nxt = self.next
+        self.size += nxt.size
+        self.next = nxt.next
+        if self.next is not None:
+            self.next.prev = self
+
+
+class _Arena:
+    """The free chunks of one stream (``cupy.cuda.memory._Arena``): a pool hands a free block only to
+    an allocation on the stream it was allocated on, as CuPy's does (the memory may still be in use
+    by work queued on that stream)."""
+
+    def __init__(self):
+        self.free: dict[int, _Chunk] = {}  # id(chunk) -> chunk
+
+    def get_chunk(self, size: int) -> "_Chunk | None":
+        """The smallest free chunk of at least ``size`` bytes (lowest address among equals), split."""
+        fits = [c for c in self.free.values() if c.size >= size]
+        if not fits:
+            return None
+        chunk = min(fits, key=lambda c: (c.size, c.ptr))
+        del self.free[id(chunk)]
+        rest = chunk.split(size)
+        if rest is not None:
+            self.free[id(rest)] = rest  # inserted without merging, as CuPy does
+        return chunk
+
+    def insert(self, chunk: _Chunk) -> None:
+        while chunk.next is not None and id(chunk.next) in self.free:
+            del self.free[id(chunk.next)]
+            chunk.merge_next()
+        while chunk.prev is not None and id(chunk.prev) in self.free:
+            chunk = chunk.prev
+            del self.free[id(chunk)]
+            chunk.merge_next()
+        self.free[id(chunk)] = chunk
+
+    def free_all(self) -> int:
+        """Give every non-split free chunk back to the device; the bytes freed."""
+        whole = [c for c in self.free.values() if c.prev is None and c.next is None]
+        for c in whole:
+            del self.free[id(c)]
+        return sum(c.size for c in whole)
 
 
 class _DevicePool:
-    """One device's part of a pool: best-fit reuse of freed blocks, as CuPy's pool does."""
+    """One device's part of a pool (``cupy.cuda.memory.SingleDeviceMemoryPool``): an arena of free
+    blocks per stream, the bytes allocated from the device (``total``), those in use, and a limit on
+    ``total``."""
 
-    def __init__(self):
-        self.used = 0
-        self.free: list[int] = []  # sizes of cached free blocks
-        self.limit = 0
+    def __init__(self, device: int):
+        self.device = device
+        self.arenas: dict[int, _Arena] = {}  # stream identifier (its pointer) -> its free blocks
+        self.total = 0
+        self.in_use = 0
+        self.limit = _limit_from_env(device)
+
+    def arena(self, ident: int) -> _Arena:
+        a = self.arenas.get(ident)
+        if a is None:
+            a = self.arenas[ident] = _Arena()
+        return a
+
+    def free_all(self, idents=None) -> None:
+        freed = 0
+        for ident in list(self.arenas) if idents is None else idents:
+            a = self.arenas.get(ident)
+            if a is not None:
+                freed += a.free_all()
+        self.total -= freed
+        _device_bytes[self.device] -= freed
+
+    def try_reserve(self, size: int) -> bool:
+        limit = self.limit or (1 << 64) - 1
+        if size > limit:
+            raise OutOfMemoryError(size, self.total, limit)
+        if self.total + size > limit:
+            return False
+        self.total += size
+        return True
+
+
+def _limit_from_env(device: int) -> int:
+    """``CUPY_GPU_MEMORY_LIMIT`` (bytes, or a percentage of the device), as a new CuPy pool reads it."""
+    limit = os.environ.get("CUPY_GPU_MEMORY_LIMIT")
+    if limit is None:
+        return 0
+    if limit.endswith("%"):
+        return int(float(limit[:-1]) / 100.0 * DEVICE_MEMORY)
+    return int(limit)
+
+
+def _cuda_malloc(device: int, size: int) -> int:
+    """``cudaMalloc`` on a stand-in device: its memory is :data:`DEVICE_MEMORY`, shared by every pool;
+    past it (or with an injected ``"malloc"`` fault) ``cudaErrorMemoryAllocation``."""
+    _fault("malloc")
+    if _device_bytes[device] + size > DEVICE_MEMORY:
+        raise CUDARuntimeError(2)
+    _device_bytes[device] += size
+    return next(_addresses)
 
 
 class MemoryPool:
-    """CuPy's ``MemoryPool`` without CUDA: one pool per device inside, and every method acts on the
-    current device (``cuda.Device``), as CuPy's do."""
+    """``cupy.cuda.MemoryPool`` without CUDA: one pool per device inside, every method acting on the
+    current device (``cuda.Device``), and in each, free blocks kept per stream (``free_all_blocks``
+    takes a ``stream`` to release one stream's), as ``cupy/cuda/memory.pyx`` does."""
 
-    def __init__(self):
+    def __init__(self, allocator=None):
         self._pools: dict[int, _DevicePool] = {}
         self._lock = threading.RLock()  # a GC finalizer may free a block while malloc holds it
 
@@ -549,67 +710,139 @@ class MemoryPool:
         device = _current_device() if device is None else device
         p = self._pools.get(device)
         if p is None:
-            p = self._pools[device] = _DevicePool()
+            p = self._pools[device] = _DevicePool(device)
         return p
 
-    def malloc(self, size: int) -> int:
-        size = -(-max(size, 1) // _ROUND) * _ROUND
+    def malloc(self, size: int) -> "_Chunk | None":
+        """``size`` bytes on the current device from the current stream's free blocks, else from
+        the device; None for 0 bytes (CuPy hands out a null pointer without touching the pool)."""
+        rounded = _round_size(size)
         dev = _current_device()
+        hooks = list(_hooks().values())
+        for h in hooks:
+            h.malloc_preprocess(device_id=dev, size=size, mem_size=rounded)
+        chunk = None
+        try:
+            chunk = self._malloc(rounded, dev, hooks)
+        finally:
+            for h in hooks:
+                h.malloc_postprocess(device_id=dev, size=size, mem_size=rounded,
+                                     mem_ptr=chunk.ptr if chunk is not None else 0,
+                                     pmem_id=id(chunk) if chunk is not None else 0)
+        return chunk
+
+    def _malloc(self, size: int, dev: int, hooks) -> "_Chunk | None":
+        if size == 0:
+            return None
+        ident = _stream_ident(_current_stream())
         with self._lock:
             p = self._pool(dev)
-            fit = min((b for b in p.free if b >= size), default=None)
-            if fit is not None:
-                p.free.remove(fit)
-                if fit > size:
-                    p.free.append(fit - size)
-            else:
-                if p.limit and p.used + sum(p.free) + size > p.limit:
-                    p.free.clear()  # like CuPy: free cached blocks and retry once
-                    if p.used + size > p.limit:
-                        raise OutOfMemoryError(size, p.used, p.limit)
-                for h in list(_hooks().values()):
-                    h.alloc_postprocess(dev, size, 0)
-            p.used += size
-        for h in list(_hooks().values()):
-            h.malloc_postprocess(dev, size, size, 0, 0)
-        return size
+            arena = p.arena(ident)
+            chunk = arena.get_chunk(size)
+            if chunk is None:
+                chunk = _Chunk(self._try_malloc(p, size, hooks), size, arena)
+            p.in_use += chunk.size
+        return chunk
 
-    def free(self, size: int, device: int = 0) -> None:
+    def _try_malloc(self, p: _DevicePool, size: int, hooks) -> int:
+        """A new block: within the limit (after giving back every stream's whole free blocks, then
+        after a garbage collection), then from the device (retried the same way), as CuPy's
+        ``SingleDeviceMemoryPool._try_malloc``."""
+        import gc
+
+        ok = p.try_reserve(size)
+        if not ok:
+            p.free_all()
+            ok = p.try_reserve(size)
+        if not ok:
+            gc.collect()
+            p.free_all()
+            ok = p.try_reserve(size)
+        if not ok:
+            raise OutOfMemoryError(size, p.total, p.limit)
+        for attempt in range(3):
+            ptr = 0
+            for h in hooks:
+                h.alloc_preprocess(device_id=p.device, mem_size=size)
+            try:
+                ptr = _cuda_malloc(p.device, size)
+                return ptr
+            except CUDARuntimeError as e:
+                if e.status != 2:
+                    p.total -= size
+                    raise
+                if attempt == 2:
+                    break
+                if attempt == 1:
+                    gc.collect()
+                p.free_all()
+            finally:
+                for h in hooks:
+                    h.alloc_postprocess(device_id=p.device, mem_size=size, mem_ptr=ptr)
+        p.total -= size
+        raise OutOfMemoryError(size, p.total, p.limit)
+
+    def free(self, chunk: "_Chunk", device: int = 0) -> None:
+        """Return a block to the free list of the stream it was allocated on."""
+        hooks = list(_hooks().values())
+        for h in hooks:
+            h.free_preprocess(device_id=device, mem_size=chunk.size, mem_ptr=chunk.ptr, pmem_id=id(chunk))
         with self._lock:
             p = self._pool(device)
-            p.used -= size
-            p.free.append(size)
-        for h in list(_hooks().values()):
-            h.free_postprocess(device, size, 0, 0)
+            p.in_use -= chunk.size
+            chunk.arena.insert(chunk)
+        for h in hooks:
+            h.free_postprocess(device_id=device, mem_size=chunk.size, mem_ptr=chunk.ptr, pmem_id=id(chunk))
 
     def used_bytes(self) -> int:
-        return self._pool().used
+        return self._pool().in_use
 
     def total_bytes(self) -> int:
-        p = self._pool()
-        return p.used + sum(p.free)
+        return self._pool().total
 
     def free_bytes(self) -> int:
-        return sum(self._pool().free)
+        p = self._pool()
+        return p.total - p.in_use
 
     def n_free_blocks(self) -> int:
-        return len(self._pool().free)
+        return sum(len(a.free) for a in self._pool().arenas.values())
 
     def free_all_blocks(self, stream=None) -> None:
+        """Give the current device's whole (never split) free blocks back to it: every stream's, or
+        only ``stream``'s."""
         dev = _current_device()
+        ident = None if stream is None else _stream_ident(stream)
         with self._lock:
-            self._pool(dev).free.clear()
+            p = self._pool(dev)
+            if ident is not None and ident not in p.arenas:
+                return
+            p.free_all(None if ident is None else (ident,))
         for g in list(_Graph._live):  # blocks a captured graph still writes into go back to CUDA
-            if any(p is self and d == dev for p, d in g._temps):
+            if any(pool is self and d == dev and (ident is None or i == ident) for pool, d, i in g._temps):
                 g._freed = True
 
     def set_limit(self, size=None, fraction=None) -> None:
-        if fraction is not None:
-            size = int(DEVICE_MEMORY * fraction)
-        self._pool().limit = int(size or 0)
+        """The current device's limit on the bytes this pool allocates (0: none), as CuPy checks it."""
+        if size is None:
+            if fraction is None:
+                size = 0
+            else:
+                if not 0 <= fraction <= 1:
+                    raise ValueError(f"memory limit fraction out of range: {fraction}")
+                size = fraction * DEVICE_MEMORY
+        elif fraction is not None:
+            raise ValueError("size and fraction cannot be specified at one time")
+        if size < 0:
+            raise ValueError(f"memory limit size out of range: {size}")
+        self._pool().limit = int(size)
 
     def get_limit(self) -> int:
         return self._pool().limit
+
+
+def _stream_ident(stream) -> int:
+    """The key of a stream's free blocks in a pool: its pointer (0 for the legacy default stream)."""
+    return stream.ptr
 
 
 _default_pool = MemoryPool()
@@ -644,8 +877,8 @@ def _base(a: np.ndarray) -> np.ndarray:
 
 
 def _track(a: np.ndarray) -> _Buffer:
-    """The buffer of ``a``'s base array; a new one is charged to the current pool and returned to it
-    when NumPy frees the memory."""
+    """The buffer of ``a``'s base array; a new one is charged to the current pool (on the current
+    stream) and returned to it when NumPy frees the memory."""
     base = _base(a)
     key = id(base)
     m = _meta.get(key)
@@ -654,20 +887,23 @@ def _track(a: np.ndarray) -> _Buffer:
     m = _Buffer(_current_device())
     if base.flags.owndata:
         pool = _current_pool()
-        size = pool.malloc(base.nbytes)  # may raise OutOfMemoryError: then nothing is recorded
-        weakref.finalize(base, _release, key, pool, size, m.device)
-        temps = getattr(_state, "capture_temps", None)
-        if temps is not None:  # the graph runs kernels on this block at every replay
-            temps.add((pool, m.device))
+        chunk = pool.malloc(base.nbytes)  # may raise OutOfMemoryError: then nothing is recorded
+        if chunk is not None:
+            weakref.finalize(base, _release, key, pool, chunk, m.device)
+            temps = getattr(_state, "capture_temps", None)
+            if temps is not None:  # the graph runs kernels on this block at every replay
+                temps.add((pool, m.device, _stream_ident(_current_stream())))
+        else:
+            weakref.finalize(base, _meta.pop, key, None)
     else:
         weakref.finalize(base, _meta.pop, key, None)
     _meta[key] = m
     return m
 
 
-def _release(key, pool, size, device):
+def _release(key, pool, chunk, device):
     _meta.pop(key, None)
-    pool.free(size, device)
+    pool.free(chunk, device)
 
 
 # -- the cuda submodule ------------------------------------------------------------------------
@@ -700,6 +936,10 @@ class _Device:
 
     def __repr__(self):
         return f"<CUDA Device {self.id}>"
+
+    @property
+    def compute_capability(self) -> str:
+        return "90"
 
     def use(self):
         _state.device = self.id
@@ -935,8 +1175,8 @@ class _Runtime:
         _Device().synchronize()
 
     @staticmethod
-    def memGetInfo():  # of the current device
-        return DEVICE_MEMORY - _default_pool.total_bytes(), DEVICE_MEMORY
+    def memGetInfo():  # of the current device: what no pool holds
+        return DEVICE_MEMORY - _device_bytes[_current_device()], DEVICE_MEMORY
 
 
 class _Graph:
@@ -948,7 +1188,7 @@ class _Graph:
 
     def __init__(self, ops, temps=()):
         self._ops = ops
-        # (pool, device) it allocated from while captured. On a GPU the capture's temporaries go back to
+        # (pool, device, stream) it allocated from while captured. On a GPU the capture's temporaries go back to
         # that pool's cache as soon as Python drops them, yet every replay writes into them: freeing the
         # pool's cached blocks while the graph lives breaks it (the stand-in's record keeps them alive)
         self._temps = set(temps)
@@ -1029,6 +1269,89 @@ class RawModule:
             _call(fn, (grid, block, args), {"shared_mem": shared_mem})
 
         return launch
+
+
+# -- cuBLAS's C API --------------------------------------------------------------------------------
+
+class _CublasHandle:
+    def __init__(self):
+        self.stream = _null_stream(_current_device())  # cublasCreate: the legacy default stream
+        self.workspace = None
+        self.alive = True
+
+
+class _CublasC:
+    """The C functions :mod:`gpuops.cublas` calls, over stand-in arrays: a GEMM runs (or is recorded) on
+    the handle's stream, not the current one. Inside a capture the handle's stream must be the capturing
+    stream and the handle must have a workspace (else cuBLAS would allocate inside the capture)."""
+
+    def __init__(self, lib=None):
+        pass
+
+    def create(self) -> _CublasHandle:
+        _no_capture("cublasCreate()")
+        return _CublasHandle()
+
+    def destroy(self, handle: _CublasHandle) -> None:
+        handle.alive = False
+
+    def set_stream(self, handle: _CublasHandle, stream: _Stream) -> None:
+        handle.stream = stream
+
+    def set_workspace(self, handle: _CublasHandle, buf: ndarray) -> None:
+        if not isinstance(buf, ndarray) or not buf.nbytes:
+            raise CUBLASError(7)  # CUBLAS_STATUS_INVALID_VALUE (device addresses, and so alignment, are CuPy's pool's)
+        handle.workspace = buf
+
+    def gemm_strided_batched(self, handle, transa, transb, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b,
+                             beta, C, ldc, stride_c, batch) -> None:
+        if not handle.alive:
+            raise CUBLASError(1)  # CUBLAS_STATUS_NOT_INITIALIZED
+        capturing = getattr(_state, "capture", None) is not None
+        if capturing and handle.stream is not getattr(_state, "capture_stream", None):
+            _state.capture_invalid = "a cuBLAS call on a stream other than the capturing one"
+            raise StreamCaptureError("cudaErrorStreamCaptureImplicit: cuBLAS ran on a stream other than the "
+                                     "capturing one")
+        if capturing and handle.workspace is None:
+            raise CUBLASError(13)  # CUBLAS_STATUS_EXECUTION_FAILED: no workspace may be allocated in a capture
+        if not (A.dtype == B.dtype == C.dtype) or not all(x.flags.c_contiguous for x in (A, B, C)):
+            raise CUBLASError(7)
+        ra, ca = (m, k) if transa == 0 else (k, m)
+        rb, cb = (k, n) if transb == 0 else (n, k)
+        if min(lda - ra, ldb - rb, ldc - m) < 0:
+            raise CUBLASError(7)  # a leading dimension shorter than its column
+
+        def col_major(x, rows, cols, ld, stride):
+            need = (batch - 1) * stride + (cols - 1) * ld + rows
+            if need > x.size:  # a GPU would read or write past the buffer
+                raise CUBLASError(7)
+            it = x.itemsize
+            return np.lib.stride_tricks.as_strided(x.reshape(-1), (batch, rows, cols), (stride * it, it, ld * it))
+
+        def gemm(A, B, out):
+            a = col_major(A, ra, ca, lda, stride_a)
+            b = col_major(B, rb, cb, ldb, stride_b)
+            a = a if transa == 0 else a.transpose(0, 2, 1)
+            b = b if transb == 0 else b.transpose(0, 2, 1)
+            acc = np.float64 if out.dtype == np.float64 else np.float32
+            c = col_major(out, m, n, ldc, stride_c)
+            prod = np.matmul(a.astype(acc), b.astype(acc)) * acc(alpha)
+            if beta:
+                prod += acc(beta) * c.astype(acc)
+            c[...] = prod.astype(out.dtype)
+            return out
+
+        with handle.stream:
+            _call(gemm, (A, B), {"out": C})
+
+
+def _register_cublas():
+    from . import cublas
+
+    cublas.register_c_api(__name__, _CublasC)
+
+
+_register_cublas()
 
 
 # -- the namespace -------------------------------------------------------------------------------

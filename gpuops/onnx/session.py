@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from .. import ops as _ops  # noqa: F401  (registers every op family)
+from ..cublas import CaptureBlas, capture_namespace
 from ..device import Device, get_device, to_host
 from ..dtypes import device_supported, np_dtype, type_name
 from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
@@ -302,7 +303,7 @@ class CudaGraphs:
         self.session = session
         self.usable = True
         self.key = None
-        self.graph = self.stream = self.inputs = self.env = self.pool = None
+        self.graph = self.stream = self.inputs = self.env = self.pool = self.blas = None
         self.blocking_node = self.reason = None
         self.lock = threading.Lock()
 
@@ -329,7 +330,7 @@ class CudaGraphs:
         s, lib = self.session, self.session.device.lib
         self.release()
         pool = s.memory.new_pool()
-        ctx = self._ctx()
+        ctx, blas = self._ctx(), None
         try:
             with lib.cuda.using_allocator(pool.malloc):
                 inputs = {k: v.copy() for k, v in feeds.items()}
@@ -339,6 +340,8 @@ class CudaGraphs:
                 del warm
                 env = dict(s.plan.weights, **inputs)
                 stream = lib.cuda.Stream(non_blocking=True)
+                blas = CaptureBlas(s.device, stream)  # CuPy refuses cuBLAS inside a capture
+                ctx.xp = capture_namespace(s.device.xp, blas)
                 with stream, checks.deferred() as captured:
                     stream.begin_capture()
                     try:
@@ -350,9 +353,11 @@ class CudaGraphs:
                     graph = stream.end_capture()
             s.memory.note_run(ctx.live)
         except OutOfMemoryError:
+            _close(blas)
             s.memory.free_pool(pool)
             raise
         except Exception as e:  # a node synchronised with the host inside the capture
+            _close(blas)
             s.memory.free_pool(pool)
             log.info("gpuops: the model cannot run as a CUDA graph (%s); running node by node", e)
             self.usable = False
@@ -360,19 +365,25 @@ class CudaGraphs:
             self.reason = str(e) if isinstance(e, GpuopsError) else f"{type(e).__name__}: {e}"
             return False
         self.key, self.graph, self.inputs, self.env, self.stream, self.pool = key, graph, inputs, env, stream, pool
-        self.checks = captured
+        self.checks, self.blas = captured, blas  # the graph's GEMMs use the handle's workspace
         return True
 
     def release(self) -> None:
         """Drop the graph and its buffers, then give its pool's memory back."""
         pool = self.pool
-        self.key = self.graph = self.stream = self.inputs = self.env = self.pool = self.checks = None
+        _close(self.blas)
+        self.key = self.graph = self.stream = self.inputs = self.env = self.pool = self.checks = self.blas = None
         if pool is not None:
             self.session.memory.free_pool(pool)
 
     def _ctx(self) -> "RunContext":
         s = self.session
         return RunContext(s.device, s.memory, host_nodes_logged=s._host_nodes, keep_all=True)
+
+
+def _close(blas: CaptureBlas | None) -> None:
+    if blas is not None:
+        blas.close()
 
 
 def _feed_to_device(device: Device, value):
