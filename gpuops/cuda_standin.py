@@ -356,6 +356,9 @@ def _call(f, args, kwargs=None):
                              f"current device ({dev}). Peer access is unavailable between these devices.")
     if ops is None:  # a capture runs nothing on the device: its graph's launches are checked instead
         _access(stream, reads, ())
+    if _faults:
+        _fault("launch")
+        _library_faults(f)
     out = _same_array(_wrap(f(*_unwrap(args), **_unwrap(kwargs))), reads)
     _access(stream, (), writes + _new_buffers(out, reads), check=False)
     if ops is not None:
@@ -1125,25 +1128,162 @@ def _using_allocator(malloc=None):
 
 
 class CUDARuntimeError(RuntimeError):
-    """``cupy.cuda.runtime.CUDARuntimeError``: a CUDA runtime call failed with ``status``."""
+    """``cupy.cuda.runtime.CUDARuntimeError`` (``cupy_backends/cuda/api/runtime.pyx``): a CUDA runtime
+    call failed with ``status``; the message is ``cudaGetErrorName: cudaGetErrorString``."""
 
-    _NAMES = {2: ("cudaErrorMemoryAllocation", "out of memory"),
-              700: ("cudaErrorIllegalAddress", "an illegal memory access was encountered")}
+    _NAMES = {1: ("cudaErrorInvalidValue", "invalid argument"),
+              2: ("cudaErrorMemoryAllocation", "out of memory"),
+              101: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+              700: ("cudaErrorIllegalAddress", "an illegal memory access was encountered"),
+              900: ("cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"),
+              901: ("cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture")}
 
     def __init__(self, status: int):
         self.status = status
-        name, msg = self._NAMES.get(status, (f"cudaError{status}", "unknown error"))
+        name, msg = self._NAMES.get(status, ("cudaErrorUnknown", "unknown error"))
         super().__init__(f"{name}: {msg}")
+
+    def __reduce__(self):
+        return type(self), (self.status,)
+
+
+class CUDADriverError(RuntimeError):
+    """``cupy.cuda.driver.CUDADriverError`` (``cupy_backends/cuda/api/driver.pyx``): a driver call
+    (a kernel launch, a module load) failed with ``status``: ``cuGetErrorName: cuGetErrorString``."""
+
+    _NAMES = {1: ("CUDA_ERROR_INVALID_VALUE", "invalid argument"),
+              2: ("CUDA_ERROR_OUT_OF_MEMORY", "out of memory"),
+              209: ("CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"),
+              218: ("CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"),
+              700: ("CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"),
+              701: ("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"),
+              719: ("CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure")}
+
+    def __init__(self, status: int):
+        self.status = status
+        name, msg = self._NAMES.get(status, ("CUDA_ERROR_UNKNOWN", "unknown error"))
+        super().__init__(f"{name}: {msg}")
+
+    def __reduce__(self):
+        return type(self), (self.status,)
 
 
 class CUBLASError(RuntimeError):
-    """``cupy.cuda.cublas.CUBLASError``: a cuBLAS call failed with ``status``."""
+    """``cupy.cuda.cublas.CUBLASError`` (``cupy_backends/cuda/libs/cublas.pyx``): a cuBLAS call failed
+    with ``status``; the message is the status name."""
 
-    _NAMES = {3: "CUBLAS_STATUS_ALLOC_FAILED", 13: "CUBLAS_STATUS_EXECUTION_FAILED"}
+    _NAMES = {0: "CUBLAS_STATUS_SUCCESS", 1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED",
+              7: "CUBLAS_STATUS_INVALID_VALUE", 8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR",
+              13: "CUBLAS_STATUS_EXECUTION_FAILED", 14: "CUBLAS_STATUS_INTERNAL_ERROR",
+              15: "CUBLAS_STATUS_NOT_SUPPORTED", 16: "CUBLAS_STATUS_LICENSE_ERROR"}
 
     def __init__(self, status: int):
         self.status = status
-        super().__init__(self._NAMES.get(status, f"CUBLAS_STATUS_{status}"))
+        super().__init__(self._NAMES[status])
+
+    def __reduce__(self):
+        return type(self), (self.status,)
+
+
+class CUSOLVERError(RuntimeError):
+    """``cupy.cuda.cusolver.CUSOLVERError`` (``cupy_backends/cuda/libs/cusolver.pyx``): ``status``
+    (2 is CUSOLVER_STATUS_ALLOC_FAILED); the message is the status name."""
+
+    _NAMES = {0: "CUSOLVER_STATUS_SUCCESS", 1: "CUSOLVER_STATUS_NOT_INITIALIZED", 2: "CUSOLVER_STATUS_ALLOC_FAILED",
+              3: "CUSOLVER_STATUS_INVALID_VALUE", 4: "CUSOLVER_STATUS_ARCH_MISMATCH",
+              5: "CUSOLVER_STATUS_MAPPING_ERROR", 6: "CUSOLVER_STATUS_EXECUTION_FAILED",
+              7: "CUSOLVER_STATUS_INTERNAL_ERROR", 8: "CUSOLVER_STATUS_MATRIX_TYPE_NOT_SUPPORTED",
+              9: "CUSOLVER_STATUS_NOT_SUPPORTED", 10: "CUSOLVER_STATUS_ZERO_PIVOT"}
+
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(self._NAMES[status])
+
+    def __reduce__(self):
+        return type(self), (self.status,)
+
+
+class CuFFTError(RuntimeError):
+    """``cupy.cuda.cufft.CuFFTError`` (``cupy/cuda/cufft.pyx``): a cuFFT call (a plan's creation, its
+    work area's allocation, its execution) failed; the code is in ``result``, not ``status``
+    (2 is CUFFT_ALLOC_FAILED), and the message is its name."""
+
+    _NAMES = dict(enumerate(
+        ["CUFFT_SUCCESS", "CUFFT_INVALID_PLAN", "CUFFT_ALLOC_FAILED", "CUFFT_INVALID_TYPE", "CUFFT_INVALID_VALUE",
+         "CUFFT_INTERNAL_ERROR", "CUFFT_EXEC_FAILED", "CUFFT_SETUP_FAILED", "CUFFT_INVALID_SIZE",
+         "CUFFT_UNALIGNED_DATA", "CUFFT_INCOMPLETE_PARAMETER_LIST", "CUFFT_INVALID_DEVICE", "CUFFT_PARSE_ERROR",
+         "CUFFT_NO_WORKSPACE", "CUFFT_NOT_IMPLEMENTED", "CUFFT_LICENSE_ERROR", "CUFFT_NOT_SUPPORTED"]))
+
+    def __init__(self, result: int):
+        self.result = result
+        super().__init__(self._NAMES[result])
+
+    def __reduce__(self):
+        return type(self), (self.result,)
+
+
+# -- injected faults -----------------------------------------------------------------------------
+
+FAULT_SITES = ("malloc", "launch", "cublas", "cusolver", "cufft")
+_faults: dict = {}  # site -> [error or factory, how many more times (None: every time)]
+_faults_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def inject_fault(site: str, error, times: int | None = None):
+    """Inside the block, make the stand-in fail at ``site`` as a GPU can, raising ``error`` (an
+    exception, or a callable making one) the next ``times`` times (default: every time), on any thread:
+
+    * ``"malloc"``: the device allocation under a memory pool (``cudaMalloc``): the pool frees its
+      cached blocks and retries as CuPy's does, then raises :class:`OutOfMemoryError`;
+    * ``"launch"``: every kernel launch (each device op, each ``RawKernel`` call), as the driver's
+      ``cuLaunchKernel`` fails (e.g. ``CUDADriverError(2)``, CUDA_ERROR_OUT_OF_MEMORY);
+    * ``"cublas"`` / ``"cusolver"`` / ``"cufft"``: the calls CuPy makes through those libraries
+      (``matmul``/``dot``/``tensordot``/``einsum``, ``linalg``'s factorizations, ``fft``).
+    """
+    if site not in FAULT_SITES:
+        raise ValueError(f"unknown fault site {site!r}; one of {FAULT_SITES}")
+    with _faults_lock:
+        prev = _faults.get(site)
+        _faults[site] = [error, times]
+    try:
+        yield
+    finally:
+        with _faults_lock:
+            if prev is None:
+                _faults.pop(site, None)
+            else:
+                _faults[site] = prev
+
+
+def _fault(site: str) -> None:
+    if not _faults:
+        return
+    with _faults_lock:
+        entry = _faults.get(site)
+        if entry is None or entry[1] == 0:
+            return
+        if entry[1] is not None:
+            entry[1] -= 1
+        error = entry[0]
+    raise error() if callable(error) and not isinstance(error, BaseException) else error
+
+
+_CUBLAS_CALLS = {"matmul", "dot", "vdot", "inner", "tensordot", "einsum", "matvec", "vecmat"}
+_CUSOLVER_CALLS = {"inv", "pinv", "det", "slogdet", "solve", "lstsq", "cholesky", "qr", "svd", "eigh",
+                   "eigvalsh", "matrix_rank", "tensorinv", "tensorsolve"}
+
+
+def _library_faults(f) -> None:
+    """The injected faults of the CUDA library a NumPy callable stands for."""
+    name = getattr(f, "__name__", "")
+    module = getattr(f, "__module__", None) or ""
+    if name in _CUBLAS_CALLS:
+        _fault("cublas")
+    elif module.startswith("numpy.fft"):
+        _fault("cufft")
+    elif module.startswith("numpy.linalg") and name in _CUSOLVER_CALLS:
+        _fault("cusolver")
 
 
 DEVICE_COUNT_ENV = "GPUOPS_STANDIN_DEVICES"
@@ -1243,6 +1383,9 @@ cuda = types.SimpleNamespace(
     Device=_Device, MemoryPool=MemoryPool, MemoryHook=MemoryHook, using_allocator=_using_allocator,
     Event=_Event, get_elapsed_time=_get_elapsed_time, runtime=_Runtime,
     cublas=types.SimpleNamespace(CUBLASError=CUBLASError),
+    cusolver=types.SimpleNamespace(CUSOLVERError=CUSOLVERError),
+    cufft=types.SimpleNamespace(CuFFTError=CuFFTError),
+    driver=types.SimpleNamespace(CUDADriverError=CUDADriverError),
     memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
 )
 

@@ -37,6 +37,34 @@ class LiveBytes:
         self.peak = max(self.peak, self.current)
 
 
+# How each CUDA library says it ran out of memory: the exception's class name, the attribute holding
+# its code, and that code. Matched by name, so CuPy's classes and the CPU stand-in's are both known.
+_OOM_CODES = {
+    "CUDARuntimeError": ("status", 2),  # cudaErrorMemoryAllocation (cupy_backends/cuda/api/runtime.pyx)
+    "CUDADriverError": ("status", 2),  # CUDA_ERROR_OUT_OF_MEMORY (cupy_backends/cuda/api/driver.pyx)
+    "CUBLASError": ("status", 3),  # CUBLAS_STATUS_ALLOC_FAILED (cupy_backends/cuda/libs/cublas.pyx)
+    "CUSOLVERError": ("status", 2),  # CUSOLVER_STATUS_ALLOC_FAILED (cupy_backends/cuda/libs/cusolver.pyx)
+    "CuSparseError": ("status", 3),  # CUSPARSE_STATUS_ALLOC_FAILED (cupy_backends/cuda/libs/cusparse.pyx)
+    "CURANDError": ("status", 102),  # CURAND_STATUS_ALLOCATION_FAILED (cupy_backends/cuda/libs/curand.pyx)
+    "CuTensorError": ("status", 3),  # CUTENSOR_STATUS_ALLOC_FAILED (cupy_backends/cuda/libs/cutensor.pyx)
+    "CuFFTError": ("result", 2),  # CUFFT_ALLOC_FAILED: cuFFT's code is `.result` (cupy/cuda/cufft.pyx)
+}
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """True for every way CuPy and the CUDA libraries report running out of device memory:
+    ``MemoryError`` (CuPy's ``cupy.cuda.memory.OutOfMemoryError`` is one), the runtime's
+    ``cudaErrorMemoryAllocation``, the driver's ``CUDA_ERROR_OUT_OF_MEMORY`` (a kernel launch or a
+    module load), and cuBLAS / cuSOLVER / cuSPARSE / cuRAND / cuTENSOR / cuFFT failing to allocate."""
+    if isinstance(e, MemoryError):
+        return True
+    for cls in type(e).__mro__:
+        code = _OOM_CODES.get(cls.__name__)
+        if code is not None:
+            return getattr(e, code[0], None) == code[1]
+    return False
+
+
 _hook_ids = itertools.count()
 _NO_POOL = contextlib.nullcontext()
 

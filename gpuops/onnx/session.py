@@ -20,7 +20,7 @@ from ..cublas import CaptureBlas, capture_namespace
 from ..device import Device, get_device, to_host
 from ..dtypes import device_supported, np_dtype, type_name
 from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
-from ..memory import LiveBytes, MemoryManager
+from ..memory import LiveBytes, MemoryManager, is_out_of_memory  # noqa: F401  (is_out_of_memory: re-exported)
 from ..ops import checks
 from ..registry import canonical_domain
 from ..optimizer import optimize as optimize_model
@@ -659,18 +659,6 @@ def run_plan(plan: Plan, env: dict, ctx: RunContext) -> None:
             # one that dies at the next node has no reference left but env's and its arguments'
     finally:
         live.current, live.peak, live.produced = cur, peak, made
-
-
-def is_out_of_memory(e: BaseException) -> bool:
-    """True for the ways CuPy reports running out of device memory: ``MemoryError`` (CuPy's
-    ``OutOfMemoryError`` is one), ``cudaErrorMemoryAllocation`` from the runtime, and cuBLAS /
-    cuSOLVER / cuFFT failing to allocate their workspace."""
-    if isinstance(e, MemoryError):
-        return True
-    status = getattr(e, "status", None)
-    kind = type(e).__name__
-    return ((kind == "CUDARuntimeError" and status == 2) or (kind in ("CUBLASError", "CUSOLVERError") and status == 3)
-            or (kind == "CuFFTError" and status == 2))
 
 
 def _oom_or(e: BaseException, other, message: str) -> GpuopsError:
