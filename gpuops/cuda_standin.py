@@ -357,10 +357,12 @@ def _call(f, args, kwargs=None):
     if ops is None:  # a capture runs nothing on the device: its graph's launches are checked instead
         _access(stream, reads, ())
     if _faults:
-        _fault("launch")
         _library_faults(f)
     out = _same_array(_wrap(f(*_unwrap(args), **_unwrap(kwargs))), reads)
-    _access(stream, (), writes + _new_buffers(out, reads), check=False)
+    new = _new_buffers(out, reads)
+    if _faults and (writes or new) and getattr(f, "__name__", "") not in _NO_KERNEL:
+        _fault("launch")  # what wrote memory ran a kernel (views and empty arrays launch none)
+    _access(stream, (), writes + new, check=False)
     if ops is not None:
         ops.append((f, args, kwargs, out))
     return out
@@ -1269,6 +1271,7 @@ def _fault(site: str) -> None:
     raise error() if callable(error) and not isinstance(error, BaseException) else error
 
 
+_NO_KERNEL = {"empty", "empty_like"}  # new arrays that CuPy only allocates
 _CUBLAS_CALLS = {"matmul", "dot", "vdot", "inner", "tensordot", "einsum", "matvec", "vecmat"}
 _CUSOLVER_CALLS = {"inv", "pinv", "det", "slogdet", "solve", "lstsq", "cholesky", "qr", "svd", "eigh",
                    "eigvalsh", "matrix_rank", "tensorinv", "tensorsolve"}
