@@ -12,7 +12,7 @@ pytest.importorskip("modeci_mdf")
 from modeci_mdf.mdf import (Condition, ConditionSet, Edge, Function, InputPort, Node,  # noqa: E402
                             OutputPort, Parameter, ParameterCondition)
 
-from benchmarks.mdf import examples_dir  # noqa: E402
+from gpuops.bench.mdf import examples_dir  # noqa: E402
 from gpuops.errors import FeedError, GpuopsError, ModelError  # noqa: E402
 from gpuops.mdf import MDFSession  # noqa: E402
 

@@ -8,7 +8,7 @@ pytest.importorskip("modeci_mdf")
 
 
 def test_mdf_benchmark_quick(tmp_path):
-    from benchmarks.mdf import main
+    from gpuops.bench.mdf import main
 
     assert main(["--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "mdf.json").read_text())

@@ -9,11 +9,10 @@ import pytest
 pytest.importorskip("modeci_mdf")
 
 from gpuops import cuda_standin  # noqa: E402
+from gpuops.bench.mdf import examples_dir  # noqa: E402
 from gpuops.device import uses_standin  # noqa: E402
 from gpuops.errors import UnsupportedOpError  # noqa: E402
 from gpuops.mdf import MDFSession  # noqa: E402
-
-from benchmarks.mdf import examples_dir  # noqa: E402
 
 from .reference import assert_same, reference_graph, reference_step  # noqa: E402
 

@@ -11,7 +11,7 @@ pytest.importorskip("graph_scheduler")
 
 from modeci_mdf.mdf import Condition, ConditionSet, Edge, InputPort, Node, OutputPort  # noqa: E402
 
-from benchmarks.mdf import examples_dir  # noqa: E402
+from gpuops.bench.mdf import examples_dir  # noqa: E402
 from gpuops.mdf import MDFSession  # noqa: E402
 from gpuops.mdf.schedule import Schedule  # noqa: E402
 from gpuops.mdf.validate import validate_graph  # noqa: E402

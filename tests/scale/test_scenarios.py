@@ -5,8 +5,8 @@ import time
 
 import numpy as np
 
-from benchmarks import scenarios
-from benchmarks.__main__ import main as bench_main
+from gpuops.bench import scenarios
+from gpuops.bench import main as bench_main
 
 
 class _Fixed:

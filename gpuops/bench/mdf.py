@@ -1,6 +1,6 @@
 """Per-``evaluate()`` time of MDF models: gpuops' MDFSession vs modeci-mdf's reference engine.
 
-    python -m benchmarks.mdf [--device cpu] [--examples DIR] [--out DIR] [--quick]
+    python -m gpuops.bench.mdf [--device cpu] [--examples DIR] [--out DIR] [--quick]
 
 Models (``MODELS``; ``--quick``: ``QUICK``): ``Simple.json``, the converted MLP, the
 condition-scheduled examples (goal: >= 20x modeci-mdf per evaluate), and batched sessions of the
@@ -11,7 +11,10 @@ Both engines evaluate the same graph repeatedly in one process after warm-up (th
 stdout chatter goes to a buffer); the outputs are checked to agree (batched: row 0, which keeps the
 model's own parameters). Prints one JSON document with the runs and the goal ``ratios``, and
 writes mdf.json under --out. ``--device cpu,cuda`` runs both; ``--gpu-batch N`` adds FN with N
-instances on each CUDA device (the issue's 10^5 FitzHugh-Nagumo instances).
+instances on each CUDA device (default 10^5 FitzHugh-Nagumo instances).
+
+The examples are the repository's ``tests/mdf/examples`` (a clone has them; an installed gpuops
+does not): pass ``--examples DIR`` otherwise.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ MODELS = ["Simple.json", "converted/mlp_pure_mdf.json", "abc_conditions.json",
           "conditions/timeinterval_condition.json", "conditions/threshold_condition.json",
           "FN.mdf.json@batch=1024", "States.json@batch=1024", "RNN/IAF_net.json@batch=1024"]
 QUICK = ["Simple.json", "converted/mlp_pure_mdf.json", "abc_conditions.json", "FN.mdf.json@batch=1024"]
-DEFAULT_EXAMPLES = Path(__file__).resolve().parents[1] / "tests" / "mdf" / "examples"
+# in a clone of the repository: <root>/gpuops/bench/mdf.py -> <root>/tests/mdf/examples
+DEFAULT_EXAMPLES = Path(__file__).resolve().parents[2] / "tests" / "mdf" / "examples"
 
 
 @functools.lru_cache(maxsize=None)
@@ -190,7 +194,8 @@ def bench_batched(path: Path, n: int, device: str, min_time: float, repeat: int)
 
 
 def ratios(runs: list[dict]) -> dict:
-    """The issue-17 goals: condition-scheduled speed-ups over modeci-mdf, batched per-row ratios."""
+    """The MDF goals (``GOALS``): a condition-scheduled model at least 20x modeci-mdf per evaluate; a
+    batched session's time per row at most 1/50 of an unbatched gpuops evaluate."""
     out = {}
     for r in runs:
         if "error" in r:
@@ -214,10 +219,10 @@ def main(argv=None) -> int:
     try:
         import modeci_mdf  # noqa: F401
     except ImportError:
-        print("modeci-mdf is not installed (pip install 'gpuops[mdf]'): nothing to compare with")
+        print("python -m gpuops.bench.mdf needs modeci-mdf: pip install 'gpuops[mdf]' (nothing to compare with)")
         return 0
     if not a.examples.is_dir():
-        print(f"no MDF examples at {a.examples}")
+        print(f"no MDF examples at {a.examples}: they are the repository's tests/mdf/examples; pass --examples DIR")
         return 1
     examples = examples_dir(a.examples)
     min_time, repeat = (0.05, 3) if a.quick else (0.5, 7)

@@ -7,7 +7,7 @@ against:
 * QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear vs the device's copy bandwidth (a
   device-to-device copy of the same number of bytes).
 
-    python -m benchmarks.kernels [--out benchmarks/results/<date>-<gpu>] [--quick]
+    python -m gpuops.bench.kernels [--out DIR] [--quick]
 
 Prints one JSON document (and writes kernels.json under --out). Needs CuPy and a CUDA GPU; without
 them it prints why and exits 0.

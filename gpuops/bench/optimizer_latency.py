@@ -1,36 +1,38 @@
 """The graph optimizer's effect on the light models' CPU latency (a measurement script, not a test).
 
-    python benchmarks/optimizer_latency.py [--repeat N] [MODEL ...]
+    python -m gpuops.bench.optimizer_latency [--repeat N] [MODEL ...]
 
-For each model, sessions at optimize="none", "basic" and "all" run alternately on cpu (one warm-up
-each); prints the median latency per level, the all/none ratio, node counts and session-creation time.
+For each of the onnx package's light models (random inputs, seed 0), sessions at optimize="none",
+"basic" and "all" run alternately on cpu (one warm-up each); prints the median latency per level, the
+all/none ratio, node counts and session-creation time.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import onnx
 
-import gpuops  # noqa: E402
-from tests.conformance.test_light_models import MODELS, _case  # noqa: E402
+import gpuops
+
+from . import models as M
 
 LEVELS = ("none", "basic", "all")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", default=MODELS)
+    ap.add_argument("models", nargs="*", default=sorted(M.LIGHT), choices=sorted(M.LIGHT), metavar="MODEL")
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args(argv)
     print(f"{'model':14} {'nodes none->all':>16} {'create all s':>12} " + " ".join(f"{lv + ' ms':>10}" for lv in LEVELS)
           + f" {'all/none':>9}")
     for name in a.models:
-        model, feeds, *_ = _case(name)
+        model = onnx.load(M.light_path(name))
+        feeds = M.random_feeds(model, 1, np.random.default_rng(0))
         sessions, create = {}, {}
         for lv in LEVELS:
             t = time.perf_counter()

@@ -1,16 +1,19 @@
-"""Run the benchmark suite: ``gpuops bench [--quick] [--device auto] [--models a,b] [--out DIR]``.
+"""Run the benchmark suite: ``gpuops bench [--quick] [--device auto] [--models a,b] [--out DIR]``
+(or ``python -m gpuops.bench``).
 
 Each model runs through gpuops and, in the same process, through every installed peer
 (onnxruntime CPU, and its CUDA EP with onnxruntime-gpu; PyTorch for the generated models; the onnx
 ReferenceEvaluator for small graphs; modeci-mdf for the MDF models), with warm-up and repeated timed runs; the report gives median/p90 latency, throughput, the ratio of
 each peer's median to gpuops' (above 1 means gpuops is faster), whether outputs agree, gpuops'
-memory stats and, on a GPU, NVML telemetry.
+memory stats and, on a GPU, NVML telemetry. A peer that is not installed is named, with how to
+install it, before the run starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -86,11 +89,7 @@ def mdf_runs(a) -> list[dict]:
     """MDF models against modeci-mdf's engine (when it and the examples are present)."""
     from . import mdf
 
-    try:
-        import modeci_mdf  # noqa: F401
-    except ImportError:
-        return []
-    if not mdf.DEFAULT_EXAMPLES.is_dir():
+    if not installed("modeci_mdf") or not mdf.DEFAULT_EXAMPLES.is_dir():  # said before the run
         return []
     min_time, repeat = (0.05, 3) if a.quick else (0.5, 7)
     out = []
@@ -103,15 +102,85 @@ def mdf_runs(a) -> list[dict]:
     return out
 
 
+# optional packages: import name -> (what it is called, how to install it)
+OPTIONAL = {"onnxruntime": ("onnxruntime", "pip install onnxruntime"),
+            "torch": ("torch", "pip install torch"),
+            "modeci_mdf": ("modeci-mdf", "pip install 'gpuops[mdf]'"),
+            "matplotlib": ("matplotlib", "pip install matplotlib"),
+            "pynvml": ("nvidia-ml-py", "pip install nvidia-ml-py"),
+            "threadpoolctl": ("threadpoolctl", "pip install threadpoolctl"),
+            "ray": ("Ray", "pip install 'gpuops[ray]'")}
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def requirements(a) -> tuple[list[str], list[str]]:
+    """What the chosen options need and is missing: (errors: the run cannot start; notes: the run
+    goes on without that part). Checked before any work starts."""
+    from .scenarios import SCENARIOS
+    from .torch_peers import BUILDERS
+
+    errors, notes = [], []
+
+    def need(module, option):
+        if not installed(module):
+            name, how = OPTIONAL[module]
+            errors.append(f"gpuops bench {option} needs {name}: {how}")
+
+    def note(module, what):
+        if not installed(module):
+            name, how = OPTIONAL[module]
+            notes.append(f"{name} is not installed, so {what} ({how})")
+
+    names = [n for n in a.models.split(",") if n]
+    if a.scenario:
+        chosen = SCENARIOS if a.scenario == "all" else [s.strip() for s in a.scenario.split(",")]
+        if "ray" in chosen and a.scenario == "all":
+            note("ray", "the ray scenario is skipped")
+        elif "ray" in chosen:
+            need("ray", "--scenario ray")
+        note("matplotlib", "the scenario plots are not drawn")
+    elif a.peers:
+        need("onnxruntime", "--peers")
+        if a.conv_shapes:
+            need("threadpoolctl", "--conv-shapes")
+        note("matplotlib", "peers.png is not drawn")
+    else:
+        note("onnxruntime", "gpuops is compared with no onnxruntime peer")
+        torch_models = [n for n in BUILDERS if not names or n in names]
+        if torch_models:
+            note("torch", f"{' and '.join(torch_models)} have no PyTorch peer")
+        if not a.no_mdf:
+            from . import mdf
+
+            if not installed("modeci_mdf"):
+                note("modeci_mdf", "the MDF models are skipped (or pass --no-mdf)")
+            elif not mdf.DEFAULT_EXAMPLES.is_dir():
+                notes.append("the MDF models are skipped: their examples are the repository's tests/mdf/examples, "
+                             "not installed with gpuops (python -m gpuops.bench.mdf --examples DIR runs them)")
+        note("matplotlib", "ratios.png and memory.png are not drawn")
+    if not a.peers and _uses_cuda(a.device):
+        note("pynvml", "no GPU telemetry is recorded")
+    return errors, notes
+
+
+def _uses_cuda(device: str) -> bool:
+    devs = [d.strip() for d in device.split(",")]
+    if any(d.startswith("cuda") for d in devs):
+        return True
+    return "auto" in devs and any(d["kind"] == "cuda" for d in gpuops.devices())
+
+
 def environment(device: str) -> dict:
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "python": platform.python_version(), "numpy": np.__version__, "gpuops": gpuops.__version__,
            "cpu": platform.processor() or platform.machine(), "device": device}
-    try:
-        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                           cwd=Path(__file__).parent, check=True).stdout.strip()
-    except Exception:
-        env["git_commit"] = None
+    env["git_commit"] = git_commit()
     for mod in ("onnx", "onnxruntime", "cupy", "torch"):
         try:
             env[mod] = __import__(mod).__version__
@@ -123,7 +192,19 @@ def environment(device: str) -> dict:
     return env
 
 
-def main(argv=None) -> int:
+def git_commit() -> str | None:
+    """The commit of the checkout gpuops runs from (None for an installed gpuops: its folder is not
+    the top of a git work tree)."""
+    root = Path(gpuops.__file__).resolve().parents[1]
+    try:
+        top, head = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                                   text=True, cwd=root, check=True, timeout=10).stdout.splitlines()
+    except Exception:
+        return None
+    return head if Path(top).resolve() == root else None
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpuops bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto; comma-separated for several")
@@ -139,7 +220,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-mdf", action="store_true", help="skip the MDF models")
     ap.add_argument("--peers", action="store_true",
                     help="CPU: gpuops and onnxruntime alternate run for run with the same thread count; "
-                         "adds float16 variants, the dispatch chain and the issue-13 goals")
+                         "adds float16 variants, the dispatch chain and the CPU goals (light models <= 1.5x "
+                         "onnxruntime, geomean <= 1.2x; float16 <= 3x float32; quantized_mlp, lstm <= 2x; "
+                         "dispatch <= 1.5 us/node); needs onnxruntime")
     ap.add_argument("--threads", type=int, default=None,
                     help="--peers: threads of both runtimes (default: gpuops' default)")
     ap.add_argument("--no-float16", action="store_true", help="--peers: skip the float16 variants")
@@ -153,7 +236,18 @@ def main(argv=None) -> int:
     ap.add_argument("--qps", type=float, default=None, help="--scenario server: target QPS (default: half capacity)")
     ap.add_argument("--p99-bound-ms", type=float, default=50.0, help="--scenario server: p99 latency bound")
     ap.add_argument("--seed", type=int, default=0, help="--scenario server: seed of the Poisson arrivals")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    errors, notes = requirements(a)
+    for line in errors:
+        print(line, file=sys.stderr)
+    if errors:
+        return 2
+    for line in notes:
+        print(f"gpuops bench: {line}", file=sys.stderr)
     if a.quick:
         a.warmup, a.repeat, a.budget = 1, 3, 1.0
     if a.scenario:
