@@ -1,5 +1,5 @@
-"""Regression tests for the defects of issue 15 that the ONNX loader, planner and CLI own: each one
-once crashed, hung or gave a wrong answer; now it gives the oracle's answer or a GpuopsError."""
+"""Regression tests for the defects found by fuzzing that the ONNX loader, planner and CLI own: each
+one once crashed, hung or gave a wrong answer; now it gives the oracle's answer or a GpuopsError."""
 
 import os
 

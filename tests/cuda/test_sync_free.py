@@ -1,7 +1,7 @@
-"""Ops stay on the device (issue 12, item 4): no host sync inside a node unless its op declares one
-(``@op(..., syncs=reason)``). On the stand-in every sync CuPy would make is counted, those inside
-array-api-compat included (its ``clip`` assigns through boolean masks), so each op below -- all of
-which once clipped that way or counted with ``bincount`` -- must report 0 host syncs in
+"""Ops stay on the device, so a model can run as a CUDA graph: no host sync inside a node unless its
+op declares one (``@op(..., syncs=reason)``). On the stand-in every sync CuPy would make is counted,
+those inside array-api-compat included (its ``clip`` assigns through boolean masks), so each op below
+-- all of which once clipped that way or counted with ``bincount`` -- must report 0 host syncs in
 ``run(profile=True)`` and equal the cpu path. Index bounds checks (``gpuops.ops.checks``) are
 deferred to the end of a device run. Nor may a node copy host data to the device: that stops a CUDA
 graph capture."""

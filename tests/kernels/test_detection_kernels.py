@@ -124,7 +124,7 @@ def test_non_max_suppression_chunks_and_edges(dev, monkeypatch):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_roi_align_batch_index_out_of_range_is_a_node_error(device, bad, sampling_ratio):
     """As onnxruntime: an index outside [0, N) is refused, with the same message on both devices
-    (the cpu path used to take -1 as the last image, the kernel gave zeros; issue 15)."""
+    (the cpu path used to take -1 as the last image, the kernel gave zeros; found by fuzzing)."""
     X = np.random.default_rng(1).standard_normal((2, 3, 10, 13)).astype(np.float32)
     batch = BATCH.astype(np.int64).copy()
     batch[-1] = bad

@@ -1,5 +1,5 @@
-"""Absent pointer arguments (issue 12, item 1): CuPy 13 launches a ``None`` kernel argument as a
-garbage pointer (CuPy issue 9046), so no launch may pass one. The stand-in refuses ``None`` like
+"""Absent pointer arguments: CuPy 13 launches a ``None`` kernel argument as a garbage pointer (CuPy
+issue #9046 on GitHub), so no launch may pass one. The stand-in refuses ``None`` like
 that hardware would misbehave; the kernels take an 8-byte integer zero as the null pointer, which
 both CuPy 13 and 14 launch as NULL. Every override that has an optional operand (bias, residual,
 zero point) runs here without it, against the generic op."""

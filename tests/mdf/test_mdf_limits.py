@@ -1,5 +1,5 @@
-"""Regression tests for MDF defects found by fuzzing (issue 15): bounded expressions, validated edge
-weights, port shapes, opsets and conditions, and onnx:: functions promoting mixed float inputs."""
+"""Regression tests for MDF defects found by fuzzing (Hypothesis, tests/fuzz/): bounded expressions,
+validated edge weights, port shapes, opsets and conditions, and onnx:: functions promoting mixed float inputs."""
 
 import numpy as np
 import pytest
