@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -16,7 +14,6 @@ import numpy as np
 import onnx
 
 from .. import ops as _ops  # noqa: F401  (registers every op family)
-from ..cublas import CaptureBlas, capture_namespace
 from ..device import Device, get_device, to_host
 from ..dtypes import device_supported, np_dtype, type_name
 from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
@@ -28,6 +25,7 @@ from ..optimizer import save_model
 from ..threads import blas_threads
 from ..threads import resolve as resolve_threads
 from .model import load_model
+from .cuda_graphs import DEFAULT_CACHE, CudaGraphs
 from .plan import Plan, PlanBuilder, Step
 
 log = logging.getLogger("gpuops")
@@ -63,13 +61,16 @@ class InferenceSession:
     ``memory_limit`` (bytes, or a fraction of the GPU's memory) caps this session's device pool;
     running past it raises :class:`gpuops.OutOfMemoryError` naming the node, and the session stays usable.
     ``cuda_graph=True`` (CUDA only) captures the whole run as a CUDA graph for each set of feed shapes
-    and replays it; a graph that cannot be captured (a node reads device values on the host, as
-    Loop and If do) falls back to running node by node, logged once (:meth:`cuda_graph_status` says
-    which node blocked it). A CUDA graph keeps a memory pool of its own, with the same limit.
+    (a signature) and replays it, the plan first specialized to those shapes (shape computations done
+    on the host: :mod:`gpuops.onnx.specialize`); ``cuda_graph_cache`` graphs are kept, the least
+    recently used dropped first. A signature whose graph cannot be captured (a node reads device
+    values on the host, as Loop and NonZero do) runs node by node, logged once
+    (:meth:`cuda_graph_status` says which node blocked it); the others are still captured. Each CUDA
+    graph keeps a memory pool of its own, with the same limit (see :mod:`gpuops.onnx.cuda_graphs`).
 
     Concurrency, as in onnxruntime: :meth:`run` is thread-safe. Many threads may call it on one session
     at once, on every device; each call has its own values, feed staging is taken in turns, and the
-    CUDA graph (its static buffers are shared) is captured and replayed by one thread at a time.
+    CUDA graphs (their static buffers are shared) are captured and replayed by one thread at a time.
     :attr:`last_profile` is the profile of the last profiled call to finish. :meth:`close` must not
     race with running calls.
     ``optimize`` is the graph optimizer's level, ``"all"`` (default), ``"basic"`` or ``"none"``
@@ -79,8 +80,8 @@ class InferenceSession:
     """
 
     def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None,
-                 cuda_graph: bool = False, optimize: str = "all", optimized_model_path=None,
-                 threads: int | None = None):
+                 cuda_graph: bool = False, cuda_graph_cache: int = DEFAULT_CACHE, optimize: str = "all",
+                 optimized_model_path=None, threads: int | None = None):
         self.device = get_device(device)
         self.threads = resolve_threads(threads)
         self.model = optimize_model(load_model(model), optimize, device=self.device.kind)
@@ -108,7 +109,7 @@ class InferenceSession:
                               if self.device.kind == "cpu" and a.dtype is not None and a.shape is not None
                               and all(type(d) is int and d > 0 for d in a.shape)}
         self.last_profile: dict | None = None
-        self._graphs = CudaGraphs(self) if cuda_graph and self.device.kind == "cuda" else None
+        self._graphs = CudaGraphs(self, cuda_graph_cache) if cuda_graph and self.device.kind == "cuda" else None
         self._host_nodes: set = set()  # (op, dtypes) already logged as running on the host
         self._closed = False
 
@@ -160,8 +161,7 @@ class InferenceSession:
         try:
             with self.memory.active(), blas_threads(self.threads):
                 feeds = self._check_feeds(input_feed)
-                use_graph = self._graphs is not None and self._graphs.usable and not profile
-                outs = self._graphs.run(feeds, names) if use_graph else None
+                outs = self._graphs.run(feeds, names) if self._graphs is not None and not profile else None
                 if outs is None:
                     env = dict(self.plan.weights)
                     env.update(feeds)
@@ -217,19 +217,25 @@ class InferenceSession:
         with open(path, "w") as f:
             json.dump(self.last_profile, f, indent=1)
 
-    def cuda_graph_status(self) -> dict:
-        """Whether the last feed shapes run as a captured CUDA graph (``cuda_graph=True``):
+    def cuda_graph_status(self, per_signature: bool = False) -> dict:
+        """Whether the last run's feed shapes ran as a captured CUDA graph (``cuda_graph=True``):
         ``{"captured": bool, "blocking_node": str | None, "reason": str | None}``; when capture
-        failed, the node that broke it and why."""
+        failed, the node that broke it and why. ``per_signature=True`` adds ``"signatures"``, a record
+        per feed-shape signature seen and not evicted (``shapes``, ``dtypes``, ``captured``,
+        ``reason``, ``blocking_node``, ``nodes`` and ``folded_nodes`` of its specialized plan,
+        ``memory_bytes`` of its pool, ``planned_peak_bytes`` the liveness minimum with the feeds held,
+        ``replays``), ``"cache_size"``, ``"evictions"``, ``"captures"`` and ``"blas_workspace_bytes"`` (the
+        graphs' shared cuBLAS workspace). See docs/cuda_graphs.md."""
         g = self._graphs
         if g is None:
             why = ("cuda_graph is off" if self.device.kind == "cuda"
                    else f"CUDA graphs need a CUDA device, not {self.device}")
-            return {"captured": False, "blocking_node": None, "reason": why}
-        if g.usable and g.graph is None:
-            return {"captured": False, "blocking_node": None, "reason": "not captured yet: run() once first"}
-        return {"captured": g.usable and g.graph is not None, "blocking_node": g.blocking_node,
-                "reason": g.reason}
+            out = {"captured": False, "blocking_node": None, "reason": why}
+            if per_signature:
+                out.update(signatures=[], cache_size=0, evictions=0, captures=0, blas_workspace_bytes=0)
+            return out
+        with g.lock:
+            return g.status(per_signature)
 
     def close(self) -> None:
         """Release every device buffer this session holds (weights and CUDA graphs included)."""
@@ -284,106 +290,6 @@ class InferenceSession:
                                         f"(shape {arg.shape}), got shape {tuple(arr.shape)}")
             out[name] = arr
         return out
-
-
-class CudaGraphs:
-    """Capture-once, replay-many execution of a session's plan on CUDA (``cuda_graph=True``).
-
-    For each set of feed shapes the plan runs once to warm the pool up and once inside a stream
-    capture, both without liveness releases: a replay writes into the very buffers the capture used,
-    so none of them may go back to the pool while the graph lives. Those buffers, and the blocks the
-    capture's temporaries used, come from a pool of the graph's own (with the session's limit): freeing
-    the session's cached memory (after an out-of-memory error, or CuPy's retry) never frees memory the
-    graph writes into. Feeds are copied into the graph's static input buffers on the current stream,
-    which the graph's stream waits for; outputs are copied out of its static output buffers. One lock
-    serialises capture and replay, whose buffers are shared by every thread.
-    """
-
-    def __init__(self, session: "InferenceSession"):
-        self.session = session
-        self.usable = True
-        self.key = None
-        self.graph = self.stream = self.inputs = self.env = self.pool = self.blas = None
-        self.blocking_node = self.reason = None
-        self.lock = threading.Lock()
-
-    def run(self, feeds: dict, names: list[str]) -> list | None:
-        key = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))
-        with self.lock:
-            if not self.usable or (key != self.key and not self._capture(key, feeds)):
-                return None
-            for k, buf in self.inputs.items():
-                buf[...] = feeds[k]  # on the current stream, which the graph's stream does not follow by itself
-            ready = self.session.device.lib.cuda.Event()
-            ready.record()
-            self.stream.wait_event(ready)
-            try:
-                self.graph.launch(stream=self.stream)
-                self.stream.synchronize()
-            except Exception as e:
-                raise _oom_or(e, lambda: NodeError(f"the CUDA graph failed: {type(e).__name__}: {e}"),
-                              f"the CUDA graph ran out of device memory on {self.session.device}") from e
-            self.checks.check()  # the captured checks' values, refreshed by the replay
-            return [self.env[n].copy() for n in names]
-
-    def _capture(self, key, feeds: dict) -> bool:
-        s, lib = self.session, self.session.device.lib
-        self.release()
-        pool = s.memory.new_pool()
-        ctx, blas = self._ctx(), None
-        try:
-            with lib.cuda.using_allocator(pool.malloc):
-                inputs = {k: v.copy() for k, v in feeds.items()}
-                warm = dict(s.plan.weights, **inputs)
-                with checks.deferred():  # unread: the capture records the same checks, read after each replay
-                    run_plan(s.plan, warm, self._ctx())
-                del warm
-                env = dict(s.plan.weights, **inputs)
-                stream = lib.cuda.Stream(non_blocking=True)
-                blas = CaptureBlas(s.device, stream)  # CuPy refuses cuBLAS inside a capture
-                ctx.xp = capture_namespace(s.device.xp, blas)
-                with stream, checks.deferred() as captured:
-                    stream.begin_capture()
-                    try:
-                        run_plan(s.plan, env, ctx)
-                    except BaseException:
-                        with contextlib.suppress(Exception):  # "capture invalidated" would hide the cause
-                            stream.end_capture()
-                        raise
-                    graph = stream.end_capture()
-            s.memory.note_run(ctx.live)
-        except OutOfMemoryError:
-            _close(blas)
-            s.memory.free_pool(pool)
-            raise
-        except Exception as e:  # a node synchronised with the host inside the capture
-            _close(blas)
-            s.memory.free_pool(pool)
-            log.info("gpuops: the model cannot run as a CUDA graph (%s); running node by node", e)
-            self.usable = False
-            self.blocking_node = ctx.failed_node
-            self.reason = str(e) if isinstance(e, GpuopsError) else f"{type(e).__name__}: {e}"
-            return False
-        self.key, self.graph, self.inputs, self.env, self.stream, self.pool = key, graph, inputs, env, stream, pool
-        self.checks, self.blas = captured, blas  # the graph's GEMMs use the handle's workspace
-        return True
-
-    def release(self) -> None:
-        """Drop the graph and its buffers, then give its pool's memory back."""
-        pool = self.pool
-        _close(self.blas)
-        self.key = self.graph = self.stream = self.inputs = self.env = self.pool = self.checks = self.blas = None
-        if pool is not None:
-            self.session.memory.free_pool(pool)
-
-    def _ctx(self) -> "RunContext":
-        s = self.session
-        return RunContext(s.device, s.memory, host_nodes_logged=s._host_nodes, keep_all=True)
-
-
-def _close(blas: CaptureBlas | None) -> None:
-    if blas is not None:
-        blas.close()
 
 
 def _feed_to_device(device: Device, value):

@@ -58,8 +58,10 @@ def test_close_releases_the_graph_and_its_buffers():
     model, _ = softmax_model()
     sess = gpuops.InferenceSession(model, device="cuda", cuda_graph=True)
     sess.run(None, {"x": np.ones((2, 64), np.float32)})
-    graph, out = weakref.ref(sess._graphs.graph), weakref.ref(sess._graphs.env["y"])
-    pool = sess._graphs.pool
+    entry = sess._graphs.current
+    graph, out = weakref.ref(entry.graph), weakref.ref(entry.env["y"])
+    pool = entry.pool
+    del entry
     sess.close()
     assert graph() is None and out() is None
     with sess.device.lib.cuda.Device(sess.device.index):
