@@ -1,7 +1,7 @@
 """Shape-specialized CUDA graphs: the plan specialized to a feed-shape signature (shape computations
 folded on the host), one captured graph per signature in an LRU cache, a failed signature left alone,
 graph memory at the liveness minimum, replays from many threads, and decoding with a past by length
-buckets. The specialize() tests run on the cpu device; the graph tests on the stand-in of CuPy."""
+buckets. The specialize() tests run on the cpu device; the graph tests on CuPy, or its CPU stand-in."""
 
 import sys
 import threading
@@ -20,7 +20,7 @@ from tests.ops.common import make_model
 from tests.test_cuda_path import chain_model, expected_chain
 from tests.zoo.models import BUILDERS
 
-standin = pytest.mark.skipif(not _device.uses_standin(), reason="sync and launch accounting of the stand-in")
+STANDIN = _device.uses_standin()
 io = helper.make_tensor_value_info
 i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
 
@@ -164,7 +164,6 @@ def _syncs_of(dev, fn):
     return out, dev.host_sync_count() - s, dev.kernel_launch_count() - k
 
 
-@standin
 @pytest.mark.parametrize("name", ["bert", "gpt"])
 def test_dynamic_axes_transformers_capture_and_replay_without_host_syncs(name):
     # TorchScript-style exports with a symbolic batch: their Shape nodes stopped the capture at once
@@ -198,7 +197,6 @@ def s_steps(sess, record):
     return sess._graphs.graphs[key].plan.steps
 
 
-@standin
 def test_shapes_no_inference_knows_come_from_the_warm_up(monkeypatch):
     # a contrib op on too large an input to probe: the Shape after it stays in the first specialization,
     # the warm-up records the shape and the plan is specialized again before the capture
@@ -220,7 +218,6 @@ def test_shapes_no_inference_knows_come_from_the_warm_up(monkeypatch):
     np.testing.assert_array_equal(sess._graphs.current.plan.steps[-1].host_consts[1], [3, 5])
 
 
-@standin
 def test_two_feed_shapes_keep_two_graphs():
     sess = gpuops.InferenceSession(chain_model(n=4), device="cuda", cuda_graph=True)
     rng = np.random.default_rng(3)
@@ -237,7 +234,6 @@ def test_two_feed_shapes_keep_two_graphs():
     assert {tuple(s["shapes"]["x"]): s["replays"] for s in st["signatures"]} == {(2, 256): 3, (5, 256): 2}
 
 
-@standin
 def test_the_least_recently_used_graph_is_evicted_and_its_memory_freed():
     sess = gpuops.InferenceSession(chain_model(n=2), device="cuda", cuda_graph=True, cuda_graph_cache=2)
     run = lambda n: sess.run(None, {"x": np.ones((n, 256), np.float32)})  # noqa: E731
@@ -261,7 +257,6 @@ def test_the_least_recently_used_graph_is_evicted_and_its_memory_freed():
         gpuops.InferenceSession(chain_model(n=2), device="cuda", cuda_graph=True, cuda_graph_cache=0)
 
 
-@standin
 def test_a_signature_that_cannot_be_captured_does_not_disable_the_others(monkeypatch):
     # Relu reads its input on the host for one batch size only: that signature's capture fails, runs
     # node by node from then on (no second capture attempt), and the other batch sizes still capture
@@ -294,7 +289,6 @@ def test_a_signature_that_cannot_be_captured_does_not_disable_the_others(monkeyp
     assert sigs[2]["captured"] and sigs[2]["replays"] == 2 and sigs[4]["replays"] == 1
 
 
-@standin
 def test_a_graph_holds_no_more_than_its_run_needs():
     # Warm-up and capture on the graph's stream: the capture reuses every block the warm-up freed (CuPy's
     # pool keeps free blocks per stream; a warm-up on another stream would hold a second set). On a GPU
@@ -307,19 +301,18 @@ def test_a_graph_holds_no_more_than_its_run_needs():
     sess.run(None, {"x": x})
     (rec,) = sess.cuda_graph_status(per_signature=True)["signatures"]
     assert rec["captured"]
-    assert rec["planned_peak_bytes"] == 3 * x.nbytes  # the held feed, a dying input and its output
     entry = sess._graphs.current
     with sess.device.lib.cuda.Device(sess.device.index):
         used, total = entry.pool.used_bytes(), entry.pool.total_bytes()
     assert total == rec["memory_bytes"]
-    if _device.uses_standin():
+    if STANDIN:  # no output written over its input in the capture (the stand-in's graph refers to them all)
+        assert rec["planned_peak_bytes"] == 3 * x.nbytes  # the held feed, a dying input and its output
         assert used == (n + 1) * x.nbytes  # the feed and every intermediate, kept by the stand-in's graph
         assert total <= 1.1 * used
     else:
         assert total <= 1.1 * rec["planned_peak_bytes"]
 
 
-@standin
 def test_threads_replaying_concurrently_get_their_own_outputs():
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
@@ -361,7 +354,6 @@ def test_threads_replaying_concurrently_get_their_own_outputs():
 
 # -- decoding with a past by length buckets --------------------------------------------------------
 
-@standin
 def test_decoding_with_length_buckets_replays_one_graph_per_bucket():
     from benchmarks.decode_graphs import decode, per_token, reference, with_position_ids, zoo_gpt
 
@@ -380,4 +372,5 @@ def test_decoding_with_length_buckets_replays_one_graph_per_bucket():
     assert kinds == ["captured", "captured", "replayed", "replayed", "replayed", "captured", "replayed", "replayed"]
     replay, node = per_token(graphs["steps"], "replayed"), per_token(plain["steps"], "node by node")
     assert replay["host_syncs"] <= 2 < node["host_syncs"]  # the two embeddings' deferred index checks
-    assert replay["kernel_launches"] < node["kernel_launches"] / 10
+    if STANDIN:  # CuPy counts no launches
+        assert replay["kernel_launches"] < node["kernel_launches"] / 10
