@@ -207,7 +207,6 @@ class CudaGraphs:
         _wait_for(lib, lib.cuda.get_current_stream())  # the feeds' uploads
         warm_ctx = self._ctx()
         ctx = self._ctx()  # the capture's
-        ctx.xp = self.xp  # GEMMs through the graphs' own cuBLAS handle
         try:
             with lib.cuda.using_allocator(pool.malloc), stream:
                 inputs = {k: v.copy() for k, v in feeds.items()}  # the graph's static inputs
@@ -322,5 +321,7 @@ class CudaGraphs:
         self.stream = self.blas = self.xp = None
 
     def _ctx(self) -> "RunContext":
+        """A warm-up's or capture's run: GEMMs through the graphs' own cuBLAS handle (the warm-up's too,
+        so that it allocates what the capture will), all buffers released after their last use."""
         s = self.session
-        return _session_module().RunContext(s.device, s.memory, host_nodes_logged=s._host_nodes)
+        return _session_module().RunContext(s.device, s.memory, host_nodes_logged=s._host_nodes, xp=self.xp)
