@@ -46,7 +46,6 @@ from collections import Counter
 
 import numpy as np
 
-from .dtypes import device_supported
 
 _state = threading.local()
 transfers: Counter = Counter()  # "h2d" / "d2h": explicit host<->device copies
@@ -176,6 +175,255 @@ def _launched() -> None:
         t.launches += 1
 
 
+# -- CuPy 14's API --------------------------------------------------------------------------------
+# What CuPy 14.2 has of NumPy's namespace, read from its source (cupy/__init__.py and the modules it
+# imports; cupy/_core/core.pyx for the ndarray methods): a name absent here is an AttributeError on
+# the stand-in as on CuPy, and a call is checked against CuPy's signature where NumPy accepts more
+# ("name=positional,parameters;keyword,only", "*" / "**" for *args / **kwargs). NumPy's ufuncs are
+# CuPy ufuncs, whose calls take out/dtype/casting only (cupy/_core/_kernel.pyx ufunc.__call__).
+
+
+def _signatures(text: str) -> dict:
+    table = {}
+    for item in text.split():
+        name, _, spec = item.partition("=")
+        pos, _, kw = spec.partition(";")
+        pos, kw = [p for p in pos.split(",") if p], [k for k in kw.split(",") if k]
+        table[name] = (tuple(p for p in pos if p != "*"), frozenset(k for k in kw if k != "**"), "*" in pos,
+                       "**" in kw)
+    return table
+
+
+_CUPY_NAMES = frozenset("""
+AxisError ComplexWarning DataSource ElementwiseKernel Inf Infinity ModuleDeprecationWarning NAN NINF NZERO
+NaN PINF PZERO RankWarning RawKernel RawModule ReductionKernel TooHardError VisibleDeprecationWarning
+allclose angle append apply_along_axis apply_over_axes argmax argmin argwhere around array2string
+array_equal array_equiv array_repr array_split asarray_chkfinite atleast_1d atleast_2d atleast_3d average
+bartlett base_repr binary_repr bincount blackman bool bool_ broadcast broadcast_shapes byte c_ can_cast
+cdouble cfloat choose column_stack common_type complex128 complex64 complex_ complexfloating compress
+convolve copyto correlate cross csingle cuda cumprod cumsum cumulative_prod cumulative_sum diag diag_indices
+diag_indices_from diagflat diagonal diff digitize disable_experimental_feature_warning dot double dsplit
+dstack dtype e einsum euler_gamma exceptions expand_dims fft fft.config fft.fftshift fft.ifftshift
+fill_diagonal finfo flatiter flatnonzero float16 float32 float64 float_ floating format_float_positional
+format_float_scientific format_parser frombuffer fromfile fromfunction fromiter fuse generic genfromtxt
+get_printoptions gradient half hamming hanning histogram2d histogramdd hsplit hstack iinfo imag index_exp
+inexact inf infty inner int16 int32 int64 int8 int_ intc integer interp intp isclose iscomplex iscomplexobj
+isdtype isfortran isneginf isposinf isreal isrealobj isscalar issubdtype iterable ix_ kaiser kron linalg
+linalg.LinAlgError linalg.cond linalg.cross linalg.det linalg.eig linalg.eigh linalg.eigvals linalg.eigvalsh
+linalg.inv linalg.lstsq linalg.norm linalg.qr linalg.slogdet linalg.solve linalg.tensorinv
+linalg.tensorsolve loadtxt logspace long longlong mask_indices matrix_transpose may_share_memory median
+meshgrid mgrid min_scalar_type mintypecode moveaxis nan nan_to_num nanargmax nanargmin nancumprod nancumsum
+nanmedian ndarray ndim ndindex newaxis nonzero number ogrid outer packbits pad permute_dims pi place poly
+poly1d polyadd polyfit polymul polynomial polysub polyval printoptions promote_types ptp put put_along_axis
+putmask r_ random ravel ravel_multi_index real real_if_close repeat resize result_type roll rollaxis roots
+round row_stack s_ save savetxt savez savez_compressed searchsorted select set_printoptions setdiff1d
+setxor1d shape shares_memory short signedinteger single singlecomplex size sort_complex split squeeze
+swapaxes tensordot testing tile trace transpose trapezoid tril tril_indices tril_indices_from triu
+triu_indices triu_indices_from typename ubyte ufunc uint uint16 uint32 uint64 uint8 uintc uintp ulong
+ulonglong unique_all unique_counts unique_inverse unique_values unsignedinteger unwrap ushort vander vdot
+vectorize vsplit vstack where
+""".split())
+_CUPY_UFUNCS = frozenset("""
+abs absolute acos acosh add arccos arccosh arcsin arcsinh arctan arctan2 arctanh asin asinh atan atan2 atanh
+bitwise_and bitwise_count bitwise_invert bitwise_left_shift bitwise_not bitwise_or bitwise_right_shift
+bitwise_xor cbrt ceil conj conjugate copysign cos cosh deg2rad degrees divide divmod equal exp exp2 expm1
+fabs fix float_power floor floor_divide fmax fmin fmod frexp gcd greater greater_equal heaviside hypot i0
+invert isfinite isinf isnan lcm ldexp left_shift less less_equal linalg.matmul log log10 log1p log2
+logaddexp logaddexp2 logical_and logical_not logical_or logical_xor matmul maximum minimum mod modf multiply
+negative nextafter not_equal positive pow power rad2deg radians reciprocal remainder right_shift rint sign
+signbit sin sinc sinh sqrt square subtract tan tanh true_divide trunc
+""".split())
+_CUPY_SIGNATURES = _signatures("""
+all=a,axis,out,keepdims alltrue=a,axis,out,keepdims amax=a,axis,out,keepdims amin=a,axis,out,keepdims
+any=a,axis,out,keepdims arange=start,stop,step,dtype argpartition=a,kth,axis argsort=a,axis,kind
+array=obj,dtype,copy,order,subok,ndmin;blocking array_str=arr,max_line_width,precision,suppress_small
+asanyarray=a,dtype,order;copy,blocking asarray=a,dtype,order;copy,blocking ascontiguousarray=a,dtype
+asfarray=a,dtype asfortranarray=a,dtype asnumpy=a,stream,order,out;blocking astype=x,dtype;copy
+broadcast_arrays=* broadcast_to=array,shape byte_bounds=a clear_memo= clip=a,a_min,a_max,out
+concat=tup,axis,out;dtype,casting concatenate=tup,axis,out;dtype,casting copy=a,order
+corrcoef=a,y,rowvar,bias,ddof;dtype count_nonzero=a,axis cov=a,y,rowvar,bias,ddof,fweights,aweights;dtype
+cumproduct=a,axis,dtype,out delete=arr,indices,axis disp=*;** ediff1d=arr,to_end,to_begin
+empty=shape,dtype,order empty_like=prototype,dtype,order,subok,shape extract=condition,a
+eye=N,M,k,dtype,order fft.fft=a,n,axis,norm fft.fft2=a,s,axes,norm fft.fftfreq=n,d fft.fftn=a,s,axes,norm
+fft.hfft=a,n,axis,norm fft.ifft=a,n,axis,norm fft.ifft2=a,s,axes,norm fft.ifftn=a,s,axes,norm
+fft.ihfft=a,n,axis,norm fft.irfft=a,n,axis,norm fft.irfft2=a,s,axes,norm fft.irfftn=a,s,axes,norm
+fft.rfft=a,n,axis,norm fft.rfft2=a,s,axes,norm fft.rfftfreq=n,d fft.rfftn=a,s,axes,norm
+find_common_type=*;** flip=a,axis fliplr=a flipud=a fromDlpack=dltensor from_dlpack=array;device,copy
+fromstring=*;** full=shape,fill_value,dtype,order full_like=a,fill_value,dtype,order,subok,shape
+get_array_module=* get_array_wrap=*;** get_default_memory_pool= get_default_pinned_memory_pool=
+histogram=x,bins,range,density,weights identity=n,dtype in1d=ar1,ar2,assume_unique,invert
+indices=dimensions,dtype intersect1d=arr1,arr2,assume_unique,return_indices is_available=
+isin=element,test_elements,assume_unique,invert issctype=rep issubclass_=arg1,arg2 issubsctype=arg1,arg2
+lexsort=keys linalg.cholesky=a linalg.matrix_power=M,n linalg.matrix_rank=M,tol linalg.matrix_transpose=a
+linalg.pinv=a,rcond linalg.svd=a,full_matrices,compute_uv
+linspace=start,stop,num,endpoint,retstep,dtype,axis load=file,mmap_mode,allow_pickle
+make_aligned_dtype=dtype;alignment,recurse max=a,axis,out,keepdims mean=a,axis,dtype,out,keepdims
+memoize=for_each_device min=a,axis,out,keepdims msort=a nanmax=a,axis,out,keepdims
+nanmean=a,axis,dtype,out,keepdims nanmin=a,axis,out,keepdims nanprod=a,axis,dtype,out,keepdims
+nanstd=a,axis,dtype,out,ddof,keepdims nansum=a,axis,dtype,out,keepdims nanvar=a,axis,dtype,out,ddof,keepdims
+obj2sctype=rep,default ones=shape,dtype,order ones_like=a,dtype,order,subok,shape partition=a,kth,axis
+percentile=a,q,axis,out,overwrite_input,method,keepdims;interpolation piecewise=x,condlist,funclist
+prod=a,axis,dtype,out,keepdims product=a,axis,dtype,out,keepdims
+quantile=a,q,axis,out,overwrite_input,method,keepdims;interpolation require=a,dtype,requirements
+reshape=a,newshape,order;copy rot90=a,k,axes round_=a,decimals,out safe_eval=*;** sctype2char=sctype
+set_string_function=*;** show_config=;_full sometrue=a,axis,out,keepdims sort=a,axis,kind
+stack=tup,axis,out;dtype,casting std=a,axis,dtype,out,ddof,keepdims sum=a,axis,dtype,out,keepdims
+take=a,indices,axis,out take_along_axis=a,indices,axis trapz=y,x,dx,axis tri=N,M,k,dtype
+trim_zeros=filt,trim union1d=arr1,arr2 unique=ar,return_index,return_inverse,return_counts,axis;equal_nan
+unpackbits=a,axis,bitorder unravel_index=indices,dims,order var=a,axis,dtype,out,ddof,keepdims who=vardict
+zeros=shape,dtype,order zeros_like=a,dtype,order,subok,shape
+""")
+_CUPY_METHODS = _signatures("""
+T= all=axis,out,keepdims any=axis,out,keepdims argmax=axis,out,dtype,keepdims argmin=axis,out,dtype,keepdims
+argpartition=kth,axis argsort=axis,kind astype=dtype,order,casting,subok,copy byteswap=inplace
+choose=choices,out,mode clip=min,max,out compress=condition,axis,out conj= conjugate= copy=order cstruct=
+cumprod=axis,dtype,out cumsum=axis,dtype,out device= diagonal=offset,axis1,axis2 dot=b,out dump=file dumps=
+fill=value flags= flat= flatten=order get=stream,order,out,blocking imag=value item= itemsize= mT=
+max=axis,out,keepdims mdspan=;index_type,allow_unsafe mean=axis,dtype,out,keepdims min=axis,out,keepdims
+nbytes= ndim= nonzero= partition=kth,axis prod=axis,dtype,out,keepdims ptp=axis,out,keepdims
+put=indices,values,mode ravel=order real=value reduced_view=dtype repeat=repeats,axis reshape=*;order,copy
+round=decimals,out scatter_add=slices,value scatter_max=slices,value scatter_min=slices,value
+searchsorted=v,side,sorter set=arr,stream sort=axis,kind squeeze=axis std=axis,dtype,out,ddof,keepdims
+strides= sum=axis,dtype,out,keepdims swapaxes=axis1,axis2 take=indices,axis,out toDlpack= tobytes=order
+tofile=fid,sep,format tolist= trace=offset,axis1,axis2,dtype,out transpose=*
+var=axis,dtype,out,ddof,keepdims view=dtype,array_class
+""")
+_CUPY_ATTRIBUTES = {"real", "imag", "flags", "flat", "base", "data", "cstruct", "T", "mT"}
+_UFUNC_KWARGS = frozenset({"out", "dtype", "casting"})
+_GUFUNC_KWARGS = frozenset({"axes", "axis", "keepdims", "casting", "dtype", "signature", "order", "out"})
+_UFUNC_METHODS = {  # which ufuncs have them in CuPy 14 (None: all), and their signatures
+    "reduce": ({"add", "multiply"}, _signatures("reduce=array,axis,dtype,out,keepdims")["reduce"]),
+    "accumulate": ({"add", "multiply"}, _signatures("accumulate=array,axis,dtype,out")["accumulate"]),
+    "reduceat": ({"add"}, _signatures("reduceat=array,indices,axis,dtype,out")["reduceat"]),
+    "at": ({"add", "subtract", "bitwise_and", "bitwise_or", "bitwise_xor"}, _signatures("at=a,indices,b")["at"]),
+    "outer": (None, _signatures("outer=A,B;**")["outer"]),
+}
+# Parameters CuPy converts to C integers (Py_ssize_t): a device array there is a TypeError, never a read
+_INT_ARGS = frozenset({"shape", "newshape", "axis", "axes", "axis1", "axis2", "source", "destination", "reps",
+                       "N", "M", "n", "num", "ndmin", "kth", "s", "pad_width"})
+# Functions whose operands go through elementwise kernels (or refuse non-CuPy arrays outright)
+_KERNEL_OPERANDS = {"where": slice(0, 3), "concatenate": slice(0, 1), "concat": slice(0, 1),
+                    "stack": slice(0, 1), "hstack": slice(0, 1), "vstack": slice(0, 1), "dstack": slice(0, 1),
+                    "column_stack": slice(0, 1), "matmul": slice(0, 2)}
+_NOT_AN_INTEGER = "'ndarray' object cannot be interpreted as an integer"
+
+
+def _cupy_api(qualified: str):
+    """What CuPy 14 has under ``qualified`` (``"sum"``, ``"linalg.inv"``): its API entry for
+    :class:`_Wrapped`, None when it needs no checks, AttributeError when CuPy has no such name."""
+    if qualified in _CUPY_UFUNCS:
+        return ("gufunc" if qualified == "matmul" else "ufunc", qualified, None)
+    spec = _CUPY_SIGNATURES.get(qualified)
+    if spec is not None:
+        return ("func", qualified, spec)
+    if qualified in _CUPY_NAMES:
+        return ("func", qualified, None)
+    module, _, name = qualified.rpartition(".")
+    raise AttributeError(f"module 'cupy{'.' + module if module else ''}' has no attribute '{name}'")
+
+
+def _kernel_operands(values, name: str) -> None:
+    """CuPy's kernels take device arrays, Python and NumPy scalars: a host array (even 0-d), a list or
+    any other object is a ``TypeError`` (cupy/_core/_kernel.pyx ``_preprocess_args``, ``CScalar``)."""
+    for x in values:
+        if isinstance(x, (tuple, list)) and name in _KERNEL_OPERANDS and _KERNEL_OPERANDS[name].stop == 1:
+            _kernel_operands(x, name)  # concatenate/stack: "Only cupy arrays can be concatenated"
+        elif not isinstance(x, (ndarray, bool, int, float, complex, np.generic)):
+            if name in _KERNEL_OPERANDS and _KERNEL_OPERANDS[name].stop == 1:
+                raise TypeError("Only cupy arrays can be concatenated")
+            raise TypeError(f"Unsupported type {type(x)}")
+
+
+def _param_names(f, api) -> tuple:
+    spec = api[2]
+    if spec is not None:
+        return spec[0]
+    try:
+        names = _PARAMS[f]
+    except (KeyError, TypeError):
+        try:
+            sig = inspect.signature(f)
+            names = tuple(p.name for p in sig.parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        except (TypeError, ValueError):
+            names = ()
+        try:
+            _PARAMS[f] = names
+        except TypeError:
+            pass
+    return names
+
+
+_PARAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _check_call(api, f, args, kwargs) -> None:
+    """Refuse a call CuPy 14 refuses: keywords and positional arguments its signature lacks, a ufunc's
+    NumPy-only keywords, host arrays as kernel operands, device arrays where CuPy needs a Python
+    integer (shapes, axes: CuPy has no ``__index__``), callables in ``piecewise``; and count the
+    read-back of ``arange``'s device bounds."""
+    kind, name, spec = api
+    if kind in ("ufunc", "gufunc"):
+        allowed = _UFUNC_KWARGS if kind == "ufunc" else _GUFUNC_KWARGS
+        wrong = {k: v for k, v in kwargs.items() if k not in allowed}
+        if wrong:  # (CuPy prints the values; a device array's repr would read it back)
+            raise TypeError(f"Wrong arguments { {k: _describe(v) for k, v in wrong.items()} }")
+        nin, nargs = getattr(f, "nin", len(args)), getattr(f, "nargs", len(args))
+        if kind == "ufunc" and not nin <= len(args) <= nargs:
+            raise TypeError(f"Wrong number of arguments for 'cupy_{name}'. It must be either {nin} or {nargs} "
+                            f"(with outputs), but given {len(args)}.")
+        _kernel_operands(args[:nin], name)
+        for o in (*args[nin:], *_leaves(kwargs.get("out"))):
+            if o is not None and not isinstance(o, ndarray):
+                raise TypeError(f"Unsupported type {type(o)}")
+        return
+    short = name.rpartition(".")[2]
+    if spec is not None:
+        pos, kwonly, varargs, varkw = spec
+        if len(args) > len(pos) and not varargs:
+            raise TypeError(f"{short}() takes at most {len(pos)} positional arguments ({len(args)} given)")
+        if not varkw:
+            for k in kwargs:
+                if k not in pos and k not in kwonly:
+                    raise TypeError(f"{short}() got an unexpected keyword argument '{k}'")
+    names = _param_names(f, api)
+    named = dict(zip(names, args))
+    named.update(kwargs)
+    if kind == "method" and short in ("reshape", "transpose") and args:
+        named["shape"] = args
+    for p in _INT_ARGS.intersection(named):
+        if any(isinstance(v, ndarray) for v in _leaves(named[p])):
+            raise TypeError(_NOT_AN_INTEGER)
+    if short in _KERNEL_OPERANDS and kind == "func":
+        _kernel_operands(args[_KERNEL_OPERANDS[short]], short)
+    elif short == "arange" and kind == "func":
+        bounds = [named.get(k) for k in ("start", "stop", "step")]
+        if any(isinstance(b, ndarray) for b in bounds):
+            if named.get("dtype") is None:  # cupy/_creation/ranges.py: numpy.dtype(type(val))
+                raise TypeError("Cannot interpret '<class 'cupy.ndarray'>' as a data type")
+            _sync("arange() with device bounds")  # int(numpy.ceil((stop - start) / step)) reads it back
+    elif short == "piecewise" and kind == "func":
+        funcs = named.get("funclist", ())
+        if any(callable(fn) for fn in (funcs if isinstance(funcs, (list, tuple)) else [funcs])):
+            raise NotImplementedError("Callable functions are not supported currently")
+
+
+def _describe(v) -> str:
+    return f"<ndarray {v.shape} {v.dtype}>" if isinstance(v, ndarray) else repr(v)
+
+
+def _host_slices(key):
+    """A key whose slices' device bounds are read back as CuPy does (``internal.pyx``
+    ``_extract_slice_element`` falls back to ``int()``: one host sync per bound)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    if not any(isinstance(k, slice) and any(isinstance(b, ndarray) for b in (k.start, k.stop, k.step))
+               for k in keys):
+        return key
+    out = tuple(slice(*(int(b) if isinstance(b, ndarray) else b for b in (k.start, k.stop, k.step)))
+                if isinstance(k, slice) else k for k in keys)
+    return out if isinstance(key, tuple) else out[0]
+
+
 # -- arrays --------------------------------------------------------------------------------------
 
 class ndarray:
@@ -235,14 +483,22 @@ class ndarray:
     def __getattr__(self, name):
         if name.startswith("__"):  # no __array_interface__ / __array_struct__ back doors to the host
             raise AttributeError(name)
-        return _wrap(getattr(self._a, name))
+        spec = _CUPY_METHODS.get(name)
+        if spec is None and name not in _CUPY_ATTRIBUTES:  # NumPy's alone (to_device, itemset, ctypes...)
+            raise AttributeError(f"'ndarray' object has no attribute '{name}'")
+        obj = getattr(self._a, name)
+        if spec is not None and callable(obj):
+            return _Wrapped(obj, ("method", name, spec))
+        return _wrap(obj)
 
     def __getitem__(self, key):
+        key = _host_slices(key)
         if _has_mask(key):
             _sync("boolean-mask indexing", shape=True)  # CuPy counts the True entries on the host
         return _call(operator.getitem, (self, key))
 
     def __setitem__(self, key, value):
+        key = _host_slices(key)
         if _has_mask(key):
             _sync("boolean-mask assignment", shape=True)
         _call(operator.setitem, (self, key, value))
@@ -254,9 +510,11 @@ class ndarray:
         _sync("iteration")
         return (_wrap(x) for x in self._a)
 
-    def item(self, *args):
+    def item(self):
+        if self._a.size != 1:
+            raise ValueError("can only convert an array of size 1 to a Python scalar")
         _sync(".item()")
-        return self._a.item(*args)
+        return self._a.item()
 
     def tolist(self):
         _sync(".tolist()")
@@ -283,14 +541,39 @@ def _host_conversion(name, what):
     return method
 
 
+# CuPy's ndarray has no __index__ (cupy/_core/core.pyx): range(a), operator.index(a), a list indexed by
+# a or a shape holding a raise TypeError; int()/float()/bool() read the value back (a host sync)
 for _name, _what in [("__bool__", "bool()"), ("__int__", "int()"), ("__float__", "float()"),
-                     ("__complex__", "complex()"), ("__index__", "index")]:
+                     ("__complex__", "complex()")]:
     setattr(ndarray, _name, _host_conversion(_name, _what))
+
+
+_COMPARISONS = {"__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"}
+_NO_UFUNC = object()
+
+
+def _should_use_rop(other) -> bool:
+    """cupy/_core/core.pyx ``_should_use_rop``: defer to an operand whose ``__array_ufunc__`` is None,
+    or (without one) whose ``__array_priority__`` is higher."""
+    y_ufunc = getattr(other, "__array_ufunc__", _NO_UFUNC)
+    if y_ufunc is not _NO_UFUNC:
+        return y_ufunc is None
+    return getattr(other, "__array_priority__", 0) > 0
 
 
 def _binary(name):
     def method(self, *args):
         _no_cublas_in_capture(name, (self, *args))
+        if args:
+            other = args[0]
+            if not isinstance(other, ndarray) and _should_use_rop(other):
+                return NotImplemented  # e.g. __array_ufunc__ = None: the other operand's reflected op
+            if name in _COMPARISONS and isinstance(other, np.ndarray) and other.ndim == 0:
+                other = other.item()  # CuPy's __richcmp__ compares with a 0-d host array's value
+                args = (other,)
+            elif name in ("__eq__", "__ne__") and (other is None or type(other).__eq__ is object.__eq__):
+                return _call(np.full, (self.shape, name == "__ne__"))  # CuPy: never equal to an element
+            _kernel_operands((other,), name)
         return _call(getattr(self._a, name), args)
 
     method.__name__ = name
@@ -307,10 +590,33 @@ for _name in ["__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__neg
 ndarray.__hash__ = None
 
 
+_CUPY_TYPE_CHARS = frozenset("?bhilqBHILQefdFD")  # cupy/_core/_dtype.pyx all_type_chars
+
+
+def _check_dtype(dtype: np.dtype) -> None:
+    """Refuse what CuPy 14 cannot hold, with its ``ValueError`` (``cupy/_core/_dtype.pyx``
+    ``check_supported_dtype``): big-endian types, strings, objects, datetimes, long doubles and the
+    ml_dtypes types but bfloat16 (float8, float4, int4, int2...); structured and void types without
+    references and bfloat16 are device types."""
+    if dtype.char in _CUPY_TYPE_CHARS and dtype.type.__module__ == "numpy":
+        if dtype.byteorder == ">":
+            raise ValueError(f"Unsupported dtype {dtype} with big-endian byte-order")
+        return
+    if dtype.byteorder == ">":
+        raise ValueError(f"Unsupported dtype {dtype} with big-endian byte-order")
+    if dtype.type is np.void and dtype.subdtype is None and dtype.itemsize:
+        if dtype.hasobject:
+            raise ValueError(f"Unsupported dtype {dtype} because it contains references which cannot be "
+                             "supported by CuPy.")
+        return
+    if dtype.name == "bfloat16" and dtype.type.__module__ == "ml_dtypes":
+        return  # CuPy 14 on NumPy >= 2.1.2 with ml_dtypes: cupy/_core/_scalar.pyx registers it
+    raise ValueError(f"Unsupported dtype {dtype}")
+
+
 def _wrap(x):
     if isinstance(x, np.ndarray):
-        if not device_supported(x.dtype):  # as CuPy: no strings, bfloat16, float8, int4 on the device
-            raise TypeError(f"Unsupported dtype {x.dtype}")
+        _check_dtype(x.dtype)
         return ndarray(x)
     if isinstance(x, np.generic):  # CuPy returns 0-d device arrays, never host scalars
         return _wrap(np.asarray(x))
@@ -468,17 +774,41 @@ def _no_cublas_in_capture(name: str, args) -> None:
         raise NotImplementedError("calling cuBLAS API during stream capture is currently unsupported")
 
 
+# Sorts go through Thrust, whose dispatch knows NumPy's own types only (cupy/cuda/common.pyx
+# _get_dtype_id; cupy/cuda/thrust.pyx refuses the rest): no bfloat16, no structured types.
+_THRUST_SORTS = {"sort", "argsort", "lexsort"}
+_THRUST_CHARS = frozenset("?bBhHiIlLqQefdFD")
+
+
+def _check_sortable(name: str, f, args) -> None:
+    owner = getattr(f, "__self__", None)
+    keys = [owner] if isinstance(owner, np.ndarray) else list(_leaves(args[:1]))
+    for k in keys:
+        dtype = getattr(k, "dtype", None)
+        if dtype is not None and dtype.char not in _THRUST_CHARS:
+            if name == "lexsort":
+                raise TypeError(f"Sorting keys with dtype '{dtype}' is not supported")
+            raise NotImplementedError(f"Sorting arrays with dtype '{dtype}' is not supported")
+
+
 class _Wrapped:
-    """A NumPy callable (function, ufunc, bound method) taking and returning device arrays."""
+    """A NumPy callable (function, ufunc, bound method) taking and returning device arrays; ``api``
+    says what CuPy 14 has in its place (``("func" | "ufunc" | "method", name, signature)``), whose
+    arguments it checks as CuPy does (:func:`_check_call`)."""
 
-    __slots__ = ("_f", "_name")
+    __slots__ = ("_f", "_name", "_api")
 
-    def __init__(self, f):
+    def __init__(self, f, api=None):
         self._f = f
         self._name = getattr(f, "__name__", "")
+        self._api = api
 
     def __call__(self, *args, **kwargs):
+        if self._api is not None:
+            _check_call(self._api, self._f, args, kwargs)
         _no_cublas_in_capture(self._name, args)
+        if self._name in _THRUST_SORTS:
+            _check_sortable(self._name, self._f, args)
         what = _data_shaped(self._name, self._f, args, kwargs)
         if what is not None and any(map(_is_device, _leaves((args, kwargs)))):
             _sync(what, shape=True)
@@ -488,7 +818,16 @@ class _Wrapped:
         return out
 
     def __getattr__(self, name):  # ufunc.reduce / ufunc.at / ...
-        return _wrap(getattr(self._f, name))
+        obj = getattr(self._f, name)
+        if self._api is not None and self._api[0] == "ufunc" and name in _UFUNC_METHODS:
+            ufunc = self._api[1].rpartition(".")[2]
+            supported, spec = _UFUNC_METHODS[name]
+            if supported is not None and ufunc not in supported:  # cupy/_core/_kernel.pyx ufunc.reduce...
+                def unsupported(*args, **kwargs):
+                    raise NotImplementedError(f"`cupy_{ufunc}.{name}` is not supported yet")
+                return unsupported
+            return _Wrapped(obj, ("method", f"{ufunc}.{name}", spec))
+        return _wrap(obj)
 
 
 def _leaves(x):
@@ -1520,7 +1859,10 @@ def asarray(obj, dtype=None, copy=None, **kwargs):
         return _wrap(np.asarray(_unwrap(obj), dtype=dtype))
     _no_capture("a host->device copy from pageable memory")
     transfers["h2d"] += 1
-    return _wrap(np.array(obj, dtype=dtype, copy=True))
+    host = np.array(obj, dtype=dtype, copy=True)
+    if host.dtype.byteorder == ">":  # CuPy copies host data to little-endian (_dtype.normalize_dtype)
+        host = host.astype(host.dtype.newbyteorder("<"))
+    return _wrap(host)
 
 
 def asnumpy(a, stream=None) -> np.ndarray:
@@ -1546,23 +1888,30 @@ class _Namespace(types.ModuleType):
     """A namespace whose missing attributes come from ``inner``: NumPy's functions taking and returning
     device arrays (the raw, CuPy-like namespace), or the raw namespace's (the array API one)."""
 
-    def __init__(self, name, inner, wrap=True):
+    def __init__(self, name, inner, wrap=True, api_prefix=None):
         super().__init__(name)
         self._inner, self._wrap_inner = inner, wrap
+        self._api_prefix = api_prefix  # "" for cupy, "linalg." / "fft." for its submodules: checked
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
+        api = None
+        if self._api_prefix is not None:
+            api = _cupy_api(self._api_prefix + name)  # AttributeError for what CuPy 14 lacks
         obj = getattr(self._inner, name)
         if isinstance(obj, types.ModuleType) and self._wrap_inner:
-            obj = _Namespace(f"{self.__name__}.{name}", obj)
+            prefix = f"{name}." if self._api_prefix == "" and name in ("linalg", "fft") else None
+            obj = _Namespace(f"{self.__name__}.{name}", obj, api_prefix=prefix)
         elif self._wrap_inner:
             obj = _wrap(obj)
+            if api is not None and isinstance(obj, _Wrapped):
+                obj._api = api
         setattr(self, name, obj)
         return obj
 
 
-cp = _Namespace("gpuops.cuda_standin.cp", np)  # what ``import cupy`` gives, on stand-in arrays
+cp = _Namespace("gpuops.cuda_standin.cp", np, api_prefix="")  # what ``import cupy`` gives, on stand-in arrays
 for _k, _v in {"ndarray": ndarray, "asarray": asarray, "asnumpy": asnumpy, "from_dlpack": from_dlpack,
                "cuda": cuda, "RawModule": RawModule, "get_default_memory_pool": get_default_memory_pool}.items():
     setattr(cp, _k, _v)
@@ -1589,7 +1938,7 @@ def _array_api_namespace():
     ns = _Namespace("gpuops.cuda_standin.xp", cp, wrap=False)
     bind = get_xp(cp)
     for name in _aliases.__all__:
-        if name in ("vecdot", "isdtype", "unstack") and hasattr(np, name):
+        if name in ("vecdot", "isdtype", "unstack") and name in _CUPY_NAMES:
             continue  # array-api-compat uses CuPy's own where it has them
         setattr(ns, name, bind(getattr(_aliases, name)))
     for new, old in [("acos", "arccos"), ("acosh", "arccosh"), ("asin", "arcsin"), ("asinh", "arcsinh"),

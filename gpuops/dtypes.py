@@ -25,10 +25,43 @@ def type_name(elem_type: int) -> str:
 
 
 def device_supported(dtype) -> bool:
-    """Whether CuPy can hold this dtype: NumPy's own bool/int/float/complex types only.
+    """Whether gpuops keeps this dtype on a CUDA device: what CuPy can hold of the ONNX types.
 
-    Strings and the ml_dtypes types (bfloat16, float8, float4, int4, int2) stay NumPy arrays on the
-    host even on a CUDA device; ops that meet them compute on the host through explicit transfers.
+    NumPy's own bool/int/float/complex types (CuPy copies a big-endian host array to little-endian
+    device memory), and bfloat16 where the CUDA array library has it: CuPy 14 (with NumPy >= 2.1.2
+    and ml_dtypes, ``cupy/_core/_scalar.pyx``) and the CPU stand-in, which models CuPy 14. Strings and the other ml_dtypes types (float8, float4, int4,
+    int2) stay NumPy arrays on the host even on a CUDA device (CuPy refuses them: ``Unsupported
+    dtype``); ops that meet them compute on the host through explicit transfers.
     """
     dtype = np.dtype(dtype)
-    return dtype.kind in "biufc" and dtype.type.__module__ == "numpy"
+    if dtype.kind in "biufc" and dtype.type.__module__ == "numpy":
+        return True
+    return dtype.name == "bfloat16" and dtype.type.__module__ == "ml_dtypes" and bfloat16_on_device()
+
+
+def bfloat16_on_device() -> bool:
+    """Whether the CUDA array library in use holds bfloat16 arrays (CuPy >= 14 on NumPy >= 2.1.2 with
+    ml_dtypes; the stand-in always). Without one, False."""
+    from .device import _cupy
+
+    lib = _cupy()
+    if lib is None:
+        return False
+    known = _BF16.get(lib.__name__)
+    if known is None:
+        known = _BF16[lib.__name__] = _library_has_bfloat16(lib)
+    return known
+
+
+_BF16: dict[str, bool] = {}
+
+
+def _library_has_bfloat16(lib) -> bool:
+    if lib.__name__.startswith("gpuops.cuda_standin"):
+        return True
+    try:
+        major = int(str(lib.__version__).split(".")[0])
+        import ml_dtypes  # noqa: F401
+    except (ImportError, ValueError, AttributeError):
+        return False
+    return major >= 14 and np.lib.NumpyVersion(np.__version__) >= "2.1.2"

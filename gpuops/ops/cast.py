@@ -1,9 +1,10 @@
 """Cast and CastLike: every ONNX element type, bfloat16/float8/float4/int4/int2 via ml_dtypes.
 
 Plain numeric casts run on the device (``astype``: float -> int truncates, integers wrap, NaN -> bool
-is True). The ml_dtypes types and strings have no CuPy representation, so a cast from or to one of
-them is done on the host: a result of such a type stays a NumPy array, a plain result goes back to
-the device. Rules, per the Cast schema:
+is True), bfloat16 ones too where CuPy holds bfloat16 (CuPy 14). The other ml_dtypes types and
+strings have no CuPy representation, so a cast from or to one of them is done on the host: a result
+of such a type stays a NumPy array, a plain result goes back to the device. Rules, per the Cast
+schema:
 
 * float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) with ``saturate=1``: values beyond the type's range
   become +/-max (NaN stays NaN); rounding is to nearest even. Cast-19..23 turn +/-Inf into NaN for
@@ -23,7 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from ..device import to_host
-from ..dtypes import np_dtype
+from ..dtypes import device_supported, np_dtype
 from ..errors import NodeError
 from ..registry import op
 
@@ -43,8 +44,9 @@ def is_ml_dtype(dtype: np.dtype) -> bool:
 
 
 def _host_only(dtype: np.dtype) -> bool:
-    """Strings and ml_dtypes types exist only as NumPy arrays."""
-    return dtype.kind in "OUS" or is_ml_dtype(dtype)
+    """Strings and ml_dtypes types exist only as NumPy arrays, but bfloat16 where the CUDA library
+    holds it (CuPy 14): its casts run on the device like any other."""
+    return dtype.kind in "OUS" or (is_ml_dtype(dtype) and not device_supported(dtype))
 
 
 def cast(xp, X, dtype, *, saturate=1, round_mode="up", fnuz_inf_nan=False):

@@ -183,7 +183,8 @@ def _topk(xp, X, k, axis: int, largest: int = 1):
     ax = _axis(axis, X.ndim)
     if not 0 <= k <= X.shape[ax]:
         raise NodeError(f"k={k} is out of range for axis {ax} of length {X.shape[ax]}")
-    order = xp.argsort(X, axis=ax, descending=bool(largest), stable=True)
+    keys = X.astype(np.float32) if X.dtype.name == "bfloat16" else X  # CuPy's sorts refuse bfloat16
+    order = xp.argsort(keys, axis=ax, descending=bool(largest), stable=True)
     idx = order[tuple(slice(0, k) if i == ax else slice(None) for i in range(X.ndim))]
     return xp.take_along_axis(X, idx, axis=ax), idx.astype(np.int64)
 

@@ -589,11 +589,17 @@ def Compress(xp, input, condition, *, axis=None):
     return xp.take(input, xp.nonzero(condition)[0], axis=axis)
 
 
+def _sort_keys(a):
+    """``a`` in a type every sort takes: CuPy's sorts (Thrust) refuse bfloat16, which float32 holds
+    exactly, in the same order."""
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
 @op("Unique", since=11, syncs="the output's size depends on the data")
 def Unique(xp, X, *, axis=None, sorted=1):  # noqa: A002 - the spec's attribute name
     if axis is None:
         rows = xp.reshape(X, (-1,))
-        order = xp.argsort(rows, stable=True)
+        order = xp.argsort(_sort_keys(rows), stable=True)
         s = rows[order]
         change = s[1:] != s[:-1]
     else:
@@ -601,7 +607,7 @@ def Unique(xp, X, *, axis=None, sorted=1):  # noqa: A002 - the spec's attribute 
         moved = xp.moveaxis(X, axis, 0)
         rows = xp.reshape(moved, (X.shape[axis], -1))
         # lexsort's last key is the primary one: sort the rows by their first column first
-        order = xp.lexsort(rows[:, ::-1].T) if rows.shape[1] else xp.arange(rows.shape[0])
+        order = xp.lexsort(_sort_keys(rows)[:, ::-1].T) if rows.shape[1] else xp.arange(rows.shape[0])
         s = rows[order]
         change = xp.any(s[1:] != s[:-1], axis=1)
     n = rows.shape[0]
