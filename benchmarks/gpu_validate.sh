@@ -1,325 +1,307 @@
 #!/usr/bin/env bash
-# Validate gpuops on a machine with an NVIDIA GPU and no network access, in parts that each fit in
-# 10 minutes. Everything lands in benchmarks/results/<date>-<gpu>/ (or --out DIR).
+# gpu_validate.sh: gpuops on a lent GPU machine (H100/H200, no network), in ONE command of 8 minutes.
 #
-#   benchmarks/build_wheelhouse.sh /path/wheels              # on a machine with the package registry
-#   benchmarks/gpu_validate.sh --wheelhouse /path/wheels     # on the GPU machine: every part
-#   benchmarks/gpu_validate.sh --list-parts                  # the parts, numbered
-#   benchmarks/gpu_validate.sh --wheelhouse W --part 1       # one part (repeat --part, or 2,3,4)
-#   benchmarks/gpu_validate.sh --dry-run                     # print the commands only
+#   bash benchmarks/gpu_prep.sh                     # where PyPI is reachable: the wheels into .whl/
+#   bash benchmarks/gpu_validate.sh OUTDIR          # on the GPU machine, .whl/ carried; limit ~560 s
+#   GPUOPS_CUDA_STANDIN=1 bash benchmarks/gpu_validate.sh OUTDIR    # dry run without a GPU (CI runs one)
 #
-# Part 1 installs gpuops[cuda,test,bench] (editable) from the wheelhouse into a virtual environment
-# (--venv, default ~/.cache/gpuops-validate/venv; --venv DIR without --wheelhouse uses one that is
-# already there) and records the device, driver and versions. Later parts: `gpuops selftest --json`;
-# the test suite against real CuPy, one part per test folder (the conformance suite per file and
-# device; the longest suites in shards), each under `timeout`; compute-sanitizer memcheck and
-# racecheck on the kernel tests (when compute-sanitizer is found: PATH, CUDA_HOME, or the
-# cuda-toolkit[sanitizer] wheel); `gpuops bench`. CUPY_CACHE_DIR is kept between parts, so CuPy's
-# kernel compilation is paid once. A part's log, exit status and
-# JUnit XML go to <out>/parts/; <out>/summary.md is rewritten after every invocation. The exit
-# status is non-zero when any part run in this invocation failed.
-set -euo pipefail
+# It uses the machine's own python3 (PY=...) and CuPy: the wheels carried in .whl/ (array-api-compat)
+# go into a temporary site folder (pip --no-index --no-deps --target) and gpuops runs from this tree
+# (PYTHONPATH). Parts, the most valuable first, each under `timeout` of min(its cap, the budget left);
+# none starts with under 15 s left (GPU_VALIDATE_BUDGET, default 480 s, includes everything):
+#   env            GPU detection (nvidia-smi -L, then CuPy's device count), versions, the carried wheels,
+#                  the tree built as a wheel offline (the install route), gpuops info
+#   selftest       python3 -m gpuops selftest --device cuda --json
+#   tests-kernels  pytest -m cuda tests/kernels (the kernels on real CuPy)
+#   tests-cuda     pytest tests/test_cuda_path.py tests/cuda (pools, streams, graphs, syncs)
+#   light          the onnx package's 9 light models on cuda, with and without cuda_graph=True, against
+#                  the cpu path: logits (the final Softmax's input) within GPU_VALIDATE_RTOL of max |logit|,
+#                  host syncs per run (CuPy's own sync hook), cuda_graph_status(), latency
+#   zoo            the test zoo's cnn, bert and gpt exports (dynamic axes) the same way, and at a new batch
+#   perf           resnet50 at batch 1 and 32, +-cuda_graph, host and device-resident feeds, against
+#                  onnxruntime's CPU provider
+#   torch          torchvision resnet50 eager on the same GPU, TF32 on and off
+#   conv           gpuops' Conv TFLOP/s against cupy.matmul of the same GEMM and torch's cuDNN
+#   memcheck       compute-sanitizer memcheck over the selftest's kernel cases
+#   compile        torch.compile resnet50, with whatever time is left
+# Python of the parts: benchmarks/gpu/*.py. On the stand-in (GPUOPS_CUDA_STANDIN=1, no GPU) every part
+# runs on gpuops' CPU stand-in of CuPy but torch, compile, cuDNN and compute-sanitizer, which need the
+# hardware (summary.txt says so); timings there mean nothing.
+#
+# Settings (environment; the stand-in's defaults after the ';'): GPU_VALIDATE_BUDGET (s),
+# GPU_VALIDATE_PARTS (comma list: only these), GPU_VALIDATE_MODELS (the 9 light models; 3 quick ones),
+# GPU_VALIDATE_ZOO (cnn,bert,gpt), GPU_VALIDATE_BATCHES (1,32; 1), GPU_VALIDATE_PERF_MODEL (resnet50),
+# GPU_VALIDATE_TESTS (tests-cuda's paths), GPU_VALIDATE_TIME_PER_RUN (s per latency, 1.0; 0.2),
+# GPU_VALIDATE_REPS (cap on timed runs; 3), GPU_VALIDATE_CAP_SCALE (times each part's cap, 1; 2),
+# GPU_VALIDATE_RTOL (1e-4), GPU_VALIDATE_SELFTEST_ARGS (e.g. --quick), GPU_VALIDATE_INSTALL_CHECK (1),
+# PY (python3).
+# Results in OUTDIR (default ./gpu-validate-out), 7 files: summary.txt (a line per part, then the key
+# numbers), env.txt, selftest.json, perf.json, tests.txt, memcheck.txt, gpu_validate.log (all output).
+# Exit status: 0 when every part run is ok, 1 when one failed or timed out (or there is no GPU and no
+# stand-in), 2 on bad arguments.
+set -uo pipefail
+
+usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+case ${1:-} in
+    -h | --help) usage; exit 0 ;;
+    -*) echo "gpu_validate: unknown option $1" >&2; usage >&2; exit 2 ;;
+esac
+(($# <= 1)) || { echo "gpu_validate: one argument, the output folder" >&2; exit 2; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PART_TIMEOUT=${GPUOPS_PART_TIMEOUT:-590}
-CACHE=${GPUOPS_VALIDATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuops-validate}
-wheelhouse="" venv="$CACHE/venv" out="" extra="cuda" dry=0 list=0
-selected=()
+OUT=${1:-$PWD/gpu-validate-out}
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+PY=${PY:-python3}
+BUDGET=${GPU_VALIDATE_BUDGET:-480}
+RESERVE=10 # seconds kept for the summary
+T0=$SECONDS
+SUM=$OUT/summary.txt
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_validate.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+rm -f "$OUT"/{summary.txt,env.txt,selftest.json,perf.json,perf.json.tmp,tests.txt,memcheck.txt,gpu_validate.log}
+exec > >(tee -a "$OUT/gpu_validate.log") 2>&1
+TEE=$!
+cd "$ROOT" || exit 2
 
-usage() {
-    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
-    echo "options: --wheelhouse DIR  --venv DIR  --out DIR  --cuda 12|13  --part N[,M]  --list-parts  --dry-run"
-}
+FAILED=()
+NOTE="" # appended to the next part's line
+left() { echo $((BUDGET - RESERVE - (SECONDS - T0))); }
+line() { printf '%-14s %s\n' "$1" "$2" | tee -a "$SUM"; }
+skip() { line "$1" "SKIPPED ($2)"; }
+selected() { [[ -z ${GPU_VALIDATE_PARTS:-} || ,${GPU_VALIDATE_PARTS}, == *",$1,"* ]]; }
 
-while (($#)); do
-    case $1 in
-        --wheelhouse) wheelhouse=$(cd "$2" && pwd); shift 2 ;;
-        --venv) venv=$(realpath -m "$2"); shift 2 ;;
-        --out) out=$(realpath -m "$2"); shift 2 ;;
-        --cuda) case $2 in 12) extra=cuda ;; 13) extra=cuda13 ;; *) echo "--cuda takes 12 or 13" >&2; exit 2 ;; esac
-                shift 2 ;;
-        --part) IFS=, read -ra more <<<"$2"; selected+=("${more[@]}"); shift 2 ;;
-        --list-parts) list=1; shift ;;
-        --dry-run) dry=1; shift ;;
-        -h | --help) usage; exit 0 ;;
-        *) echo "gpu_validate: unknown option $1" >&2; usage >&2; exit 2 ;;
-    esac
-done
-cd "$ROOT"
-
-# -- the parts --------------------------------------------------------------------------------------
-# A test part is PATH[@DEVICE][#I/N]: a test folder or file; for the conformance suite, the device
-# it runs on (GPUOPS_CONFORMANCE_DEVICES); the I-th of N interleaved shards (benchmarks/pytest_shard.py)
-# for the suites whose CuPy kernel compilation, paid once per new kernel, could pass 10 minutes.
-declare -A SHARDS=([tests/conformance/test_node_cases.py@cuda]=4 [tests/conformance/test_node_cases.py@cpu]=2
-    [tests/ops]=2)
-emit() {
-    local n=${SHARDS[$1]:-1} i
-    if ((n == 1)); then
-        echo "$1"
-    else
-        for ((i = 1; i <= n; i++)); do echo "$1#$i/$n"; done
+# part NAME CAP FILE CMD...: CMD under `timeout min(CAP, budget left)`, its stdout appended to FILE (- for
+# the log only; a .txt file gets a header per part). One line per part in summary.txt. With DRY=reason
+# the part runs what the stand-in can of it and its line says SKIPPED (reason) when that went well.
+part() {
+    local name=$1 cap=$2 file=$3 t rc s st note=$NOTE dry=${DRY:-}
+    shift 3
+    NOTE="" DRY=""
+    if ! selected "$name"; then
+        skip "$name" "not in GPU_VALIDATE_PARTS"
+        return 0
     fi
+    t=$(left)
+    cap=$((cap * CAP_SCALE))
+    ((t > cap)) && t=$cap
+    if ((t < 15)); then
+        skip "$name" "budget spent: $(left)s left"
+        return 0
+    fi
+    echo "== $name: timeout ${t}s, $(left)s of the budget left, $(date -u +%T): $*"
+    s=$SECONDS
+    if [[ $file == - ]]; then
+        timeout -k 10 "$t" "$@"
+    elif [[ $file == *.txt ]]; then
+        { echo "== $name: $*"; timeout -k 10 "$t" "$@"; } >>"$file"
+    else
+        timeout -k 10 "$t" "$@" >>"$file"
+    fi
+    rc=$?
+    s=$((SECONDS - s))
+    if ((rc == 124 || rc == 137)); then
+        st="TIMEOUT after ${s}s (cap ${t}s)"
+    elif ((rc != 0)); then
+        st="FAIL (rc=$rc) ${s}s"
+    elif [[ -n $dry ]]; then
+        line "$name" "SKIPPED ($dry: ok in ${s}s)${note:+  $note}"
+        return 0
+    else
+        st="ok       $(printf '%4ss' "$s")"
+    fi
+    ((rc == 0)) || FAILED+=("$name")
+    [[ $file == *.txt && $name == tests-* ]] && note="$(last_result "$file")${note:+; $note}"
+    line "$name" "$st${note:+  $note}"
+    return 0
 }
-test_parts() {
-    local d f
-    for d in tests/*/; do
-        d=${d%/}
-        compgen -G "$d/test_*.py" >/dev/null || continue
-        if [[ $d == tests/conformance ]]; then  # the largest: one part per file and device
-            for f in "$d"/test_*.py; do emit "$f@cpu" && emit "$f@cuda"; done
+last_result() { grep -E '^=*\s*[0-9]+ (passed|failed|skipped|error|deselected)' "$1" | tail -1 | tr -d '='; }
+
+# -- where things are -------------------------------------------------------------------------------
+COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null)
+if [[ -n $COMMIT ]]; then
+    git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || COMMIT="$COMMIT+changes"
+fi
+PREPARED=$(head -1 "$ROOT/.whl/gpuops-commit" 2>/dev/null) # what gpu_prep.sh saw
+[[ -n $PREPARED ]] && COMMIT="${COMMIT:-unknown} (.whl prepared at ${PREPARED:0:12})"
+echo "# gpu_validate $(date -u +%FT%TZ) gpuops $COMMIT on $(hostname), budget ${BUDGET}s, out $OUT" >"$SUM"
+
+# -- env: the carried wheels, GPU detection, versions ------------------------------------------------
+SITE=$WORK/site
+ENV_NOTE=()
+{
+    echo "== carried wheels (.whl/*.whl) -> $SITE"
+    if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+        if timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+            --target "$SITE" "$ROOT"/.whl/*.whl; then
+            ls "$SITE"
         else
-            emit "$d"
+            echo "pip install of the carried wheels FAILED"
         fi
-    done
-    echo "tests/test_*.py"
-}
-mapfile -t TESTS < <(test_parts)
-PARTS=(install selftest "${TESTS[@]}" memcheck racecheck bench-resnet50 bench-suite)
+    else
+        echo "none carried (benchmarks/gpu_prep.sh puts them in .whl/)"
+    fi
+} >"$OUT/env.txt" 2>&1
+compgen -G "$ROOT/.whl/*.whl" >/dev/null && ENV_NOTE+=("wheels: $(cd "$ROOT/.whl" && echo *.whl)")
+export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
 
-if ((list)); then
-    for i in "${!PARTS[@]}"; do printf '%2d  %s\n' "$((i + 1))" "${PARTS[i]}"; done
-    exit 0
+HAVE_GPU=0 WHY="" CAP_SCALE=${GPU_VALIDATE_CAP_SCALE:-1}
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    WHY="no nvidia-smi"
+elif ! timeout 30 nvidia-smi -L >/dev/null 2>&1; then
+    WHY="nvidia-smi -L failed"
+elif ! GPUOPS_CUDA_STANDIN=0 timeout 90 "$PY" -c "import sys, cupy
+sys.exit(0 if cupy.cuda.runtime.getDeviceCount() > 0 else 1)" >/dev/null 2>&1; then
+    WHY="CuPy sees no CUDA device"
+else
+    HAVE_GPU=1
 fi
-if ((${#selected[@]} == 0)); then
-    mapfile -t selected < <(seq 1 "${#PARTS[@]}")
+if ((HAVE_GPU)); then
+    unset GPUOPS_CUDA_STANDIN
+    MODE=gpu
+    line GPU "yes: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+elif [[ ${GPUOPS_CUDA_STANDIN:-} == 1 ]]; then
+    MODE=standin
+    line GPU "NO ($WHY): a dry run on gpuops' CPU stand-in of CuPy (GPUOPS_CUDA_STANDIN=1); timings mean nothing"
+    export GPU_VALIDATE_TIME_PER_RUN=${GPU_VALIDATE_TIME_PER_RUN:-0.2} GPU_VALIDATE_REPS=${GPU_VALIDATE_REPS:-3}
+    CAP_SCALE=${GPU_VALIDATE_CAP_SCALE:-2} # the stand-in is 100 times slower than a GPU, or more
+else
+    MODE=none
+    line GPU "NO ($WHY); GPUOPS_CUDA_STANDIN=1 makes this a dry run on gpuops' CPU stand-in"
 fi
-for k in "${!selected[@]}"; do  # a part by number or by name
-    n=${selected[k]}
-    for i in "${!PARTS[@]}"; do
-        if [[ ${PARTS[i]} == "$n" ]]; then n=$((i + 1)); fi
-    done
-    if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 1 || n > ${#PARTS[@]})); then
-        echo "gpu_validate: no part $n (there are ${#PARTS[@]}; see --list-parts)" >&2
-        exit 2
-    fi
-    selected[k]=$n
-done
+export GPU_VALIDATE_MODE=$MODE
 
-# -- where results go -------------------------------------------------------------------------------
-gpu_name() {
-    local name=""
-    if command -v nvidia-smi >/dev/null; then
-        name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
-    fi
-    name=${name:-unknown-gpu}
-    name=${name// /-}
-    echo "${name//[^A-Za-z0-9._-]/}"
-}
-if [[ -z $out ]]; then
-    out="benchmarks/results/$(date -u +%Y-%m-%d)-$(gpu_name)"
-fi
-PY="$venv/bin/python"
-GPUOPS="$venv/bin/gpuops"
-export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$CACHE/cupy}
-export GPUOPS_EMU_CACHE=${GPUOPS_EMU_CACHE:-$CACHE/emulator}
-unset GPUOPS_CUDA_STANDIN  # the real CuPy, not the CPU stand-in
+{
+    echo "== machine"
+    uname -a
+    nproc
+    free -g 2>/dev/null | head -2
+    echo "== nvidia-smi"
+    timeout 20 nvidia-smi 2>&1 || echo "(no nvidia-smi)"
+    timeout 20 nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap,pci.bus_id,clocks.max.sm,clocks.max.mem,power.limit \
+        --format=csv 2>&1 || true
+    echo "== tools"
+    for t in nvcc compute-sanitizer ncu gcc g++; do printf '%-18s %s\n' "$t" "$(command -v "$t" || echo -)"; done
+    timeout 10 nvcc --version 2>&1 | tail -2 || true
+    echo "== python: $PY ($(command -v "$PY"))"
+    timeout 120 "$PY" -m benchmarks.gpu.env
+    echo "env.py exit status $?"
+    echo "== gpuops info"
+    timeout 120 "$PY" -m gpuops info 2>&1 || true
+} >>"$OUT/env.txt" 2>&1
+grep -q "^env.py exit status 0" "$OUT/env.txt" || ENV_NOTE+=("env.py FAILED: see env.txt")
+grep -q "^array-api-compat MISSING" "$OUT/env.txt" && ENV_NOTE+=("array-api-compat MISSING: carry its wheel")
 
-# run CMD...: run it (or print it with --dry-run)
-run() {
-    if ((dry)); then
-        printf '%q ' "$@"
-        echo
-    else
-        "$@"
-    fi
-}
-
-# to FILE CMD...: run it with stdout into FILE (printed with --dry-run)
-to() {
-    local file=$1
-    shift
-    if ((dry)); then
-        printf '%q ' "$@"
-        echo "> $file"
-    else
-        "$@" >"$file"
-    fi
-}
-
-sanitizer() {
-    local cand
-    for cand in "$(command -v compute-sanitizer || true)" "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
-        "$venv"/lib/python3*/site-packages/nvidia/cuda_sanitizer_api/bin/compute-sanitizer \
-        "$venv"/lib/python3*/site-packages/nvidia/cu*/bin/compute-sanitizer; do
-        if [[ -n $cand && -x $cand ]]; then
-            echo "$cand"
-            return 0
-        fi
-    done
-    return 1
-}
-
-test_part() {  # test_part PATH[@DEVICE][#I/N]
-    local name=$1 path=${1%%[@#]*} dev args=()
-    if [[ $name == *@* ]]; then
-        dev=${name#*@}
-        run export GPUOPS_CONFORMANCE_DEVICES="${dev%%#*}"
-    fi
-    if [[ $name == *#* ]]; then
-        args=(-p benchmarks.pytest_shard --shard "${name#*#}")
-    fi
-    if [[ $path == "tests/test_*.py" ]]; then
-        pytest_part "$(slug "$name")" "${args[@]}" tests/test_*.py
-    else
-        pytest_part "$(slug "$name")" "${args[@]}" "$path"
-    fi
-}
-
-pytest_part() {  # pytest_part NAME PATH...
-    local name=$1
-    shift
-    run timeout "$PART_TIMEOUT" "$PY" -m pytest -q -p no:randomly -p no:cacheprovider \
-        --junitxml "$out/parts/$name.xml" "$@"
-}
-
-part_install() {
-    if [[ -n $wheelhouse ]]; then
-        run python3 -m venv "$venv"
-        local pip=("$venv/bin/pip" install --no-index --find-links "$wheelhouse")
-        run "${pip[@]}" --upgrade pip setuptools wheel
-        run "${pip[@]}" -e ".[$extra,test,bench]"
-        # the compute-sanitizer wheel and onnxruntime-gpu (the bench's CUDA EP peer; it replaces the CPU
-        # onnxruntime, whose API it includes) when the wheelhouse has them
-        if compgen -G "$wheelhouse/nvidia_cuda_sanitizer_api*.whl" >/dev/null; then
-            run "${pip[@]}" "cuda-toolkit[sanitizer]"
-        fi
-        if compgen -G "$wheelhouse/onnxruntime_gpu-*.whl" >/dev/null; then
-            run "$venv/bin/pip" uninstall -y onnxruntime
-            run "${pip[@]}" "onnxruntime-gpu[cuda,cudnn]"
-        fi
-    elif [[ ! -x $PY ]] && ((!dry)); then
-        echo "gpu_validate: no environment at $venv; pass --wheelhouse DIR (build_wheelhouse.sh makes one)" >&2
-        return 1
-    fi
-    run mkdir -p "$out/env"
-    to "$out/env/nvidia-smi.txt" nvidia-smi
-    to "$out/env/nvidia-smi-q.txt" nvidia-smi -q
-    to "$out/env/gpu.csv" nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap,pci.bus_id \
-        --format=csv
-    to "$out/env/pip-freeze.txt" "$PY" -m pip freeze
-    to "$out/env/gpuops-info.json" "$GPUOPS" info --json
-    to "$out/env/uname.txt" uname -a
-    if ((dry)) || command -v nvcc >/dev/null; then to "$out/env/nvcc.txt" nvcc --version; fi
-    local san
-    if san=$(sanitizer); then to "$out/env/compute-sanitizer.txt" "$san" --version; fi
-}
-
-part_selftest() {
-    local rc=0
-    to "$out/selftest.json" timeout "$PART_TIMEOUT" "$GPUOPS" selftest --device cuda --json --strict || rc=$?
-    # the same report as text, into the part's log
-    run "$PY" -c 'import json, sys; from gpuops.selftest import format_report
-print(format_report(json.load(open(sys.argv[1]))))' "$out/selftest.json" || true
-    return "$rc"
-}
-
-part_sanitizer() {  # part_sanitizer TOOL FILE...: kernel tests on the GPU (their cupy-parametrized cases)
-    local tool=$1 san
-    shift
-    if ! san=$(sanitizer); then
-        if ((dry)); then
-            san=compute-sanitizer
-        else
-            echo "SKIPPED: compute-sanitizer not found (PATH, CUDA_HOME, or the cuda-toolkit[sanitizer] wheel)"
-            return 0
-        fi
-    fi
-    run timeout "$PART_TIMEOUT" "$san" --tool "$tool" --error-exitcode 99 --print-limit 50 \
-        "$PY" -m pytest -q -p no:randomly -p no:cacheprovider -x -k cupy --junitxml "$out/parts/$tool.xml" "$@"
-}
-
-part_bench() {  # part_bench NAME BENCH-ARGS...
-    local name=$1
-    shift
-    run timeout "$PART_TIMEOUT" "$GPUOPS" bench --device cuda --out "$out/$name" "$@"
-    # with cuda_graph too, once the bench has such an option
-    if ((dry)); then
-        echo "# and with --cuda-graph (out: $out/$name-cuda-graph) when gpuops bench has that option"
-    elif "$GPUOPS" bench --help 2>/dev/null | grep -q -- '--cuda-graph'; then
-        run timeout "$PART_TIMEOUT" "$GPUOPS" bench --device cuda --cuda-graph --out "$out/$name-cuda-graph" "$@"
-    else
-        echo "note: gpuops bench has no --cuda-graph option: cuda_graph runs are not measured" \
-            "(light models also run at batch 1 only)"
-    fi
-}
-
-run_part() {  # run_part N: the N-th part
-    local name=${PARTS[$1 - 1]}
-    case $name in
-        install) part_install ;;
-        selftest) part_selftest ;;
-        tests/*) test_part "$name" ;;
-        memcheck) part_sanitizer memcheck tests/kernels ;;
-        # racecheck checks shared memory: the kernels that use it (quantize.cu, nms.cu)
-        racecheck) part_sanitizer racecheck tests/kernels/test_{quantize,integer,detection}_kernels.py ;;
-        bench-resnet50) part_bench "$name" --models resnet50 --batch 1,32 --no-mdf ;;
-        bench-suite) part_bench "$name" --quick ;;
-    esac
-}
-
-slug() {  # a file name for a part
-    local s=${1#tests/}
-    s=${s/.py/}
-    s=${s//[\/@#]/-}
-    echo "${s//\*/all}"
-}
-
-write_summary() {
+if [[ ${GPU_VALIDATE_INSTALL_CHECK:-1} == 1 ]]; then # the install route: the tree as a wheel, offline
     {
-        echo "# gpuops GPU validation: $(basename "$out")"
-        echo
-        if [[ -s $out/env/gpu.csv ]]; then
-            echo '```'
-            cat "$out/env/gpu.csv"
-            echo '```'
-            echo
+        echo "== the install route: pip install --no-deps --no-build-isolation of a copy of the tree"
+        mkdir -p "$WORK/src"
+        cp -r "$ROOT"/{gpuops,cuda_kernels,cpu_kernels,setup.py,pyproject.toml,README.md} "$WORK/src/"
+        find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
+        if timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir \
+            --disable-pip-version-check --target "$WORK/wheel-site" "$WORK/src" 2>&1 | tail -25 &&
+            (cd / && PYTHONPATH=$WORK/wheel-site:$SITE timeout 60 "$PY" -c "import gpuops, gpuops.kernels as k
+print('installed', gpuops.__file__, 'kernels', sorted(p.name for p in k.KERNEL_DIR.glob('*.cu')))"); then
+            echo "install route ok"
         fi
-        echo "| part | name | status | seconds |"
-        echo "|---|---|---|---|"
-        local i name s rc secs
-        for i in "${!PARTS[@]}"; do
-            name=${PARTS[i]}
-            s=$(slug "$name")
-            [[ -f $out/parts/$s.rc ]] || continue
-            read -r rc secs <"$out/parts/$s.rc"
-            status=$([[ $rc == 0 ]] && echo pass || echo "FAIL ($rc)")
-            grep -q '^SKIPPED' "$out/parts/$s.log" 2>/dev/null && status=skipped
-            echo "| $((i + 1)) | $name | $status | $secs |"
-        done
-    } >"$out/summary.md"
-}
-
-# -- run --------------------------------------------------------------------------------------------
-if ((dry)); then
-    echo "# CUPY_CACHE_DIR=$CUPY_CACHE_DIR GPUOPS_EMU_CACHE=$GPUOPS_EMU_CACHE; results in $out"
-    for n in "${selected[@]}"; do
-        echo "# part $n: ${PARTS[n - 1]}"
-        run_part "$n"
-    done
-    exit 0
-fi
-
-mkdir -p "$out/parts" "$CUPY_CACHE_DIR" "$GPUOPS_EMU_CACHE"
-failed=()
-for n in "${selected[@]}"; do
-    name=${PARTS[n - 1]}
-    s=$(slug "$name")
-    echo "== part $n/${#PARTS[@]}: $name (log: $out/parts/$s.log)"
-    start=$SECONDS
-    set +e
-    (set -euo pipefail; run_part "$n") 2>&1 | tee "$out/parts/$s.log"
-    rc=${PIPESTATUS[0]}
-    set -e
-    echo "$rc $((SECONDS - start))" >"$out/parts/$s.rc"
-    if ((rc != 0)); then
-        failed+=("$n:$name")
-        echo "== part $n ($name) FAILED with exit status $rc"
+    } >>"$OUT/env.txt" 2>&1
+    if grep -q "^install route ok" "$OUT/env.txt"; then
+        ENV_NOTE+=("install route ok")
+    else
+        ENV_NOTE+=("install route FAILED (env.txt, setuptools $("$PY" -c 'import setuptools
+print(setuptools.__version__)' 2>/dev/null || echo missing) here)")
     fi
-done
-write_summary
-echo "== results in $out (summary.md)"
-if ((${#failed[@]})); then
-    echo "== failed parts: ${failed[*]}" >&2
-    exit 1
 fi
+ENV_S=$((SECONDS - T0))
+ENV_NOTES=$(printf '%s; ' "${ENV_NOTE[@]}")
+if grep -q "^env.py exit status 0" "$OUT/env.txt"; then
+    line env "ok       $(printf '%4ss' "$ENV_S")  ${ENV_NOTES%; }"
+else
+    FAILED+=(env)
+    line env "FAIL ${ENV_S}s  ${ENV_NOTES%; }"
+fi
+
+# -- the parts ----------------------------------------------------------------------------------------
+MODELS=bvlc_alexnet,densenet121,inception_v1,inception_v2,resnet50,shufflenet,squeezenet,vgg19,zfnet512
+[[ $MODE == gpu ]] || MODELS=bvlc_alexnet,shufflenet,squeezenet # the quick ones, on the stand-in
+MODELS=${GPU_VALIDATE_MODELS:-$MODELS}
+ZOO=${GPU_VALIDATE_ZOO:-cnn,bert,gpt}
+BATCHES=${GPU_VALIDATE_BATCHES:-$([[ $MODE == gpu ]] && echo 1,32 || echo 1)}
+PERF_MODEL=${GPU_VALIDATE_PERF_MODEL:-resnet50}
+read -ra CUDA_TESTS <<<"${GPU_VALIDATE_TESTS:-tests/test_cuda_path.py tests/cuda}"
+PYTEST=("$PY" -m pytest -q -p no:randomly -p no:cacheprovider -rfE --durations=5)
+HW="no GPU"
+if [[ $MODE == none ]]; then
+    for p in selftest tests-kernels tests-cuda light zoo perf torch conv memcheck compile; do
+        skip "$p" "no GPU and no stand-in"
+    done
+    FAILED+=("no GPU")
+else
+    read -ra SELFTEST_ARGS <<<"${GPU_VALIDATE_SELFTEST_ARGS:-}"
+    part selftest 150 "$OUT/selftest.json" "$PY" -m gpuops selftest --device cuda --json "${SELFTEST_ARGS[@]}"
+    [[ -s $OUT/selftest.json ]] && "$PY" -c 'import json, sys; from gpuops.selftest import format_report
+print(format_report(json.load(open(sys.argv[1]))))' "$OUT/selftest.json" 2>&1 | tail -80
+    [[ $MODE == standin ]] && NOTE="stand-in: the cuda-marked tests skip without a GPU"
+    part tests-kernels 110 "$OUT/tests.txt" "${PYTEST[@]}" -m cuda tests/kernels
+    part tests-cuda 120 "$OUT/tests.txt" "${PYTEST[@]}" "${CUDA_TESTS[@]}"
+    part light 150 - "$PY" -m benchmarks.gpu.light "$OUT/perf.json" --light "$MODELS"
+    part zoo 60 - "$PY" -m benchmarks.gpu.light "$OUT/perf.json" --zoo "$ZOO"
+    part perf 120 - "$PY" -m benchmarks.gpu.perf "$OUT/perf.json" --batches "$BATCHES" --model "$PERF_MODEL"
+    TORCH=0
+    ((HAVE_GPU)) && timeout 120 "$PY" -c "import sys, torch, torchvision
+sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && TORCH=1
+    if ((TORCH)); then
+        part torch 60 - "$PY" -m benchmarks.gpu.torch_gpu "$OUT/perf.json" eager --batches "$BATCHES"
+    elif ((HAVE_GPU)); then
+        skip torch "no torch and torchvision with CUDA in $PY"
+    else
+        skip torch "$HW: torchvision resnet50 eager on the GPU needs one"
+    fi
+    ((HAVE_GPU)) || NOTE="stand-in: small shapes against onnxruntime; TFLOP/s and cuDNN SKIPPED ($HW)"
+    ((HAVE_GPU && !TORCH)) && NOTE="cuDNN SKIPPED (no torch with CUDA)"
+    part conv 60 - "$PY" -m benchmarks.gpu.conv "$OUT/perf.json"
+    SAN=""
+    for c in "$(command -v compute-sanitizer)" "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
+        "$("$PY" -c 'import sys; print(sys.prefix)' 2>/dev/null)"/lib/python3*/site-packages/nvidia/*/bin/compute-sanitizer; do
+        [[ -n $c && -x $c ]] && SAN=$c && break
+    done
+    if ((HAVE_GPU)) && [[ -n $SAN ]]; then
+        "$SAN" --version >"$OUT/memcheck.txt" 2>&1
+        part memcheck 90 "$OUT/memcheck.txt" "$SAN" --tool memcheck --error-exitcode 99 --print-limit 30 \
+            "$PY" -m benchmarks.gpu.kernels_once
+    elif ((HAVE_GPU)); then
+        skip memcheck "no compute-sanitizer (PATH, CUDA_HOME, the cuda-toolkit[sanitizer] wheel)"
+    else
+        DRY="$HW: compute-sanitizer needs one; the kernel cases ran once without it" \
+            part memcheck 60 "$OUT/memcheck.txt" "$PY" -m benchmarks.gpu.kernels_once
+    fi
+    t=$(left)
+    if ((TORCH && t > 75)); then
+        part compile $((t - 5)) - "$PY" -m benchmarks.gpu.torch_gpu "$OUT/perf.json" compile --batches "$BATCHES" \
+            --seconds $((t - 15))
+    elif ((TORCH)); then
+        skip compile "budget spent: ${t}s left, torch.compile needs 75"
+    elif ((HAVE_GPU)); then
+        skip compile "no torch and torchvision with CUDA in $PY"
+    else
+        skip compile "$HW: torch.compile on the GPU needs one"
+    fi
+fi
+
+# -- the key numbers ----------------------------------------------------------------------------------
+{
+    echo "== key numbers (mode $MODE, $((SECONDS - T0))s)"
+    timeout 60 "$PY" -m benchmarks.gpu.summary "$OUT" 2>&1
+    if ((${#FAILED[@]})); then
+        echo "== FAILED: ${FAILED[*]}"
+    else
+        echo "== every part run is ok"
+    fi
+} | tee -a "$SUM"
+rm -f "$OUT/perf.json.tmp"
+files=$(find "$OUT" -maxdepth 1 -type f -printf '%f ')
+echo "== gpu_validate done in $((SECONDS - T0))s; $(wc -w <<<"$files") files in $OUT: $files"
+exec >&- 2>&-
+wait "$TEE" 2>/dev/null # the log is complete before the caller collects OUTDIR
+((${#FAILED[@]} == 0))

@@ -1,130 +1,188 @@
-"""benchmarks/gpu_validate.sh and build_wheelhouse.sh, as far as a machine without a GPU can check
-them: shellcheck, the list of parts (which must cover every test file), the test shards, the
-commands of a dry run, and a failing part failing the run."""
+"""benchmarks/gpu_validate.sh and gpu_prep.sh, as far as a machine without a GPU can check them:
+shellcheck, a dry run of every part on the CPU stand-in of CuPy (small models, a small budget), a
+failing part, the budget, no GPU at all, the preparation's size checks, and the Python of the parts."""
 
+import ast
+import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
-from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from benchmarks import pytest_shard
 from tests.test_repo_lint import _tool
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_validate.sh"
+PREP = ROOT / "benchmarks" / "gpu_prep.sh"
+PARTS = ["env", "selftest", "tests-kernels", "tests-cuda", "light", "zoo", "perf", "torch", "conv", "memcheck",
+         "compile"]
+FILES = {"summary.txt", "env.txt", "selftest.json", "perf.json", "tests.txt", "memcheck.txt", "gpu_validate.log"}
+SMALL = {  # a dry run that fits in well under a minute on two cores
+    "GPU_VALIDATE_MODELS": "squeezenet", "GPU_VALIDATE_ZOO": "cnn", "GPU_VALIDATE_PERF_MODEL": "squeezenet",
+    "GPU_VALIDATE_BATCHES": "1", "GPU_VALIDATE_TESTS": "tests/cuda/test_host_syncs.py",
+    "GPU_VALIDATE_SELFTEST_ARGS": "--quick", "GPU_VALIDATE_REPS": "1", "GPU_VALIDATE_TIME_PER_RUN": "0.01",
+    "GPU_VALIDATE_INSTALL_CHECK": "0", "GPU_VALIDATE_BUDGET": "200",
+}
 
 
-def _validate(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=120, **kw)
+def _validate(out: Path, standin: bool = True, timeout: int = 240, **env) -> tuple[subprocess.CompletedProcess, dict]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("GPU_VALIDATE_") and k != "GPUOPS_CUDA_STANDIN"}
+    e.update(PY=sys.executable, **SMALL)
+    if standin:
+        e["GPUOPS_CUDA_STANDIN"] = "1"
+    e.update(env)
+    r = subprocess.run(["bash", str(SCRIPT), str(out)], capture_output=True, text=True, cwd=ROOT, env=e,
+                       timeout=timeout)
+    text = (out / "summary.txt").read_text().partition("== key numbers")[0]  # the table of parts
+    lines = {m.group(1): m.group(2) for m in re.finditer(r"^(\S+)\s+(ok\b.*|SKIPPED \(.*|FAIL.*|TIMEOUT.*)$", text, re.M)}
+    return r, lines
 
 
 def test_shell_scripts_pass_shellcheck():
-    scripts = [SCRIPT, ROOT / "benchmarks" / "build_wheelhouse.sh", ROOT / "docker" / "entrypoint.sh"]
+    scripts = [SCRIPT, PREP, ROOT / "docker" / "entrypoint.sh"]
     r = subprocess.run([_tool("shellcheck"), "--severity=style", *map(str, scripts)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def _parts() -> list[str]:
-    r = _validate("--list-parts")
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert [int(line.split()[0]) for line in lines] == list(range(1, len(lines) + 1))
-    return [line.split(maxsplit=1)[1] for line in lines]
+def test_usage_and_bad_arguments(tmp_path):
+    r = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "GPUOPS_CUDA_STANDIN=1" in r.stdout
+    assert all(p in r.stdout for p in PARTS)
+    assert subprocess.run(["bash", str(SCRIPT), "--bogus"], capture_output=True).returncode == 2
+    assert subprocess.run(["bash", str(SCRIPT), str(tmp_path / "a"), "b"], capture_output=True).returncode == 2
 
 
-def test_parts_cover_every_test_file():
-    parts = _parts()
-    assert parts[:2] == ["install", "selftest"]
-    assert parts[-4:] == ["memcheck", "racecheck", "bench-resnet50", "bench-suite"]
-    tests = parts[2:-4]
-    covered = set()
-    for part in tests:
-        path = re.split("[@#]", part)[0]
-        covered |= {p for p in ROOT.glob(path)} if "*" in path else \
-            {p for p in ROOT.joinpath(path).rglob("test_*.py")} if ROOT.joinpath(path).is_dir() else {ROOT / path}
-    every = set(ROOT.glob("tests/**/test_*.py"))
-    assert every <= covered, sorted(str(p.relative_to(ROOT)) for p in every - covered)
-    conformance = [p for p in tests if p.startswith("tests/conformance/")]  # the largest suite: per file and device
-    assert conformance and {re.split("[@#]", p)[1] for p in conformance} == {"cpu", "cuda"}
-    shards = [p for p in tests if "#" in p]
-    for base in {p.partition("#")[0] for p in shards}:
-        n = len([p for p in shards if p.partition("#")[0] == base])
-        assert [p.partition("#")[2] for p in shards if p.startswith(base + "#")] == [f"{i}/{n}" for i in range(1, n + 1)]
+def test_dry_run_on_the_standin_runs_or_names_every_part(tmp_path):
+    out = tmp_path / "out"
+    r, lines = _validate(out)
+    summary = (out / "summary.txt").read_text()
+    assert list(lines) == PARTS, summary
+    for part, status in lines.items():
+        assert status.startswith("ok") or re.match(r"SKIPPED \(.+\)", status), (part, status, r.stdout[-3000:])
+    for part in ("torch", "memcheck", "compile"):  # the hardware the stand-in lacks, said so
+        assert lines[part].startswith("SKIPPED (no GPU"), lines[part]
+    assert "the kernel cases ran once without it: ok" in lines["memcheck"]
+    assert "cuDNN SKIPPED (no GPU)" in lines["conv"]
+    assert "NO (no nvidia-smi" in summary or "NO (nvidia-smi" in summary
+    assert r.returncode == 0, summary
+    files = {p.name for p in out.iterdir()}
+    assert files == FILES and len(files) <= 8
+    perf = json.loads((out / "perf.json").read_text())
+    assert [m["model"] for m in perf["light"]["models"]] == ["light:squeezenet"]
+    assert [m["model"] for m in perf["zoo"]["models"]] == ["zoo:cnn"]
+    for m in perf["light"]["models"] + perf["zoo"]["models"]:
+        assert not m["problems"] and m["graph_status"]["captured"] in (True, False)
+        assert isinstance(m["cuda_syncs_per_run"], int) and m["cuda_vs_cpu"] and m["graph_replay_vs_cpu"]
+    assert perf["light"]["models"][0]["judged_outputs"]  # the logits, added as a graph output
+    assert set(perf["squeezenet"]["runs"]) == {"ort_cpu_b1", "gpuops_cuda_b1", "gpuops_cuda_graph_b1"}
+    assert perf["conv"]["shapes"] and all(not s["problems"] for s in perf["conv"]["shapes"])
+    assert json.loads((out / "selftest.json").read_text())["ok"]
+    assert "tests-cuda" in (out / "tests.txt").read_text()
+    assert "== every part run is ok" in summary and "light:squeezenet" in summary
+    assert "== gpu_validate done" in (out / "gpu_validate.log").read_text()
 
 
-def _shard(spec, items: list) -> tuple[list, list]:
-    deselected = []
-    config = SimpleNamespace(getoption=lambda name: spec,
-                             hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
-    items = list(items)
-    pytest_shard.pytest_collection_modifyitems(config, items)
-    return items, deselected
-
-
-def test_shards_split_a_suite_into_disjoint_parts():
-    every = [f"test_{i}" for i in range(11)]
-    parts = [_shard(f"{i}/3", every) for i in (1, 2, 3)]
-    assert sorted(sum((kept for kept, _ in parts), [])) == sorted(every) and all(kept for kept, _ in parts)
-    for kept, deselected in parts:
-        assert sorted(kept + deselected) == sorted(every)
-    assert _shard(None, every) == (every, [])
-    for bad in ("0/3", "4/3", "x"):
-        with pytest.raises(pytest.UsageError):
-            _shard(bad, every)
-
-
-def test_dry_run_prints_every_command(tmp_path):
-    r = _validate("--dry-run", "--wheelhouse", str(tmp_path), "--out", str(tmp_path / "out"))
-    assert r.returncode == 0, r.stderr
-    out = r.stdout
-    parts = _parts()
-    assert re.findall(r"^# part (\d+): (.*)$", out, re.M) == [(str(i + 1), p) for i, p in enumerate(parts)]
-    assert re.search(r"^# CUPY_CACHE_DIR=/\S+ ", out, re.M)
-    venv = re.search(r"^# CUPY_CACHE_DIR=(\S+)/cupy ", out, re.M).group(1) + "/venv"
-    assert f"{venv}/bin/pip install --no-index --find-links {tmp_path} -e .\\[cuda\\,test\\,bench\\]" in out
-    pytest_lines = [line for line in out.splitlines() if " -m pytest " in line]
-    assert len(pytest_lines) == len(parts) - 4 - 2 + 2  # the test parts, and both sanitizer runs
-    assert all(line.startswith("timeout 590 ") and "--junitxml" in line for line in pytest_lines)
-    for part in parts:
-        if "#" in part:
-            assert sum(f"--shard {part.partition('#')[2]} {re.split('[@#]', part)[0]}" in line
-                       for line in pytest_lines) == parts.count(part)
-    assert "compute-sanitizer --tool memcheck --error-exitcode 99" in out
-    assert "compute-sanitizer --tool racecheck --error-exitcode 99" in out
-    assert f"{venv}/bin/gpuops selftest --device cuda --json --strict > {tmp_path}/out/selftest.json" in out
-    assert f"{venv}/bin/gpuops bench --device cuda --out {tmp_path}/out/bench-resnet50 --models resnet50 " \
-           "--batch 1\\,32" in out
-    assert "export GPUOPS_CONFORMANCE_DEVICES=cuda" in out
-    assert "nvidia-smi --query-gpu=" in out and "pip freeze" in out
-
-
-def test_selected_parts_and_bad_arguments(tmp_path):
-    r = _validate("--dry-run", "--cuda", "13", "--wheelhouse", str(tmp_path), "--part", "1,2")
-    assert r.returncode == 0 and re.findall(r"^# part (\d+)", r.stdout, re.M) == ["1", "2"]
-    assert "-e .\\[cuda13\\,test\\,bench\\]" in r.stdout
-    r = _validate("--dry-run", "--part", "tests/kernels")  # by name
-    assert r.returncode == 0 and re.findall(r"^# part \d+: (.*)$", r.stdout, re.M) == ["tests/kernels"]
-    assert _validate("--part", "999").returncode == 2
-    assert _validate("--part", "x").returncode == 2
-    assert _validate("--cuda", "11").returncode == 2
-    assert _validate("--bogus").returncode == 2
-
-
-def test_a_failing_part_fails_the_run_and_is_in_the_summary(tmp_path):
-    out = tmp_path / "results"
-    r = _validate("--venv", str(tmp_path / "no-venv"), "--out", str(out), "--part", "2")
+def test_a_failing_part_shows_as_failed(tmp_path):
+    out = tmp_path / "out"
+    r, lines = _validate(out, GPU_VALIDATE_PARTS="light,zoo", GPU_VALIDATE_MODELS="no_such_model")
     assert r.returncode == 1
-    assert "failed parts: 2:selftest" in r.stderr
-    rc, _seconds = (out / "parts" / "selftest.rc").read_text().split()
-    assert rc != "0"
-    assert "| 2 | selftest | FAIL" in (out / "summary.md").read_text()
+    assert lines["light"].startswith("FAIL (rc=1)") and lines["zoo"].startswith("ok")
+    assert all(lines[p] == "SKIPPED (not in GPU_VALIDATE_PARTS)" for p in ("selftest", "tests-cuda", "perf", "memcheck"))
+    assert all(lines[p].startswith("SKIPPED (") for p in PARTS if p not in ("env", "light", "zoo"))
+    assert "== FAILED: light" in (out / "summary.txt").read_text()
 
 
-def test_build_wheelhouse_usage():
-    script = ROOT / "benchmarks" / "build_wheelhouse.sh"
-    r = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
-    assert r.returncode == 0 and "gpu_validate.sh --wheelhouse DIR" in r.stdout
-    assert subprocess.run(["bash", str(script)], capture_output=True).returncode == 2  # no DIR
-    assert subprocess.run(["bash", str(script), "x", "--cuda", "11"], capture_output=True).returncode == 2
+def test_no_part_starts_past_the_budget_and_no_gpu_skips_all(tmp_path):
+    r, lines = _validate(tmp_path / "a", GPU_VALIDATE_BUDGET="24")
+    assert lines["env"].startswith("ok") and r.returncode == 0
+    assert all(lines[p].startswith("SKIPPED (budget spent") for p in ("selftest", "light", "perf", "conv"))
+    r, lines = _validate(tmp_path / "b", standin=False)
+    assert r.returncode == 1
+    assert all(lines[p] == "SKIPPED (no GPU and no stand-in)" for p in PARTS[1:])
+
+
+def _checkout(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "benchmarks" / "gpu_validate.sh").write_text("echo\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True, env=env)
+    (repo / ".whl").mkdir()
+    return repo
+
+
+def test_prep_keeps_wheels_checks_sizes_and_prints_the_command(tmp_path):
+    repo = _checkout(tmp_path)
+    (repo / ".whl" / "array_api_compat-1.16.0-py3-none-any.whl").write_bytes(b"0" * 1000)  # no download
+    r = subprocess.run(["bash", str(PREP), str(repo)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'command:   bash benchmarks/gpu_validate.sh "$OUT"' in r.stdout
+    assert "carry:     .whl" in r.stdout and "timeout_s: 560" in r.stdout
+    assert "/.whl/" in (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    assert len((repo / ".whl" / "gpuops-commit").read_text().split()[0]) == 40
+    (repo / ".whl" / "big-1.0-py3-none-any.whl").write_bytes(b"0" * (6 << 20))
+    r = subprocess.run(["bash", str(PREP), str(repo)], capture_output=True, text=True)
+    assert r.returncode == 1 and "over 5 MiB" in r.stderr
+
+
+# -- the Python of the parts ------------------------------------------------------------------------
+
+GPU_DIR = ROOT / "benchmarks" / "gpu"
+
+
+def test_the_parts_use_only_gpuops_public_api():
+    allowed = {"gpuops", "gpuops.selftest", "gpuops.cli"}
+    for path in sorted(GPU_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            for n in names:
+                if n.split(".")[0] == "gpuops":
+                    assert n in allowed, f"{path.name} imports {n}"
+            if isinstance(node, ast.ImportFrom) and node.module == "gpuops.cli":
+                assert [a.name for a in node.names] == ["resolve_model_path"], path.name
+            if isinstance(node, ast.ImportFrom) and node.module == "gpuops":
+                assert all(not a.name.startswith("_") and a.name in ("selftest",) for a in node.names), path.name
+
+
+def test_common_diffs_timing_and_feeds(monkeypatch):
+    from benchmarks.gpu import common
+
+    a = np.array([1.0, -4.0, 2.0], np.float32)
+    d = common.diffs([a + np.float32(0.004), a[:2], np.array([np.inf, 1.0])], [a, a, np.array([1.0, 1.0])])
+    assert d[0]["rel_to_max"] == pytest.approx(0.001, rel=1e-3) and d[0]["max_abs_ref"] == 4.0
+    assert d[1]["rel_to_max"] == float("inf") and d[2]["rel_to_max"] == float("inf")
+    assert common.worst(d, [0]) == pytest.approx(0.001, rel=1e-3)
+    calls = []
+    t = common.timed(lambda: calls.append(1), reps=5, budget=0.0, warm=2)
+    assert t["runs"] == 3 and len(calls) == 5  # 2 warm-ups, at least 3 runs even past the budget
+    monkeypatch.setattr(common, "MAX_REPS", 1)
+    assert common.timed(lambda: None, reps=5)["runs"] == 1
+    feeds = {"x": np.arange(4, dtype=np.float32), "ids": np.array([1, 2, 3])}
+    f2 = common.second_feeds(feeds)
+    assert f2["x"].dtype == np.float32 and not np.array_equal(f2["x"], feeds["x"])
+    assert f2["ids"].tolist() == [3, 2, 1]
+
+
+def test_summary_reads_pytest_results_and_model_lines(tmp_path):
+    from benchmarks.gpu import summary
+
+    (tmp_path / "tests.txt").write_text("== tests-kernels: pytest\n..F\nFAILED tests/k.py::t[cupy] - x\n"
+                                        "1 failed, 2 passed in 1.0s\n== tests-cuda: pytest\n"
+                                        "===== 3 passed, 1 skipped in 2.0s =====\n")
+    assert summary.tests_lines((tmp_path / "tests.txt").read_text()) == [
+        "tests-kernels: 1 failed, 2 passed in 1.0s", "  FAILED tests/k.py::t[cupy]", "tests-cuda: 3 passed, 1 skipped in 2.0s"]
+    rec = {"model": "light:x", "problems": ["cuda_vs_cpu: 0.1"], "outputs": ["p", "logits"], "judged_outputs": ["logits"],
+           "cuda_vs_cpu": [{"rel_to_max": 0.9}, {"rel_to_max": 0.1}], "graph_status": {"captured": False,
+                                                                                        "blocking_node": "n2"}}
+    (tmp_path / "perf.json").write_text(json.dumps({"light": {"models": [rec]}}))
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu.summary", str(tmp_path)], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "light:x" in out.stdout and "BAD rel cuda 0.1 " in out.stdout and "not captured (n2)" in out.stdout
