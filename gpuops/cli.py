@@ -28,6 +28,42 @@ def _random_feed(arg, rng: np.random.Generator, batch: int) -> np.ndarray:
     raise GpuopsError(f"input {arg.name!r}: cannot make random data of {arg.type}; pass it with --input")
 
 
+# runtime dependencies (pyproject's [project] dependencies): import name -> distribution name
+RUNTIME_DEPENDENCIES = {"numpy": "numpy", "onnx": "onnx", "array_api_compat": "array-api-compat",
+                        "ml_dtypes": "ml_dtypes"}
+CUPY_HINT = "pip install 'gpuops[cuda]' (CUDA 12) or 'gpuops[cuda13]' (CUDA 13)"
+
+
+def _requirement(dist: str) -> str:
+    """``dist`` with the version gpuops asks for (e.g. ``array-api-compat>=1.9``), as installed."""
+    import importlib.metadata
+    import re
+
+    def norm(name):
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    try:
+        for req in importlib.metadata.requires("gpuops") or []:
+            spec, _, marker = req.partition(";")
+            if "extra" not in marker and norm(re.split(r"[\s\[<>=!~]", spec.strip(), maxsplit=1)[0]) == norm(dist):
+                return spec.strip().replace(" ", "")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return dist
+
+
+def missing_dependency(module: str) -> str | None:
+    """What to tell the user when ``module`` (a runtime dependency, or CuPy) does not import; None
+    for any other module."""
+    top = (module or "").partition(".")[0]
+    if top in ("cupy", "cupy_backends"):
+        return f"CuPy does not import; {CUPY_HINT}"
+    dist = RUNTIME_DEPENDENCIES.get(top)
+    if dist is None:
+        return None
+    return f"gpuops needs the package {dist}, which does not import: pip install '{_requirement(dist)}'"
+
+
 class UsageError(Exception):
     """A bad command line (exit status 2, like argparse's own errors)."""
 
@@ -182,8 +218,10 @@ def main(argv=None) -> int:
     t.add_argument("--model", default=None, help="model to compare (default light:resnet50; 'none' to skip)")
     t.add_argument("--quick", action="store_true", help="a small model (light:squeezenet) instead of resnet50")
     t.add_argument("--strict", action="store_true", help="host syncs and graphs that do not capture fail too")
-    t.add_argument("--rtol", type=float, default=1e-3)
-    t.add_argument("--atol", type=float, default=1e-4)
+    t.add_argument("--rtol", type=float, default=None,
+                   help="tolerance on each model output's max |diff| / max |value| (default: a float32 error "
+                        "bound derived from the model)")
+    t.add_argument("--atol", type=float, default=0.0, help="absolute slack added to the model tolerance")
     t.set_defaults(fn=cmd_selftest)
     b = sub.add_parser("batch", help="run every row of a Parquet file or .npy/.npz folder through a model")
     b.add_argument("model", help="an .onnx path, or light:NAME")
@@ -210,6 +248,13 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"gpuops: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:  # a runtime dependency missing: say which, and how to install it
+        message = missing_dependency(e.name or "")
+        if message is None:
+            raise
+        print(f"gpuops: error: {message} ({e})", file=sys.stderr)
+        return 1
+
 
 
 if __name__ == "__main__":

@@ -52,10 +52,15 @@ def test_selftest_checks_every_kernel_family_and_a_light_model():
 
     (model,) = report["models"]
     assert model["model"] == "light:squeezenet" and model["ok"]
+    assert model["outputs"] == ["softmaxout_1", "r65"]  # and the logits before the softmax
     runs = {r["name"]: r for r in model["runs"]}
     assert list(runs) == ["cpu", "cuda", "cuda_graph"]
-    assert runs["cpu"]["against"] == "onnx stored outputs"
+    assert runs["cpu"]["against"] == "onnx reference evaluator"
     assert runs["cuda"]["against"] == runs["cuda_graph"]["against"] == "cpu"
+    for run in runs.values():  # relative errors, within the float32 bound (7e-4 for squeezenet)
+        logits = {o["name"]: o for o in run["outputs"]}["r65"]
+        assert logits["ok"] and logits["rel_err"] <= logits["tolerance"] == model["tolerances"]["r65"]
+        assert 1e-4 < logits["tolerance"] < 1e-3 and run["max_rel_err"] <= run["tolerance"]
     # a light model needs no host sync between upload and download, and captures as one graph
     assert runs["cuda"]["host_syncs"] == 0 and runs["cuda"]["sync_nodes"] == []
     assert runs["cuda_graph"]["graph"] == {"captured": True, "blocking_node": None, "reason": None}
@@ -94,7 +99,8 @@ def test_text_report_and_cpu_device(capsys):
     rc, report = _selftest(capsys, "--device", "cpu", "--quick")
     assert rc == 0 and "kernels" not in report and report["notes"]
     assert [(r["name"], r["against"], r["ok"]) for r in report["models"][0]["runs"]] == \
-        [("cpu", "onnx stored outputs", True)]
+        [("cpu", "onnx reference evaluator", True)]
+    assert "vs onnx reference evaluator: max rel err" in text and "max |diff|" not in text
 
 
 def test_a_wrong_kernel_under_a_uniform_softmax_fails_the_selftest(capsys, monkeypatch, tmp_path):
@@ -112,7 +118,8 @@ def test_a_wrong_kernel_under_a_uniform_softmax_fails_the_selftest(capsys, monke
     assert report["models"][0]["runs"][1]["new_feeds_change_outputs"]
     monkeypatch.setattr(cuda_conv, "conv", _off_by_one(cuda_conv.conv))
     rc, report = _selftest(capsys, "--device", "cuda", "--model", path)
-    assert rc == 1 and report["failures"][0].startswith(f"model {path} cuda: output 1: max |diff|")
+    assert rc == 1 and report["failures"][0].startswith(f"model {path} cuda: output 'logits': relative error")
+    assert [o["ok"] for o in report["models"][0]["runs"][1]["outputs"]] == [True, False]  # the softmax agrees
 
 
 def _off_by_one(fn):
@@ -173,7 +180,7 @@ def test_a_model_mismatch_and_a_missing_device_fail_the_selftest(capsys, monkeyp
     rc, report = _selftest(capsys, "--device", "cuda", "--model", small_cnn)
     assert rc == 1
     assert [(r["name"], r["ok"]) for r in report["models"][0]["runs"]] == [("cuda", False), ("cuda_graph", False)]
-    assert report["failures"][0].startswith(f"model {small_cnn} cuda: output 0: max |diff|")
+    assert report["failures"][0].startswith(f"model {small_cnn} cuda: output 'y': relative error 0.01")
     monkeypatch.setattr(InferenceSession, "run", run)
     rc, report = _selftest(capsys, "--device", "cpu", "--model", small_cnn)  # against the reference evaluator
     assert rc == 0 and report["models"][0]["runs"][0]["against"] == "onnx reference evaluator"
@@ -234,3 +241,176 @@ def test_selftest_on_the_cpu_checks_every_native_kernel(capsys, monkeypatch):
     rc, report = _selftest(capsys, "--device", "cpu", "--model", "none")
     assert rc == 1 and len(report["failures"]) == len(report["native"]) == cases
     assert all("kernel ran" in f for f in report["failures"])
+
+
+# -- missing dependencies --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("module,package", [("array_api_compat", "array-api-compat"), ("ml_dtypes", "ml_dtypes"),
+                                            ("onnx", "onnx")])
+def test_a_missing_dependency_is_named_with_its_install_command(module, package, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, module, None)  # "import module" raises ImportError
+    rc, report = _selftest(capsys, "--device", "cpu", "--model", "none")
+    assert rc == 1 and not report["ok"] and len(report["failures"]) == 1
+    assert f"needs the package {package}" in report["failures"][0]
+    assert f"pip install '{package}>=" in report["failures"][0]
+
+
+def test_missing_cupy_is_named_for_a_cuda_device(capsys, monkeypatch):
+    monkeypatch.delenv(_device.STANDIN_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    rc, report = _selftest(capsys, "--device", "cuda", "--model", "none")
+    assert rc == 1 and "CuPy does not import; pip install 'gpuops[cuda]'" in report["failures"][0]
+    monkeypatch.setenv(_device.STANDIN_ENV, "1")  # the stand-in needs no CuPy
+    assert selftest.missing_dependencies("cuda") == []
+    assert selftest.missing_dependencies("auto") == []
+
+
+def test_a_missing_dependency_in_a_fresh_process_is_a_message_not_a_traceback():
+    """``gpuops selftest`` without array-api-compat (which ``import gpuops`` does not import)."""
+    code = ("import sys; sys.modules['array_api_compat'] = None; from gpuops.cli import main; "
+            "raise SystemExit(main(['selftest', '--device', 'cpu']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "Traceback" not in out, out
+    assert "gpuops needs the package array-api-compat" in out and "pip install 'array-api-compat>=1.9'" in out
+
+
+def test_the_cli_turns_a_missing_module_into_a_message(capsys, monkeypatch):
+    def missing(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'ml_dtypes'", name="ml_dtypes")
+
+    monkeypatch.setattr(selftest, "run", missing)
+    assert main(["selftest"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpuops: error: gpuops needs the package ml_dtypes") and "pip install 'ml_dtypes>=" in err
+
+    def other(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'something_else'", name="something_else")
+
+    monkeypatch.setattr(selftest, "run", other)
+    with pytest.raises(ModuleNotFoundError):  # not a runtime dependency: a bug, with its traceback
+        main(["selftest"])
+
+
+# -- tolerances ------------------------------------------------------------------------------------
+
+def _positive_cnn(dtype):
+    """A CNN with positive weights and a positive input (no cancellation, as in the light models): conv
+    3x3 over 16 channels, average pool, conv 1x1, global average pool, Gemm, Softmax."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("AveragePool", ["r1"], ["a1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"]),
+             helper.make_node("GlobalAveragePool", ["c2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+             helper.make_node("Softmax", ["logits"], ["prob"])]
+    inits = [("w1", rng.uniform(0, 1, (32, 16, 3, 3))), ("b1", rng.uniform(0, 1, 32)),
+             ("w2", rng.uniform(0, 1, (64, 32, 1, 1))), ("w3", rng.uniform(0, 1, (10, 64))),
+             ("b3", rng.uniform(0, 1, 10))]
+    x = rng.uniform(0, 1, (2, 16, 12, 12))
+    model = make_model(nodes, {"x": x.astype(dtype)}, ["prob"], inits=[(k, v.astype(dtype)) for k, v in inits],
+                       opset=17)
+    return model, x
+
+
+def test_error_bounds_sum_gamma_k_along_the_network():
+    model, _ = _positive_cnn(np.float32)
+    bound = selftest.error_bounds(model)
+    g = selftest.gamma
+    extra = selftest.NODE_ROUNDINGS
+    c1 = g(16 * 9 + 1 + extra)
+    assert bound["c1"] == bound["r1"] == pytest.approx(c1)  # Relu adds nothing
+    a1 = c1 + g(4 + extra)
+    assert bound["a1"] == pytest.approx(a1)
+    assert bound["logits"] == pytest.approx(a1 + g(32 + extra) + g(36 + extra) + g(64 + 1 + extra))
+    assert bound["prob"] == pytest.approx(bound["logits"] + g(10 + extra))
+    tolerances, how = selftest.output_tolerances(selftest.with_inner_outputs(model))
+    assert tolerances == {"prob": 2 * bound["prob"], "logits": 2 * bound["logits"]} and "bound" in how
+    assert selftest.output_tolerances(model, rtol=0.5) == ({"prob": 0.5}, "--rtol")
+
+
+def test_error_bounds_hold_against_float64():
+    """Without cancellation the bound is rigorous (first order): float32 against float64, element by element."""
+    import gpuops
+
+    m32, x = _positive_cnn(np.float32)
+    m64, _ = _positive_cnn(np.float64)
+    m32, m64 = selftest.with_inner_outputs(m32), selftest.with_inner_outputs(m64)
+    bound = selftest.error_bounds(m32)
+    got = gpuops.InferenceSession(m32, device="cpu").run(None, {"x": x.astype(np.float32)})
+    exact = gpuops.InferenceSession(m64, device="cpu").run(None, {"x": x})
+    logits, e = got[1].astype(np.float64), exact[1]
+    assert (np.abs(logits - e) <= bound["logits"] * np.abs(e)).all()
+    assert np.abs(logits - e).max() > 0  # float32 did round
+    # the softmax is no longer within a relative bound (logits of 1e3 off by 1e-4 move p by 1e-4 relative,
+    # and its smallest values underflow): compare_outputs holds it to what its logits' difference allows
+    names = [o.name for o in m32.graph.output]
+    tolerances, _ = selftest.output_tolerances(m32)
+    outs = selftest.compare_outputs(names, got, [a.astype(np.float32) for a in exact], tolerances,
+                                    selftest.softmax_outputs(m32))
+    assert all(o["ok"] for o in outs), outs
+
+
+def test_no_bound_without_static_shapes_falls_back_to_the_default():
+    model, _ = _positive_cnn(np.float32)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "C"
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
+    model.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "W"
+    tolerances, how = selftest.output_tolerances(model)
+    assert tolerances == {"prob": selftest.DEFAULT_RTOL} and "no static shape" in how
+
+
+def test_a_softmax_is_held_to_what_its_logits_allow():
+    names = ["prob", "logits"]
+    spec = {"prob": {"op": "Softmax", "logits": "logits", "axis": -1, "coerced": False}}
+    tol = {"prob": 1e-6, "logits": 1e-6}
+    # the light models' case: equal logits of 9.5e9, one ulp (1024) apart
+    z = np.full((1, 1000), 9.475684e9, np.float32)
+    z2 = z.copy()
+    z2[0, 3] = np.nextafter(z2[0, 3], np.float32(np.inf))
+    uniform, one_hot = np.full((1, 1000), 1e-3, np.float32), np.eye(1, 1000, 3, dtype=np.float32)
+    prob, logits = selftest.compare_outputs(names, [one_hot, z2], [uniform, z], tol, spec)
+    assert prob["ok"] and logits["ok"] and "ill-conditioned" in prob["note"] and logits["rel_err"] < 1e-6
+    bad = one_hot * 2  # not a distribution
+    prob, _ = selftest.compare_outputs(names, [bad, z2], [uniform, z], tol, spec)
+    assert not prob["ok"] and "sums to 1" in prob["error"]
+    # well-conditioned logits: the softmax is compared, to expm1(2 d) + 2 gamma(n + 8)
+    z = np.linspace(-3, 3, 1000, dtype=np.float32)[None]
+    p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    prob, logits = selftest.compare_outputs(names, [p * np.float32(1.001), z], [p, z], tol, spec)
+    assert logits["ok"] and not prob["ok"] and prob["tolerance"] == pytest.approx(2 * selftest.gamma(1008))
+    prob, _ = selftest.compare_outputs(names, [p, z + np.float32(1e-3)], [p, z], {"prob": 1e-6, "logits": 1}, spec)
+    assert prob["ok"] and "note" not in prob
+    assert prob["tolerance"] == pytest.approx(np.expm1(2e-3) + 2 * selftest.gamma(1008), rel=1e-3)
+
+
+def test_the_reference_evaluator_follows_the_spec_for_lrn_and_batch_normalization():
+    """onnx's own LRN sums over the batch axis (onnx/onnx#7805) and its opset-9 BatchNormalization uses
+    batch statistics: the light models' logits would be 60% off."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (1, 6, 3, 4)).astype(np.float32)
+    model = make_model([helper.make_node("LRN", ["x"], ["y"], size=3, alpha=0.5, beta=0.75, bias=1.0)],
+                       {"x": x}, ["y"], opset=13)
+    (y,) = selftest.reference_evaluator(model).run(None, {"x": x})
+    padded = np.pad(x.astype(np.float64) ** 2, [(0, 0), (1, 1), (0, 0), (0, 0)])
+    square_sum = padded[:, :-2] + padded[:, 1:-1] + padded[:, 2:]
+    np.testing.assert_allclose(y, x / (1 + 0.5 / 3 * square_sum) ** 0.75, rtol=1e-6)
+    stats = [("s", rng.uniform(0.5, 1, 6)), ("b", rng.uniform(0, 1, 6)), ("m", rng.uniform(0, 1, 6)),
+             ("v", rng.uniform(0.5, 1, 6))]
+    model = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], {"x": x}, ["y"],
+                       inits=[(k, v.astype(np.float32)) for k, v in stats], opset=9)
+    (y,) = selftest.reference_evaluator(model).run(None, {"x": x})
+    s, b, m, v = (a.reshape(-1, 1, 1) for _, a in stats)
+    np.testing.assert_allclose(y, s * (x - m) / np.sqrt(v + 1e-5) + b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["bvlc_alexnet", "resnet50"])
+def test_light_models_with_lrn_and_batch_normalization_pass_on_the_cpu(name):
+    from gpuops.device import get_device
+
+    rec = selftest.model_check(f"light:{name}", get_device("cpu"))
+    assert rec["ok"], rec
+    (run,) = rec["runs"]
+    assert run["against"] == "onnx reference evaluator" and run["max_rel_err"] < 1e-2 * run["tolerance"]
