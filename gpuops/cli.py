@@ -1,4 +1,5 @@
-"""Command line: ``gpuops run MODEL.onnx``, ``gpuops info``, ``gpuops selftest``, ``gpuops bench``."""
+"""Command line: ``gpuops run MODEL.onnx``, ``gpuops info``, ``gpuops selftest``, ``gpuops bench``,
+``gpuops build-kernels``."""
 
 from __future__ import annotations
 
@@ -157,6 +158,48 @@ def cmd_info(a) -> int:
     return 0
 
 
+def cmd_build_kernels(a) -> int:
+    """Compile every native CPU kernel file (and, with --emulator, the CUDA kernel files for the CPU
+    emulator) into the cache now, so that no session compiles; prints what it built and where."""
+    from . import native
+
+    failed = 0
+
+    def report(title: str, compiler: str | None, cache, records) -> None:
+        nonlocal failed
+        version = native.compiler_version(compiler).splitlines()[0] if compiler else ""
+        print(f"{title}: {compiler} ({version}), cache {cache}")
+        for r in records:
+            name = r["file"] + (f" ({r['kernels']} kernels)" if "kernels" in r else "")
+            if "error" in r:
+                failed += 1
+                print(f"  FAILED  {name}:\n    " + r["error"].replace("\n", "\n    "))
+            else:
+                took = f"{r['seconds']:6.2f} s" if r["built"] else "        "
+                print(f"  {'built ' if r['built'] else 'cached'}  {name:<28} {took}  {r['path']}")
+
+    cc = native.compiler()
+    if cc is None:
+        print(f"native CPU kernels: {native.missing_compiler()}")
+        failed += 1
+    else:
+        cache = native.private_cache("GPUOPS_NATIVE_CACHE", "native")
+        report("native CPU kernels", cc, cache, native.build_all())
+        if not native.ENABLED:
+            print("  (GPUOPS_NATIVE=0 is set: sessions will not use them)")
+    if a.emulator:
+        from . import emulator
+
+        try:
+            cxx = emulator.compiler()
+        except emulator.CompileError as e:
+            print(f"emulated CUDA kernels: {e}")
+            failed += 1
+        else:
+            report("emulated CUDA kernels", cxx, emulator.cache_dir(), emulator.build_kernel_files())
+    return 1 if failed else 0
+
+
 def cmd_selftest(a) -> int:
     from . import selftest
 
@@ -233,6 +276,10 @@ def main(argv=None) -> int:
                    help="run on Ray actors, one per GPU: a local Ray, or the cluster at ADDRESS")
     b.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per GPU, or 1)")
     b.set_defaults(fn=cmd_batch)
+    k = sub.add_parser("build-kernels", help="compile the native CPU kernels (and, with --emulator, the CUDA "
+                       "kernels for the CPU emulator) into the cache ahead of time")
+    k.add_argument("--emulator", action="store_true", help="also the CUDA kernels, for the CPU emulator (g++)")
+    k.set_defaults(fn=cmd_build_kernels)
     sub.add_parser("bench", help="benchmark suite: gpuops bench --help", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its options belong to the benchmark runner

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import re
 import threading
-from pathlib import Path
 from types import ModuleType
 
+from .native import source_dir
+
 # cuda_kernels/ sits beside the package in a clone (editable installs); wheels carry a copy inside it
-KERNEL_DIR = next((d for d in (Path(__file__).resolve().parent.parent / "cuda_kernels",
-                               Path(__file__).resolve().parent / "cuda_kernels") if d.is_dir()),
-                  Path(__file__).resolve().parent.parent / "cuda_kernels")
+KERNEL_DIR = source_dir("cuda_kernels")
 
 # NVRTC options: C++17, and no FMA contraction so float results follow the reference formulas'
 # rounding (the kernels are memory-bound; the GEMMs run in cuBLAS and are unaffected).

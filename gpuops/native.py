@@ -1,5 +1,6 @@
-"""Native CPU kernels: ``cpu_kernels/*.c``, compiled on first use with the system C compiler and loaded
-with ctypes, as the CUDA kernels are compiled on first use with NVRTC.
+"""Native CPU kernels: ``cpu_kernels/*.c``, compiled with the system C compiler and loaded with ctypes;
+and the one compile-and-cache routine (:func:`build`) that they and the CUDA emulator
+(:mod:`gpuops.emulator`) share.
 
 Some of the CPU path's hot loops have no single NumPy call: a depthwise conv's per-channel
 multiply-add over nine taps, a pooling window, an LSTM step's gate arithmetic, a uint8 GEMV. NumPy
@@ -7,44 +8,76 @@ spends several whole-array passes (or a Python loop of small calls) on each, whi
 as ShuffleNet several times slower than onnxruntime. These kernels are plain C loops that the
 compiler vectorises for the CPU it runs on (``-O3 -march=native``; ``$GPUOPS_NATIVE_CFLAGS`` adds flags).
 
-They are optional. Without a C compiler (``$CC``, else ``cc``), with ``GPUOPS_NATIVE=0``, or when a
-file fails to compile (reported once, as a warning), :func:`function` returns None and the op runs its
-NumPy code, which stays the fallback and the test oracle (:func:`disabled`). Nothing is compiled at
+When they are compiled. :func:`prepare` compiles every file at once (in parallel) or finds it in the
+cache, and loads it: a CPU session calls it when it is created, ``gpuops build-kernels`` ahead of
+time. The first compilation in a process says so on stderr, once ("gpuops: compiling native CPU
+kernels (once, cached in ...)"); a warm cache costs a few milliseconds. A kernel asked for before
+(:func:`function`, an op called outside a session) has its file compiled then. Nothing is compiled at
 ``import gpuops``.
 
-Each file is compiled once per (source, compiler, flags, CPU) and cached in ``$GPUOPS_NATIVE_CACHE``
-(default ``~/.cache/gpuops/native``), written atomically so concurrent processes agree. The folder
-must be private to the user (a library found there is loaded), and a compiler gets
-:data:`COMPILE_SECONDS`. The kernels trust their arguments: the wrappers in the ops pass C-contiguous arrays
-of the declared types and consistent sizes (:func:`ptr` checks the arrays).
+They are optional. Without a C compiler (``$CC``, else ``cc``), with ``GPUOPS_NATIVE=0``, or when a
+file fails to compile (one warning per process, saying why), :func:`function` returns None and the op
+runs its NumPy code, which stays the fallback and the test oracle (:func:`disabled`).
+
+The functions Python calls are declared once, in :mod:`gpuops.native_abi` (checked against the C
+prototypes by ``tests/test_native_abi.py``); :func:`function` builds their ctypes bindings from there.
+The kernels trust their arguments: the wrappers in the ops pass C-contiguous arrays of the declared
+types and consistent sizes (:func:`ptr` checks the arrays).
+
+The cache (:func:`build`). A library is compiled once per (source, headers, compiler and its
+version, flags, CPU) into a private folder (:func:`private_cache`: owned by the user, not writable by
+its group or others, on a file system that allows executables), to a temporary name, then renamed
+into place, so that concurrent processes agree; the sha256 of the library is stored beside it
+(``.so.sha256``) and checked each time it is loaded, so a truncated or corrupted library is rebuilt,
+never loaded. A compiler gets :data:`COMPILE_SECONDS`; a failure raises :class:`BuildError`, which
+carries the compiler's command line and its stderr.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import functools
 import hashlib
 import os
 import platform
 import shlex
 import shutil
+import signal
+import stat
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-# cpu_kernels/ sits beside the package in a clone (editable installs); wheels carry a copy inside it
-KERNEL_DIR = next((d for d in (Path(__file__).resolve().parent.parent / "cpu_kernels",
-                               Path(__file__).resolve().parent / "cpu_kernels") if d.is_dir()),
-                  Path(__file__).resolve().parent.parent / "cpu_kernels")
+from . import native_abi
+from .native_abi import FILES
+
+
+def source_dir(name: str) -> Path:
+    """The folder of the kernel sources ``name`` (``cpu_kernels``, ``cuda_kernels``): beside the package
+    in a clone (editable installs), inside it in a wheel."""
+    package = Path(__file__).resolve().parent
+    for d in (package.parent / name, package / name):
+        if d.is_dir():
+            return d
+    return package.parent / name
+
+
+KERNEL_DIR = source_dir("cpu_kernels")
 
 FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp-simd")
 # GCC only (clang rejects it): short copy and fill loops stay loops, not libc calls per row
 GCC_FLAGS = ("-fno-tree-loop-distribute-patterns",)
 LIBS = ("-lm",)  # after the source: special.c's erf
+COMPILE_SECONDS = 300  # a compiler that takes longer is given up on (the NumPy code runs)
 
 
 def flags(version: str = "") -> tuple[str, ...]:
@@ -55,12 +88,10 @@ def flags(version: str = "") -> tuple[str, ...]:
     return own + tuple(shlex.split(os.environ.get("GPUOPS_NATIVE_CFLAGS", "")))
 
 
-# The C parameter types kernels use: pointers to arrays, sizes and flags, float parameters.
-PTR, INT, FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-
 _lock = threading.Lock()
-_loaded: dict[str, ctypes.CDLL | None] = {}
-_functions: dict[tuple[str, str], object] = {}
+_loaded: dict[str, ctypes.CDLL | None] = {}  # file -> library, or None when unavailable
+_failures: dict[str, str] = {}  # file -> why it is unavailable
+_functions: dict[str, object] = {}  # name -> bound ctypes function
 
 
 class _Off(threading.local):
@@ -93,6 +124,16 @@ def compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc"))
 
 
+def missing_compiler() -> str:
+    """What to say when :func:`compiler` finds none: what was looked for, and (only when CC is unset) to set CC."""
+    cc = os.environ.get("CC")
+    if cc:
+        return f"no C compiler: CC={cc!r} is not an executable file or on PATH"
+    return "no C compiler: 'cc' is not on PATH (install one, e.g. gcc, or set CC)"
+
+
+# -- the private cache folder ---------------------------------------------------------------------
+
 def user_cache(env: str, name: str) -> Path:
     """``$env`` when set, else ``gpuops/<name>`` in the user's cache folder (``$XDG_CACHE_HOME`` or ~/.cache)."""
     d = os.environ.get(env)
@@ -103,9 +144,254 @@ def user_cache(env: str, name: str) -> Path:
 
 
 def cache_dir() -> Path:
+    """Where the native kernels' libraries are cached (before :func:`private_cache`'s checks)."""
     return user_cache("GPUOPS_NATIVE_CACHE", "native")
 
 
+def unfit(d: Path) -> str | None:
+    """Why folder ``d`` cannot hold libraries this process loads, or None; made (0700) when missing. A
+    library found there is loaded, so the folder must be the user's own and writable by nobody else,
+    and its file system must allow executable mappings (not ``noexec``)."""
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = d.stat()
+    except OSError as e:
+        return f"cannot be created or read ({e.strerror or e})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"is owned by another user (uid {st.st_uid}, this process runs as uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    if not os.access(d, os.W_OK | os.X_OK):
+        return "is not writable"
+    try:
+        if os.statvfs(d).f_flag & getattr(os, "ST_NOEXEC", 0):
+            return "is on a file system mounted noexec (libraries cannot be loaded from it)"
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+_caches: dict[str, Path] = {}
+_temporary: list[str] = []
+
+
+def private_cache(env: str, name: str) -> Path:
+    """The folder to cache ``name``'s libraries in: :func:`user_cache` when it is fit (:func:`unfit`).
+    Else, in a sticky folder that others can write (``/tmp``), a private ``gpuops-<uid>`` folder inside
+    it; else a temporary folder for this process only, with one warning naming the problem."""
+    wanted = user_cache(env, name)
+    got = _caches.get(str(wanted))
+    if got is not None:
+        return got
+    with _lock:
+        got = _caches.get(str(wanted))
+        if got is not None:
+            return got
+        problem = unfit(wanted)
+        got = wanted
+        if problem is not None:
+            got = None
+            try:
+                sticky = wanted.is_dir() and wanted.stat().st_mode & stat.S_ISVTX
+            except OSError:
+                sticky = False
+            if sticky and hasattr(os, "getuid"):  # others cannot rename or replace what this user makes in it
+                own = wanted / f"gpuops-{os.getuid()}"
+                if unfit(own) is None:
+                    got = own
+            if got is None:
+                got = _temporary_folder(name)
+                warnings.warn(f"gpuops: the kernel cache {wanted} {problem}; this process compiles into {got}, "
+                              f"removed at exit (set {env} to a folder of your own to keep the libraries)",
+                              RuntimeWarning, stacklevel=2)
+        _caches[str(wanted)] = got
+        return got
+
+
+def _temporary_folder(name: str) -> Path:
+    """A new private folder, removed at exit: in the temporary folder, else (``noexec``) in /var/tmp or
+    /dev/shm."""
+    got = None
+    for base in (None, "/var/tmp", "/dev/shm"):
+        try:
+            got = Path(tempfile.mkdtemp(prefix=f"gpuops-{name}-", dir=base))
+        except OSError:
+            continue
+        _temporary.append(str(got))
+        if unfit(got) is None:
+            break
+    if got is None:
+        raise BuildError(f"no folder to compile {name} kernels in: the temporary folders cannot be written")
+    return got
+
+
+def _remove_temporary() -> None:
+    for d in _temporary:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_remove_temporary)
+
+
+# -- the compile-and-cache routine ----------------------------------------------------------------
+
+class BuildError(RuntimeError):
+    """A library could not be built or loaded. ``command``: the compiler's command line (a list; empty
+    when no compiler ran), ``stderr``: what it printed, ``returncode``: its exit status (None if it did
+    not finish)."""
+
+    def __init__(self, message: str, command=(), stderr: str = "", returncode: int | None = None):
+        super().__init__(message)
+        self.command, self.stderr, self.returncode = list(command), stderr, returncode
+
+
+@dataclass(frozen=True)
+class Build:
+    """What a shared library is built from: ``source`` (the translation unit's text) compiled, as
+    ``filename`` in a fresh folder, by ``compiler`` with ``-I`` each of ``includes`` (searched first),
+    ``flags``, then ``libs``. ``depends``: the text of everything else the library depends on (headers,
+    the CPU it is tuned for), hashed into its key with the rest; include folders' paths are not, so a
+    moved install keeps its cache. ``stem`` starts the library's file name."""
+
+    stem: str
+    compiler: str
+    source: str
+    filename: str
+    flags: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()
+    libs: tuple[str, ...] = ()
+    depends: tuple[str, ...] = field(default=(), repr=False)
+
+    def command(self, output: str) -> list[str]:
+        return [self.compiler, *(f"-I{d}" for d in self.includes), *self.flags, "-o", output, self.filename,
+                *self.libs]
+
+
+_versions: dict[str, str] = {}
+
+
+def compiler_version(path: str, error=BuildError) -> str:
+    """``path --version`` (cached per process): part of every cache key, so that a new compiler rebuilds."""
+    v = _versions.get(path)
+    if v is None:
+        cmd = [path, "--version"]
+        try:
+            _, v, _ = _run(cmd)
+        except subprocess.TimeoutExpired:
+            raise error(f"{path} --version timed out after {COMPILE_SECONDS} s", cmd) from None
+        except OSError as e:
+            raise error(f"cannot run the compiler {path}: {e}", cmd) from None
+        _versions[path] = v
+    return v
+
+
+def _run(cmd: list[str], cwd=None) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``cmd``, killed with all its children (a compiler driver's cc1,
+    as, ld) after :data:`COMPILE_SECONDS` (raising TimeoutExpired with what it had printed)."""
+    with subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, errors="replace", start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=COMPILE_SECONDS)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (AttributeError, OSError):
+                p.kill()
+            out, err = p.communicate()
+            raise subprocess.TimeoutExpired(cmd, COMPILE_SECONDS, out, err) from None
+    return p.returncode, out, err
+
+
+def key(b: Build, error=BuildError) -> str:
+    """The cache key of a build: a hash of everything the library depends on."""
+    parts = [b.source, b.filename, b.compiler, compiler_version(b.compiler, error), *b.flags, "\0", *b.libs, "\0",
+             *b.depends]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _digest_path(so: Path) -> Path:
+    return so.with_name(so.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def intact(so: Path) -> bool:
+    """Whether ``so`` is a library this user built that has not changed since: a regular file of this
+    user's, writable by nobody else, whose sha256 is the one stored beside it."""
+    try:
+        st = os.lstat(so)
+        digest = _digest_path(so).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o022 or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+        return False
+    try:
+        return _sha256(so) == digest
+    except OSError:
+        return False
+
+
+_build_locks: dict[str, threading.Lock] = {}
+
+
+def build(b: Build, cache: Path, *, error=BuildError, on_compile=None) -> tuple[Path, bool]:
+    """The library built from ``b``, from ``cache`` when it holds it intact (:func:`intact`), else
+    compiled into it: ``(path, whether it was compiled now)``. The compiler runs in a temporary folder
+    inside ``cache`` for at most :data:`COMPILE_SECONDS`; the library and its sha256 are renamed into
+    place. A missing compiler, a failure or a timeout raises ``error`` (a :class:`BuildError`) with the
+    command line and the compiler's stderr. ``on_compile()`` is called before compiling."""
+    so = cache / f"{b.stem}-{key(b, error)}.so"
+    with _lock:
+        lock = _build_locks.setdefault(str(so), threading.Lock())
+    with lock:
+        if intact(so):
+            return so, False
+        for stale in (so, _digest_path(so)):  # missing, truncated, corrupted or foreign: rebuilt
+            try:
+                stale.unlink()
+            except OSError:
+                pass
+        if on_compile is not None:
+            on_compile()
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
+            Path(tmp, b.filename).write_text(b.source)
+            cmd = b.command("lib.so")
+            where = f"(in a temporary folder holding {b.filename})"
+            try:
+                rc, _, err = _run(cmd, cwd=tmp)
+            except subprocess.TimeoutExpired as e:
+                err = e.stderr or ""
+                raise error(f"{b.compiler} timed out after {COMPILE_SECONDS} s on {b.filename}:\n$ {shlex.join(cmd)}  "
+                            f"{where}\n{err[-4000:]}", cmd, err) from None
+            except OSError as e:
+                raise error(f"cannot run the compiler {b.compiler}: {e}\n$ {shlex.join(cmd)}", cmd) from None
+            if rc:
+                raise error(f"{b.compiler} failed (exit status {rc}) on {b.filename}:\n$ {shlex.join(cmd)}  "
+                            f"{where}\n{err[-8000:]}", cmd, err, rc)
+            out = Path(tmp, "lib.so")
+            os.chmod(out, 0o700)
+            Path(tmp, "lib.so.sha256").write_text(_sha256(out) + "\n")
+            os.replace(out, so)  # atomic: concurrent builders of the same key agree
+            os.replace(Path(tmp, "lib.so.sha256"), _digest_path(so))
+    return so, True
+
+
+def load(so: Path, error=BuildError) -> ctypes.CDLL:
+    """``ctypes.CDLL(so)``, its failure as ``error`` saying what may be wrong."""
+    try:
+        return ctypes.CDLL(str(so))
+    except OSError as e:
+        raise error(f"cannot load {so}: {e} (is its folder on a file system mounted noexec? set the cache "
+                    f"variable to another folder)") from None
+
+
+# -- the native kernels -----------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
 def _cpu_id() -> str:
     """What ``-march=native`` depends on: the machine and, on Linux, the CPU's feature flags."""
     features = ""
@@ -117,68 +403,85 @@ def _cpu_id() -> str:
     return platform.machine() + platform.processor() + features
 
 
-COMPILE_SECONDS = 300  # a compiler that takes longer is given up on (the NumPy code runs)
-
-
-def _private(d: Path) -> None:
-    """Refuse a cache folder that someone else could write into: a library found there is loaded."""
-    st = d.stat()
-    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
-        raise RuntimeError(f"the kernel cache {d} is writable by others or not owned by this user; "
-                           f"set GPUOPS_NATIVE_CACHE to a private folder")
-
-
-def _compile(file: str) -> ctypes.CDLL:
+def native_build(file: str) -> Build:
+    """How ``cpu_kernels/<file>`` is built (raises :class:`BuildError` without a compiler)."""
     cc = compiler()
     if cc is None:
-        raise RuntimeError("no C compiler found (set CC)")
-    src = (KERNEL_DIR / file).read_text() + "".join(h.read_text() for h in sorted(KERNEL_DIR.glob("*.h")))
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=COMPILE_SECONDS).stdout
-    key = hashlib.sha256("\0".join([src, cc, version, *flags(version), _cpu_id()]).encode()).hexdigest()[:32]
-    d = cache_dir()
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _private(d)
-    so = d / f"{Path(file).stem}-{key}.so"
-    if not so.exists():
-        with tempfile.TemporaryDirectory(dir=d) as tmp:
-            out = Path(tmp) / "kernel.so"
-            r = subprocess.run([cc, *flags(version), "-o", str(out), str(KERNEL_DIR / file), *LIBS],
-                               capture_output=True, text=True, timeout=COMPILE_SECONDS)
-            if r.returncode:
-                raise RuntimeError(f"{cc} failed on cpu_kernels/{file}:\n{r.stderr[-4000:]}")
-            os.replace(out, so)  # atomic: concurrent builders of the same key agree
-    return ctypes.CDLL(str(so))
+        raise BuildError(missing_compiler())
+    version = compiler_version(cc)
+    headers = tuple(h.read_text() for h in sorted(KERNEL_DIR.glob("*.h")))
+    return Build(stem=Path(file).stem, compiler=cc, source=(KERNEL_DIR / file).read_text(), filename=file,
+                 flags=flags(version), includes=(str(KERNEL_DIR),), libs=LIBS, depends=(*headers, _cpu_id()))
+
+
+_announced = False
+
+
+def _announce() -> None:
+    """The one line a process prints before its first compilation."""
+    global _announced
+    with _lock:
+        if _announced:
+            return
+        _announced = True
+    d = private_cache("GPUOPS_NATIVE_CACHE", "native")
+    where = f"for this process only, in {d}" if str(d) in _temporary else f"once, cached in {d}"
+    print(f"gpuops: compiling native CPU kernels ({where})", file=sys.stderr, flush=True)
+
+
+_warned = False
+
+
+def _unavailable(file: str, why: str) -> None:
+    global _warned
+    _failures[file] = why
+    with _lock:
+        first, _warned = not _warned, True
+    if first:  # once per process: later failures are in status() and `gpuops build-kernels`
+        warnings.warn(f"gpuops: native CPU kernels of cpu_kernels/{file} unavailable, using NumPy: {why}",
+                      RuntimeWarning, stacklevel=4)
+
+
+_file_locks = {f: threading.Lock() for f in FILES}
 
 
 def _library(file: str) -> ctypes.CDLL | None:
     lib = _loaded.get(file, False)
     if lib is not False:
         return lib
-    with _lock:
+    with _file_locks.setdefault(file, threading.Lock()):
         if file not in _loaded:
             try:
-                _loaded[file] = _compile(file)
+                so, _ = build(native_build(file), private_cache("GPUOPS_NATIVE_CACHE", "native"),
+                              on_compile=_announce)
+                lib = load(so)
+                missing = [k.name for k in native_abi.KERNELS.values() if k.file == file and not hasattr(lib, k.name)]
+                if missing:
+                    raise BuildError(f"{so} lacks the declared functions {missing}")
+                _loaded[file] = lib
             except Exception as e:  # noqa: BLE001 - any failure means "use NumPy", said once
-                warnings.warn(f"gpuops: native CPU kernels of cpu_kernels/{file} unavailable, using NumPy: {e}",
-                              RuntimeWarning, stacklevel=3)
+                _unavailable(file, str(e))
                 _loaded[file] = None
         return _loaded[file]
 
 
-def function(file: str, name: str, argtypes: tuple):
-    """The ctypes function ``name`` of ``cpu_kernels/<file>`` taking ``argtypes`` (:data:`PTR`,
-    :data:`INT`, :data:`FLOAT`) and returning an int status (see :func:`call`), compiled on first use;
-    None when native kernels are off or unavailable (the caller then runs its NumPy code)."""
+def function(name: str):
+    """The ctypes function ``name`` of the native kernels, typed by its declaration in
+    :mod:`gpuops.native_abi` (its file is compiled if :func:`prepare` has not run); None when native
+    kernels are off or unavailable (the caller then runs its NumPy code). Call it with :func:`call`."""
     if not enabled():
         return None
-    fn = _functions.get((file, name))
+    fn = _functions.get(name)
     if fn is None:
-        lib = _library(file)
+        k = native_abi.KERNELS.get(name)
+        if k is None:
+            raise KeyError(f"native kernel {name!r} is not declared in gpuops/native_abi.py")
+        lib = _library(k.file)
         if lib is None:
             return None
         fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, ctypes.c_int
-        _functions[file, name] = fn
+        fn.argtypes, fn.restype = k.argtypes, k.restype
+        _functions[name] = fn
     return fn
 
 
@@ -188,10 +491,56 @@ def call(fn, *args) -> None:
         raise MemoryError(f"native kernel {fn.__name__} could not allocate its scratch")
 
 
+def prepare(files=None) -> dict[str, str]:
+    """Compile (or find in the cache) and load the native kernel files -- all of them by default -- in
+    parallel, before any kernel is needed: what a CPU session calls when it is created. The first
+    compilation prints one line; failures give the one warning of :func:`function`. Returns
+    ``{file: "compiled" | "unavailable"}``; nothing when native kernels are off."""
+    if not enabled():
+        return {}
+    files = list(FILES if files is None else files)
+    todo = [f for f in files if f not in _loaded]
+    if todo and compiler() is None:
+        _unavailable(todo[0], missing_compiler())
+        for f in todo:
+            _failures[f] = missing_compiler()
+            _loaded.setdefault(f, None)
+    elif len(todo) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(todo), os.cpu_count() or 1)) as ex:
+            list(ex.map(_library, todo))
+    elif todo:
+        _library(todo[0])
+    return {f: "compiled" if _loaded.get(f) is not None else "unavailable" for f in files}
+
+
+def build_all(files=None) -> list[dict]:
+    """For ``gpuops build-kernels``: each file compiled (in parallel) or found in the cache, not
+    loaded: ``[{"file", "path", "built", "seconds"} or {"file", "error"}]``, in file order."""
+    files = list(FILES if files is None else files)
+    cache = private_cache("GPUOPS_NATIVE_CACHE", "native")
+
+    def one(file):
+        t = time.perf_counter()
+        try:
+            so, built = build(native_build(file), cache)
+        except BuildError as e:
+            return {"file": file, "error": str(e)}
+        return {"file": file, "path": str(so), "built": built, "seconds": time.perf_counter() - t}
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1))) as ex:
+        return list(ex.map(one, files))
+
+
 def status() -> dict:
-    """For ``gpuops info``: the compiler, the cache, and the files loaded so far (compiled or unavailable)."""
+    """For ``gpuops info``: the compiler, the cache, and the files loaded so far (compiled or unavailable,
+    with why)."""
     return {"enabled": enabled(), "compiler": compiler(), "cache": str(cache_dir()),
-            "files": {f: "compiled" if lib is not None else "unavailable" for f, lib in sorted(_loaded.items())}}
+            "files": {f: "compiled" if lib is not None else "unavailable" for f, lib in sorted(_loaded.items())},
+            "failures": dict(sorted(_failures.items()))}
 
 
 _addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer

@@ -1,21 +1,18 @@
-"""Native CPU kernels (gpuops/native.py, cpu_kernels/*.c): loading, fallback, and the depthwise conv
-and pooling kernels against the NumPy code they replace (their oracle)."""
+"""Native CPU kernels (gpuops/native.py, cpu_kernels/*.c): the switch to NumPy, and the kernels against
+the NumPy code they replace (their oracle). Building, caching and the fallbacks of a failed build are
+in test_native_build.py; the declarations of the kernels in test_native_abi.py."""
 
-import ctypes
 import os
 import subprocess
 import sys
-import threading
-import warnings
 
 import array_api_compat.numpy as xp
 import numpy as np
 import pytest
 
-from gpuops import native
+from gpuops import native, native_abi
 from gpuops.errors import NodeError
 from gpuops.ops import conv, pool, winograd
-from gpuops.ops.conv import _DEPTHWISE_ARGS
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 
@@ -134,8 +131,8 @@ def test_kernels_write_only_their_outputs():
                     X.ctypes.data, Wd.ctypes.data, None, out, 1, C, H, W, C, *k, OH, OW, *s, *p, 1, 1, 0.0, 1.0)),
                 ("pool2d_f32", "pool.c", lambda fn, out: fn(
                     X.ctypes.data, out, C, H, W, OH, OW, *k, *s, *p, 1, 1, 1, *p))):
-            argtypes = (native.PTR,) * 2 + (native.INT,) * 16 if file == "pool.c" else _DEPTHWISE_ARGS
-            fn = native.function(file, name, argtypes)
+            fn = native.function(name)
+            assert native_abi.KERNELS[name].file == file
             buf = np.full(n + 2 * guard, np.nan, dtype=np.float32)
             assert call(fn, buf[guard:].ctypes.data) == 0
             assert np.isnan(buf[:guard]).all() and np.isnan(buf[guard + n:]).all(), name
@@ -144,70 +141,16 @@ def test_kernels_write_only_their_outputs():
 
 def test_disabled_and_env_switch(monkeypatch):
     with native.disabled():
-        assert native.function("pool.c", "pool2d_f32", ()) is None
+        assert native.function("pool2d_f32") is None
     monkeypatch.setattr(native, "ENABLED", False)  # what GPUOPS_NATIVE=0 at start-up sets
     assert not native.enabled()
-    assert native.function("pool.c", "pool2d_f32", ()) is None
+    assert native.function("pool2d_f32") is None
     r = subprocess.run([sys.executable, "-c", "from gpuops import native; print(native.enabled())"],
                        env={**os.environ, "GPUOPS_NATIVE": "0"}, capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
     X = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
     assert pool.MaxPool(xp, X, kernel_shape=[2, 2], strides=[2, 2]).tolist() == [
         [[[5, 7], [13, 15]], [[21, 23], [29, 31]]]]
-
-
-def test_missing_compiler_falls_back_to_numpy(monkeypatch, tmp_path):
-    """No compiler: one RuntimeWarning, then every op runs its NumPy code with the same results."""
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(native, "_loaded", {})
-    monkeypatch.setattr(native, "_functions", {})
-    X = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    with pytest.warns(RuntimeWarning, match="no C compiler"):
-        y = pool.MaxPool(xp, X, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # said once only
-        y2 = pool.MaxPool(xp, X, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    with native.disabled():
-        ref = pool.MaxPool(xp, X, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    np.testing.assert_array_equal(y, ref)
-    np.testing.assert_array_equal(y2, ref)
-    assert native.status()["files"] == {"pool.c": "unavailable"}
-
-
-def test_compile_error_is_reported_and_falls_back(monkeypatch, tmp_path):
-    cc = tmp_path / "badcc"
-    cc.write_text("#!/bin/sh\necho 'error: this compiler refuses everything' >&2\nexit 1\n")
-    cc.chmod(0o755)
-    monkeypatch.setenv("CC", str(cc))
-    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(native, "_loaded", {})
-    monkeypatch.setattr(native, "_functions", {})
-    with pytest.warns(RuntimeWarning, match="refuses everything"):
-        assert native.function("conv.c", "depthwise_conv2d_f32", _DEPTHWISE_ARGS) is None
-
-
-@needs_cc
-def test_compiled_once_into_a_private_cache_and_shared_by_threads(monkeypatch, tmp_path):
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(cache))
-    monkeypatch.setattr(native, "_loaded", {})
-    monkeypatch.setattr(native, "_functions", {})
-    got, barrier = [], threading.Barrier(4)
-
-    def first_use():
-        barrier.wait()
-        got.append(native.function("pool.c", "pool2d_f32", (native.PTR,) * 2 + (native.INT,) * 16))
-
-    threads = [threading.Thread(target=first_use) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(got) == 4 and all(isinstance(f, ctypes._CFuncPtr) for f in got) and len({id(f) for f in got}) == 1
-    assert [p.suffix for p in cache.iterdir()] == [".so"]
-    assert cache.stat().st_mode & 0o077 == 0
-    assert native.status()["files"] == {"pool.c": "compiled"}
 
 
 def test_kernel_status_and_argument_checks():
@@ -277,8 +220,8 @@ def test_winograd_transforms_write_only_their_outputs():
     C, M, H, Wd, guard = 3, 4, 7, 9, 64
     th, tw = 4, 5
     x = rng.standard_normal((C, H, Wd)).astype(np.float32)
-    fwd = native.function("winograd.c", "winograd_f2k3_input_f32", winograd._INPUT_ARGS)
-    bwd = native.function("winograd.c", "winograd_f2k3_output_f32", winograd._OUTPUT_ARGS)
+    fwd = native.function("winograd_f2k3_input_f32")
+    bwd = native.function("winograd_f2k3_output_f32")
     ld = (th - 1) * tw + 7  # rows 1..3 of the tiles, at column 7 of a wider matrix
     V = np.full(16 * C * ld + 2 * guard, np.nan, dtype=np.float32)
     assert fwd(x.ctypes.data, V[guard:].ctypes.data, C, H, Wd, 1, 1, th, tw, 1, th, ld, 7) == 0
@@ -321,7 +264,7 @@ def test_im2col_writes_only_its_block():
     rng = np.random.default_rng(22)
     C, H, W, guard = 2, 9, 7, 64
     x = rng.standard_normal((C, H, W)).astype(np.float32)
-    fn = native.function("conv.c", "im2col2d_f32", conv._IM2COL_ARGS)
+    fn = native.function("im2col2d_f32")
     OH, OW, rows = 4, 3, 2  # 3x3 taps, stride 2, pad 1, dilation 1: output rows 1 and 2 only
     n = C * 9 * rows * OW
     buf = np.full(n + 2 * guard, np.nan, dtype=np.float32)
@@ -388,29 +331,6 @@ def test_fused_conv_with_a_residual(activation):
         np.testing.assert_allclose(want, ref, rtol=1e-6, atol=1e-6, equal_nan=True)
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{C} {M} {k} {group} {s}")
         assert np.isnan(got).any()
-
-
-def test_a_shared_cache_folder_or_a_hung_compiler_falls_back(monkeypatch, tmp_path):
-    """A cache folder others can write into is refused (a library found there would be loaded), and
-    a compiler that does not finish is given up on; both with one warning, then NumPy."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(shared))
-    monkeypatch.setattr(native, "_loaded", {})
-    monkeypatch.setattr(native, "_functions", {})
-    if native.compiler() is not None:
-        with pytest.warns(RuntimeWarning, match="writable by others"):
-            assert native.function("pool.c", "pool2d_f32", ()) is None
-    slow = tmp_path / "slowcc"
-    slow.write_text("#!/bin/sh\nsleep 30\n")
-    slow.chmod(0o755)
-    monkeypatch.setenv("CC", str(slow))
-    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(tmp_path / "private"))
-    monkeypatch.setattr(native, "COMPILE_SECONDS", 1)
-    monkeypatch.setattr(native, "_loaded", {})
-    with pytest.warns(RuntimeWarning, match="timed out"):
-        assert native.function("conv.c", "depthwise_conv2d_f32", _DEPTHWISE_ARGS) is None
 
 
 @needs_cc

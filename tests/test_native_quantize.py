@@ -227,24 +227,24 @@ def test_kernels_write_only_their_outputs():
         A, B = _ints(rng, np.uint8, (M, K)), _ints(rng, np.int8, (K, N))
         size = 4 + N + -(-N * K // 4)
         buf = np.full(size + 2 * guard, 0x5A5A5A5A, np.int32)
-        native.call(native.function("quantize.c", "pack_weight_8", quantize._PACK_ARGS), B.ctypes.data, 1, K, N,
+        native.call(native.function("pack_weight_8"), B.ctypes.data, 1, K, N,
                     buf[guard:].ctypes.data)
         assert (buf[:guard] == 0x5A5A5A5A).all() and (buf[guard + size:] == 0x5A5A5A5A).all()
         pack = np.ascontiguousarray(buf[guard:guard + size])
         ref = (A.astype(np.int64) - 3) @ B.astype(np.int64)
         out = np.full(M * N + 2 * guard, -7, np.int32)
-        fn = native.function("quantize.c", "matmul_integer_u8", quantize._MATMUL_INTEGER_ARGS)
+        fn = native.function("matmul_integer_u8")
         native.call(fn, pack.ctypes.data, A.ctypes.data, M, None, 3, None, 0, 0, out[guard:].ctypes.data)
         assert (out[:guard] == -7).all() and (out[guard + M * N:] == -7).all()
         np.testing.assert_array_equal(out[guard:guard + M * N].reshape(M, N), ref)
         y = np.full(M * N + 2 * guard, 77, np.uint8)
-        fn = native.function("quantize.c", "qlinear_matmul_u8", quantize._QLINEAR_ARGS)
+        fn = native.function("qlinear_matmul_u8")
         native.call(fn, pack.ctypes.data, A.ctypes.data, M, None, 3, None, 0, 0, None, 0.5, None, 0.25, 1.0, 100,
                     y[guard:].ctypes.data)
         assert (y[:guard] == 77).all() and (y[guard + M * N:] == 77).all()
         args = quantize._QLinearArgs(pack.ctypes.data, M, None, 3, None, 0, 0, None, None, 0.5, 0.25, 1.0, 100)
         planned = np.full_like(y, 77)
-        native.call(native.function("quantize.c", "qlinear_matmul_u8_planned", quantize._PLANNED_ARGS),
+        native.call(native.function("qlinear_matmul_u8_planned"),
                     ctypes.addressof(args), A.ctypes.data, planned[guard:].ctypes.data)
         np.testing.assert_array_equal(planned, y)  # the same arguments, passed in a struct
 
@@ -305,7 +305,7 @@ def test_numpy_path_when_disabled():
     rng = np.random.default_rng(11)
     A, B = _ints(rng, np.uint8, (1, 600)), _ints(rng, np.uint8, (600, 40))
     with native.disabled():
-        assert native.function("quantize.c", "matmul_integer_u8", quantize._MATMUL_INTEGER_ARGS) is None
+        assert native.function("matmul_integer_u8") is None
         y = quantize.MatMulInteger(xp, A, B, np.array(3, np.uint8), np.array(200, np.uint8))
     _same(y, ((A.astype(np.int64) - 3) @ (B.astype(np.int64) - 200)).astype(np.int32), "NumPy path")
 

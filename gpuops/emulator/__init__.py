@@ -21,23 +21,29 @@ CuPy: a Python ``int`` is passed as int64 (as CuPy does), so it must meet a ``lo
 arrays must be C-contiguous, of the pointee's size and kind, and writeable for non-const pointees; an
 absent pointer is an 8-byte integer zero (``None`` is refused: CuPy 13 launches it as a garbage pointer).
 
-The shared library is compiled once per (source, name expressions, defines) and cached on disk,
-keyed by a hash, in ``$GPUOPS_EMU_CACHE`` (default ``~/.cache/gpuops/emulator``). Launches release
-the GIL. ``GPUOPS_EMU_WORKERS`` sets how many OS threads run blocks in parallel (default: up to 4).
+The shared library is compiled once per (source, name expressions, defines, headers, compiler and
+its version) by the compile-and-cache routine of the native CPU kernels (:func:`gpuops.native.build`:
+a private cache folder, atomic publication, a sha256 checked at every load, a timeout), in
+``$GPUOPS_EMU_CACHE`` (default ``~/.cache/gpuops/emulator``), with ``$GPUOPS_EMU_CXX`` (default
+``g++``, 12 or later: ``__half`` is ``_Float16``). A failure raises :class:`CompileError` with the
+compiler's command line and stderr. ``gpuops build-kernels --emulator`` compiles gpuops' own kernel
+files ahead of time (:func:`build_kernel_files`). Launches release the GIL. ``GPUOPS_EMU_WORKERS`` sets
+how many OS threads run blocks in parallel (default: up to 4).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+from .. import native
 
 HEADER_DIR = Path(__file__).resolve().parent
 HEADER = HEADER_DIR / "cuda_emu.h"
@@ -46,8 +52,9 @@ MAX_THREADS_PER_BLOCK = 1024
 EMULATED = True  # lets code tell the emulator from CuPy (e.g. to launch fewer, fuller blocks)
 
 
-class CompileError(RuntimeError):
-    """g++ rejected the kernel source (the message holds the compiler's output)."""
+class CompileError(native.BuildError):
+    """The kernel source could not be compiled or loaded: the message holds the compiler's command line
+    and its output (also in ``command`` and ``stderr``)."""
 
 
 class LaunchError(RuntimeError):
@@ -63,16 +70,26 @@ def _cxx() -> str:
     return os.environ.get("GPUOPS_EMU_CXX", "g++")
 
 
-def cache_dir() -> Path:
-    from ..native import user_cache
+def compiler() -> str:
+    """The C++ compiler's path (raises :class:`CompileError` naming what was looked for)."""
+    path = shutil.which(_cxx())
+    if path is None:
+        given = os.environ.get("GPUOPS_EMU_CXX")
+        raise CompileError(f"emulator: no C++ compiler: GPUOPS_EMU_CXX={given!r} is not an executable file or on PATH"
+                           if given else "emulator: no C++ compiler: 'g++' is not on PATH (install g++ 12 or later, "
+                           "or set GPUOPS_EMU_CXX)")
+    return path
 
-    return user_cache("GPUOPS_EMU_CACHE", "emulator")
+
+def cache_dir() -> Path:
+    """The folder the emulator's libraries are cached in (private: see :func:`gpuops.native.private_cache`)."""
+    return native.private_cache("GPUOPS_EMU_CACHE", "emulator")
 
 
 # -- compiling -----------------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_libraries: dict[str, ctypes.CDLL] = {}
+_libraries: dict[native.Build, ctypes.CDLL] = {}
 
 
 def _wrapper_source(code: str, name_expressions: tuple[str, ...]) -> str:
@@ -87,8 +104,9 @@ def _wrapper_source(code: str, name_expressions: tuple[str, ...]) -> str:
 
 
 def _compiler_options(options) -> list[str]:
-    """The options g++ understands from an NVRTC option list: defines and include directories.
-    The rest (``-std=``, ``--fmad=``, ``-arch=``...) concern the GPU compiler and are dropped."""
+    """The options g++ understands from an NVRTC option list: defines and include directories (made
+    absolute: the compiler runs in a temporary folder). The rest (``-std=``, ``--fmad=``, ``-arch=``...)
+    concern the GPU compiler and are dropped."""
     out, it = [], iter(options)
     for opt in it:
         if opt in ("-D", "-I", "-U", "--define-macro", "--include-path"):
@@ -98,31 +116,53 @@ def _compiler_options(options) -> list[str]:
             out.append(opt)
         elif opt.startswith(("--define-macro=", "--include-path=")):
             out.append(("-D" if opt.startswith("--define") else "-I") + opt.split("=", 1)[1])
-    return out
+    return ["-I" + os.path.abspath(o[2:]) if o.startswith("-I") and len(o) > 2 else o for o in out]
+
+
+def _headers() -> tuple[str, ...]:
+    """The emulator's headers (cuda_emu.h, include/*.h): their text is part of every cache key."""
+    return tuple(p.read_text() for p in (HEADER, *sorted((HEADER_DIR / "include").glob("*.h"))))
+
+
+def _build(code: str, options, name_expressions: tuple[str, ...]) -> native.Build:
+    return native.Build(stem="emu", compiler=compiler(), source=_wrapper_source(code, name_expressions),
+                        filename="kernel.cpp", flags=(*CXX_FLAGS, *_compiler_options(options)),
+                        includes=(str(HEADER_DIR), str(HEADER_DIR / "include")), depends=_headers())
 
 
 def _compile(code: str, options, name_expressions: tuple[str, ...]) -> ctypes.CDLL:
-    src = _wrapper_source(code, name_expressions)
-    flags = [*CXX_FLAGS, "-I" + str(HEADER_DIR), "-I" + str(HEADER_DIR / "include"), *_compiler_options(options)]
-    key = hashlib.sha256("\0".join([HEADER.read_text(), src, _cxx(), *flags]).encode()).hexdigest()[:32]
-    with _lock:
-        if key in _libraries:
-            return _libraries[key]
-        d = cache_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        so = d / f"{key}.so"
-        if not so.exists():
-            with tempfile.TemporaryDirectory(dir=d) as tmp:
-                cu = Path(tmp) / "kernel.cpp"
-                cu.write_text(src)
-                out = Path(tmp) / "kernel.so"
-                r = subprocess.run([_cxx(), *flags, "-o", str(out), str(cu)], capture_output=True, text=True)
-                if r.returncode:
-                    raise CompileError(f"emulator: g++ failed to compile the kernel source:\n{r.stderr[-8000:]}")
-                os.replace(out, so)  # atomic: concurrent builders of the same key agree
-        lib = ctypes.CDLL(str(so))
-        _libraries[key] = lib
-        return lib
+    b = _build(code, options, name_expressions)
+    lib = _libraries.get(b)
+    if lib is None:
+        with _lock:
+            lib = _libraries.get(b)
+            if lib is None:
+                so, _ = native.build(b, cache_dir(), error=CompileError)
+                lib = _libraries[b] = native.load(so, error=CompileError)
+    return lib
+
+
+def build_kernel_files(files=None) -> list[dict]:
+    """For ``gpuops build-kernels --emulator``: gpuops' CUDA kernel files (``cuda_kernels/``), each with
+    all its instantiations, compiled in parallel as the CuPy stand-in will ask for them (or found in the
+    cache): ``[{"file", "path", "built", "seconds", "kernels"} or {"file", "error"}]``, in file order."""
+    from .. import kernels
+
+    files = sorted(kernels.NAME_EXPRESSIONS) if files is None else list(files)
+    cache = cache_dir()
+
+    def one(file):
+        t = time.perf_counter()
+        exprs = kernels.NAME_EXPRESSIONS[file]
+        try:
+            so, built = native.build(_build(kernels.source(file), kernels.OPTIONS, exprs), cache, error=CompileError)
+        except native.BuildError as e:
+            return {"file": file, "error": str(e)}
+        return {"file": file, "path": str(so), "built": built, "seconds": time.perf_counter() - t,
+                "kernels": len(exprs)}
+
+    with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1))) as ex:
+        return list(ex.map(one, files))
 
 
 # -- arguments -----------------------------------------------------------------------------------

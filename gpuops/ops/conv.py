@@ -296,10 +296,7 @@ class Planes:
         return np.ascontiguousarray(Y)
 
 
-_DEPTHWISE_ARGS = (native.PTR,) * 4 + (native.INT,) * 15 + (native.FLOAT,) * 2  # x, w, bias or NULL, y; sizes; clamp
-_EPILOGUE_ARGS = (native.PTR, native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)
 _NO_CLAMP = (-math.inf, math.inf)
-_IM2COL_ARGS = (native.PTR,) * 2 + (native.INT,) * 15  # x (one image), cols; sizes, output rows
 class _FusedGemm:
     """The native conv GEMM (:mod:`.native_gemm`, ``cpu_kernels/gemm.c``): ``Y = clamp(W @ cols + B)`` per
     group, the weights packed once per weight array with the bias, bias and clamp applied as each tile
@@ -348,12 +345,12 @@ def _conv1x1(X, W, B, group, out, L, clamp_to):
     return _epilogue(np, Y, B, clamp_to)
 
 
-def _native_window_conv(file, name, X, W, B, count, kernel, strides, dilations, pb, out, clamp_to):
+def _native_window_conv(name, X, W, B, count, kernel, strides, dilations, pb, out, clamp_to):
     """A 2-D float32 conv by a native kernel of the depthwise kernel's arguments (``count``: the
     depthwise multiplier, or M); None where it does not apply or native kernels are off."""
     if not (X.ndim == 4 and X.dtype == W.dtype == np.float32 and (B is None or B.dtype == np.float32)):
         return None
-    fn = native.function(file, name, _DEPTHWISE_ARGS)
+    fn = native.function(name)
     if fn is None:
         return None
     X, W = np.ascontiguousarray(X), np.ascontiguousarray(W)
@@ -373,7 +370,7 @@ DIRECT_MAX_CHANNELS = 4  # a CNN's first layer: there im2col + GEMM has too shor
 def _direct(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
     """A group-1 conv of few input channels by the native direct kernel (``cpu_kernels/direct_conv.c``),
     no im2col copy; None where it does not apply."""
-    return _native_window_conv("direct_conv.c", "direct_conv2d_f32", X, W, B, W.shape[0], kernel, strides,
+    return _native_window_conv("direct_conv2d_f32", X, W, B, W.shape[0], kernel, strides,
                                dilations, pb, out, clamp_to)
 
 
@@ -382,7 +379,7 @@ def _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
     (``cpu_kernels/conv.c``). Else columns copied from the planes (long rows, where im2col copies one
     short output row at a time), one batched GEMM over the channels, ``(multiplier, taps) @ (taps, cells)``
     each."""
-    Y = _native_window_conv("conv.c", "depthwise_conv2d_f32", X, W, B, W.shape[0] // X.shape[1], kernel, strides,
+    Y = _native_window_conv("depthwise_conv2d_f32", X, W, B, W.shape[0] // X.shape[1], kernel, strides,
                             dilations, pb, out, clamp_to)
     if Y is not None:
         return Y
@@ -435,7 +432,7 @@ def _im2col_gemm_blocked(X, Wm, B, kernel, strides, dilations, pb, pe, out, grou
     native GEMM with the epilogue (:class:`_FusedGemm`) when it applies."""
     N, C = X.shape[:2]
     M, CK = Wm.shape[0], Wm.shape[1] * group
-    fn = native.function("conv.c", "im2col2d_f32", _IM2COL_ARGS) if X.ndim == 4 and X.dtype == np.float32 else None
+    fn = native.function("im2col2d_f32") if X.ndim == 4 and X.dtype == np.float32 else None
     Xp = np.ascontiguousarray(X if fn else pad_for_windows(np, X, kernel, strides, dilations, pb, pe, out, 0))
     st = Xp.strides
     row = math.prod(out[1:])  # output cells per first-axis index
@@ -526,7 +523,7 @@ def _epilogue(xp, Y, B, clamp_to):
         return Y
     lo, hi = clamp_to or _NO_CLAMP
     writeable = isinstance(Y, np.ndarray) and Y.flags.writeable
-    fn = native.function("conv.c", "bias_clamp_f32", _EPILOGUE_ARGS) if (
+    fn = native.function("bias_clamp_f32") if (
         writeable and Y.dtype == np.float32 and (B is None or B.dtype == np.float32) and Y.size
         and Y.strides[-1] == 4 and (Y.ndim == 2 or Y.flags.c_contiguous)) else None
     if fn is None:

@@ -215,7 +215,6 @@ def Erf(xp, input):
 
 
 NATIVE_SPECIAL_MIN = 64  # elements: below, a kernel's call costs more than the NumPy passes save
-_SPECIAL_ARGS = (native.PTR, native.PTR, native.INT)
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
@@ -224,7 +223,7 @@ def native_special(name: str, X, dtypes=(np.float32, np.float64)):
     X, in one pass; None where it does not apply (dtype, size, native kernels off)."""
     if not (isinstance(X, np.ndarray) and X.dtype in dtypes and X.size >= NATIVE_SPECIAL_MIN):
         return None
-    fn = native.function("special.c", f"{name}_{_SUFFIX[X.dtype]}", _SPECIAL_ARGS)
+    fn = native.function(f"{name}_{_SUFFIX[X.dtype]}")
     if fn is None:
         return None
     X = np.ascontiguousarray(X)

@@ -19,10 +19,6 @@ import numpy as np
 from .. import native
 from .linalg import derived
 
-_PACK_ARGS = (native.PTR,) + (native.INT,) * 4 + (native.PTR,)  # A, lda, M, K, rows, pack
-_GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.PTR, native.INT,  # pack, B, ldb, bias, Y, ldy
-              native.INT, native.INT, native.INT, native.INT, native.FLOAT, native.FLOAT)  # M, K, N, rows, lo, hi
-
 
 class Packed:
     """A weight (M x K float32) packed for :func:`gemm` by the kernel, with its bias (M float32 or
@@ -39,9 +35,9 @@ class Packed:
 def _pack(A: np.ndarray, bias, rows: bool) -> Packed:
     A = np.ascontiguousarray(A, dtype=np.float32)
     M, K = A.shape
-    width = native.function("gemm.c", "gemm_pack_width_f32", (native.INT,))(rows)
+    width = native.function("gemm_pack_width_f32")(rows)
     pack = np.empty(max(-(-M // width) * width * K, 1), np.float32)
-    native.call(native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS), native.ptr(A), K, M, K, rows, native.ptr(pack))
+    native.call(native.function("gemm_pack_f32"), native.ptr(A), K, M, K, rows, native.ptr(pack))
     pack.flags.writeable = False
     if bias is not None:
         bias = np.array(bias, dtype=np.float32)  # a copy: read-only below
@@ -67,7 +63,7 @@ def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int
         return None
     if bias is not None and np.shape(bias) != (W.shape[0],):
         raise ValueError(f"packed: bias of shape {np.shape(bias)} for {W.shape[0]} output rows")
-    if native.function("gemm.c", "gemm_pack_f32", _PACK_ARGS) is None:
+    if native.function("gemm_pack_f32") is None:
         return None
     Mg, K = W.shape[0] // group, math.prod(W.shape[1:])
     if rows is None:
@@ -103,7 +99,7 @@ def gemm(p: Packed, B: np.ndarray, clamp_to=None, out: np.ndarray | None = None)
     (K x N float32, rows may be strided), ``clamp_to = (lo, hi)`` or None (NaN stays NaN, as
     ``np.clip``), into ``out`` (M x N float32, rows may be strided, not overlapping B) when given.
     None when native kernels are unavailable."""
-    fn = native.function("gemm.c", "gemm_f32", _GEMM_ARGS)
+    fn = native.function("gemm_f32")
     if fn is None:
         return None
     M, K = p.M, p.K
@@ -134,7 +130,7 @@ def gemm_into(p: Packed, b: int, ldb: int, y: int, ldy: int, N: int, lo: float, 
     """:func:`gemm` by addresses, for callers that have checked their buffers (a conv's columns and
     output rows): B (K rows of N floats, ``ldb`` apart) at ``b``, Y (M rows, ``ldy`` apart) at ``y``.
     False when native kernels are unavailable."""
-    fn = native.function("gemm.c", "gemm_f32", _GEMM_ARGS)
+    fn = native.function("gemm_f32")
     if fn is None:
         return False
     if p.M and N:

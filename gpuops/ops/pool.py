@@ -94,7 +94,7 @@ def _native_pool(X, kernel, strides, dilations, pb, pe, out, mode):
     does not apply or is unavailable."""
     if not (isinstance(X, np.ndarray) and X.ndim == 4 and X.dtype == np.float32 and X.size and all(o > 0 for o in out)):
         return None
-    fn = native.function("pool.c", "pool2d_f32", (native.PTR,) * 2 + (native.INT,) * 16)
+    fn = native.function("pool2d_f32")
     if fn is None:
         return None
     X = np.ascontiguousarray(X)
@@ -214,16 +214,13 @@ def _spatial_axes(X):
     return tuple(range(2, X.ndim))
 
 
-_ROW_MEAN_ARGS = (native.PTR, native.PTR, native.INT, native.INT)  # x, y, rows, n
-
-
 @op("GlobalAveragePool", since=1)
 def GlobalAveragePool(xp, X):
     axes = _spatial_axes(X)
     n = math.prod(X.shape[2:])
     if isinstance(X, np.ndarray) and X.dtype in (np.float32, np.float64) and n and X.size:
         rows = np.ascontiguousarray(X).reshape(-1, n)
-        fn = native.function("rows.c", "row_mean_f32", _ROW_MEAN_ARGS) if X.dtype == np.float32 else None
+        fn = native.function("row_mean_f32") if X.dtype == np.float32 else None
         if fn is not None:  # one pass
             Y = np.empty(tuple(X.shape[:2]) + (1,) * len(axes), dtype=np.float32)
             native.call(fn, native.ptr(rows), native.address(Y), rows.shape[0], n)

@@ -84,8 +84,6 @@ def _saturate_int(xp, q, zero_point, dtype):
     return xp.fmin(xp.fmax(q, lo, out=q), hi, out=q).astype(dtype)
 
 
-_QUANTIZE_ARGS = (native.PTR, native.INT, native.FLOAT, native.INT, native.INT, native.PTR)
-_DEQUANTIZE_ARGS = (native.PTR, native.INT, native.INT, native.INT, native.FLOAT, native.PTR)
 # Sizes from which the kernels beat NumPy's passes, after a call's 3 us (measured on one core:
 # QuantizeLinear, six NumPy passes, 1.3x at 1 element, 1.5x at 512 and 3.9x at 2**15;
 # DequantizeLinear, two passes, even at 512 elements and 1.4x at 2048).
@@ -113,7 +111,7 @@ def _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision):
             and _one(y_scale, (_FLOAT32,), x) and (y_zero_point is None or _one(y_zero_point, (dtype,), x))
             and precision in (0, 1)):
         return None
-    fn = native.function("quantize.c", "quantize_linear_f32", _QUANTIZE_ARGS)
+    fn = native.function("quantize_linear_f32")
     if fn is None:
         return None
     if not x.flags.c_contiguous:
@@ -130,7 +128,7 @@ def _native_dequantize(x, x_scale, x_zero_point, out, block_size):
             and not block_size
             and _one(x_scale, (_FLOAT32,), x) and (x_zero_point is None or _one(x_zero_point, (x.dtype,), x))):
         return None
-    fn = native.function("quantize.c", "dequantize_linear_f32", _DEQUANTIZE_ARGS)
+    fn = native.function("dequantize_linear_f32")
     if fn is None:
         return None
     if not x.flags.c_contiguous:
@@ -300,16 +298,6 @@ def _integer_product(xp, A, B, a_zero_point, b_zero_point):
 _NATIVE_ROWS, _NATIVE_DEPTH_PER_ROW, _NATIVE_ROWS_F64 = 16, 32, 64
 _BYTES = frozenset((np.dtype(np.uint8), np.dtype(np.int8)))
 _SCALES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64))
-_PACK_ARGS = (native.PTR, native.INT, native.INT, native.INT, native.PTR)  # B, B is int8, K, N, pack
-# the pack of B, A, M, per-row a_zero_point or NULL, the one a_zero_point, per-column b_zero_point
-# or NULL, the one b_zero_point, signs (A is int8: 1, Y is int8: 2)
-_GEMM_ARGS = (native.PTR, native.PTR, native.INT, native.PTR, native.INT, native.PTR, native.INT, native.INT)
-_MATMUL_INTEGER_ARGS = _GEMM_ARGS + (native.PTR,)  # Y
-# per-row a_scale or NULL, the one a_scale, per-column b_scale or NULL, the one b_scale, y_scale,
-# y_zero_point, Y
-_QLINEAR_ARGS = _GEMM_ARGS + (native.PTR, native.FLOAT, native.PTR, native.FLOAT, native.FLOAT, native.INT,
-                              native.PTR)
-_PLANNED_ARGS = (native.PTR, native.PTR, native.PTR)  # struct qlinear_args (_QLinearArgs), A, Y
 
 
 class _QLinearArgs(ctypes.Structure):
@@ -351,12 +339,12 @@ def _pack(B):
     B = np.ascontiguousarray(B)
     pack = np.empty(4 + N + -(-N * K // 4), np.int32).view(_Pack)
     pack.address = native.ptr(pack, np.int32)
-    native.call(native.function("quantize.c", "pack_weight_8", _PACK_ARGS), native.ptr(B, B.dtype),
+    native.call(native.function("pack_weight_8"), native.ptr(B, B.dtype),
                 int(B.dtype == np.int8), K, N, pack.address)
     return pack
 
 
-def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
+def _native_gemm(name, A, B, a_zero_point, b_zero_point):
     """``(kernel, the pack's address, the arguments after A's, output shape, arrays to keep alive)``
     for the native 8-bit GEMM of A (M rows, or a stack of rows with one zero point) by a 2-D weight B,
     or None where the NumPy path runs. The caller passes A's address (C-contiguous) itself."""
@@ -371,7 +359,7 @@ def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
             M <= _NATIVE_ROWS and M * _NATIVE_DEPTH_PER_ROW <= K or M <= _NATIVE_ROWS_F64 and exact_dtype(
                 K * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)) is not np.float32):
         return None
-    fn = native.function("quantize.c", name, argtypes)
+    fn = native.function(name)
     if fn is None:
         return None
     pack = derived((B,), "native int8 pack", lambda: _pack(B))
@@ -383,7 +371,7 @@ def _native_gemm(name, argtypes, A, B, a_zero_point, b_zero_point):
 @op("MatMulInteger", since=10)
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
-    gemm = _native_gemm("matmul_integer_u8", _MATMUL_INTEGER_ARGS, A, B, a_zero_point, b_zero_point)
+    gemm = _native_gemm("matmul_integer_u8", A, B, a_zero_point, b_zero_point)
     if gemm is not None:
         fn, pack, rest, shape, _ = gemm
         A = np.ascontiguousarray(A)
@@ -471,7 +459,7 @@ def _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y
     y_s, y_z = _param(y_scale, ndim, None, _SCALES), _param(y_zero_point, ndim, None, _BYTES)
     if a_s is None or b_s is None or y_s is None or y_z is None:
         return None
-    gemm = _native_gemm("qlinear_matmul_u8_planned", _PLANNED_ARGS, a, b, a_zero_point, b_zero_point)
+    gemm = _native_gemm("qlinear_matmul_u8_planned", a, b, a_zero_point, b_zero_point)
     if gemm is None:
         return None
     fn, pack, (M, za_rows, za, zb_cols, zb), shape, keep = gemm

@@ -284,11 +284,9 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
     return XW
 
 
-_LSTM_ARGS = (native.PTR,) * 7 + (native.INT,) * 4  # xw, rt, h0, c0, y, h_n, c_n; T, D, batch, H
-_GRU_ARGS = (native.PTR,) * 6 + (native.INT,) * 5  # xw, rt, rbh or NULL, h0, y, h_n; T, D, batch, H, lbr
 
 
-def _native(name, argtypes, batch: int, H: int, arrays):
+def _native(name, batch: int, H: int, arrays):
     """The C recurrence ``name`` of ``cpu_kernels/rnn.c``, or None. Used for float32 NumPy arrays
     where it beats the NumPy loop (measured on one core): a small per-step GEMM (then the loop's ~10
     NumPy calls a step dominate), or up to 4 rows with up to 512 hidden units (BLAS is slow on so few
@@ -297,7 +295,7 @@ def _native(name, argtypes, batch: int, H: int, arrays):
         return None
     if not all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrays):
         return None
-    return native.function("rnn.c", name, argtypes)
+    return native.function(name)
 
 
 def _fused_lstm(xp, X, W, R, B, states, dirs):
@@ -313,7 +311,7 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
                            B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W")
 
     h0, c0 = states
-    fn = _native("lstm_f32", _LSTM_ARGS, batch, H, (X, R, h0, c0))
+    fn = _native("lstm_f32", batch, H, (X, R, h0, c0))
     if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
         h0, c0 = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
         Y, hn, cn = np.empty((T, D, batch, H), dtype=dt), np.empty_like(h0), np.empty_like(c0)
@@ -364,7 +362,7 @@ def _fused_gru(linear_before_reset):
 
         XW = _fused_projection(xp, X, W, B, bias, dirs, _GRU_ORDER, _GRU_SCALE, ("gru fused W", lbr))
         RT = derived((R,), "gru fused R", lambda: _fused_weight(xp, R, _GRU_ORDER, _GRU_SCALE, False))  # D, H, 3H
-        fn = _native("gru_f32", _GRU_ARGS, batch, H, (X, R, states[0]) + (() if B is None else (B,)))
+        fn = _native("gru_f32", batch, H, (X, R, states[0]) + (() if B is None else (B,)))
         if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
             h0 = np.ascontiguousarray(states[0])
             rbh = np.ascontiguousarray(B[:, 5 * H:]) if lbr and B is not None else None

@@ -18,7 +18,6 @@ from ..errors import NodeError
 from ..registry import op
 
 _HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
-_ROWS_ARGS = (native.PTR, native.PTR, native.INT, native.INT, native.INT)  # x, y, rows, n, log
 
 
 def _axis(axis: int, ndim: int) -> int:
@@ -36,7 +35,7 @@ def _normalise(xp, x, axes: tuple[int, ...], log: bool):
     if isinstance(x, np.ndarray) and x.dtype.kind == "f" and axes == tuple(range(axes[0], x.ndim)):
         # trailing axes: rows reduced along one axis (a tuple of axes costs several times more), in place
         rows = x.reshape(-1, math.prod(x.shape[axes[0]:]))
-        fn = native.function("rows.c", "softmax_rows_f32", _ROWS_ARGS) if x.dtype == np.float32 else None
+        fn = native.function("softmax_rows_f32") if x.dtype == np.float32 else None
         if fn is not None:  # one pass a row
             rows = np.ascontiguousarray(rows)
             y = np.empty(x.shape, dtype=np.float32)

@@ -21,8 +21,6 @@ from .. import native
 from .linalg import derived
 
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-_INPUT_ARGS = (native.PTR,) * 2 + (native.INT,) * 11
-_OUTPUT_ARGS = (native.PTR,) * 3 + (native.INT,) * 8 + (native.FLOAT,) * 2
 
 BLOCK_BYTES = 1 << 23  # transformed input + products of one GEMM batch
 _VL = 16  # VL of cpu_kernels/common.h: the output transform's last vector may read this far past Mo
@@ -35,7 +33,7 @@ def applies(X, W, kernel, strides, dilations, group, out) -> bool:
     return (X.dtype == W.dtype == np.float32 and X.ndim == 4 and list(kernel) == [3, 3] and group == 1
             and list(strides) == [1, 1] and list(dilations) == [1, 1]
             and pays(X.shape[1], W.shape[0], X.shape[0], out)
-            and native.function("winograd.c", "winograd_f2k3_input_f32", _INPUT_ARGS) is not None)
+            and native.function("winograd_f2k3_input_f32") is not None)
 
 
 def pays(C: int, M: int, N: int, out) -> bool:
@@ -56,8 +54,8 @@ def conv3x3(X, W, B, pads_begin, out, clamp_to=None):
     """``Conv(X, W, B)`` for a 3x3 kernel, stride 1, dilation 1, group 1 (float32 NCHW NumPy arrays);
     ``out`` is the output's spatial shape, ``pads_begin`` the begin pads (end padding is implicit),
     ``clamp_to`` the ``(lo, hi)`` of a fused Relu or Clip."""
-    forward = native.function("winograd.c", "winograd_f2k3_input_f32", _INPUT_ARGS)
-    backward = native.function("winograd.c", "winograd_f2k3_output_f32", _OUTPUT_ARGS)
+    forward = native.function("winograd_f2k3_input_f32")
+    backward = native.function("winograd_f2k3_output_f32")
     X = np.ascontiguousarray(X)
     B = None if B is None else np.ascontiguousarray(B, dtype=np.float32)
     N, C, H, Wd = X.shape

@@ -1,12 +1,13 @@
 """The CPU emulator of the CUDA execution model itself: barriers, shared memory, atomics, built-in
 indices, launch checks and the compile cache (kernels in emulator_probe.cu)."""
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gpuops import emulator
+from gpuops import emulator, native
 
 pytestmark = pytest.mark.skipif(not emulator.available(), reason="no C++ compiler (g++) for the CUDA emulator")
 
@@ -112,11 +113,67 @@ def test_extern_c_kernels_and_raw_kernel():
 
 
 def test_compile_errors_and_cache(tmp_path, monkeypatch):
+    """A compile error carries the compiler's command line and stderr; the library is built once, by
+    the native kernels' routine (a sha256 beside it), and a damaged one is rebuilt."""
     monkeypatch.setenv("GPUOPS_EMU_CACHE", str(tmp_path))
-    with pytest.raises(emulator.CompileError, match="kernel.cu"):
+    with pytest.raises(emulator.CompileError, match="kernel.cu") as e:
         emulator.RawModule(code="__global__ void broken(int* x) { x[0] = undeclared; }", name_expressions=["broken"])
+    assert isinstance(e.value, native.BuildError)
+    assert e.value.command[0] == emulator.compiler() and "-std=c++20" in e.value.command
+    assert "undeclared" in e.value.stderr and "-std=c++20" in str(e.value) and "undeclared" in str(e.value)
+    assert list(tmp_path.iterdir()) == []  # nothing half-built left behind
     code = "__global__ void one(int* x) { x[threadIdx.x] = 1; }"
     emulator.RawModule(code=code, name_expressions=["one"])
-    assert len(list(tmp_path.glob("*.so"))) == 1
+    libs = list(tmp_path.glob("*.so"))
+    assert len(libs) == 1 and libs[0].name.startswith("emu-") and native.intact(libs[0])
     emulator.RawModule(code=code, name_expressions=["one"])  # cached: no second library
     assert len(list(tmp_path.glob("*.so"))) == 1
+    cut = libs[0].with_suffix(".cut")  # truncated (renamed over it: the loaded library stays mapped)
+    cut.write_bytes(libs[0].read_bytes()[:100])
+    os.replace(cut, libs[0])
+    monkeypatch.setattr(emulator, "_libraries", {})
+    x = np.zeros(4, np.int32)
+    emulator.RawModule(code=code, name_expressions=["one"]).get_function("one")((1,), (4,), (x,))
+    assert native.intact(libs[0]) and x.tolist() == [1, 1, 1, 1]
+
+
+def test_missing_compiler_and_unfit_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUOPS_EMU_CXX", str(tmp_path / "no-such-g++"))
+    with pytest.raises(emulator.CompileError, match="GPUOPS_EMU_CXX='.*no-such-g\\+\\+' is not an executable"):
+        emulator.RawModule(code="__global__ void k(int* x) {}", name_expressions=["k"])
+    monkeypatch.delenv("GPUOPS_EMU_CXX")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("GPUOPS_EMU_CACHE", str(shared))
+    with pytest.warns(RuntimeWarning, match="writable by its group or by others"):
+        emulator.RawModule(code="__global__ void k2(int* x) { x[0] = 2; }", name_expressions=["k2"])
+    assert list(shared.iterdir()) == []
+
+
+def test_include_paths_of_the_options_are_absolute(tmp_path, monkeypatch):
+    """The compiler runs in a temporary folder: a relative -I of the caller's options still means the
+    caller's folder."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "three.h").write_text("#define THREE 3\n")
+    monkeypatch.chdir(tmp_path)
+    code = '#include "three.h"\n__global__ void three(int* x) { x[0] = THREE; }\n'
+    x = np.zeros(1, np.int32)
+    mod = emulator.RawModule(code=code, options=("-I", "inc"), name_expressions=["three"])
+    mod.get_function("three")((1,), (1,), (x,))
+    assert x[0] == 3
+
+
+def test_build_kernel_files_matches_what_the_standin_compiles():
+    """``gpuops build-kernels --emulator`` builds the very libraries the CuPy stand-in loads: the same
+    cache keys (a second build finds them all)."""
+    from gpuops import kernels
+
+    first = emulator.build_kernel_files()
+    assert [r["file"] for r in first] == sorted(kernels.NAME_EXPRESSIONS)
+    assert all("error" not in r for r in first), first
+    again = emulator.build_kernel_files()
+    assert [r["path"] for r in again] == [r["path"] for r in first] and not any(r["built"] for r in again)
+    b = emulator._build(kernels.source("nms.cu"), kernels.OPTIONS, kernels.NAME_EXPRESSIONS["nms.cu"])
+    nms = next(r["path"] for r in first if r["file"] == "nms.cu")
+    assert str(emulator.cache_dir() / f"emu-{native.key(b)}.so") == nms

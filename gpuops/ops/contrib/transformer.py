@@ -194,9 +194,6 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
     return fused_activation(xp, Y, activation, activation_alpha, activation_beta, activation_gamma, own=True)
 
 
-_RESIDUAL_ARGS = (native.PTR,) * 3 + (native.INT,) * 3 + (native.FLOAT,) * 2  # y, bias or NULL, z; N, M, L; clamp
-
-
 def _as_clamp(activation, activation_params):
     """An activation that is a clamp to [lo, hi] (none, Relu, Clip) as (lo, hi), else None."""
     if activation not in ("Relu", "Clip", None, ""):
@@ -216,7 +213,7 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     clamp_to = _as_clamp(activation, activation_params) if X.dtype == np.float32 else None
     if Z is None and clamp_to is not None:
         return _conv(xp, X, W, B, clamp_to=clamp_to if activation else None, **geometry)
-    residual = native.function("conv.c", "bias_residual_clamp_f32", _RESIDUAL_ARGS) if (
+    residual = native.function("bias_residual_clamp_f32") if (
         Z is not None and clamp_to is not None and isinstance(X, np.ndarray) and Z.dtype == np.float32
         and (B is None or B.dtype == np.float32)) else None
     Y = _conv(xp, X, W, None if residual else B, **geometry)
