@@ -13,6 +13,7 @@ import logging
 import numpy as np
 import onnx
 
+from .. import native
 from .. import ops as _ops  # noqa: F401  (registers every op family)
 from ..device import Device, get_device, to_host
 from ..dtypes import device_supported, np_dtype, type_name
@@ -91,6 +92,8 @@ class InferenceSession:
         functions = {(canonical_domain(f.domain), f.name): f for f in self.model.functions}
         self.opsets = opsets
         self.plan = PlanBuilder(opsets, self.device.kind, functions, self.model).build(self.model.graph)
+        if self.device.kind == "cpu":
+            native.prepare()  # the native CPU kernels compile (once, cached) here, not in the first run()
         self.memory = MemoryManager(self.device, memory_limit)
         with self.memory.active():
             self.plan.upload(self.device)
