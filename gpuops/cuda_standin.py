@@ -6,8 +6,8 @@ NumPy underneath, with CuPy's rules on top, and it is meant to be at least as st
 * arrays are a wrapper type (``ndarray``) that refuses implicit conversion to the host
   (``np.asarray(a)`` raises ``TypeError`` as CuPy does); ``.get()`` / ``asnumpy`` are the explicit copy.
 * **host syncs** are counted per thread, each with what caused it: every device->host read (``.get()``,
-  ``asnumpy``, ``item``, ``tolist``, ``bool``/``int``/``float``/``index``, iteration, ``repr``, attempts
-  at ``__array__``) and every operation whose result *shape* depends on device data (boolean-mask
+  ``asnumpy``, ``item``, ``tolist``, ``bool``/``int``/``float``, device slice bounds, iteration,
+  ``repr``, attempts at ``__array__``) and every operation whose result *shape* depends on device data (boolean-mask
   getitem/setitem, ``nonzero``/``argwhere``/``flatnonzero``/one-argument ``where``, ``unique*``,
   ``bincount``, ``compress``/``extract``/``delete``/``insert``, set operations, ``histogram``,
   ``repeat`` with device repeats), also when it happens inside array-api-compat's functions: the
@@ -25,9 +25,20 @@ NumPy underneath, with CuPy's rules on top, and it is meant to be at least as st
   - inside a stream capture every sync, explicit or not, raises :class:`StreamCaptureError`, as CuPy does.
 
   Explicit copies are also counted in ``transfers`` (``"h2d"`` / ``"d2h"``).
-* memory comes from an emulated ``MemoryPool`` (best-fit reuse of freed blocks rounded to 512 bytes,
-  ``used_bytes``/``total_bytes``/``set_limit``/``free_all_blocks``, ``OutOfMemoryError`` past the
-  limit), selected with ``cuda.using_allocator`` like CuPy's, and observable by memory hooks.
+* CuPy 14's API and no more (read from CuPy 14.2's source): a name CuPy lacks is an AttributeError,
+  a call is checked against CuPy's signature (no ``where=``/``initial=`` on reductions; ufuncs take
+  ``out``/``dtype``/``casting``), operators and ufuncs refuse host arrays, a device array is never a
+  Python integer (no ``__index__``: as a shape or an axis it is a TypeError), and the device holds
+  CuPy's types only: NumPy's numeric types, bfloat16 and void/structured types; other ml_dtypes
+  types, strings and objects are CuPy's ``ValueError``.
+* memory comes from an emulated ``MemoryPool`` (CuPy's: free blocks kept per stream, best-fit reuse
+  with splitting and merging of blocks rounded to 512 bytes, ``used_bytes``/``total_bytes``/
+  ``free_bytes``/``n_free_blocks``/``set_limit``/``free_all_blocks(stream=)``, ``OutOfMemoryError``
+  past the limit or the device's memory), selected with ``cuda.using_allocator`` like CuPy's, and
+  observable by memory hooks.
+* CUDA's failures can be injected (:func:`inject_fault`): a failed ``cudaMalloc``, kernel launch,
+  cuBLAS, cuSOLVER or cuFFT call raises CuPy's exception for it (``CUDARuntimeError``,
+  ``CUDADriverError``, ``CUBLASError``, ``CUSOLVERError``, ``CuFFTError``).
 * ``RawModule``/``RawKernel`` launches run the same ``.cu`` source on the CPU emulation of the CUDA
   execution model (:mod:`gpuops.emulator`).
 """
@@ -457,7 +468,16 @@ class ndarray:
         return np.array(self._a, copy=True)
 
     def set(self, arr, stream=None) -> None:
-        """The explicit host->device copy, enqueued on ``stream`` (default: the current one)."""
+        """The explicit host->device copy, enqueued on ``stream`` (default: the current one): a NumPy
+        array of this very dtype (byte order included) and shape, as CuPy's ``set`` checks."""
+        if not isinstance(arr, np.ndarray):
+            raise TypeError("Only numpy.ndarray can be set to cupy.ndarray")
+        if self.dtype != arr.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
+        if self.shape != arr.shape:
+            raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        if not (self._a.flags.c_contiguous or self._a.flags.f_contiguous):
+            raise RuntimeError("Cannot set to non-contiguous array")
         _no_capture(".set()")
         transfers["h2d"] += 1
         with _Device(self._m.device):

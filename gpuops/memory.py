@@ -149,10 +149,11 @@ class MemoryManager:
             staging, done = np.frombuffer(mem, np.uint8, max(host.nbytes, 1)), lib.cuda.Event()
         else:
             done.synchronize()
-        staged = staging[:host.nbytes].view(host.dtype).reshape(host.shape)
+        dtype = host.dtype.newbyteorder("=")  # CuPy holds native byte order only (big-endian is a ValueError)
+        staged = staging[:host.nbytes].view(dtype).reshape(host.shape)
         np.copyto(staged, host)
         with lib.cuda.Device(self.device.index):
-            out = self.device.xp.empty(host.shape, dtype=host.dtype)
+            out = self.device.xp.empty(host.shape, dtype=dtype)
             out.set(staged)
             done.record()
         self._pinned[key] = (staging, done)

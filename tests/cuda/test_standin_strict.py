@@ -63,6 +63,33 @@ def test_big_endian_data_is_copied_little_endian_and_big_endian_arrays_are_refus
     assert device_supported(">f4")  # uploaded, so device-resident
 
 
+def test_set_takes_a_host_array_of_the_very_dtype_and_shape(sd):
+    # core.pyx ndarray.set: numpy.ndarray only, dtype equal (byte order included), same shape
+    x = sd.xp.zeros((3,), dtype=sd.xp.float32)
+    with pytest.raises(TypeError, match="cannot be set to"):
+        x.set(np.arange(3, dtype=">f4"))
+    with pytest.raises(TypeError, match="cannot be set to"):
+        x.set(np.arange(3, dtype=np.float64))
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        x.set(np.arange(4, dtype=np.float32))
+    with pytest.raises(TypeError, match="Only numpy.ndarray"):
+        x.set([0.0, 1.0, 2.0])
+    x.set(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(x.get(), [0, 1, 2])
+
+
+def test_a_big_endian_feed_is_uploaded_little_endian():
+    # the session's pinned upload made a device array of the feed's own (big-endian) type: a
+    # ValueError on CuPy (found by the fuzzer's byte-order mutation once the stand-in refused it)
+    import gpuops
+
+    from tests.test_cuda_path import chain_model, expected_chain
+
+    sess = gpuops.InferenceSession(chain_model(n=2), device="cuda")
+    x = np.arange(512, dtype=">f4").reshape(2, 256) - 100
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], expected_chain(x.astype(np.float32), 2))
+
+
 def test_structured_types_without_references_are_device_types(sd):
     x = sd.xp.asarray(np.zeros(2, "i4,f4"))
     assert x.dtype == np.dtype("i4,f4")
