@@ -153,7 +153,8 @@ def cmd_info(a) -> int:
         print(f"  {d['name']}" + (f": {extra}" if extra else ""))
     nat = info["native_cpu_kernels"]
     print("native CPU kernels: " + ("off (GPUOPS_NATIVE=0)" if not nat["enabled"] else
-                                    f"compiled on first use by {nat['compiler']}, cached in {nat['cache']}"
+                                    f"built by {nat['compiler']} at the first CPU session (or gpuops build-kernels), "
+                                    f"cached in {nat['cache']}"
                                     if nat["compiler"] else "unavailable (no C compiler; NumPy code runs)"))
     return 0
 
@@ -301,7 +302,6 @@ def main(argv=None) -> int:
             raise
         print(f"gpuops: error: {message} ({e})", file=sys.stderr)
         return 1
-
 
 
 if __name__ == "__main__":
