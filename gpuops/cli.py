@@ -12,57 +12,10 @@ import time
 import numpy as np
 
 from . import __version__
+from .dependencies import missing_dependency
 from .device import devices, get_device
 from .errors import GpuopsError
-
-
-def _random_feed(arg, rng: np.random.Generator, batch: int) -> np.ndarray:
-    if arg.dtype is None:
-        raise GpuopsError(f"input {arg.name!r} is a {arg.type}; pass it with --input")
-    shape = [d if isinstance(d, int) and d > 0 else batch for d in (arg.shape or [])]
-    if arg.dtype.kind == "f":
-        return rng.standard_normal(shape).astype(arg.dtype)
-    if arg.dtype.kind in "iu":
-        return rng.integers(0, 10, shape).astype(arg.dtype)
-    if arg.dtype == bool:
-        return rng.random(shape) > 0.5
-    raise GpuopsError(f"input {arg.name!r}: cannot make random data of {arg.type}; pass it with --input")
-
-
-# runtime dependencies (pyproject's [project] dependencies): import name -> distribution name
-RUNTIME_DEPENDENCIES = {"numpy": "numpy", "onnx": "onnx", "array_api_compat": "array-api-compat",
-                        "ml_dtypes": "ml_dtypes"}
-CUPY_HINT = "pip install 'gpuops[cuda]' (CUDA 12) or 'gpuops[cuda13]' (CUDA 13)"
-
-
-def _requirement(dist: str) -> str:
-    """``dist`` with the version gpuops asks for (e.g. ``array-api-compat>=1.9``), as installed."""
-    import importlib.metadata
-    import re
-
-    def norm(name):
-        return re.sub(r"[-_.]+", "-", name).lower()
-
-    try:
-        for req in importlib.metadata.requires("gpuops") or []:
-            spec, _, marker = req.partition(";")
-            if "extra" not in marker and norm(re.split(r"[\s\[<>=!~]", spec.strip(), maxsplit=1)[0]) == norm(dist):
-                return spec.strip().replace(" ", "")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    return dist
-
-
-def missing_dependency(module: str) -> str | None:
-    """What to tell the user when ``module`` (a runtime dependency, or CuPy) does not import; None
-    for any other module."""
-    top = (module or "").partition(".")[0]
-    if top in ("cupy", "cupy_backends"):
-        return f"CuPy does not import; {CUPY_HINT}"
-    dist = RUNTIME_DEPENDENCIES.get(top)
-    if dist is None:
-        return None
-    return f"gpuops needs the package {dist}, which does not import: pip install '{_requirement(dist)}'"
+from .models import random_feed, resolve_model_path  # resolve_model_path: the benchmarks' too
 
 
 class UsageError(Exception):
@@ -85,22 +38,6 @@ def load_input(item: str) -> tuple[str, np.ndarray]:
     return name, value
 
 
-def resolve_model_path(model: str) -> str:
-    """``light:NAME`` names a model the onnx package ships (e.g. ``light:resnet50``)."""
-    if not model.startswith("light:"):
-        return model
-    import os
-
-    import onnx
-
-    folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-    path = os.path.join(folder, f"light_{model[len('light:'):]}.onnx")
-    if not os.path.isfile(path):
-        names = sorted(f[6:-5] for f in os.listdir(folder) if f.endswith(".onnx"))
-        raise GpuopsError(f"no light model {model!r}; the onnx package ships {names}")
-    return path
-
-
 def cmd_run(a) -> int:
     from .onnx import InferenceSession
 
@@ -110,7 +47,7 @@ def cmd_run(a) -> int:
     t_load = time.perf_counter() - t0
     given = dict(load_input(item) for item in a.input)
     rng = np.random.default_rng(a.seed)
-    feeds = {arg.name: given.pop(arg.name) if arg.name in given else _random_feed(arg, rng, a.batch)
+    feeds = {arg.name: given.pop(arg.name) if arg.name in given else random_feed(arg, rng, a.batch)
              for arg in sess.get_inputs()}
     feeds.update(given)  # unknown names: let the session report them
     outs = sess.run(None, feeds)  # warm-up (and the result)

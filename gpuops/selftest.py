@@ -629,11 +629,11 @@ def model_inputs(spec: str, inputs, seed: int = 0) -> dict:
     """Feeds for the model ``spec`` with graph ``inputs`` (:class:`NodeArg`): a ``light:NAME`` model
     gets the input onnx's backend test runner gives it (``arange(n) / n``), any other model random
     feeds of its declared shapes (batch 1)."""
-    from .cli import _random_feed
+    from .models import random_feed
 
     if not spec.startswith("light:"):
         rng = np.random.default_rng(seed)
-        return {a.name: _random_feed(a, rng, 1) for a in inputs}
+        return {a.name: random_feed(a, rng, 1) for a in inputs}
     feeds = {}
     for a in inputs:
         n = int(np.prod(a.shape))
@@ -715,7 +715,7 @@ def model_check(spec: str, dev: Device, rtol: float | None = None, atol: float =
 
     The light models' stored outputs are not used: they hold only the softmax, whose values are
     arbitrary at the last bit of their logits (:func:`compare_outputs`)."""
-    from .cli import resolve_model_path
+    from .models import resolve_model_path
     from .onnx import InferenceSession
 
     rec: dict = {"model": spec, "runs": []}
@@ -840,7 +840,7 @@ def missing_dependencies(device: str = "auto") -> list[str]:
     the cpu, nor on the CPU stand-in)."""
     import importlib
 
-    from .cli import RUNTIME_DEPENDENCIES, missing_dependency
+    from .dependencies import RUNTIME_DEPENDENCIES, missing_dependency
 
     modules = list(RUNTIME_DEPENDENCIES)
     if str(device).strip().lower().startswith("cuda") and not _device.uses_standin():

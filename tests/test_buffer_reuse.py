@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import gpuops
 from gpuops.device import get_device
-from gpuops.onnx import session
+from gpuops.executor import run as executor
 
 from tests.ops.common import DEVICES
 
@@ -36,7 +36,7 @@ F = TensorProto.FLOAT
 @pytest.fixture(autouse=True)
 def small_arrays_too(monkeypatch):
     """The tests' arrays are small; the executor writes in place from MIN_IN_PLACE_BYTES on."""
-    monkeypatch.setattr(session, "MIN_IN_PLACE_BYTES", 0)
+    monkeypatch.setattr(executor, "MIN_IN_PLACE_BYTES", 0)
 
 X = np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6)
 
@@ -108,7 +108,7 @@ def test_broadcasting_uses_only_an_input_of_the_output_shape(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_arrays_under_the_threshold_get_fresh_buffers(device, monkeypatch):
-    monkeypatch.setattr(session, "MIN_IN_PLACE_BYTES", X.nbytes + 1)
+    monkeypatch.setattr(executor, "MIN_IN_PLACE_BYTES", X.nbytes + 1)
     m = model([helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])],
               [("x", F, [4, 6])], [("y", F, [4, 6])])
     sess, (y,) = run(m, {"x": X}, device)
@@ -184,7 +184,7 @@ LIGHT = ["squeezenet", "shufflenet", "inception_v1"]
 @pytest.mark.parametrize("optimize", ["none", "all"])
 @pytest.mark.parametrize("name", LIGHT)
 def test_light_model_device_peak_is_within_10_percent_of_the_liveness_minimum(name, optimize):
-    from gpuops.cli import resolve_model_path
+    from gpuops.models import resolve_model_path
 
     m = onnx.load(resolve_model_path(f"light:{name}"))
     sess = gpuops.InferenceSession(m, device="cuda", optimize=optimize)

@@ -229,7 +229,7 @@ def test_cuda_graph_falls_back_when_a_node_needs_the_host():
 
 
 def test_resnet50_pool_peak_is_well_under_the_sum_of_its_intermediates():
-    from gpuops.cli import resolve_model_path
+    from gpuops.models import resolve_model_path
 
     # unfused: the optimizer's fusions remove most intermediates, and this is about reusing theirs
     sess = gpuops.InferenceSession(resolve_model_path("light:resnet50"), device="cuda", optimize="none")

@@ -5,7 +5,8 @@ from the function's ``args`` and, for names the args do not give, from the node'
 parameters (``axis``, ``pads``, ``B``... set as node parameters); ops are those of ONNX opset 15
 unless the model says otherwise (``onnx_opset_version``). Python numbers become 1-d tensors and
 int32 becomes int64, as the reference does; float32 results come back as float64. Conversions of
-values that do not change between calls (constants) are made once.
+values that do not change between calls (constants) are made once. The op is called as a model's node
+is (:func:`gpuops.executor.call_op`: host inputs, declared syncs, errors naming the node).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from onnx.defs import OpSchema
 from .. import ops as _ops  # noqa: F401  (registers the op families)
 from .. import registry
 from ..device import to_host
-from ..errors import GpuopsError, ModelError, NodeError, UnsupportedOpError
+from ..errors import ModelError, UnsupportedOpError
+from ..executor.run import call_op, node_error
 from . import batch as B
 from .batch import Batched
 from .expr import Values
@@ -72,6 +74,7 @@ class OnnxCall:
     def __init__(self, op_type: str, arg_names: list[str], available: set, values: Values, opset: int,
                  where: str, ports: list[str] = ()):
         self.op_type, self.values, self.where = op_type, values, where
+        self.describe = f"{where}: onnx::{op_type}"  # what an error of the op starts with
         s = schema(op_type, opset)
         self.impl = registry.resolve("", op_type, max(opset, s.since_version), values.device.kind, node=where)
         self.inputs = [i.name for i in s.inputs]
@@ -126,12 +129,17 @@ class OnnxCall:
             if row_attrs or B.is_batched(*inputs):
                 result = self._batched(xp, inputs, attrs, row_attrs)
             else:
-                result = self.impl.fn(xp, *inputs, **attrs)
-        except GpuopsError as e:
-            raise type(e)(f"{self.where}: onnx::{self.op_type}: {e}") from e
-        except Exception as e:
-            raise NodeError(f"{self.where}: onnx::{self.op_type} failed: {type(e).__name__}: {e}") from e
+                result = self._call(xp, inputs, attrs)
+        except Exception as e:  # batching's own errors (the op's errors name the node already)
+            err = node_error(e, self.describe, self.where)
+            if err is e:
+                raise
+            raise err from e
         return self._result(result, attrs)
+
+    def _call(self, xp, inputs: list, attrs: dict):
+        return call_op(self.impl, xp, inputs, attrs, where=self.describe, name=self.where,
+                       device=self.values.device)
 
     def _batched(self, xp, inputs: list, attrs: dict, row_attrs: dict):
         """The op on inputs or attributes some of which are batched: in one call when it acts element
@@ -140,15 +148,14 @@ class OnnxCall:
         host = self.impl.host_inputs
         fixed = inputs[1:] if self.op_type == "Clip" else [x for i, x in enumerate(inputs) if i in host]
         if self.op_type in _ROWWISE and not row_attrs and not B.is_batched(*fixed):
-            result = self.impl.fn(xp, *B.aligned(*inputs), **attrs)
+            result = self._call(xp, B.aligned(*inputs), attrs)
             return tuple(Batched(r) for r in result) if isinstance(result, tuple) else Batched(result)
         n = next(v.n for v in [*inputs, *(a for a, _ in row_attrs.values())] if isinstance(v, Batched))
         rows = []
         for r in range(n):
             xs = [x.a[r] if isinstance(x, Batched) else x for x in inputs]
             at = {**attrs, **{k: _attribute(v.a[r], typ) for k, (v, typ) in row_attrs.items()}}
-            rows.append(self.impl.fn(xp, *[to_host(x) if i in host and self.values.is_array(x) else x
-                                           for i, x in enumerate(xs)], **at))
+            rows.append(self._call(xp, xs, at))  # host inputs copied to the host there
         return B.stack(xp, rows)
 
     def _variadic(self, scope: dict) -> list:

@@ -42,7 +42,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import registry
-from ..optimizer.constant_folding import _tensor, nondeterministic
+from ..executor.evaluate import is_tensor as _tensor, nondeterministic
 from .plan import Plan, Step, _host_xp, _plan_liveness
 
 MAX_ELEMENTS = 4096

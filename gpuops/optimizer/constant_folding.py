@@ -1,5 +1,6 @@
 """Constant folding: a node whose inputs are all constant is evaluated once, at plan time, with
-gpuops' own op on the cpu device, and its outputs become constants.
+gpuops' own op on the cpu device (:func:`gpuops.executor.evaluate.evaluate_node`: the op called as a
+run calls it), and its outputs become constants.
 
 Not folded: nondeterministic ops (Random*, Bernoulli, Multinomial, Dropout), nodes with subgraphs, nodes that
 produce a graph output (it keeps its producer), results that are not plain tensors (sequences,
@@ -12,32 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device import get_device
-from ..dtypes import onnx_dtype
-from ..onnx.plan import PlanBuilder
+from ..executor.evaluate import evaluate_node, is_tensor, nondeterministic
 from .graph import Graph, has_subgraph
 
-_RANDOM = ("Random", "Bernoulli", "Multinomial", "Dropout")
 FOLD_LIMIT = 1 << 30  # default size cap in bytes of a node's folded outputs
 
 
-def nondeterministic(node) -> bool:
-    """Random* ops, Bernoulli, Multinomial, and the Dropout family (random in training mode)."""
-    return any(k in node.op_type for k in _RANDOM)
-
-
-def evaluate(graph: Graph, node, builder: PlanBuilder | None = None):
+def evaluate(graph: Graph, node) -> tuple:
     """The node's outputs computed on the cpu device from constant inputs (raises on failure)."""
-    builder = builder or PlanBuilder(graph.opsets, "cpu", {})
-    step = builder._step(node, set(), graph.opsets)
-    args = [graph.value(x) if x else None for x in node.input]
-    for i in step.impl.host_inputs:
-        if i < len(args) and args[i] is not None:
-            args[i] = np.asarray(args[i])
-    while args and args[-1] is None:
-        args.pop()
-    result = step.impl.fn(get_device("cpu").xp, *args, **step.attrs)
-    return result if isinstance(result, tuple) else (result,)
+    return evaluate_node(node, graph.opsets, [graph.value(x) if x else None for x in node.input])
 
 
 def foldable(graph: Graph, node) -> bool:
@@ -51,16 +35,15 @@ def foldable(graph: Graph, node) -> bool:
 
 
 def apply(graph: Graph, fold_limit: int = FOLD_LIMIT) -> bool:
-    builder = PlanBuilder(graph.opsets, "cpu", {})
     folded = []
     for node in graph.nodes:
         if not foldable(graph, node):
             continue
         try:
-            outs = evaluate(graph, node, builder)
+            outs = evaluate(graph, node)
         except Exception:
             continue  # left for run time
-        if len(outs) < len(node.output) or not all(_tensor(outs[i]) for i, o in enumerate(node.output) if o):
+        if len(outs) < len(node.output) or not all(is_tensor(outs[i]) for i, o in enumerate(node.output) if o):
             continue
         if sum(np.asarray(outs[i]).nbytes for i, o in enumerate(node.output) if o) > fold_limit:
             continue
@@ -70,12 +53,3 @@ def apply(graph: Graph, fold_limit: int = FOLD_LIMIT) -> bool:
         folded.append(node)
     return graph.remove(*folded)
 
-
-def _tensor(value) -> bool:
-    if not isinstance(value, (np.ndarray, np.generic)):
-        return False
-    try:
-        onnx_dtype(np.asarray(value).dtype)
-    except Exception:
-        return False
-    return True

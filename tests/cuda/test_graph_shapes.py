@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import gpuops
 from gpuops import device as _device
-from gpuops.onnx.session import RunContext, run_plan
+from gpuops.executor import RunContext, run_plan
 from gpuops.onnx.specialize import MAX_ELEMENTS, ShapeRecorder, signature, specialize
 
 from tests.conformance.harness import assert_close
@@ -260,7 +260,7 @@ def test_the_least_recently_used_graph_is_evicted_and_its_memory_freed():
 def test_a_signature_that_cannot_be_captured_does_not_disable_the_others(monkeypatch):
     # Relu reads its input on the host for one batch size only: that signature's capture fails, runs
     # node by node from then on (no second capture attempt), and the other batch sizes still capture
-    from gpuops.onnx.cuda_graphs import CudaGraphs
+    from gpuops.executor.cuda_graphs import CudaGraphs
 
     sess = gpuops.InferenceSession(chain_model(n=4), device="cuda", cuda_graph=True)
     xp = sess.device.xp

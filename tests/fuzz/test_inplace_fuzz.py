@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import gpuops
-from gpuops.onnx import session
+from gpuops.executor import run as executor
 
 from tests.ops.common import assert_same
 
@@ -106,7 +106,7 @@ def test_in_place_writes_never_change_what_an_alias_reads(model):
     for device in DEVICES:
         for optimize in ("none", "all"):
             x = X.copy()
-            with mock.patch.object(session, "MIN_IN_PLACE_BYTES", 0):  # in place at any size
+            with mock.patch.object(executor, "MIN_IN_PLACE_BYTES", 0):  # in place at any size
                 got = gpuops.InferenceSession(model, device=device, optimize=optimize).run(None, {"x": x})
             assert_same(got, want, rtol=1e-6, atol=1e-6)
             np.testing.assert_array_equal(x, X)  # the feed is never written

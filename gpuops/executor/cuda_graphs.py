@@ -4,8 +4,9 @@ signature, kept in a least-recently-used cache (``cuda_graph_cache`` graphs, def
 For a new signature (the feeds' names, shapes and dtypes) the session's plan is specialized to it
 (:func:`gpuops.onnx.specialize.specialize`: ``Shape`` / ``Size`` and the shape arithmetic fed from
 them become constants computed on the host, so nothing is copied to or read from the host inside the
-run), warmed up and captured. Warm-up and capture run on the graphs' stream and allocate from a
-memory pool of the graph's own (with the session's limit): CuPy's pool keeps freed blocks per stream,
+run; the session hands the specializer in, as the executor imports nothing of the plan layer), warmed
+up and captured. Warm-up and capture run on the graphs' stream and allocate from a memory pool of the
+graph's own (with the session's limit): CuPy's pool keeps freed blocks per stream,
 so the capture reuses the very blocks the warm-up freed, and both run with the liveness plan's
 releases. A private pool whose freed blocks only the capture itself reuses, in stream order, is what
 a replay needs (no other allocation can take them), so a graph holds the liveness minimum of its run
@@ -32,15 +33,13 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from types import ModuleType
 
 from ..cublas import CaptureBlas, capture_namespace
 from ..errors import GpuopsError, NodeError, OutOfMemoryError
 from ..ops import checks
-from .specialize import ShapeRecorder, Specialized, signature, specialize
-
-if TYPE_CHECKING:
-    from .session import InferenceSession, RunContext
+from .run import RunContext, oom_or, run_plan
+from .values import nbytes
 
 log = logging.getLogger("gpuops")
 
@@ -60,19 +59,13 @@ def _wait_for(lib, stream) -> None:
     ready.synchronize()
 
 
-def _unsure(spec: Specialized, shapes: dict) -> bool:
+def _unsure(spec, shapes: dict) -> bool:
     """Whether a warm-up of ``spec``'s plan saw what its specialization did not know: a ``Shape`` or
     ``Size`` left (a shape inference could not tell), or a shape other than inferred."""
     if any(st.domain == "" and st.op_type in ("Shape", "Size") for st in spec.plan.steps):
         return True
     known = spec.shapes
     return any(k in known and (tuple(known[k][0]) != v[0] or known[k][1] != v[1]) for k, v in shapes.items())
-
-
-def _session_module():
-    from . import session  # the executor; imported at call time (session.py imports this module)
-
-    return session
 
 
 class GraphEntry:
@@ -111,12 +104,17 @@ class GraphEntry:
 
 
 class CudaGraphs:
-    """The captured graphs of a session, by feed-shape signature (see the module's doc)."""
+    """The captured graphs of a session, by feed-shape signature (see the module's doc).
 
-    def __init__(self, session: "InferenceSession", capacity: int = DEFAULT_CACHE):
+    ``session``: an :class:`gpuops.InferenceSession` (its plan, device, memory, opsets); ``specializer``:
+    the plan's shape specializer, :mod:`gpuops.onnx.specialize` (``signature``, ``specialize``,
+    ``Specialized``, ``ShapeRecorder``)."""
+
+    def __init__(self, session, capacity: int = DEFAULT_CACHE, *, specializer: ModuleType):
         if type(capacity) is not int or capacity < 1:
             raise GpuopsError(f"cuda_graph_cache must be a positive int, not {capacity!r}")
         self.session = session
+        self.specializer = specializer
         self.capacity = capacity
         self.graphs: OrderedDict = OrderedDict()  # signature -> captured GraphEntry, least recent first
         self.failed: OrderedDict = OrderedDict()  # signature -> GraphEntry that could not be captured
@@ -144,7 +142,7 @@ class CudaGraphs:
         this signature runs node by node (sequence and optional feeds always do)."""
         if not all(hasattr(v, "shape") and hasattr(v, "dtype") for v in feeds.values()):
             return None
-        key = signature(feeds)
+        key = self.specializer.signature(feeds)
         with self.lock:
             entry = self.graphs.get(key)
             if entry is not None:
@@ -201,7 +199,6 @@ class CudaGraphs:
         """Specialize, warm up and capture the plan for ``entry``'s signature, on the graphs' stream and
         a pool of the graph's own; on a failure other than running out of memory, ``entry`` says why."""
         s, lib = self.session, self.session.device.lib
-        S = _session_module()
         stream = self._stream()
         pool = s.memory.new_pool()
         _wait_for(lib, lib.cuda.get_current_stream())  # the feeds' uploads
@@ -222,11 +219,11 @@ class CudaGraphs:
                     warm_ctx = self._ctx()
                     self._warm_up(spec.plan, inputs, warm_ctx)
                 env = dict(spec.plan.weights, **inputs)
-                ctx.live.hold(sum(S._nbytes(v) for v in inputs.values()))
+                ctx.live.hold(sum(nbytes(v) for v in inputs.values()))
                 with checks.deferred() as captured:
                     stream.begin_capture()
                     try:
-                        S.run_plan(spec.plan, env, ctx)
+                        run_plan(spec.plan, env, ctx)
                     except BaseException:
                         with contextlib.suppress(Exception):  # "capture invalidated" would hide the cause
                             stream.end_capture()
@@ -252,24 +249,25 @@ class CudaGraphs:
         with s.memory._on_device():
             entry.memory_bytes = pool.total_bytes()
 
-    def _specialize(self, key, inputs: dict, shapes=None) -> Specialized:
+    def _specialize(self, key, inputs: dict, shapes=None):
         s = self.session
         try:
-            return specialize(s.plan, key, device=s.device, opsets=s.opsets, shapes=shapes, keep=inputs)
+            return self.specializer.specialize(s.plan, key, device=s.device, opsets=s.opsets, shapes=shapes,
+                                               keep=inputs)
         except OutOfMemoryError:
             raise
         except Exception as e:  # not expected: the plan as it is still runs, and may still be captured
             log.warning("gpuops: specializing the plan to feed shapes %s failed (%s: %s); capturing it as it is",
                         {k: shape for k, shape, _ in key}, type(e).__name__, e)
-            return Specialized(s.plan, key)
+            return self.specializer.Specialized(s.plan, key)
 
-    def _warm_up(self, plan, inputs: dict, ctx: "RunContext") -> dict:
+    def _warm_up(self, plan, inputs: dict, ctx: RunContext) -> dict:
         """One run of ``plan`` (lazy initialisation, and the pool's blocks for the capture to reuse);
         the shapes of the values it made."""
-        env = ShapeRecorder(plan.weights)
+        env = self.specializer.ShapeRecorder(plan.weights)
         env.update(inputs)
         with checks.deferred():  # unread: the capture records the same checks, read after each replay
-            _session_module().run_plan(plan, env, ctx)
+            run_plan(plan, env, ctx)
         return env.shapes
 
     def _replay(self, e: GraphEntry, feeds: dict, names: list[str]) -> list:
@@ -282,9 +280,8 @@ class CudaGraphs:
             try:
                 e.graph.launch(stream=e.stream)
             except Exception as ex:
-                S = _session_module()
-                raise S._oom_or(ex, lambda: NodeError(f"the CUDA graph failed: {type(ex).__name__}: {ex}"),
-                                f"the CUDA graph ran out of device memory on {s.device}") from ex
+                raise oom_or(ex, lambda: NodeError(f"the CUDA graph failed: {type(ex).__name__}: {ex}"),
+                             f"the CUDA graph ran out of device memory on {s.device}") from ex
             e.replays += 1
             e.checks.check()  # the captured checks' values, refreshed by the replay
             outs = [e.env[n].copy() for n in names]  # before another replay may write the outputs
@@ -320,8 +317,8 @@ class CudaGraphs:
             self.blas.close()
         self.stream = self.blas = self.xp = None
 
-    def _ctx(self) -> "RunContext":
+    def _ctx(self) -> RunContext:
         """A warm-up's or capture's run: GEMMs through the graphs' own cuBLAS handle (the warm-up's too,
         so that it allocates what the capture will), all buffers released after their last use."""
         s = self.session
-        return _session_module().RunContext(s.device, s.memory, host_nodes_logged=s._host_nodes, xp=self.xp)
+        return RunContext(s.device, s.memory, host_nodes_logged=s._host_nodes, xp=self.xp)
