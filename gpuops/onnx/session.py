@@ -19,7 +19,7 @@ from ..executor import profile as _profile
 from ..executor.cuda_graphs import DEFAULT_CACHE, CudaGraphs
 from ..executor.run import RunContext, oom_or, run_plan
 from ..executor.values import host_value, nbytes
-from ..memory import MemoryManager, is_out_of_memory  # noqa: F401  (is_out_of_memory: re-exported)
+from ..memory import MemoryManager, is_out_of_memory
 from ..ops import checks
 from ..registry import canonical_domain
 from ..optimizer import optimize as optimize_model
@@ -271,6 +271,11 @@ class InferenceSession:
                                          upload=lambda host, key=name: self.memory.upload(host, key))
             except FeedError as e:
                 raise FeedError(f"input {name!r}: {e}") from None
+            except Exception as e:  # the device (or a pinned staging buffer) could not hold it
+                if not is_out_of_memory(e):
+                    raise
+                raise OutOfMemoryError(f"uploading input {name!r} ({nbytes(value):,} bytes) ran out of memory on "
+                                       f"{self.device}") from e
             if arr.dtype != arg.dtype:
                 raise FeedError(f"input {name!r}: expected dtype {arg.type} ({arg.dtype}), got {arr.dtype}")
             if arg.shape is not None:

@@ -29,7 +29,7 @@ MB = 1 << 20
 
 @pytest.fixture
 def sd():
-    from gpuops import cuda_standin
+    from gpuops.testing import cuda_standin
 
     return cuda_standin
 
@@ -174,7 +174,7 @@ def test_every_cuda_library_out_of_memory_is_classified(make, oom):
     # driver.pyx and runtime.pyx, cupy_backends/cuda/libs/cublas.pyx and cusolver.pyx
     import pickle
 
-    from gpuops import cuda_standin as sd
+    from gpuops.testing import cuda_standin as sd
     from gpuops.memory import is_out_of_memory
     from gpuops.onnx.session import is_out_of_memory as from_session
 
@@ -187,7 +187,7 @@ def test_every_cuda_library_out_of_memory_is_classified(make, oom):
 def test_cuda_library_errors_carry_cupys_names_attributes_and_messages():
     import pickle
 
-    from gpuops import cuda_standin as sd
+    from gpuops.testing import cuda_standin as sd
 
     e = sd.cuda.cufft.CuFFTError(2)
     assert e.result == 2 and not hasattr(e, "status") and str(e) == "CUFFT_ALLOC_FAILED"
@@ -240,8 +240,6 @@ def test_an_injected_launch_failure_that_is_not_out_of_memory_stays_a_node_error
 
 
 @standin_only
-@pytest.mark.xfail(reason="InferenceSession.run uploads the feeds outside the per-node out-of-memory mapping: "
-                          "a pool that cannot hold a feed raises CuPy's OutOfMemoryError itself", strict=False)
 def test_a_feed_upload_out_of_memory_is_a_gpuops_error(sd):
     sess = gpuops.InferenceSession(chain_model(n=2), device="cuda")
     x = np.ones((2, 256), np.float32)
