@@ -13,7 +13,7 @@ Everything between steps stays on the device: the next token is an ``argmax`` on
 as a device array, and the present is re-padded into the next past on the device; only the mask and
 positions (a few integers) are uploaded. Run it::
 
-    GPUOPS_CUDA_STANDIN=1 python -m benchmarks.decode_graphs      # the CPU stand-in of CuPy
+    GPUOPS_CUDA_BACKEND=gpuops.testing.cuda_standin python -m benchmarks.decode_graphs  # the CPU stand-in
     python -m benchmarks.decode_graphs                              # a GPU with CuPy
 
 It prints, per step, whether the step captured or replayed a graph, the host syncs and kernel

@@ -3,7 +3,8 @@
 #
 #   bash benchmarks/gpu_prep.sh                     # where PyPI is reachable: the wheels into .whl/
 #   bash benchmarks/gpu_validate.sh OUTDIR          # on the GPU machine, .whl/ carried; limit ~560 s
-#   GPUOPS_CUDA_STANDIN=1 bash benchmarks/gpu_validate.sh OUTDIR    # dry run without a GPU (CI runs one)
+#   GPUOPS_CUDA_BACKEND=gpuops.testing.cuda_standin bash benchmarks/gpu_validate.sh OUTDIR
+#                                                   # dry run without a GPU (CI runs one)
 #
 # It uses the machine's own python3 (PY=...) and CuPy: the wheels carried in .whl/ (array-api-compat)
 # go into a temporary site folder (pip --no-index --no-deps --target) and gpuops runs from this tree
@@ -24,9 +25,9 @@
 #   conv           gpuops' Conv TFLOP/s against cupy.matmul of the same GEMM and torch's cuDNN
 #   memcheck       compute-sanitizer memcheck over the selftest's kernel cases
 #   compile        torch.compile resnet50, with whatever time is left
-# Python of the parts: benchmarks/gpu/*.py. On the stand-in (GPUOPS_CUDA_STANDIN=1, no GPU) every part
-# runs on gpuops' CPU stand-in of CuPy but torch, compile, cuDNN and compute-sanitizer, which need the
-# hardware (summary.txt says so); timings there mean nothing.
+# Python of the parts: benchmarks/gpu/*.py. On the stand-in (GPUOPS_CUDA_BACKEND=gpuops.testing.cuda_standin,
+# no GPU) every part runs on gpuops' CPU stand-in of CuPy but torch, compile, cuDNN and compute-sanitizer,
+# which need the hardware (summary.txt says so); timings there mean nothing.
 #
 # Settings (environment; the stand-in's defaults after the ';'): GPU_VALIDATE_BUDGET (s),
 # GPU_VALIDATE_PARTS (comma list: only these), GPU_VALIDATE_MODELS (the 9 light models; 3 quick ones),
@@ -146,29 +147,29 @@ ENV_NOTE=()
 compgen -G "$ROOT/.whl/*.whl" >/dev/null && ENV_NOTE+=("wheels: $(cd "$ROOT/.whl" && echo *.whl)")
 export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
 
-HAVE_GPU=0 WHY="" CAP_SCALE=${GPU_VALIDATE_CAP_SCALE:-1}
+HAVE_GPU=0 WHY="" CAP_SCALE=${GPU_VALIDATE_CAP_SCALE:-1} STANDIN=gpuops.testing.cuda_standin
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     WHY="no nvidia-smi"
 elif ! timeout 30 nvidia-smi -L >/dev/null 2>&1; then
     WHY="nvidia-smi -L failed"
-elif ! GPUOPS_CUDA_STANDIN=0 timeout 90 "$PY" -c "import sys, cupy
+elif ! timeout 90 "$PY" -c "import sys, cupy
 sys.exit(0 if cupy.cuda.runtime.getDeviceCount() > 0 else 1)" >/dev/null 2>&1; then
     WHY="CuPy sees no CUDA device"
 else
     HAVE_GPU=1
 fi
 if ((HAVE_GPU)); then
-    unset GPUOPS_CUDA_STANDIN
+    unset GPUOPS_CUDA_BACKEND
     MODE=gpu
     line GPU "yes: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
-elif [[ ${GPUOPS_CUDA_STANDIN:-} == 1 ]]; then
+elif [[ ${GPUOPS_CUDA_BACKEND:-} == "$STANDIN" ]]; then
     MODE=standin
-    line GPU "NO ($WHY): a dry run on gpuops' CPU stand-in of CuPy (GPUOPS_CUDA_STANDIN=1); timings mean nothing"
+    line GPU "NO ($WHY): a dry run on gpuops' CPU stand-in of CuPy (GPUOPS_CUDA_BACKEND=$STANDIN); timings mean nothing"
     export GPU_VALIDATE_TIME_PER_RUN=${GPU_VALIDATE_TIME_PER_RUN:-0.2} GPU_VALIDATE_REPS=${GPU_VALIDATE_REPS:-3}
     CAP_SCALE=${GPU_VALIDATE_CAP_SCALE:-2} # the stand-in is 100 times slower than a GPU, or more
 else
     MODE=none
-    line GPU "NO ($WHY); GPUOPS_CUDA_STANDIN=1 makes this a dry run on gpuops' CPU stand-in"
+    line GPU "NO ($WHY); GPUOPS_CUDA_BACKEND=$STANDIN makes this a dry run on gpuops' CPU stand-in"
 fi
 export GPU_VALIDATE_MODE=$MODE
 

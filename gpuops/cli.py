@@ -126,7 +126,7 @@ def cmd_build_kernels(a) -> int:
         if not native.ENABLED:
             print("  (GPUOPS_NATIVE=0 is set: sessions will not use them)")
     if a.emulator:
-        from . import emulator
+        from .testing import emulator
 
         try:
             cxx = emulator.compiler()

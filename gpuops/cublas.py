@@ -7,15 +7,15 @@ handle has a workspace of its own (no allocation inside the capture). :class:`Ca
 a handle and workspace for one graph; :func:`capture_namespace` gives the ops an ``xp`` whose
 ``matmul`` goes through it, everything else being the device's namespace.
 
-The C API comes from an adapter per array library: ctypes over the ``libcublas`` CuPy loaded, or one
-that an array library registers with :func:`register_c_api` (the CPU stand-in of CuPy does).
+The C API object comes from the device's backend (:meth:`gpuops.backends.base.Backend.cublas_api`):
+for CuPy, :class:`CtypesCublas`, ctypes over the ``libcublas`` CuPy loaded; a stand-in backend supplies
+its own.
 """
 
 from __future__ import annotations
 
 import ctypes
 import types
-from typing import Any, Callable
 
 import numpy as np
 
@@ -24,31 +24,17 @@ OP_N, OP_T = 0, 1
 # default: no TF32, no float16 accumulation), float64 in float64
 _TYPES = {np.dtype(np.float32): (0, 68), np.dtype(np.float16): (2, 68), np.dtype(np.float64): (1, 70)}
 _GEMM_DEFAULT = -1
-_C_APIS: dict[str, Callable[[Any], Any]] = {}
 
 
-def register_c_api(lib_name: str, factory: Callable[[Any], Any]) -> None:
-    """Use ``factory(lib)`` as the cuBLAS C API of the array library named ``lib_name``."""
-    _C_APIS[lib_name] = factory
-
-
-def c_api(lib):
-    """The cuBLAS C API adapter for ``lib`` (CuPy, or a registered library)."""
-    factory = _C_APIS.get(lib.__name__)
-    if factory is None:
-        factory = _C_APIS.setdefault(lib.__name__, _CtypesCublas)
-    return factory(lib)
-
-
-class _CtypesCublas:
+class CtypesCublas:
     """The C functions of the ``libcublas`` that CuPy loaded; arrays are passed by device pointer."""
 
     _dll = None
 
     def __init__(self, lib):
-        if _CtypesCublas._dll is None:
-            _CtypesCublas._dll = _load_libcublas(lib)
-        self.dll = _CtypesCublas._dll
+        if CtypesCublas._dll is None:
+            CtypesCublas._dll = _load_libcublas(lib)
+        self.dll = CtypesCublas._dll
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:
@@ -121,7 +107,7 @@ class CaptureBlas:
 
     def __init__(self, device, stream):
         self.device, self.xp = device, device.xp
-        self.api = c_api(device.lib)
+        self.api = device.backend.cublas_api()
         self.workspace = self.xp.empty(workspace_bytes(device), dtype=self.xp.uint8)
         self.handle = self.api.create()
         try:

@@ -1,23 +1,22 @@
-"""Devices: ``"cpu" | "cuda" | "cuda:N" | "auto"`` -> an array namespace.
+"""Devices: ``"cpu" | "cuda" | "cuda:N" | "auto"`` -> a :class:`Device`: a backend and an array namespace.
 
-This is the only module that moves data between host and device. CuPy is imported lazily, the
-first time a CUDA device is asked for (or probed by ``"auto"``), so ``import gpuops`` needs NumPy only.
+This is the only module that moves data between host and device. A device holds a backend
+(:mod:`gpuops.backends`): NumPy's for the CPU, and for CUDA the backend of the module that
+``$GPUOPS_CUDA_BACKEND`` names (CuPy's by default). CuPy is imported lazily, the first time a CUDA device
+is asked for (or probed by ``"auto"``), so ``import gpuops`` needs NumPy only.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import os
-import sys
-import threading
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from . import backends
+from .backends import BACKEND_ENV, Backend, sole_view  # noqa: F401  (sole_view: its home was here)
 from .dtypes import device_supported
 from .errors import DeviceError, FeedError
 
@@ -26,12 +25,18 @@ log = logging.getLogger("gpuops")
 
 @dataclass(frozen=True)
 class Device:
-    """A resolved device: its kind (``"cpu"`` or ``"cuda"``), index and array namespace ``xp``."""
+    """A resolved device: its kind (``"cpu"`` or ``"cuda"``), index and backend, whose array namespace
+    is ``xp`` and whose CuPy-like module (None on the CPU) is ``lib``."""
 
     kind: str
     index: int
-    xp: ModuleType = field(repr=False, compare=False)
-    lib: ModuleType | None = field(default=None, repr=False, compare=False)  # cupy (or its stand-in)
+    backend: Backend = field(repr=False, compare=False)
+    xp: ModuleType = field(init=False, repr=False, compare=False)
+    lib: ModuleType | None = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "xp", self.backend.namespace())
+        object.__setattr__(self, "lib", self.backend.lib)
 
     def __str__(self) -> str:
         return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
@@ -42,13 +47,15 @@ class Device:
             return np.asarray(to_host(value), dtype=dtype)
         if isinstance(value, (np.ndarray, np.generic)) and not device_supported(np.dtype(dtype or value.dtype)):
             return np.asarray(value, dtype=dtype)  # strings, bfloat16, float8, int4...: host-resident
-        with self.lib.cuda.Device(self.index):
-            if not isinstance(value, (np.ndarray, np.generic, self.lib.ndarray)) and hasattr(value, "__dlpack__"):
+        b = self.backend
+        with b.on_device(self.index):
+            if not isinstance(value, (np.ndarray, np.generic)) and not b.is_array(value) \
+                    and hasattr(value, "__dlpack__"):
                 try:  # torch / jax / ... on a GPU: zero-copy
-                    value = self.lib.from_dlpack(value)
+                    value = b.from_dlpack(value)
                 except Exception:  # a host tensor: one explicit copy
                     value = to_host(value)
-            return self.lib.asarray(value, dtype=dtype)  # another GPU's array: one peer copy
+            return b.asarray(value, dtype=dtype)  # another GPU's array: one peer copy
 
     def classify(self, value: Any) -> str:
         """Where a feed lives: ``"host"`` (a NumPy array or scalar), ``"device"`` (already on this
@@ -56,8 +63,10 @@ class Device:
         ``"dlpack"`` (another library's tensor), ``"python"`` (a Python number or nested list)."""
         if isinstance(value, (np.ndarray, np.generic)):
             return "host"
-        if _is_gpu_array(value):
-            return "device" if self.kind == "cuda" and _device_id(value) == self.index else "other-device"
+        b = _device_backend(value)
+        if b is not None:
+            same = b is self.backend and b.device_id(value) == self.index
+            return "device" if same else "other-device"
         if isinstance(value, (bool, int, float, complex, str, list, tuple)):
             return "python"
         if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
@@ -78,13 +87,14 @@ class Device:
             value = _from_python(value, dtype)
         elif kind == "dlpack":
             if self.kind == "cuda":
-                with self.lib.cuda.Device(self.index):
+                b = self.backend
+                with b.on_device(self.index):
                     try:  # a tensor on a GPU: zero-copy
-                        value = self.lib.from_dlpack(value)
+                        value = b.from_dlpack(value)
                     except (TypeError, BufferError, ValueError):
                         value = _host_from_dlpack(value)
-                if _is_gpu_array(value):
-                    return value if _device_id(value) == self.index else self.asarray(value)
+                if b.is_array(value):
+                    return value if b.device_id(value) == self.index else self.asarray(value)
             else:
                 value = _host_from_dlpack(value)
         elif kind == "other-device":
@@ -97,27 +107,19 @@ class Device:
         return to_host(value)
 
     def host_sync_count(self) -> int:
-        """Host syncs on this thread so far. The stand-in counts every one (device reads, shapes that
-        depend on device data, inside any library); on CuPy only gpuops' own device->host copies
-        (host inputs, host-only nodes) are known."""
-        if self.kind == "cpu":
-            return 0
-        if self.lib.__name__.startswith("gpuops.cuda_standin"):
-            return self.lib.sync_count()
-        return getattr(_counts, "syncs", 0)
+        """Host syncs on this thread so far: what the backend counts (a checking stand-in counts every
+        one; on CuPy only gpuops' own device->host copies are known)."""
+        return self.backend.host_sync_count()
 
     def declared_syncs(self):
-        """A ``with`` block for an op that declares its host syncs: the CPU stand-in's strict regions
-        let them through (still counted); nothing to do on CuPy."""
-        if self.kind == "cuda" and self.lib.__name__.startswith("gpuops.cuda_standin"):
-            return self.lib.declared_syncs()
-        return contextlib.nullcontext()
+        """A ``with`` block for an op that declares its host syncs: a checking backend lets them
+        through (still counted); nothing to do on CuPy."""
+        return self.backend.declared_syncs()
 
     def kernel_launch_count(self) -> int | None:
-        """Device op calls and kernel launches on this thread so far (the stand-in only; None on CuPy)."""
-        if self.kind == "cuda" and self.lib.__name__.startswith("gpuops.cuda_standin"):
-            return self.lib.launch_count()
-        return None
+        """Device op calls and kernel launches on this thread so far (None where the backend cannot
+        count them, as on CuPy)."""
+        return self.backend.kernel_launch_count()
 
     def owns_buffer(self, value) -> bool:
         """True when no other array can see ``value``'s memory: it owns it, or it is a view of an
@@ -126,9 +128,7 @@ class Device:
         their base alive."""
         if self.kind == "cpu":
             return value.flags.writeable and sole_view(value)
-        if self.lib.__name__.startswith("gpuops.cuda_standin"):
-            return self.lib.owns_buffer(value)
-        return sole_view(value)
+        return self.backend.owns_buffer(value)
 
     def is_native(self, value: Any) -> bool:
         """True when ``value`` is already where this device keeps it: an array of its namespace on this
@@ -137,33 +137,13 @@ class Device:
             return True
         if self.kind == "cpu":
             return isinstance(value, np.ndarray)
-        return isinstance(value, self.lib.ndarray) and _device_id(value) == self.index
+        return self.backend.is_array(value) and self.backend.device_id(value) == self.index
 
 
-def _base_refs(a) -> int:
-    base = a.base
-    return sys.getrefcount(base)
-
-
-_BASE_HELD_ONCE = _base_refs(np.empty(1).reshape(1))  # measured: interpreters count differently
-
-
-def sole_view(a) -> bool:
-    """``a`` (a NumPy or CuPy array) owns its memory, or its base is an array that only ``a`` holds."""
-    if a.base is None:
-        return True
-    if _base_refs(a) != _BASE_HELD_ONCE:  # counted before binding the base here
-        return False
-    base = a.base
-    return type(base) is type(a) and base.base is None
-
-
-def _is_gpu_array(value) -> bool:
-    return type(value).__module__.startswith(("cupy", "gpuops.cuda_standin")) and hasattr(value, "device")
-
-
-def _device_id(value) -> int:
-    return int(value.device.id)
+def _device_backend(value) -> Backend | None:
+    """The backend of a device (not host) array, or None."""
+    b = backends.owner(value)
+    return b if b is not None and b.kind != "cpu" else None
 
 
 def _host_from_dlpack(value) -> np.ndarray:
@@ -194,16 +174,13 @@ def _short(value) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-_counts = threading.local()  # gpuops' own device->host copies on this thread (see host_sync_count)
-
-
 def to_host(value: Any) -> np.ndarray:
     """Any array (NumPy, CuPy, DLPack-capable) -> a NumPy array on the host."""
     if isinstance(value, np.ndarray):
         return value
-    if type(value).__module__.startswith(("cupy", "gpuops.cuda_standin")):
-        _counts.syncs = getattr(_counts, "syncs", 0) + 1
-        return value.get()  # cupy.ndarray.get(): the explicit device -> host copy
+    b = _device_backend(value)
+    if b is not None:
+        return b.to_host(value)  # the explicit device -> host copy
     if hasattr(value, "__dlpack__") and not isinstance(value, np.generic):
         try:
             return np.from_dlpack(value)
@@ -212,67 +189,60 @@ def to_host(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-STANDIN_ENV = "GPUOPS_CUDA_STANDIN"
-
-
 def uses_standin() -> bool:
-    """True when ``device="cuda"`` means the CPU stand-in for CuPy (``GPUOPS_CUDA_STANDIN=1``)."""
-    return os.environ.get(STANDIN_ENV, "") not in ("", "0")
+    """True when ``device="cuda"`` is not CuPy but a stand-in of it: ``$GPUOPS_CUDA_BACKEND`` names
+    another backend module (e.g. the CPU stand-in that runs the CUDA path in CI)."""
+    return not backends.cuda_is_default()
 
 
-@functools.lru_cache(maxsize=2)
-def _load_cupy(standin: bool) -> ModuleType | None:
-    if standin:
-        from . import cuda_standin
-
-        return cuda_standin
-    try:
-        import cupy
-    except Exception:  # ImportError, or a CuPy whose CUDA libraries are missing
-        return None
-    return cupy
+STANDIN_ENV = BACKEND_ENV  # the variable that selects a stand-in (its older name; tests still use it)
 
 
-def _cupy() -> ModuleType | None:
-    """CuPy, or the CPU stand-in (:mod:`gpuops.cuda_standin`) when ``GPUOPS_CUDA_STANDIN=1``."""
-    return _load_cupy(uses_standin())
+def cuda_backend() -> Backend | None:
+    """The CUDA backend in use (None when its library, CuPy, is unavailable)."""
+    return backends.cuda()
+
+
+def cuda_library() -> ModuleType | None:
+    """The CUDA backend's CuPy-like module (``cupy`` by default), or None when unavailable."""
+    b = backends.cuda()
+    return None if b is None else b.lib
+
+
+_cupy = cuda_library  # the older name
 
 
 def cuda_device_count() -> int:
-    cupy = _cupy()
-    if cupy is None:
-        return 0
-    try:
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:
-        return 0
+    b = backends.cuda()
+    return 0 if b is None else b.device_count()
 
 
-@functools.lru_cache(maxsize=None)
 def _numpy_device() -> Device:
-    import array_api_compat.numpy as xp
-
-    return Device("cpu", 0, xp)
+    return _device_of(backends.cpu(), 0)
 
 
 def _cuda_device(index: int) -> Device:
-    return _cuda_device_of(index, uses_standin())
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_device_of(index: int, standin: bool) -> Device:
-    n = cuda_device_count()
+    b = backends.cuda()
+    known = _devices.get((b, index))
+    if known is not None:
+        return known
+    n = 0 if b is None else b.device_count()
     if n == 0:
-        why = "CuPy is not installed" if _cupy() is None else "no CUDA GPU is visible"
+        why = "CuPy is not installed" if b is None else "no CUDA GPU is visible"
         raise DeviceError(f"device 'cuda:{index}' requested but {why} (pip install 'gpuops[cuda]')")
     if not 0 <= index < n:
         raise DeviceError(f"device 'cuda:{index}' requested but only {n} CUDA device(s) exist")
-    lib = _cupy()
-    if standin:
-        return Device("cuda", index, lib.xp, lib)
-    import array_api_compat.cupy as xp
+    return _device_of(b, index)
 
-    return Device("cuda", index, xp, lib)
+
+_devices: dict[tuple[Backend, int], Device] = {}
+
+
+def _device_of(backend: Backend, index: int) -> Device:
+    d = _devices.get((backend, index))
+    if d is None:
+        d = _devices.setdefault((backend, index), Device(backend.kind, index, backend))
+    return d
 
 
 _auto_logged = False
@@ -290,7 +260,7 @@ def get_device(spec: str | Device = "auto") -> Device:
         if cuda_device_count() > 0:
             return _cuda_device(0)
         if not _auto_logged:
-            why = "CuPy is not installed" if _cupy() is None else "no CUDA GPU is visible"
+            why = "CuPy is not installed" if backends.cuda() is None else "no CUDA GPU is visible"
             log.info("gpuops: device='auto' uses the CPU (%s)", why)
             _auto_logged = True
         return _numpy_device()
@@ -312,12 +282,12 @@ def devices() -> list[dict]:
 
 def _cuda_info(index: int) -> dict:
     info: dict[str, Any] = {}
-    cupy = _cupy()
+    b = backends.cuda()
     try:
-        props = cupy.cuda.runtime.getDeviceProperties(index)
+        props = b.device_properties(index)
         info["device_name"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         info["memory_total"] = int(props["totalGlobalMem"])
-        info["cuda_runtime"] = int(cupy.cuda.runtime.runtimeGetVersion())
+        info["cuda_runtime"] = b.runtime_version()
         info["pci_bus_id"] = "{:04x}:{:02x}:{:02x}.0".format(
             int(props.get("pciDomainID", 0)), int(props["pciBusID"]), int(props.get("pciDeviceID", 0)))
     except Exception:

@@ -3,7 +3,8 @@
 import numpy as np
 from onnx import TensorProto, helper
 
-from .errors import ModelError
+from . import backends
+from .errors import DeviceError, ModelError
 
 
 def np_dtype(elem_type: int) -> np.dtype:
@@ -41,27 +42,9 @@ def device_supported(dtype) -> bool:
 
 def bfloat16_on_device() -> bool:
     """Whether the CUDA array library in use holds bfloat16 arrays (CuPy >= 14 on NumPy >= 2.1.2 with
-    ml_dtypes; the stand-in always). Without one, False."""
-    from .device import _cupy
-
-    lib = _cupy()
-    if lib is None:
-        return False
-    known = _BF16.get(lib.__name__)
-    if known is None:
-        known = _BF16[lib.__name__] = _library_has_bfloat16(lib)
-    return known
-
-
-_BF16: dict[str, bool] = {}
-
-
-def _library_has_bfloat16(lib) -> bool:
-    if lib.__name__.startswith("gpuops.cuda_standin"):
-        return True
+    ml_dtypes; the CPU stand-in always): its backend says. Without one, False."""
     try:
-        major = int(str(lib.__version__).split(".")[0])
-        import ml_dtypes  # noqa: F401
-    except (ImportError, ValueError, AttributeError):
+        b = backends.cuda()
+    except DeviceError:
         return False
-    return major >= 14 and np.lib.NumpyVersion(np.__version__) >= "2.1.2"
+    return b is not None and b.holds_bfloat16()

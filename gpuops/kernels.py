@@ -2,13 +2,16 @@
 
 A kernel file is compiled the first time one of its kernels is asked for on a device, with all the
 template instantiations listed in :data:`NAME_EXPRESSIONS` (one compilation per file and device),
-through the backend's ``RawModule`` -- CuPy's (NVRTC) on a GPU, or the CPU emulator's under the CuPy
-stand-in (:mod:`gpuops.cuda_standin`). Nothing is compiled or imported at ``import gpuops`` time.
+through the array's backend (:meth:`gpuops.backends.base.Backend.raw_module`) -- CuPy's ``RawModule``
+(NVRTC) on a GPU, or whatever a stand-in backend compiles with (the CPU stand-in of the tests: an
+emulation of the CUDA execution model). The backend also says how kernels may be launched
+(:attr:`~gpuops.backends.base.Backend.launch_limits`). Nothing is compiled or imported at
+``import gpuops`` time.
 
     backend, device = kernels.backend_of(x), kernels.device_of(x)
     fn = kernels.get_function("conv.cu", "im2col<float>", backend, device)
     grid, block = kernels.launch_config(n, backend)
-    with backend.cuda.Device(device):
+    with backend.on_device(device):
         fn(grid, block, (x, col, np.int64(n), np.int32(d), ...))  # CuPy's launch convention
 
 Kernel files include ``common.cuh`` with ``#include "common.cuh"``; :func:`source` inlines such local
@@ -20,8 +23,9 @@ from __future__ import annotations
 
 import re
 import threading
-from types import ModuleType
 
+from . import backends
+from .backends import Backend
 from .native import source_dir
 
 # cuda_kernels/ sits beside the package in a clone (editable installs); wheels carry a copy inside it
@@ -73,27 +77,27 @@ def source(file: str) -> str:
 
 
 def is_device_array(array) -> bool:
-    """True for a CuPy array (or the CPU stand-in's), which kernels can be launched on."""
-    return type(array).__module__.startswith(("cupy", "gpuops.cuda_standin"))
+    """True for an array of a CUDA backend (CuPy's, or a stand-in's), which kernels can be launched on."""
+    b = backends.owner(array)
+    return b is not None and b.kind == "cuda"
 
 
-def backend_of(array) -> ModuleType:
-    """The CuPy-like module an array belongs to: ``cupy``, or the CPU stand-in."""
-    mod = type(array).__module__
-    if mod.startswith("gpuops.cuda_standin"):
-        from . import cuda_standin
-
-        return cuda_standin
-    if mod.startswith("cupy"):
-        import cupy
-
-        return cupy
-    raise TypeError(f"not a CUDA device array: {type(array).__name__}")
+def backend_of(array) -> Backend:
+    """The backend of a CUDA device array (:func:`gpuops.backends.owner`)."""
+    b = backends.owner(array)
+    if b is None or b.kind != "cuda":
+        raise TypeError(f"not a CUDA device array: {type(array).__name__}")
+    return b
 
 
-def emulated(backend: ModuleType) -> bool:
-    """True when kernels run on the CPU emulator rather than a GPU."""
-    return not backend.__name__.startswith("cupy")
+def _backend(backend) -> Backend:
+    """A backend, given itself or its array library module (``device.lib``)."""
+    if isinstance(backend, Backend):
+        return backend
+    b = backends.of_library(backend)
+    if b is None:
+        raise TypeError(f"no backend is registered for {backend!r}")
+    return b
 
 
 _lock = threading.Lock()
@@ -107,34 +111,37 @@ def device_of(array) -> int:
     return int(getattr(dev, "id", 0) or 0)
 
 
-def get_function(file: str, name_expression: str, backend: ModuleType, device: int | None = None):
+def get_function(file: str, name_expression: str, backend, device: int | None = None):
     """The kernel ``name_expression`` of ``cuda_kernels/<file>`` for ``device`` (default: the current
-    one), compiled on first use -- all of the file's instantiations at once -- and cached per device.
-    Launch it on that device (``with backend.cuda.Device(device)``), CuPy-style:
+    one) of ``backend`` (a :class:`~gpuops.backends.base.Backend`, or its array library module),
+    compiled on first use -- all of the file's instantiations at once -- and cached per device.
+    Launch it on that device (``with backend.on_device(device)``), CuPy-style:
     ``fn(grid, block, args, shared_mem=0)``."""
     if name_expression not in NAME_EXPRESSIONS.get(file, ()):
         raise KeyError(f"{name_expression!r} is not an instantiation listed for {file} in NAME_EXPRESSIONS")
+    backend = _backend(backend)
     if device is None:
-        device = int(backend.cuda.Device().id)
-    key = (backend.__name__, device, file)
+        device = backend.current_device()
+    key = (backend.name, device, file)
     fn = _functions.get((*key, name_expression))
     if fn is not None:
         return fn
-    with _lock, backend.cuda.Device(device):
+    with _lock, backend.on_device(device):
         module = _modules.get(key)
         if module is None:
-            module = backend.RawModule(code=source(file), options=OPTIONS, name_expressions=NAME_EXPRESSIONS[file])
+            module = backend.raw_module(source(file), OPTIONS, NAME_EXPRESSIONS[file])
             _modules[key] = module
         fn = _functions[(*key, name_expression)] = module.get_function(name_expression)
     return fn
 
 
-def launch_config(n: int, backend: ModuleType, block: int = 256,
+def launch_config(n: int, backend, block: int = 256,
                   exact_block: bool = False) -> tuple[tuple[int], tuple[int]]:
-    """(grid, block) for a grid-stride kernel over ``n`` elements. On the emulator, a few blocks of
-    at most 128 threads (unless ``exact_block``): each emulated thread costs a context switch, while
-    more loop iterations per thread are free."""
-    if emulated(backend):
-        block = block if exact_block else min(block, 128)
-        return (max(1, min(-(-n // block), 8)),), (block,)
-    return (max(1, min(-(-n // block), 65535)),), (block,)
+    """(grid, block) for a grid-stride kernel over ``n`` elements, within the backend's
+    :attr:`~gpuops.backends.base.Backend.launch_limits`: on a GPU up to 65535 blocks; on an emulation
+    of the CUDA execution model a few blocks of at most 128 threads (unless ``exact_block``), as each
+    emulated thread costs a context switch while more loop iterations per thread are free."""
+    limits = _backend(backend).launch_limits
+    if limits.max_threads is not None and not exact_block:
+        block = min(block, limits.max_threads)
+    return (max(1, min(-(-n // block), limits.max_blocks)),), (block,)

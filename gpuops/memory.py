@@ -87,11 +87,10 @@ class MemoryManager:
     def __post_init__(self):
         if self.device.kind != "cuda":
             return
-        lib = self.device.lib
         self.pool = self.new_pool()
         manager = self
 
-        class _Counter(lib.cuda.MemoryHook):
+        class _Counter(self.device.backend.memory_hook):
             name = f"gpuops-{next(_hook_ids)}"  # CuPy keys a thread's hooks by name: one per session
 
             def alloc_postprocess(self, device_id, mem_size, mem_ptr):
@@ -104,11 +103,11 @@ class MemoryManager:
 
     def _on_device(self):
         """CuPy's pool methods act on the current device: make it this session's."""
-        return self.device.lib.cuda.Device(self.device.index)
+        return self.device.backend.on_device(self.device.index)
 
     def new_pool(self):
         """A memory pool on this session's device with its limit (a CUDA graph keeps one of its own)."""
-        pool = self.device.lib.cuda.MemoryPool()
+        pool = self.device.backend.memory_pool()
         if self.limit is not None:
             with self._on_device():  # a pool's limit is per device: the current one
                 if isinstance(self.limit, float) and 0 < self.limit <= 1:
@@ -128,8 +127,8 @@ class MemoryManager:
 
     @contextlib.contextmanager
     def _active(self):
-        lib = self.device.lib
-        with lib.cuda.Device(self.device.index), lib.cuda.using_allocator(self.pool.malloc), self._hook:
+        b = self.device.backend
+        with b.on_device(self.device.index), b.using_allocator(self.pool.malloc), self._hook:
             yield
 
     def upload(self, host: np.ndarray, key: str):
@@ -142,17 +141,17 @@ class MemoryManager:
             return self._upload(host, key)
 
     def _upload(self, host: np.ndarray, key: str):
-        lib = self.device.lib
+        b = self.device.backend
         staging, done = self._pinned.get(key, (None, None))
         if staging is None or staging.nbytes < host.nbytes:
-            mem = lib.cuda.alloc_pinned_memory(max(host.nbytes, 1))
-            staging, done = np.frombuffer(mem, np.uint8, max(host.nbytes, 1)), lib.cuda.Event()
+            mem = b.pinned_memory(max(host.nbytes, 1))
+            staging, done = np.frombuffer(mem, np.uint8, max(host.nbytes, 1)), b.event()
         else:
             done.synchronize()
         dtype = host.dtype.newbyteorder("=")  # CuPy holds native byte order only (big-endian is a ValueError)
         staged = staging[:host.nbytes].view(dtype).reshape(host.shape)
         np.copyto(staged, host)
-        with lib.cuda.Device(self.device.index):
+        with b.on_device(self.device.index):
             out = self.device.xp.empty(host.shape, dtype=dtype)
             out.set(staged)
             done.record()

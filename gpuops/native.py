@@ -1,6 +1,6 @@
 """Native CPU kernels: ``cpu_kernels/*.c``, compiled with the system C compiler and loaded with ctypes;
 and the one compile-and-cache routine (:func:`build`) that they and the CUDA emulator
-(:mod:`gpuops.emulator`) share.
+(:mod:`gpuops.testing.emulator`) share.
 
 Some of the CPU path's hot loops have no single NumPy call: a depthwise conv's per-channel
 multiply-add over nine taps, a pooling window, an LSTM step's gate arithmetic, a uint8 GEMV. NumPy

@@ -813,7 +813,7 @@ def environment(dev: Device | None) -> dict:
     if lib is None:
         env["cupy"] = "not importable (pip install 'gpuops[cuda]')"
     elif _device.uses_standin():
-        env["cupy"] = "CPU stand-in (GPUOPS_CUDA_STANDIN=1); kernels run on the CPU emulator (g++)"
+        env["cupy"] = f"CPU stand-in ({_device.BACKEND_ENV}={_device.cuda_backend().name}); kernels run on the CPU emulator (g++)"
     else:
         env["cupy"] = lib.__version__
         rt = lib.cuda.runtime

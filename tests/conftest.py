@@ -1,8 +1,9 @@
 """Test-wide setup.
 
 ``device="cuda"`` tests run against real CuPy when a GPU is present, and otherwise against the CPU
-stand-in (:mod:`gpuops.cuda_standin`), so the CUDA path is exercised in CI. Tests marked ``cuda``
-need the real thing and are skipped without it.
+stand-in (:mod:`gpuops.testing.cuda_standin`, selected as the CUDA backend through
+``GPUOPS_CUDA_BACKEND``), so the CUDA path is exercised in CI. Tests marked ``cuda`` need the real thing
+and are skipped without it.
 """
 
 import os
@@ -10,11 +11,12 @@ import warnings
 
 import pytest
 
+from gpuops import backends, testing
 from gpuops import device as _device
 
 REAL_GPU = _device.cuda_device_count() > 0 and not _device.uses_standin()
 if not REAL_GPU:
-    os.environ[_device.STANDIN_ENV] = "1"
+    os.environ[backends.BACKEND_ENV] = testing.STANDIN
 
 
 def pytest_configure(config):

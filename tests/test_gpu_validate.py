@@ -30,10 +30,10 @@ SMALL = {  # a dry run that fits in well under a minute on two cores
 
 
 def _validate(out: Path, standin: bool = True, timeout: int = 240, **env) -> tuple[subprocess.CompletedProcess, dict]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("GPU_VALIDATE_") and k != "GPUOPS_CUDA_STANDIN"}
+    e = {k: v for k, v in os.environ.items() if not k.startswith("GPU_VALIDATE_") and k != "GPUOPS_CUDA_BACKEND"}
     e.update(PY=sys.executable, **SMALL)
     if standin:
-        e["GPUOPS_CUDA_STANDIN"] = "1"
+        e["GPUOPS_CUDA_BACKEND"] = "gpuops.testing.cuda_standin"
     e.update(env)
     r = subprocess.run(["bash", str(SCRIPT), str(out)], capture_output=True, text=True, cwd=ROOT, env=e,
                        timeout=timeout)
@@ -50,7 +50,7 @@ def test_shell_scripts_pass_shellcheck():
 
 def test_usage_and_bad_arguments(tmp_path):
     r = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True)
-    assert r.returncode == 0 and "GPUOPS_CUDA_STANDIN=1" in r.stdout
+    assert r.returncode == 0 and "GPUOPS_CUDA_BACKEND=gpuops.testing.cuda_standin" in r.stdout
     assert all(p in r.stdout for p in PARTS)
     assert subprocess.run(["bash", str(SCRIPT), "--bogus"], capture_output=True).returncode == 2
     assert subprocess.run(["bash", str(SCRIPT), str(tmp_path / "a"), "b"], capture_output=True).returncode == 2

@@ -20,7 +20,7 @@ def _mode() -> str:
     mode = os.environ.get("GPU_VALIDATE_MODE", "")
     if mode:
         return mode
-    return "standin" if os.environ.get("GPUOPS_CUDA_STANDIN", "") not in ("", "0") else "gpu"
+    return "standin" if os.environ.get("GPUOPS_CUDA_BACKEND", "") not in ("", "cupy") else "gpu"
 
 
 MODE = _mode()  # "gpu": real CuPy on a GPU; "standin": gpuops' CPU stand-in of CuPy (a dry run)
@@ -31,7 +31,8 @@ MAX_REPS = int(os.environ.get("GPU_VALIDATE_REPS", "0"))  # > 0: at most this ma
 
 
 def cuda_device():
-    """gpuops' CUDA device: real CuPy on a GPU, the CPU stand-in with GPUOPS_CUDA_STANDIN=1."""
+    """gpuops' CUDA device: real CuPy on a GPU, the CPU stand-in with
+    GPUOPS_CUDA_BACKEND=gpuops.testing.cuda_standin."""
     import gpuops
 
     return gpuops.get_device("cuda")

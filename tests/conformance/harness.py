@@ -31,7 +31,7 @@ def load_expected_failures(path: Path) -> dict[str, str]:
 def device_guard(device: str):
     """On the CUDA stand-in, a graph run may not convert device arrays to host values implicitly."""
     if device.startswith("cuda") and gpuops.device.uses_standin():
-        from gpuops import cuda_standin
+        from gpuops.testing import cuda_standin
 
         return cuda_standin.strict()
     return contextlib.nullcontext()

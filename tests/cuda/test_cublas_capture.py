@@ -107,7 +107,7 @@ def test_out_and_mismatched_core_dimension(dev):
 
 @pytest.mark.skipif(not _device.uses_standin(), reason="the stand-in's record of cuBLAS's capture rules")
 def test_standin_enforces_cublas_capture_rules(dev):
-    api = cublas.c_api(dev.lib)
+    api = dev.backend.cublas_api()
     a = dev.xp.asarray(np.ones((2, 2), np.float32))
     c = dev.xp.zeros((2, 2), dtype=dev.xp.float32)
     h = api.create()

@@ -54,7 +54,7 @@ class Producer:
 
 @pytest.mark.skipif(not STANDIN, reason="counts the stand-in's transfers")
 def test_each_kind_of_feed_moves_once():
-    from gpuops import cuda_standin as sd
+    from gpuops.testing import cuda_standin as sd
 
     sess = gpuops.InferenceSession(chain_model(n=2), device="cuda:1")
     dev = sess.device

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not _device.uses_standin(), reason="sync account
 
 @pytest.fixture
 def sd():
-    from gpuops import cuda_standin
+    from gpuops.testing import cuda_standin
 
     return cuda_standin
 

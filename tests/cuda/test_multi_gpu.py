@@ -15,7 +15,7 @@ STANDIN = _device.uses_standin()
 
 @pytest.mark.skipif(not STANDIN, reason="checks the stand-in's own rules")
 def test_standin_has_cupys_current_device_rules():
-    from gpuops import cuda_standin as sd
+    from gpuops.testing import cuda_standin as sd
 
     a = sd.xp.asarray(np.arange(3, dtype=np.float32))
     with sd.cuda.Device(1):

@@ -14,7 +14,7 @@ STANDIN = _device.uses_standin()
 
 @pytest.fixture
 def sd():
-    from gpuops import cuda_standin
+    from gpuops.testing import cuda_standin
 
     return cuda_standin
 

@@ -100,7 +100,7 @@ def test_ops_that_read_device_data_on_the_host_declare_it():
 
 
 def test_deferred_bounds_checks_read_nothing_until_the_end_of_the_run():
-    from gpuops import cuda_standin as sd
+    from gpuops.testing import cuda_standin as sd
 
     xp = sd.xp
     data = _f(5, 3)
@@ -143,7 +143,7 @@ NO_COPIES = {  # (op, opset, inputs: device arrays, and NumPy ones for host inpu
 def test_ops_copy_nothing_from_the_host(case):
     """A host->device copy inside a node stops a CUDA graph capture (pageable memory): window counts,
     argmax indices, resize taps, RNN step masks, ranges and attention masks are built on the device."""
-    from gpuops import cuda_standin as sd
+    from gpuops.testing import cuda_standin as sd
 
     op_type, opset, inputs, attrs = NO_COPIES[case]
     domain, _, op_type = op_type.rpartition("::")

@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     os.environ["GPUOPS_FUZZ_SCALE"] = str(a.scale)
     os.environ.setdefault("GPUOPS_FUZZ_DUMP", os.path.join(tempfile.gettempdir(), "gpuops-fuzz-current.onnx"))
-    os.environ.setdefault("GPUOPS_CUDA_STANDIN", "1")  # the CUDA path on the CPU stand-in without a GPU
+    os.environ.setdefault("GPUOPS_CUDA_BACKEND", "gpuops.testing.cuda_standin")  # the CPU stand-in of CuPy
     cap = int(a.memory_gb * 2 ** 30)
     resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
     from hypothesis import settings

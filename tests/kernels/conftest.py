@@ -12,14 +12,14 @@ import pytest
 
 import gpuops.ops  # noqa: F401  (the generic ops: fallbacks and oracles)
 import gpuops.ops.cuda  # noqa: F401  (the overrides under test)
-from gpuops import emulator
+from gpuops.testing import emulator
 
 
 class Dev:
     def __init__(self, name: str):
         self.name = name
         if name == "emulator":
-            from gpuops import cuda_standin
+            from gpuops.testing import cuda_standin
 
             self.xp = cuda_standin.xp
         else:

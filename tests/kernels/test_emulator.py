@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuops import emulator, native
+from gpuops import native
+from gpuops.testing import emulator
 
 pytestmark = pytest.mark.skipif(not emulator.available(), reason="no C++ compiler (g++) for the CUDA emulator")
 

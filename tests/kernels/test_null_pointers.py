@@ -8,7 +8,8 @@ import array_api_compat.numpy as anp
 import numpy as np
 import pytest
 
-from gpuops import cuda_standin, emulator, kernels, registry
+from gpuops import kernels, registry
+from gpuops.testing import cuda_standin, emulator
 from gpuops.ops.cuda import _launch
 
 pytestmark = pytest.mark.skipif(not emulator.available(), reason="no C++ compiler (g++) for the CUDA emulator")
@@ -17,7 +18,7 @@ RNG = np.random.default_rng(12)
 
 
 def _bias_activation():
-    return kernels.get_function("conv.cu", "bias_activation<float>", cuda_standin, 0)
+    return kernels.get_function("conv.cu", "bias_activation<float>", cuda_standin.BACKEND, 0)
 
 
 def test_standin_launch_refuses_none_and_takes_a_null_pointer():

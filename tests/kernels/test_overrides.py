@@ -44,7 +44,7 @@ def test_quantize_dequantize_session_on_cuda_matches_cpu():
     cpu = gpuops.InferenceSession(_quantize_model(), device="cpu").run(None, {"x": x})
     sess = gpuops.InferenceSession(_quantize_model(), device="cuda")
     if _device.uses_standin():  # kernels run on the emulator, and never pull data to the host implicitly
-        from gpuops import cuda_standin
+        from gpuops.testing import cuda_standin
 
         with cuda_standin.strict():
             cuda = sess.run(None, {"x": x})

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("modeci_mdf")
 
-from gpuops import cuda_standin  # noqa: E402
+from gpuops.testing import cuda_standin  # noqa: E402
 from gpuops.bench.mdf import examples_dir  # noqa: E402
 from gpuops.device import uses_standin  # noqa: E402
 from gpuops.errors import UnsupportedOpError  # noqa: E402

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from gpuops import cuda_standin
+from gpuops.testing import cuda_standin
 from gpuops.device import get_device, to_host, uses_standin
 from gpuops.errors import ModelError
 from gpuops.mdf.expr import ExpressionError, Values, compile_expr, compile_value

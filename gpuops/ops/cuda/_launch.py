@@ -41,7 +41,7 @@ def launch(file: str, name: str, like, n: int, args: tuple, block: int = 256, ex
     backend, device = kernels.backend_of(like), kernels.device_of(like)
     grid, threads = kernels.launch_config(n, backend, block, exact_block)
     fn = kernels.get_function(file, name, backend, device)
-    with backend.cuda.Device(device):
+    with backend.on_device(device):
         fn(grid, threads, args)
 
 

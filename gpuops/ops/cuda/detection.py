@@ -120,8 +120,8 @@ def non_max_suppression(xp, boxes, scores, max_output_boxes_per_class=None, iou_
     backend, device = kernels.backend_of(boxes), kernels.device_of(boxes)
     mask_fn = kernels.get_function("nms.cu", f"nms_mask<{t}>", backend, device)
     select_fn = kernels.get_function("nms.cu", f"nms_select<{t}>", backend, device)
-    select_block = 32 if kernels.emulated(backend) else 128
-    with backend.cuda.Device(device):
+    select_block = backend.launch_limits.nms_select_block
+    with backend.on_device(device):
         for off in range(0, n_bc, chunk):
             n = min(chunk, n_bc - off)
             mask_fn((words, words, n), (kernels.NMS_BLOCK,),

@@ -287,9 +287,9 @@ def int_matmul(xp, A, B, a_zero_point=None, b_zero_point=None):
     nb = max(1, math.prod(batch))
     backend, device = kernels.backend_of(C), kernels.device_of(C)
     tile = kernels.QG_TILE
-    grid = (-(-N // tile), -(-M // tile), min(nb, 4 if kernels.emulated(backend) else 65535))
+    grid = (-(-N // tile), -(-M // tile), min(nb, backend.launch_limits.max_grid_z))
     fn = kernels.get_function("quantize.cu", f"gemm_s32<{ta}, {tb}>", backend, device)
-    with backend.cuda.Device(device):
+    with backend.on_device(device):
         fn(grid, (tile, tile), (A, B, optional(xp, a_zero_point), optional(xp, b_zero_point), C, i32(M), i32(N), i32(K),
                                 i64(nb), i64(a_mod), i64(b_mod), i32(a_mode), i32(b_mode)))
     return C

@@ -43,13 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import native
+from ... import native
 
 HEADER_DIR = Path(__file__).resolve().parent
 HEADER = HEADER_DIR / "cuda_emu.h"
 CXX_FLAGS = ("-std=c++20", "-O2", "-pthread", "-shared", "-fPIC", "-ffp-contract=off", "-w")
 MAX_THREADS_PER_BLOCK = 1024
-EMULATED = True  # lets code tell the emulator from CuPy (e.g. to launch fewer, fuller blocks)
 
 
 class CompileError(native.BuildError):
@@ -146,7 +145,7 @@ def build_kernel_files(files=None) -> list[dict]:
     """For ``gpuops build-kernels --emulator``: gpuops' CUDA kernel files (``cuda_kernels/``), each with
     all its instantiations, compiled in parallel as the CuPy stand-in will ask for them (or found in the
     cache): ``[{"file", "path", "built", "seconds", "kernels"} or {"file", "error"}]``, in file order."""
-    from .. import kernels
+    from ... import kernels
 
     files = sorted(kernels.NAME_EXPRESSIONS) if files is None else list(files)
     cache = cache_dir()

@@ -1,7 +1,8 @@
 """A CPU stand-in for the part of CuPy that gpuops uses, so the CUDA path runs in CI without a GPU.
 
-Set ``GPUOPS_CUDA_STANDIN=1`` and ``device="cuda"`` resolves to this module instead of CuPy. It is
-NumPy underneath, with CuPy's rules on top, and it is meant to be at least as strict as CuPy on a GPU:
+Set ``GPUOPS_CUDA_BACKEND=gpuops.testing.cuda_standin`` and ``device="cuda"`` resolves to this module's
+backend (:data:`BACKEND`, see :mod:`gpuops.backends`) instead of CuPy's. It is NumPy underneath, with
+CuPy's rules on top, and it is meant to be at least as strict as CuPy on a GPU:
 
 * arrays are a wrapper type (``ndarray``) that refuses implicit conversion to the host
   (``np.asarray(a)`` raises ``TypeError`` as CuPy does); ``.get()`` / ``asnumpy`` are the explicit copy.
@@ -10,9 +11,10 @@ NumPy underneath, with CuPy's rules on top, and it is meant to be at least as st
   ``repr``, attempts at ``__array__``) and every operation whose result *shape* depends on device data (boolean-mask
   getitem/setitem, ``nonzero``/``argwhere``/``flatnonzero``/one-argument ``where``, ``unique*``,
   ``bincount``, ``compress``/``extract``/``delete``/``insert``, set operations, ``histogram``,
-  ``repeat`` with device repeats), also when it happens inside array-api-compat's functions: the
-  namespace :data:`xp` is built as ``array_api_compat.cupy`` is, its common aliases bound to the raw
-  CuPy-like namespace :data:`cp`, so ``xp.clip`` runs its boolean-mask assignments on stand-in arrays.
+  ``repeat`` with device repeats), also when it happens inside the array API's wrappers: the
+  namespace :data:`xp` is built as ``array_api_compat.cupy`` is, with the same wrappers written over the
+  raw CuPy-like namespace :data:`cp` (:mod:`gpuops.testing._array_api`), so ``xp.clip`` runs its
+  boolean-mask assignments on stand-in arrays.
 
   - :func:`sync_count` / :func:`launch_count`: this thread's totals; :func:`tally` is a ``with`` block
     whose result lists the syncs (``.syncs``, their "what") and counts the device op calls / kernel
@@ -40,7 +42,9 @@ NumPy underneath, with CuPy's rules on top, and it is meant to be at least as st
   cuBLAS, cuSOLVER or cuFFT call raises CuPy's exception for it (``CUDARuntimeError``,
   ``CUDADriverError``, ``CUBLASError``, ``CUSOLVERError``, ``CuFFTError``).
 * ``RawModule``/``RawKernel`` launches run the same ``.cu`` source on the CPU emulation of the CUDA
-  execution model (:mod:`gpuops.emulator`).
+  execution model (:mod:`gpuops.testing.emulator`).
+* its backend (:class:`StandinBackend`) gives :class:`gpuops.device.Device` the stand-in's sync counts,
+  buffer ownership, cuBLAS C API and the emulator's launch limits.
 """
 
 from __future__ import annotations
@@ -719,9 +723,9 @@ _ARRAY_HELD_ONCE = _held_once()
 
 def owns_buffer(a: ndarray) -> bool:
     """No other array can see ``a``'s memory. On CuPy, a view holds its base array, so the caller's
-    reference count of ``a`` plus :func:`gpuops.device.sole_view` tell; the stand-in's views hold
+    reference count of ``a`` plus :func:`gpuops.backends.base.sole_view` tell; the stand-in's views hold
     the NumPy array inside instead, so that one must be held by ``a`` alone, and be a sole view."""
-    from .device import sole_view
+    from ..backends.base import sole_view
 
     return _array_refs(a) == _ARRAY_HELD_ONCE and a._a.flags.writeable and sole_view(a._a)
 
@@ -1850,15 +1854,6 @@ class _CublasC:
             _call(gemm, (A, B), {"out": C})
 
 
-def _register_cublas():
-    from . import cublas
-
-    cublas.register_c_api(__name__, _CublasC)
-
-
-_register_cublas()
-
-
 # -- the namespace -------------------------------------------------------------------------------
 
 _DLPACK_CUDA = 2  # DLPack's kDLCUDA
@@ -1931,7 +1926,7 @@ class _Namespace(types.ModuleType):
         return obj
 
 
-cp = _Namespace("gpuops.cuda_standin.cp", np, api_prefix="")  # what ``import cupy`` gives, on stand-in arrays
+cp = _Namespace(f"{__name__}.cp", np, api_prefix="")  # what ``import cupy`` gives, on stand-in arrays
 for _k, _v in {"ndarray": ndarray, "asarray": asarray, "asnumpy": asnumpy, "from_dlpack": from_dlpack,
                "cuda": cuda, "RawModule": RawModule, "get_default_memory_pool": get_default_memory_pool}.items():
     setattr(cp, _k, _v)
@@ -1949,18 +1944,16 @@ cp.array = array
 
 
 def _array_api_namespace():
-    """The namespace ``array_api_compat.cupy`` would be on the stand-in: the raw namespace, with
-    array-api-compat's common aliases bound to it and CuPy's own adjustments, so that what those
-    aliases do (``clip``'s boolean-mask assignments, ``nonzero``...) happens on stand-in arrays."""
-    from array_api_compat._internal import get_xp
-    from array_api_compat.common import _aliases, _fft, _linalg
+    """The namespace ``array_api_compat.cupy`` would be on the stand-in: the raw namespace, with the
+    array API's wrappers (:mod:`gpuops.testing._array_api`) written over it and CuPy's own adjustments,
+    so that what those wrappers do (``clip``'s boolean-mask assignments, ``nonzero``...) happens on
+    stand-in arrays."""
+    from . import _array_api
 
-    ns = _Namespace("gpuops.cuda_standin.xp", cp, wrap=False)
-    bind = get_xp(cp)
-    for name in _aliases.__all__:
-        if name in ("vecdot", "isdtype", "unstack") and name in _CUPY_NAMES:
-            continue  # array-api-compat uses CuPy's own where it has them
-        setattr(ns, name, bind(getattr(_aliases, name)))
+    ns = _Namespace(f"{__name__}.xp", cp, wrap=False)
+    main = _array_api.aliases(cp, ns, library_names=_CUPY_NAMES)
+    for name, f in main.items():
+        setattr(ns, name, f)
     for new, old in [("acos", "arccos"), ("acosh", "arccosh"), ("asin", "arcsin"), ("asinh", "arcsinh"),
                      ("atan", "arctan"), ("atan2", "arctan2"), ("atanh", "arctanh"),
                      ("bitwise_left_shift", "left_shift"), ("bitwise_invert", "invert"),
@@ -1998,15 +1991,10 @@ def _array_api_namespace():
         x1, x2 if isinstance(x2, ndarray) else asarray(x2), side, sorter)
     ns.isin = lambda x1, x2, /, *, invert=False, **kw: cp.isin(
         asarray(x1) if isinstance(x1, int) else x1, asarray(x2) if isinstance(x2, int) else x2, invert=invert, **kw)
-    for sub, common in (("linalg", _linalg), ("fft", _fft)):
-        mod = _Namespace(f"gpuops.cuda_standin.xp.{sub}", getattr(cp, sub), wrap=False)
-        for name in common.__all__:
-            if name in ("matmul", "matrix_transpose", "tensordot", "vecdot"):
-                setattr(mod, name, getattr(ns, name))
-            elif inspect.isfunction(getattr(common, name)) and "xp" in inspect.signature(getattr(common, name)).parameters:
-                setattr(mod, name, bind(getattr(common, name)))
-            else:
-                setattr(mod, name, getattr(common, name))
+    for sub, wrappers in (("linalg", _array_api.linalg_aliases(cp, main)), ("fft", _array_api.fft_aliases(cp))):
+        mod = _Namespace(f"{__name__}.xp.{sub}", getattr(cp, sub), wrap=False)
+        for name, f in wrappers.items():
+            setattr(mod, name, f)
         setattr(ns, sub, mod)
     for k in ("ndarray", "asnumpy", "from_dlpack", "cuda", "RawModule", "get_default_memory_pool"):
         setattr(ns, k, getattr(cp, k))
@@ -2015,3 +2003,48 @@ def _array_api_namespace():
 
 
 xp = _array_api_namespace()
+
+
+# -- the backend -----------------------------------------------------------------------------------
+
+from ..backends import register as _register  # noqa: E402
+from ..backends.base import LaunchLimits  # noqa: E402
+from ..backends.cupy import CupyBackend  # noqa: E402
+
+
+class StandinBackend(CupyBackend):
+    """The stand-in as a :mod:`gpuops.backends` backend: CuPy's adapter over this module, with what only
+    the stand-in can tell (every host sync, kernel launches, buffer ownership through its wrapper
+    arrays), its own cuBLAS C API, and the emulator's launch limits: each emulated thread costs a
+    context switch, so grid-stride kernels get at most 8 blocks of at most 128 threads, NMS's select
+    kernel 32 threads and a batched GEMM 4 grid layers."""
+
+    emulated = True
+    launch_limits = LaunchLimits(max_blocks=8, max_threads=128, max_grid_z=4, nms_select_block=32)
+
+    def host_sync_count(self) -> int:
+        return sync_count()
+
+    def declared_syncs(self):
+        return declared_syncs()
+
+    def kernel_launch_count(self) -> int | None:
+        return launch_count()
+
+    def owns_buffer(self, value) -> bool:
+        return owns_buffer(value)
+
+    def cublas_api(self):
+        return _CublasC()
+
+    def holds_bfloat16(self) -> bool:
+        return True  # as CuPy 14 on NumPy >= 2.1.2 with ml_dtypes
+
+
+BACKEND = StandinBackend(sys.modules[__name__], __name__, xp)
+_register(BACKEND)  # its arrays are known as soon as the module is imported
+
+
+def gpuops_backend() -> StandinBackend:
+    """The backend that ``GPUOPS_CUDA_BACKEND=gpuops.testing.cuda_standin`` selects."""
+    return BACKEND
