@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import backends
-from .backends import BACKEND_ENV, Backend, sole_view  # noqa: F401  (sole_view: its home was here)
+from .backends import BACKEND_ENV, Backend
 from .dtypes import device_supported
 from .errors import DeviceError, FeedError
 
@@ -126,8 +126,6 @@ class Device:
         array that nothing but ``value`` holds (an op's reshaped result). With the executor's
         reference count of ``value`` this makes writing into it safe, as NumPy and CuPy views keep
         their base alive."""
-        if self.kind == "cpu":
-            return value.flags.writeable and sole_view(value)
         return self.backend.owns_buffer(value)
 
     def is_native(self, value: Any) -> bool:

@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from ..errors import DeviceError
-from .base import Backend, LaunchLimits, sole_view  # noqa: F401  (the protocol)
+from .base import Backend, LaunchLimits  # noqa: F401  (the protocol)
 
 BACKEND_ENV = "GPUOPS_CUDA_BACKEND"
 DEFAULT_CUDA = "gpuops.backends.cupy"
