@@ -51,7 +51,7 @@ def test_cuda_run_matches_cpu_and_returns_host_arrays():
 
 @pytest.mark.skipif(not STANDIN, reason="transfer counting is a stand-in feature")
 def test_no_implicit_transfers_and_explicit_ones_only_at_the_boundaries():
-    from gpuops import cuda_standin
+    from gpuops.testing import cuda_standin
 
     sess = gpuops.InferenceSession(chain_model(), device="cuda")
     x = np.ones((2, 256), np.float32)
@@ -64,7 +64,7 @@ def test_no_implicit_transfers_and_explicit_ones_only_at_the_boundaries():
 
 @pytest.mark.skipif(not STANDIN, reason="checks the stand-in's own refusal")
 def test_standin_refuses_implicit_conversion_like_cupy():
-    from gpuops import cuda_standin
+    from gpuops.testing import cuda_standin
 
     a = gpuops.get_device("cuda").asarray(np.arange(3, dtype=np.float32))
     with pytest.raises(TypeError, match="Implicit conversion"):
@@ -170,7 +170,7 @@ def test_devices_report_nvml_details_of_the_same_gpu_by_pci_bus_id(monkeypatch):
     import sys
     import types
 
-    from gpuops import cuda_standin
+    from gpuops.testing import cuda_standin
 
     # NVML numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES: with CUDA_VISIBLE_DEVICES=1,0
     # NVML's index 0 is CUDA's device 1. Only the PCI bus id names the same GPU in both.
