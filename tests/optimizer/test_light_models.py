@@ -14,7 +14,7 @@ import pytest
 import gpuops
 from gpuops.optimizer import optimize
 from tests.conformance.harness import assert_close, device_guard
-from tests.conformance.test_light_models import MODELS, _case
+from tests.conformance.test_light_models import MODELS, _case, check_light_outputs, light_case
 
 from .helpers import ops
 
@@ -72,13 +72,13 @@ def test_cli_save_optimized(tmp_path):
 def test_fewer_kernel_launches_on_the_cuda_path():
     """squeezenet on the CUDA path: the folded weights and fused convolutions launch fewer kernels
     (counted where the device counts them: the CPU stand-in of CuPy; on CuPy only the steps)."""
-    model, feeds, expected, rtol, atol = _case("squeezenet")
+    case = light_case("squeezenet")  # its logits, within their float32 bound (the softmax is ill-conditioned)
     counts = {}
     for level in ("none", "all"):
-        sess = gpuops.InferenceSession(model, device="cuda", optimize=level)
+        sess = gpuops.InferenceSession(case.model, device="cuda", optimize=level)
         with device_guard("cuda"):
-            got = sess.run(None, feeds, profile=True)
-        assert_close(got[0], expected[0], rtol, atol, level)
+            got = sess.run(None, case.feeds, profile=True)
+        check_light_outputs(case, got)
         counts[level] = (len(sess.plan.steps), sess.last_profile["kernel_launches"])
     assert counts["all"][0] < counts["none"][0] / 2
     if counts["none"][1] is not None:
