@@ -8,6 +8,7 @@ model's folder and within :data:`MAX_EXTERNAL_DATA_BYTES`.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import onnx
@@ -200,9 +201,13 @@ def _load_external_data(tensors: list[onnx.TensorProto], base: Path | None) -> N
             target = (base / location).resolve()
             if base not in target.parents:
                 raise ModelError(f"{where} path {location!r} points outside the model's folder")
-            if not target.is_file():
+            try:  # stat, not is_file(): a symlink loop raises here (Python 3.13's resolve() no longer does)
+                st = target.stat()
+            except FileNotFoundError:
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode):
                 raise ModelError(f"{where} file {location!r} not found")
-            size = target.stat().st_size
+            size = st.st_size
         except (OSError, ValueError, RuntimeError) as e:  # name too long, symlink loop...
             raise ModelError(f"{where} path {location[:100]!r} cannot be opened: {e}") from e
         offset = offset or 0
