@@ -16,7 +16,13 @@ from onnx import TensorProto, helper, numpy_helper
 from gpuops.errors import GpuopsError
 
 from ..zoo.models import HEADS, HIDDEN, MAX_POS, VOCAB, Graph, attention, gelu, layer_norm, linear
+from ..ort_versions import requires_ort
 from .helpers import DEVICES, assert_close, run_gpuops, run_ort
+
+# onnxruntime 1.23 refuses these models outright: its graph check fails in the decoder subgraph
+# ("Node (Unsqueeze_..) input arg (c_..) does not have type information set by parent node").
+ORT_LOADS_GENERATION_MODELS = requires_ort(
+    "1.24", "rejects the generation models' decoder subgraph (Unsqueeze input without type information)")
 
 EOS, PAD = 5, 0
 _io = helper.make_tensor_value_info
@@ -163,12 +169,14 @@ def _split(case: dict):
     return case, optional, attrs
 
 
+@ORT_LOADS_GENERATION_MODELS
 @pytest.mark.parametrize("name", GREEDY_CASES)
 def test_greedy_search_matches_onnxruntime(name):
     case, optional, attrs = _split(GREEDY_CASES[name])
     compare("GreedySearch", feeds_for("GreedySearch", **case, **optional), **attrs)
 
 
+@ORT_LOADS_GENERATION_MODELS
 def test_greedy_search_stops_when_every_sequence_ended():
     """After the last EOS (written as the pad token) the search stops. onnxruntime leaves the rest of
     its output buffer as it was (zeros in a fresh buffer, stale values in a reused one); gpuops writes 0."""
@@ -183,6 +191,7 @@ def test_greedy_search_stops_when_every_sequence_ended():
         assert (got[:, end:] == 0).all()
 
 
+@ORT_LOADS_GENERATION_MODELS
 def test_init_decoder_runs_the_first_step():
     """convert_generation's separate first-step decoder (same signature) is used once."""
     model = generation_model("GreedySearch", feeds_for("GreedySearch", batch=2))
@@ -220,12 +229,14 @@ BEAM_CASES = {
 }
 
 
+@ORT_LOADS_GENERATION_MODELS
 @pytest.mark.parametrize("name", BEAM_CASES)
 def test_beam_search_matches_onnxruntime(name):
     case, optional, attrs = _split(BEAM_CASES[name])
     compare("BeamSearch", feeds_for("BeamSearch", **case, **optional), ("sequences", "sequences_scores"), **attrs)
 
 
+@ORT_LOADS_GENERATION_MODELS
 def test_beam_search_scores_output():
     """The per-step scores [max_length - sequence_length, batch, beams, vocab] (no early stop here)."""
     feeds = feeds_for("BeamSearch", batch=2, num_beams=3, num_return_sequences=2, max_length=9)
@@ -335,6 +346,7 @@ T5_CASES = {
 }
 
 
+@ORT_LOADS_GENERATION_MODELS
 @pytest.mark.parametrize("name", T5_CASES)
 @pytest.mark.parametrize("encoder", ["encoder", "encoder_decoder_init"])
 def test_t5_beam_search_matches_onnxruntime(name, encoder):
@@ -347,6 +359,7 @@ def test_t5_beam_search_matches_onnxruntime(name, encoder):
         assert_close(run_gpuops(model, feeds, device), want, 1e-4, 1e-4, f"T5 BeamSearch on {device}")
 
 
+@ORT_LOADS_GENERATION_MODELS
 def test_t5_greedy_search_is_one_beam():
     """onnxruntime's GreedySearch takes GPT-2 decoders only; gpuops' T5 greedy search equals onnxruntime's
     one-beam search (no EOS reached here)."""
@@ -371,6 +384,7 @@ SAMPLING_CASES = {
 }
 
 
+@ORT_LOADS_GENERATION_MODELS
 @pytest.mark.parametrize("name", SAMPLING_CASES)
 def test_sampling_matches_onnxruntime(name):
     """The uniform draws come from libstdc++'s default_random_engine, as in onnxruntime's Linux build."""
@@ -386,6 +400,7 @@ def _sample(feeds, device, **attrs):
     return run_gpuops(generation_model("Sampling", feeds, **attrs), feeds, device)[0]
 
 
+@ORT_LOADS_GENERATION_MODELS
 @pytest.mark.parametrize("device", DEVICES)
 def test_sampling_with_a_tiny_top_p_is_greedy(device):
     """top_p -> 0 keeps only the most likely token: the greedy search's sequences (onnxruntime's too)."""
@@ -416,6 +431,7 @@ def test_sampling_is_seeded_and_stays_in_the_allowed_set(device):
         np.testing.assert_array_equal(first, _sample(feeds, "cpu", **attrs))
 
 
+@ORT_LOADS_GENERATION_MODELS
 def test_sampling_presence_penalty_bars_the_masked_tokens():
     """presence_mask / presence_penalty (custom sampling) lower the masked tokens' scores: with a large
     penalty they are never chosen, as if vocab_mask excluded them (onnxruntime's CPU kernel subtracts

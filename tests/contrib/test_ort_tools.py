@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
+from ..ort_versions import ort_older_than, requires_ort
 from .helpers import (DEVICES, assert_close, check, f32, make_model, ms_node, ort_has_kernel, q8, rand, randint,
                       run_gpuops, run_ort)
 
@@ -44,6 +45,7 @@ def test_simplified_layer_normalization(axis):
     check(node, feeds, opset=14)
 
 
+@requires_ort("1.24", "its SkipSimplifiedLayerNormalization returns an empty inv_std_var output")
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_skip_simplified_layer_normalization(with_bias, dtype):
@@ -150,7 +152,12 @@ def test_qlinear_softmax(dtype, opset, axis, shape):
     check(ms_node("QLinearSoftmax", list(feeds), ["y"], opset=opset, axis=axis), feeds)
 
 
-@pytest.mark.parametrize("dtype,zy", [(U8, 5), (I8, 0), (I8, -128)])
+_ORT_SATURATES_INT8_SOFTMAX = requires_ort(
+    "1.24", "its int8 QLinearSoftmax wraps a certain row's 256 steps around (-1) instead of saturating to 127")
+
+
+@pytest.mark.parametrize("dtype,zy", [(U8, 5), pytest.param(I8, 0, marks=_ORT_SATURATES_INT8_SOFTMAX),
+                                      pytest.param(I8, -128, marks=_ORT_SATURATES_INT8_SOFTMAX)])
 def test_qlinear_softmax_saturates_a_certain_row(dtype, zy):
     # one dominant logit per row: its probability rounds to 1 / y_scale = 256 steps, past the type
     low = 0 if dtype == U8 else -60
@@ -211,7 +218,8 @@ def test_matmul_nbits(bits, zero_points, K):
     node = ms_node("MatMulNBits", names, ["y"], K=K, N=N, bits=bits, block_size=bs)
     ref = None
     if zero_points == "float" and bits == 8:  # onnxruntime's CPU build takes float zero points with 4 bits only
-        assert not ort_has_kernel(node, feeds)
+        # (onnxruntime 1.23 still creates a session for it, so the formula below is the reference either way)
+        assert ort_older_than("1.24") or not ort_has_kernel(node, feeds)
 
         def ref(a, b, s, zp, bias):
             blocks = np.arange(K) // bs
@@ -398,6 +406,7 @@ def test_group_query_attention(packed, rotary, phase):
                     np.testing.assert_allclose(g[b, :, :n], w[b, :, :n], rtol=1e-5, atol=1e-5)
 
 
+@requires_ort("1.24", "its GroupQueryAttention gives a different output for a right-padded first prompt")
 def test_group_query_attention_padded_prompt():
     # the first prompt of a batch whose second sequence holds 3 of the 5 tokens (right padding)
     feeds, names = _gqa_feeds(2, 5, 0, 2, 1, 16, [5, 3], False, 0)
@@ -405,6 +414,7 @@ def test_group_query_attention_padded_prompt():
           atol=1e-5)
 
 
+@requires_ort("1.24", "its GroupQueryAttention schema requires the present_key and present_value outputs")
 @pytest.mark.parametrize("attrs", [{"local_window_size": 2}, {"softcap": 2.0}, {"smooth_softmax": 1},
                                    {"scale": 0.2}])
 def test_group_query_attention_options(attrs):

@@ -7,6 +7,7 @@ import pytest
 import gpuops
 
 from tests.ops.common import assert_same, one_node_model, run_op, run_ort
+from tests.ort_versions import requires_ort
 
 
 def _check(op, feeds, outputs, attrs, opset=14, device="cpu", ref_opset=None):
@@ -73,8 +74,9 @@ def test_lstm(attrs):
 
 
 @pytest.mark.parametrize("attrs", [
-    dict(direction="bidirectional", activations=["Relu", "Affine"], activation_alpha=[0.5],
-         activation_beta=[0.1]),
+    pytest.param(dict(direction="bidirectional", activations=["Relu", "Affine"], activation_alpha=[0.5],
+                      activation_beta=[0.1]),
+                 marks=requires_ort("1.24", "its RNN kernel aborts the process on the Affine activation")),
     dict(direction="reverse", activations=["ThresholdedRelu"], activation_alpha=[0.2], clip=1.5),
     dict(layout=1),
 ])

@@ -12,6 +12,7 @@ from gpuops.errors import NodeError
 
 from tests.conformance.harness import assert_close
 from tests.ops.common import DEVICES, assert_node_matches_ort, make_model, run_node
+from tests.ort_versions import requires_ort
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 INT64_MAX = np.iinfo(np.int64).max
@@ -313,7 +314,10 @@ def test_trilu_takes_any_int64_k(device, k):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("batch_axis, time_axis", [(0, 1), (1, 0)])
+@pytest.mark.parametrize("batch_axis, time_axis", [
+    (0, 1),
+    pytest.param(1, 0, marks=requires_ort(
+        "1.24", "its ReverseSequence zeroes a zero-length sequence instead of copying it through"))])
 def test_reverse_sequence_with_trailing_dims(device, batch_axis, time_axis):
     x = np.arange(3 * 4 * 2, dtype=np.float32).reshape(3, 4, 2)
     lens = np.array([2, 4, 1] if batch_axis == 0 else [1, 3, 2, 0], np.int64)
