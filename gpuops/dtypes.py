@@ -1,7 +1,7 @@
 """ONNX element types <-> NumPy dtypes (bfloat16, float8, int4, float4 come from ml_dtypes)."""
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from . import backends
 from .errors import DeviceError, ModelError
@@ -48,3 +48,11 @@ def bfloat16_on_device() -> bool:
     except DeviceError:
         return False
     return b is not None and b.holds_bfloat16()
+
+
+def tensor_to_numpy(t: TensorProto) -> np.ndarray:
+    """An ONNX tensor's values, or a ``ModelError`` naming it when they cannot be read."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:
+        raise ModelError(f"tensor {t.name!r} cannot be read: {e}") from e

@@ -16,8 +16,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
-from ..dtypes import onnx_dtype
-from ..onnx.plan import tensor_to_numpy
+from ..dtypes import onnx_dtype, tensor_to_numpy
 from ..registry import canonical_domain
 
 MS = "com.microsoft"
