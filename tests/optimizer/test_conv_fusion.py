@@ -7,6 +7,7 @@ from onnx import TensorProto, helper
 import gpuops
 from gpuops.optimizer import optimize
 
+from ..ort_versions import ORT_VERSION, ort_older_than, requires_ort
 from .helpers import DEVICES, check, make_model, ops
 
 rng = np.random.default_rng(0)
@@ -36,11 +37,17 @@ def _model(residual: bool, act, bias=True):
 @pytest.mark.parametrize("act", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
 @pytest.mark.parametrize("residual", [True, False])
 def test_conv_activation_fused(act, residual):
+    if ort_older_than("1.24") and residual:
+        pytest.skip(f"onnxruntime {ORT_VERSION} < 1.24: its NCHWc Conv fails on FusedConv's residual input "
+                    "('Compute output and sum shape must match')")
+    if ort_older_than("1.24") and act[0] == "HardSwish":
+        pytest.skip(f"onnxruntime {ORT_VERSION} < 1.24: its FusedConv kernel has no HardSwish activation")
     m, feeds = _model(residual, act)
     opt = check(m, feeds, gone=["Conv", act[0], "Add"], present=["FusedConv"], atol=1e-5)
     assert len(opt.graph.node) == 1
 
 
+@requires_ort("1.24", "its NCHWc Conv fails on FusedConv's residual input ('Compute output and sum shape must match')")
 def test_conv_residual_without_bias():
     m, feeds = _model(True, None, bias=False)
     check(m, feeds, gone=["Conv", "Add"], present=["FusedConv"])

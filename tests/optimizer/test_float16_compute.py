@@ -96,7 +96,8 @@ def _cnn():
     return make_model(nodes, {"X": x}, [_out("Y"), _out("r2")], inits=inits), {"X": x}
 
 
-@pytest.mark.parametrize("build", [_mlp, _cnn])
+@pytest.mark.parametrize("build", [_mlp, pytest.param(_cnn, marks=requires_ort(
+    "1.24", "its NCHWc Conv fails on the fused residual ('Compute output and sum shape must match')"))])
 def test_float16_models_match_onnxruntime(build):
     model, feeds = build()
     opt = _check(model, feeds, run_ort)
