@@ -509,6 +509,8 @@ def compile_expr(source: str, known: set, values: Values, where: str) -> Expr:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
         raise ExpressionError(f"{where}: expression {_short(source)} is not valid: {e.msg}") from None
+    except ValueError as e:  # a null byte: Python < 3.12 raises ValueError where 3.12 raises SyntaxError
+        raise ExpressionError(f"{where}: expression {_short(source)} is not valid: {e}") from None
     except (RecursionError, MemoryError):  # the parser's own stack
         tree = None
     if tree is None or _depth(tree) > MAX_EXPRESSION_DEPTH:
