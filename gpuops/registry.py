@@ -21,9 +21,18 @@ type of its inputs and that takes ``out=`` (a ufunc's): the executor passes an i
 when that input dies at this node and nothing else refers to it (see :func:`gpuops.onnx.session.run_plan`).
 
 A node resolves to the implementation with the highest ``since`` <= the model's opset for the
-node's domain. A device override (``@op(..., device="cuda")``, kernel-backed) is chosen on that
-device when its ``since`` is at least that of the generic choice; the generic op stays as fallback
-and as test oracle.
+node's domain. A device override (``@op(..., device="cuda")``: the CUDA kernels of
+:mod:`gpuops.ops.cuda`; ``device="cpu"``: the native kernels and NumPy-only paths of
+:mod:`gpuops.ops.cpu`) is chosen on that device when its ``since`` is at least that of the generic
+choice; the generic op stays as fallback and as test oracle (``resolve(..., device=None)``).
+
+``prepare=fn`` is onnxruntime's PrePack: ``fn(constants, attrs) -> object | None`` is called once
+per session, when its weights are on the device (:meth:`gpuops.onnx.plan.Plan.upload`), with
+``constants`` the node's inputs that are initializers (position -> device array; feedable ones
+excluded) and the node's attributes. What it returns is kept on the plan step and passed to the op
+as ``prepared=`` on every run (nothing when it returns None); the op takes ``prepared=None`` for
+calls outside a session. It derives what depends only on those constants (packed or transformed
+weights, float32 copies of float16 ones); it must not keep a reference to anything else.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ class OpImpl:
     n_outputs: bool = False
     syncs: str | None = None
     inplace: bool = False
+    prepare: Callable | None = None
 
     @property
     def attributes(self) -> frozenset[str] | None:
@@ -60,7 +70,9 @@ class OpImpl:
         if any(p.kind is p.VAR_KEYWORD for p in params):
             return None
         names = frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
-        return names - {"out"} if self.inplace else names
+        if self.inplace:
+            names -= {"out"}
+        return names - {"prepared"} if self.prepare is not None else names
 
 
 _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
@@ -68,12 +80,14 @@ _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
 
 def op(op_type: str, *, domain: str = ONNX_DOMAIN, since: int = 1, device: str | None = None,
        host_inputs: tuple[int, ...] = (), n_outputs: bool = False, syncs: str | None = None,
-       inplace: bool = False):
+       inplace: bool = False, prepare: Callable | None = None):
     """Register the decorated function as ``domain::op_type`` from opset version ``since``."""
 
     def register(fn: Callable) -> Callable:
+        if prepare is not None and "prepared" not in inspect.signature(fn).parameters:
+            raise TypeError(f"{op_type}: an op with prepare= takes a prepared= keyword")
         impl = OpImpl(op_type, canonical_domain(domain), since, fn, device, frozenset(host_inputs), n_outputs, syncs,
-                      inplace)
+                      inplace, prepare)
         impls = _REGISTRY.setdefault((impl.domain, op_type), [])
         if any(i.since == since and i.device == device for i in impls):
             raise ValueError(f"{domain or 'ai.onnx'}::{op_type} since {since} registered twice")
@@ -93,8 +107,9 @@ def is_registered(domain: str, op_type: str) -> bool:
     return (canonical_domain(domain), op_type) in _REGISTRY
 
 
-def resolve(domain: str, op_type: str, opset: int, device: str = "cpu", node: str = "") -> OpImpl:
-    """The implementation a node of ``domain::op_type`` runs with at ``opset`` on ``device``."""
+def resolve(domain: str, op_type: str, opset: int, device: str | None = "cpu", node: str = "") -> OpImpl:
+    """The implementation a node of ``domain::op_type`` runs with at ``opset`` on ``device``
+    (``"cpu"``, ``"cuda"``; None: the generic one, which every override falls back to)."""
     domain = canonical_domain(domain)
     impls = _REGISTRY.get((domain, op_type), [])
     generic = [i for i in impls if i.device is None and i.since <= opset]

@@ -1,7 +1,8 @@
-"""The native conv GEMM (cpu_kernels/gemm.c through gpuops.ops.native_gemm: bias and a fused Relu / Clip
-applied as each tile is stored; tests/test_native_gemm.py tests the kernel itself) behind the 1x1 and
-blocked im2col convs, against the NumPy code it replaces; and the single-pass forms of
-GlobalAveragePool and Softmax against onnxruntime and their generic formulas."""
+"""The native conv GEMM (cpu_kernels/gemm.c through gpuops.ops.cpu.native_gemm: bias and a fused Relu /
+Clip applied as each tile is stored; tests/test_native_gemm.py tests the kernel itself) behind the 1x1
+and blocked im2col convs of the CPU overrides, against the NumPy code it replaces, with weights packed
+per call and packed once for a session's step; and the single-pass forms of GlobalAveragePool and
+Softmax against onnxruntime and their generic formulas."""
 
 import math
 
@@ -10,8 +11,9 @@ import numpy as np
 import pytest
 
 from gpuops import native
-from gpuops.ops import conv, pool, softmax
-from gpuops.ops.contrib import transformer
+from gpuops.ops import pool as generic_pool
+from gpuops.ops import softmax as generic_softmax
+from gpuops.ops.cpu import conv, pool, softmax
 
 from .ops.common import assert_op_matches_ort
 
@@ -30,7 +32,7 @@ def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed, monkeypatch)
     """conv() with bias and a clamp through the native GEMM (1x1 direct, and the blocked im2col with
     one row per block as well) against conv() with native kernels off; grouped convs, several images,
     maps from one cell to several strips (the kernel taking even the shapes where it does not pay
-    here), NaN and inf in the input."""
+    here), NaN and inf in the input; packs made for the call, and kept for a step (its ConvWeights)."""
     monkeypatch.setattr(conv.native_gemm, "gemm_pays", lambda M, K, N: True)
     rng = np.random.default_rng(10 + seed)
     for case in range(16):
@@ -49,12 +51,15 @@ def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed, monkeypatch)
         for block_bytes, block_columns in ((conv.BLOCK_BYTES, conv.BLOCK_COLUMNS), (1, 1)):
             monkeypatch.setattr(conv, "BLOCK_BYTES", block_bytes)
             monkeypatch.setattr(conv, "BLOCK_COLUMNS", block_columns)
+            kept = conv.prepare_conv({1: W} if B is None else {1: W, 2: B}, attrs)
             got = conv.conv(xp, X, W, B, **attrs)
             with native.disabled():
                 ref = conv.conv(xp, X, W, B, **attrs)
             assert got.shape == ref.shape and got.dtype == np.float32
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True,
                                        err_msg=f"{X.shape} {W.shape} {attrs}")
+            for _ in range(2):
+                np.testing.assert_array_equal(conv.conv(xp, X, W, B, **attrs, kept=kept), got)
 
 
 @needs_cc
@@ -70,15 +75,16 @@ def test_fused_conv_1x1_relu_matches_onnxruntime(size, M, K, monkeypatch):
     B = rng.standard_normal(M).astype(np.float32)
     calls = []
     monkeypatch.setattr(conv._FusedGemm, "__call__", lambda self, *a: calls.append(a) or real(self, *a))
-    got = transformer.FusedConv(xp, X, W, B, activation="Relu")
+    got = conv.FusedConv(xp, X, W, B, activation="Relu")
     assert len(calls) == conv.native_gemm.gemm_pays(M, K, size * size)
     want = assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, rtol=1e-5, atol=1e-5)[0]
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("pool", [pool, generic_pool], ids=["cpu", "generic"])
 @pytest.mark.parametrize("shape", [(1, 1000, 13, 13), (2, 3, 7), (2, 5, 3, 4, 2), (0, 4, 3, 3), (2, 3, 1, 1)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_global_average_pool_matches_the_mean(shape, dtype):
+def test_global_average_pool_matches_the_mean(shape, dtype, pool):
     rng = np.random.default_rng(7)
     X = rng.standard_normal(shape).astype(dtype)
     if X.size:
@@ -104,9 +110,10 @@ def _softmax_formula(x, axes, log):
         axis=axes, keepdims=True)
 
 
+@pytest.mark.parametrize("normalise", [softmax.normalise, generic_softmax._normalise], ids=["cpu", "generic"])
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_softmax_over_trailing_axes_matches_the_formula(log, dtype):
+def test_softmax_over_trailing_axes_matches_the_formula(log, dtype, normalise):
     """Rows along the trailing axes (opset < 13's flattening, opset 13's last axis) in place, and a
     middle axis through the generic code: all equal to the float64 formula, a NaN row NaN and a row
     with inf as the generic code gives it."""
@@ -115,7 +122,7 @@ def test_softmax_over_trailing_axes_matches_the_formula(log, dtype):
     x[0, 0, 0, 0], x[1, 1, 1, 1] = np.nan, np.inf
     tol = 2e-3 if dtype == np.float16 else 1e-6 if dtype == np.float32 else 1e-12
     for axes in [(1, 2, 3), (2, 3), (3,), (1,), (0, 1, 2, 3)]:
-        got = softmax._normalise(xp, x, axes, log)
+        got = normalise(xp, x, axes, log)
         assert got.dtype == x.dtype and got.shape == x.shape
         np.testing.assert_allclose(got.astype(np.float64), _softmax_formula(x, axes, log), rtol=tol, atol=tol,
                                    equal_nan=True, err_msg=str(axes))
@@ -146,9 +153,9 @@ def test_native_head_rows_match_numpy(seed):
             np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, equal_nan=True, err_msg=str(n))
             for log in (False, True):
                 for axes in [(2,), (1, 2)]:
-                    got = softmax._normalise(xp, view, axes, log)
+                    got = softmax.normalise(xp, view, axes, log)
                     with native.disabled():
-                        want = softmax._normalise(xp, view, axes, log)
+                        want = softmax.normalise(xp, view, axes, log)
                     assert got.dtype == np.float32 and got.shape == view.shape
                     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, equal_nan=True,
                                                err_msg=f"{n} {axes} {log}")

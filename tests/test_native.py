@@ -12,7 +12,8 @@ import pytest
 
 from gpuops import native, native_abi
 from gpuops.errors import NodeError
-from gpuops.ops import conv, pool, winograd
+from gpuops.ops.contrib.transformer import fused_activation
+from gpuops.ops.cpu import conv, pool, winograd
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 
@@ -282,8 +283,6 @@ def test_im2col_writes_only_its_block():
 def test_fused_conv_clamps_in_the_conv_epilogue(activation):
     """FusedConv's Relu / Clip applied with the bias by every CPU conv path (1x1 GEMM, blocked im2col,
     Winograd, depthwise, kn2row) equals the conv followed by the activation; NaN stays NaN."""
-    from gpuops.ops.contrib import transformer
-
     rng = np.random.default_rng(23)
     params = [-0.5, 0.75] if activation == "Clip" else None
     for C, M, k, group, s in [(8, 6, 1, 1, 1), (3, 5, 3, 1, 2), (32, 16, 3, 1, 1), (6, 6, 3, 6, 1), (64, 8, 3, 1, 1),
@@ -293,9 +292,9 @@ def test_fused_conv_clamps_in_the_conv_epilogue(activation):
         W = (rng.standard_normal((M, C // group, k, k)) / 3).astype(np.float32)
         B = rng.standard_normal(M).astype(np.float32)
         attrs = dict(group=group, strides=[s, s], pads=[k // 2] * 4)
-        got = transformer.FusedConv(xp, X, W, B, activation=activation, activation_params=params, **attrs)
+        got = conv.FusedConv(xp, X, W, B, activation=activation, activation_params=params, **attrs)
         with native.disabled():
-            ref = transformer.fused_activation(xp, conv.conv(xp, X, W, B, **attrs), activation,
+            ref = fused_activation(xp, conv.conv(xp, X, W, B, **attrs), activation,
                                                *(params or [None, None]))
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{C} {M} {k} {group} {s}")
         assert np.isnan(got).any() and (activation != "Relu" or np.nanmin(got) >= 0)
@@ -307,8 +306,6 @@ def test_fused_conv_with_a_residual(activation):
     """FusedConv's Z: bias, Z and a Relu / Clip / no activation in one native pass after the conv, equal
     to the conv, + Z, then the activation (NaN and inf in Z included); a Z that broadcasts and other
     activations take the NumPy path, which native kernels off also take."""
-    from gpuops.ops.contrib import transformer
-
     rng = np.random.default_rng(29)
     params = [-0.5, 0.75] if activation == "Clip" else None
     for C, M, k, group, s, bias, z_shape in [(8, 6, 1, 1, 1, True, None), (3, 5, 3, 1, 2, True, None),
@@ -322,10 +319,10 @@ def test_fused_conv_with_a_residual(activation):
         Z.flat[:3] = [np.nan, np.inf, -np.inf]
         if not bias:  # a strided Z (its contiguous copy must outlive the kernel's call)
             Z = np.repeat(Z, 2, axis=1)[:, ::2]
-        got = transformer.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
+        got = conv.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
         with native.disabled():
-            want = transformer.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
-            ref = transformer.fused_activation(xp, conv.conv(xp, X, W, B, **attrs) + Z, activation,
+            want = conv.FusedConv(xp, X, W, B, Z, activation=activation, activation_params=params, **attrs)
+            ref = fused_activation(xp, conv.conv(xp, X, W, B, **attrs) + Z, activation,
                                                *(params or [None, None]))
         assert got.shape == ref.shape == want.shape
         np.testing.assert_allclose(want, ref, rtol=1e-6, atol=1e-6, equal_nan=True)
@@ -341,7 +338,7 @@ def test_native_erf(dtype):
     kernel's intervals included, on strided inputs too; the NumPy series agrees to its few ulp."""
     import math
 
-    from gpuops.ops.elementwise import erf
+    from gpuops.ops.cpu.elementwise import erf
 
     rng = np.random.default_rng(41)
     x = np.concatenate([rng.standard_normal(3000) * 3, [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 6.0, -30.0],
@@ -368,7 +365,7 @@ def test_native_gelu():
     formula agrees."""
     import math
 
-    from gpuops.ops.activation import Gelu
+    from gpuops.ops.cpu.activation import Gelu
 
     rng = np.random.default_rng(43)
     x = np.concatenate([rng.standard_normal(5000) * 4, [np.nan, np.inf, -np.inf, 0.0, -0.0, -40.0, 1e-40]])

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from gpuops import cli, native
-from gpuops.ops import pool, softmax
+from gpuops.ops.cpu import pool, softmax
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 ANNOUNCE = "gpuops: compiling native CPU kernels"
@@ -144,7 +144,7 @@ def test_a_damaged_library_is_rebuilt_not_loaded(fresh, damage):
         os.replace(other, so)
     assert not native.intact(so)
     code = ("import numpy as np, array_api_compat.numpy as xp\n"
-            "from gpuops import native\nfrom gpuops.ops import softmax\n"
+            "from gpuops import native\nfrom gpuops.ops.cpu import softmax\n"
             "assert native.prepare(['rows.c']) == {'rows.c': 'compiled'}\n"
             "x = np.arange(12, dtype=np.float32).reshape(3, 4)\n"
             "y = softmax.Softmax(xp, x, axis=-1)\n"

@@ -1,4 +1,4 @@
-"""The native float32 conv GEMM (cpu_kernels/gemm.c, gpuops/ops/native_gemm.py) against a float64
+"""The native float32 conv GEMM (cpu_kernels/gemm.c, gpuops/ops/cpu/native_gemm.py) against a float64
 NumPy product: edge sizes around its tiles and k blocks, bias and clamp, NaN and infinities, strided
 operands, nothing written outside the output, grouped weights, threads, and no result when native
 kernels are off (the caller's np.matmul runs)."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpuops import native
-from gpuops.ops import native_gemm
+from gpuops.ops.cpu import conv, native_gemm
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 
@@ -97,14 +97,21 @@ def test_gemm_writes_only_its_output(seed):
 
 
 @needs_cc
-def test_grouped_weights_are_packed_once():
+def test_grouped_weights_are_packed_once_per_step():
+    """A session's conv step keeps its weight's packs (its ConvWeights): made once, at plan time for a
+    1x1 conv whose layout the input cannot change; packed() itself keeps nothing."""
     rng = np.random.default_rng(5)
     W = rng.standard_normal((4 * 136, 136, 1, 1)).astype(np.float32)  # ShuffleNet's grouped 1x1
-    W.flags.writeable = False  # a plan's weight: the packs are kept
+    W.flags.writeable = False  # a plan's weight
     bias = rng.standard_normal(4 * 136).astype(np.float32)
     bias.flags.writeable = False
-    parts = native_gemm.packed(W, bias, group=4)
-    assert native_gemm.packed(W, bias, group=4) is parts and len(parts) == 4
+    assert native_gemm.packed(W, bias, group=4) is not native_gemm.packed(W, bias, group=4)
+    kept = conv.prepare_conv({1: W, 2: bias}, {"group": 4})
+    assert not kept._made  # 136 channels a group: the GEMM pays on large maps only, packed at first need
+    parts = kept.packs(W, bias, 4, False)
+    assert kept.packs(W, bias, 4, False) is parts and len(parts) == 4
+    wide = np.zeros((4 * 128, 136, 1, 1), np.float32)  # pays on any map, in one layout: packed at plan time
+    assert len(conv.prepare_conv({1: wide}, {"group": 4})._made) == 1
     X = rng.standard_normal((4, 136, 49)).astype(np.float32)
     for g in range(4):
         rows = slice(g * 136, (g + 1) * 136)

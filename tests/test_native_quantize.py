@@ -1,6 +1,7 @@
-"""The native 8-bit GEMM (cpu_kernels/quantize.c) of MatMulInteger and QLinearMatMul against the
-NumPy code it replaces (its oracle): bit-exact over random shapes, types, zero points and scales,
-int32 wrapping included, and against onnxruntime in a model with weights."""
+"""The native 8-bit GEMM (cpu_kernels/quantize.c) of MatMulInteger and QLinearMatMul (the CPU overrides,
+gpuops/ops/cpu/quantize.py) against the NumPy code it replaces (its oracle): bit-exact over random
+shapes, types, zero points and scales, int32 wrapping included, and against onnxruntime in a model
+with weights."""
 
 import ctypes
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ from onnx import helper
 
 import gpuops
 from gpuops import native
-from gpuops.ops import quantize
+from gpuops.ops.cpu import quantize
 
 from tests.ops.common import make_model, run_ort
 
@@ -40,7 +41,7 @@ def calls(monkeypatch, counted):
     those where it wins)."""
     monkeypatch.setattr(quantize, "_NATIVE_ROWS", 10 ** 9)
     monkeypatch.setattr(quantize, "_NATIVE_DEPTH_PER_ROW", 0)
-    monkeypatch.setattr(quantize, "_keeps_pack", lambda B: True)
+    monkeypatch.setattr(quantize, "_keeps_pack", lambda B, kept: True)
     return counted
 
 
@@ -56,11 +57,21 @@ def _zero_point(rng, dtype, n, kind):
     return {0: None, 1: _ints(rng, dtype, ()), 2: _ints(rng, dtype, (1,)), 3: _ints(rng, dtype, (n,))}[kind]
 
 
-def _both(f, *args):
-    """(native result, NumPy result) of op ``f``."""
+_WEIGHT = {quantize.MatMulInteger: (1, 3), quantize.QLinearMatMul: (3, 5)}  # (B, its zero point)
+
+
+def _both(f, *args, prepared="auto"):
+    """(native result, NumPy result) of op ``f``. A read-only B is taken as a session's weight: the call
+    gets what the step would keep (``prepared``, by default a new :class:`QuantWeights`)."""
+    if prepared == "auto":
+        b, z = _WEIGHT.get(f, (None, None))
+        B = None if b is None else args[b]
+        prepared = quantize.QuantWeights(B, args[z] if z < len(args) else None) if (
+            B is not None and not B.flags.writeable) else None
+    kw = {} if prepared is None else {"prepared": prepared}
     with native.disabled():
-        ref = f(xp, *args)
-    return f(xp, *args), ref
+        ref = f(xp, *args, **kw)
+    return f(xp, *args, **kw), ref
 
 
 def _same(got, ref, what):
@@ -171,17 +182,19 @@ def test_stacked_and_vector_inputs(calls):
 
 @needs_cc
 def test_views_and_concurrent_calls(calls):
-    """Strided views of A and B (copied for the kernel), and many threads at once (the kernel keeps
-    no state: ctypes releases the GIL around it)."""
+    """Strided views of A and B (copied for the kernel), and many threads at once on one step's kept
+    weight (the kernel keeps no state: ctypes releases the GIL around it; the pack is made once)."""
     rng = np.random.default_rng(7)
     A = _ints(rng, np.int8, (6, 90))[:, ::2]
     B = _ints(rng, np.uint8, (30, 45)).T
     B.flags.writeable = False
     za, zb = np.array(-5, np.int8), _ints(rng, np.uint8, (30,))
     ref = _both(quantize.MatMulInteger, A, B, za, zb)[1]
+    kept = quantize.QuantWeights(B, zb)
     with ThreadPoolExecutor(4) as pool:
-        for got in pool.map(lambda _: quantize.MatMulInteger(xp, A, B, za, zb), range(32)):
+        for got in pool.map(lambda _: quantize.MatMulInteger(xp, A, B, za, zb, prepared=kept), range(32)):
             _same(got, ref, "threaded")
+    assert list(kept._made) == ["pack"]
     assert calls[0] == 33
 
 
@@ -203,8 +216,8 @@ def test_numpy_path_where_the_kernel_does_not_apply(calls):
 
 @needs_cc
 def test_default_choice(counted):
-    """By default the kernel takes few rows by a kept weight (read-only, not small); many rows, shallow
-    products and writeable (run-time) B take the NumPy path."""
+    """By default the kernel takes few rows by a session's weight (its step's prepared data; not small);
+    many rows, shallow products and a run-time B (no prepared data) take the NumPy path."""
     rng = np.random.default_rng(12)
     z = np.array(128, np.uint8)
     for (M, K, N), weight, native_path in (((1, 512, 512), True, True), ((16, 512, 512), True, True),
@@ -251,7 +264,7 @@ def test_kernels_write_only_their_outputs():
 
 @needs_cc
 def test_a_weights_plan_is_reused_only_for_the_same_fixed_parameters(counted):
-    """QLinearMatMul plans the kernel's arguments once per kept weight, input shape and set of
+    """QLinearMatMul plans the kernel's arguments once per step's weight, input shape and set of
     read-only scales and zero points; a writeable scale changed in place between calls, other
     parameter objects and other input shapes are planned again: every result matches the NumPy path."""
     rng = np.random.default_rng(13)
@@ -259,25 +272,31 @@ def test_a_weights_plan_is_reused_only_for_the_same_fixed_parameters(counted):
     s, z = np.array(0.05, np.float32), np.array(128, np.uint8)
     for t in (B, s, z):
         t.flags.writeable = False
+    kept = quantize.QuantWeights(B, z)
     changing = np.array(0.1, np.float32)
     A = _ints(rng, np.uint8, (1, 512))
     for value in (0.1, 0.2, 0.025):
         changing[...] = value
-        _same(*_both(quantize.QLinearMatMul, A, s, z, B, s, z, changing, z), f"changed y_scale {value}")
+        _same(*_both(quantize.QLinearMatMul, A, s, z, B, s, z, changing, z, prepared=kept), f"changed y_scale {value}")
+    assert not kept.plans  # a writeable parameter: planned on every call
     for i, value in enumerate((0.1, 0.2, 0.025, 0.2)):
         A = _ints(rng, np.uint8, (1 + i % 2, 512))
         fixed = np.array(value, np.float32)
         fixed.flags.writeable = False
-        _same(*_both(quantize.QLinearMatMul, A, s, z, B, fixed, z, s, z), f"fixed b_scale {value}")
-        _same(*_both(quantize.QLinearMatMul, A, s, z, B, s, z, s, z), "the kept plan")
-    assert counted[0] == 11
+        _same(*_both(quantize.QLinearMatMul, A, s, z, B, fixed, z, s, z, prepared=kept), f"fixed b_scale {value}")
+        plan = kept.plans[A.shape, A.dtype]
+        _same(*_both(quantize.QLinearMatMul, A, s, z, B, s, z, s, z, prepared=kept), "the kept plan")
+        again = kept.plans[A.shape, A.dtype]
+        _same(*_both(quantize.QLinearMatMul, A, s, z, B, s, z, s, z, prepared=kept), "the kept plan, reused")
+        assert kept.plans[A.shape, A.dtype] is again and again is not plan
+    assert counted[0] == 15
 
 
 @needs_cc
 def test_model_with_weights_matches_onnxruntime(counted):
     """QuantizeLinear -> QLinearMatMul (uint8 weight) -> MatMulInteger (int8 weight, per-column zero
-    points) in a session: weights are read-only, so their packs are kept and reused across runs; the
-    results match the NumPy path and onnxruntime."""
+    points) in a session: the weights are packed once, at plan time (the steps' prepared data), and
+    reused across runs; the results match the NumPy path and onnxruntime."""
     rng = np.random.default_rng(9)
     inits = [("s", np.array(0.05, np.float32)), ("z", np.array(128, np.uint8)),
              ("w", _ints(rng, np.uint8, (256, 192))), ("ws", np.array(0.002, np.float32)),
@@ -289,7 +308,10 @@ def test_model_with_weights_matches_onnxruntime(counted):
     x = rng.standard_normal((2, 256)).astype(np.float32) * 3
     model = make_model(nodes, {"x": x}, ["h", "y"], inits=inits, opset=13)
     sess = gpuops.InferenceSession(model, device="cpu")
+    packs = [step.prepared._made["pack"] for step in sess.plan.steps if step.op_type != "QuantizeLinear"]
     got = [sess.run(None, {"x": x}) for _ in range(2)]
+    kept = [step.prepared._made["pack"] for step in sess.plan.steps if step.op_type != "QuantizeLinear"]
+    assert len(kept) == 2 and all(a is b for a, b in zip(kept, packs))
     assert counted[0] == 2 * 3  # each run's QuantizeLinear, QLinearMatMul and MatMulInteger
     with native.disabled():
         ref = sess.run(None, {"x": x})

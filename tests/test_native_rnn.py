@@ -6,8 +6,8 @@ import array_api_compat.numpy as xp
 import numpy as np
 import pytest
 
-from gpuops import native
-from gpuops.ops import rnn
+from gpuops import native, registry
+from gpuops.ops.cpu import rnn
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 GATES = {"LSTM": 4, "GRU": 3}
@@ -35,12 +35,18 @@ def _lstm(*args, **kwargs):
     return _inputs(*args, **kwargs, op="LSTM")
 
 
-def _both(args, op="LSTM", **attrs):
-    """(native outputs, NumPy outputs) of the LSTM or GRU op."""
+def _both(args, op="LSTM", prepared=None, **attrs):
+    """(native outputs, NumPy outputs) of the LSTM or GRU op (the CPU override)."""
     f = getattr(rnn, op)
     with native.disabled():
-        ref = f(xp, *args, **attrs)
-    return f(xp, *args, **attrs), ref
+        ref = f(xp, *args, **attrs, prepared=prepared)
+    return f(xp, *args, **attrs, prepared=prepared), ref
+
+
+def _prepared(op, args, attrs):
+    """What a session's step of ``op`` keeps: its prepare hook on constant W, R and B."""
+    constants = {i: a for i, a in enumerate(args[:4]) if i and a is not None}
+    return registry.resolve("", op, 14, "cpu").prepare(constants, attrs)
 
 
 @needs_cc
@@ -56,13 +62,11 @@ def test_matches_numpy(op, seed):
         I, H = int(rng.integers(1, 20)), int(rng.choice([1, 3, 4, 7, 16, 33, 130]))
         layout = int(rng.integers(0, 2))
         args = _inputs(rng, T, batch, I, H, D, layout, bias=case % 3 > 0, states=case % 4 > 0, op=op)
-        for a in args[1:4]:  # weights as the plan holds them: read-only (the derived layouts are then kept)
-            if a is not None and case % 2:
-                a.setflags(write=False)
         attrs = dict(direction=direction, hidden_size=H, layout=layout)
         if op == "GRU":
             attrs["linear_before_reset"] = int(rng.integers(0, 2))
-        got, ref = _both(args, op, **attrs)
+        prepared = _prepared(op, args, attrs) if case % 2 else None  # a session's step: the layouts kept
+        got, ref = _both(args, op, prepared, **attrs)
         for g, r, name in zip(got, ref, ("Y", "Y_h", "Y_c")):
             assert g.shape == r.shape and g.dtype == np.float32, (name, g.shape, r.shape)
             np.testing.assert_allclose(g, r, rtol=1e-5, atol=2e-6, err_msg=f"{name}: case {case} {T=} {batch=} "
@@ -161,3 +165,23 @@ def test_numpy_path_when_native_is_off():
     for g, f in zip(rnn.LSTM(xp, *args64, direction="bidirectional"), generic):
         assert g.dtype == np.float64
         np.testing.assert_allclose(g, f, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_session_step_keeps_the_weight_layouts(op):
+    """The prepare hook makes the fused loop's weight layouts at plan time; runs reuse them (the same
+    arrays, read-only) with the native loop and the NumPy one; a call with another weight does not."""
+    rng = np.random.default_rng(11)
+    args = _inputs(rng, 4, 2, 3, 6, 2, 0, bias=True, states=True, op=op)
+    kept = _prepared(op, args, {"direction": "bidirectional"})
+    made = dict(kept._made)
+    assert len(made) == 2 and not any(v.flags.writeable for v in made.values())
+    got, ref = _both(args, op, kept, direction="bidirectional")
+    assert kept._made == made and all(kept._made[k] is v for k, v in made.items())
+    for g, r, want in zip(got, ref, getattr(rnn, op)(xp, *args, direction="bidirectional")):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-6)
+    other = [args[0], args[1] * 2, *args[2:]]
+    np.testing.assert_allclose(getattr(rnn, op)(xp, *other, direction="bidirectional", prepared=kept)[0],
+                               getattr(rnn, op)(xp, *other, direction="bidirectional")[0], rtol=1e-6)
+    assert kept._made == made

@@ -1,8 +1,9 @@
 """Plan: a graph turned, once per session, into steps the executor runs.
 
 Each step holds its resolved op, converted attributes, sub-plans for graph attributes, the host
-copies of constant shape-like inputs, and the values that die after it (liveness: a value is
-released after its last consumer; graph outputs and initializers never are). Model-local functions
+copies of constant shape-like inputs, what the op's ``prepare`` hook derived from its constant inputs
+(:meth:`Plan.upload`; see :mod:`gpuops.registry`), and the values that die after it (liveness: a value
+is released after its last consumer; graph outputs and initializers never are). Model-local functions
 are inlined here (names grow linearly with nesting; recursion and nesting deeper than
 :data:`MAX_FUNCTION_DEPTH` are refused).
 """
@@ -39,10 +40,11 @@ class Step:
     impl: registry.OpImpl
     inputs: list[str]
     outputs: list[str]
-    attrs: dict[str, Any]
+    attrs: dict[str, Any]  # the op's keywords: the node's attributes, n_outputs=, prepared= (Plan.upload)
     subgraphs: dict[str, "Plan"] = field(default_factory=dict)
     host_consts: dict[int, np.ndarray] = field(default_factory=dict)
     release: list[str] = field(default_factory=list)
+    prepared: Any = None  # impl.prepare's result for this session's weights (also attrs["prepared"])
 
     def describe(self) -> str:
         return f"node {self.name!r} ({self.domain + '::' if self.domain else ''}{self.op_type})"
@@ -61,22 +63,58 @@ class Plan:
     fed: set[str] = field(default_factory=set)  # graph inputs a run feeds (the top-level plan's)
     output_info: list[onnx.ValueInfoProto] = field(default_factory=list)
 
-    def upload(self, device) -> None:
+    def upload(self, device, outer: dict[str, Any] | None = None) -> None:
         """Copy initializers (this plan's and its subgraphs') to ``device`` once. Host-resident ones
-        are made read-only: an op that wrote into a weight would change every later run."""
+        are made read-only: an op that wrote into a weight would change every later run. Then each
+        step whose op has a ``prepare`` hook gets ``prepared`` from its constant inputs: initializers
+        that no feed may replace, this plan's or (``outer``) an enclosing graph's."""
         self.weights = {k: device.asarray(v) for k, v in self.initializers.items()}
         for w in self.weights.values():
             if isinstance(w, np.ndarray):
                 w.flags.writeable = False
+        constants = {k: v for k, v in (outer or {}).items() if k not in self.produced}
+        for vi in self.inputs:
+            constants.pop(vi.name, None)  # a subgraph's own input hides an outer value of its name
+        constants.update((k, v) for k, v in self.weights.items() if k not in self.optional_inputs)
         for step in self.steps:
+            _set_prepared(step, _prepare(step, constants))
             for sub in step.subgraphs.values():
-                sub.upload(device)
+                sub.upload(device, constants)
 
     def drop_weights(self) -> None:
         self.weights = {}
+        self.__dict__.pop("_code", None)  # the executor's bound steps hold the prepared values too
         for step in self.steps:
+            _set_prepared(step, None)
             for sub in step.subgraphs.values():
                 sub.drop_weights()
+
+
+def _set_prepared(step: Step, prepared) -> None:
+    """Keep ``prepared`` on the step and among the keywords the op is called with (a new dict: steps
+    without one keep theirs, and the call costs what it did)."""
+    if prepared is None and step.prepared is None:
+        return
+    step.prepared = prepared
+    attrs = {k: v for k, v in step.attrs.items() if k != "prepared"}
+    if prepared is not None:
+        attrs["prepared"] = prepared
+    step.attrs = attrs
+
+
+def _prepare(step: Step, constants: dict[str, Any]):
+    """``step.impl.prepare(constant inputs by position, attributes)``, or None without a hook."""
+    prepare = step.impl.prepare
+    if prepare is None:
+        return None
+    given = {i: constants[n] for i, n in enumerate(step.inputs) if n and n in constants}
+    attrs = {k: v for k, v in step.attrs.items() if k != "prepared"}
+    try:
+        return prepare(given, attrs)
+    except GpuopsError as e:
+        raise type(e)(f"{step.describe()}: {e}") from e
+    except Exception as e:  # a constant input the op would refuse at run time anyway
+        raise ModelError(f"{step.describe()}: preparing its constant inputs failed: {type(e).__name__}: {e}") from e
 
 
 def tensor_to_numpy(t: onnx.TensorProto) -> np.ndarray:

@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     contrib,  # com.microsoft and com.microsoft.nchwc
     control,
     conv,
+    cpu,  # CPU overrides: native kernels, NumPy-only paths, weights prepared per session
     cuda,  # kernel-backed CUDA overrides of conv, quantization and detection ops
     detection,
     elementwise,

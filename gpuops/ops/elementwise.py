@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 
-from .. import native
 from ..errors import NodeError
 from ..registry import op
 
@@ -214,24 +213,6 @@ def Erf(xp, input):
     return erf(xp, input)
 
 
-NATIVE_SPECIAL_MIN = 64  # elements: below, a kernel's call costs more than the NumPy passes save
-_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-
-
-def native_special(name: str, X, dtypes=(np.float32, np.float64)):
-    """``cpu_kernels/special.c``'s elementwise ``name`` (``name_f32`` / ``name_f64``) over the NumPy array
-    X, in one pass; None where it does not apply (dtype, size, native kernels off)."""
-    if not (isinstance(X, np.ndarray) and X.dtype in dtypes and X.size >= NATIVE_SPECIAL_MIN):
-        return None
-    fn = native.function(f"{name}_{_SUFFIX[X.dtype]}")
-    if fn is None:
-        return None
-    X = np.ascontiguousarray(X)
-    Y = np.empty_like(X)
-    native.call(fn, native.ptr(X, X.dtype), native.address(Y), X.size)
-    return Y
-
-
 def erf(xp, X):
     """The error function, elementwise, to about 1 ulp (float64) or a few ulps (float32).
 
@@ -239,11 +220,8 @@ def erf(xp, X):
     positive terms (no cancellation); |x| >= 2.5: erf(x) = 1 - erfc(x) with erfc from its continued
     fraction exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))). Term counts are fixed
     (a loop over a static count, not over the data). float16/bfloat16 and integers work in float32
-    and the result is cast back to the input's type.
+    and the result is cast back to the input's type. (The CPU's native kernel: :mod:`gpuops.ops.cpu.elementwise`.)
     """
-    Y = native_special("erf", X)  # within an ulp, in one pass
-    if Y is not None:
-        return Y
     out_dtype = X.dtype
     wide = X.dtype == xp.float64
     work = xp.float64 if wide else xp.float32

@@ -180,11 +180,16 @@ def Dense(xp, X, W, B=None):
 @op("DepthwiseConv2d", since=1)
 def DepthwiseConv2d(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, kernel_shape=None,
                     pads=None, strides=None):
+    return depthwise_conv2d(xp, X, W, B, conv, auto_pad=auto_pad, dilations=dilations, kernel_shape=kernel_shape,
+                            pads=pads, strides=strides)
+
+
+def depthwise_conv2d(xp, X, W, B, conv, **attrs):
+    """DepthwiseConv2d by the convolution ``conv`` (a device override's own)."""
     if X.ndim != 4 or W.ndim != 4 or W.shape[1] != 1 or W.shape[0] % max(X.shape[1], 1):
         raise NodeError(f"DepthwiseConv2d: X must be NCHW and W [C*multiplier, 1, kh, kw]; got X "
                         f"{tuple(X.shape)}, W {tuple(W.shape)}")
-    Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=X.shape[1], kernel_shape=kernel_shape,
-             pads=pads, strides=strides)
+    Y = conv(xp, X, W, B, group=X.shape[1], **attrs)
     if min(Y.shape[2:]) <= 0:  # conv returns an empty output there
         raise NodeError(f"DepthwiseConv2d: the kernel does not fit the padded input {tuple(X.shape[2:])}")
     return Y

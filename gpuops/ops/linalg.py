@@ -7,7 +7,6 @@ bfloat16 BLAS and accumulates float16 in float16). MatMulInteger lives with the 
 from __future__ import annotations
 
 import math
-import weakref
 
 import ml_dtypes
 import numpy as np
@@ -16,45 +15,14 @@ from ..errors import NodeError
 from ..registry import op
 
 _HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
-_CACHE_MIN = 1 << 15  # elements: derived copies of smaller arrays are recomputed every time
-_derived: dict[tuple, tuple] = {}  # (tag, ids of the source arrays) -> (weakrefs to them, result)
-
-
-def _frozen(a) -> bool:
-    """A NumPy array whose values cannot change: read-only, and not a view of a writeable array
-    (the plan's constants are read-only)."""
-    return isinstance(a, np.ndarray) and not a.flags.writeable and not (
-        isinstance(a.base, np.ndarray) and a.base.flags.writeable)
-
-
-def derived(arrays: tuple, tag, make):
-    """``make()``, kept while every array in ``arrays`` (weights: read-only NumPy arrays, the first
-    one large) lives, so each run does not redo per-weight work (a float32 copy, centring by a zero
-    point, a native kernel's call plan); anything else is computed every time. A kept array result
-    is read-only."""
-    key = (tag, *map(id, arrays))
-    hit = _derived.get(key)
-    if hit is not None:
-        for r, a in zip(hit[0], arrays):
-            if r() is not a:
-                break
-        else:  # the same arrays: they were frozen when kept, and gpuops never unfreezes an array
-            return hit[1]
-    if arrays[0].size < _CACHE_MIN or not all(_frozen(a) for a in arrays):
-        return make()
-    y = make()
-    if isinstance(y, np.ndarray):
-        y.flags.writeable = False
-    _derived[key] = (tuple(weakref.ref(a, lambda _, key=key: _derived.pop(key, None)) for a in arrays), y)
-    return y
 
 
 def up(x):
-    """``x`` in float32 when it is float16/bfloat16, else unchanged (a weight's copy is kept: see
-    :func:`derived`)."""
+    """``x`` in float32 when it is float16/bfloat16, else unchanged. (On the CPU, a weight's float32
+    copy is made once per session: :mod:`gpuops.ops.cpu.linalg`.)"""
     if np.dtype(x.dtype) not in _HALF:
         return x
-    return derived((x,), "float32", lambda: x.astype(np.float32))
+    return x.astype(np.float32)
 
 
 @op("MatMul", since=1)  # 9 and 13 only add types
@@ -71,7 +39,7 @@ def MatMul(xp, A, B):
 def _gemm(xp, A, B, C, alpha: float, beta: float, transA: int, transB: int, broadcast: bool = True):
     if A.ndim != 2 or B.ndim != 2:
         raise NodeError(f"Gemm needs 2-D A and B, got shapes {tuple(A.shape)} and {tuple(B.shape)}")
-    a = up(A).T if transA else up(A)  # up() before the transpose: a weight keeps its float32 copy
+    a = up(A).T if transA else up(A)
     b = up(B).T if transB else up(B)
     if a.shape[1] != b.shape[0]:
         raise NodeError(f"Gemm: inner dimensions differ: A' is {tuple(a.shape)}, B' is {tuple(b.shape)}")

@@ -1,9 +1,9 @@
 """Pooling ops: MaxPool, AveragePool, LpPool, their Global* forms, MaxUnpool and MaxRoiPool.
 
 Max and sum over windows are separable: they are reduced one spatial axis after the other over
-strided slices of the padded input (NumPy stride-1 or padded windows: over :class:`conv.Planes`, whose
-slices have long contiguous rows), so no column tensor is built; MaxPool's indices come from
-:func:`conv.window_taps`, one view per kernel tap. Versions differ only by the attributes they accept (a superset is
+strided slices of the padded input, so no column tensor is built; MaxPool's indices come from
+:func:`conv.window_taps`, one view per kernel tap. (The CPU's native kernels and NumPy paths are
+:mod:`gpuops.ops.cpu.pool`.) Versions differ only by the attributes they accept (a superset is
 taken from opset 1): ``ceil_mode`` windows that would start in the end padding are dropped, and the
 average divisor counts the window cells inside the input (``count_include_pad=0``) or inside the
 explicitly padded input (``count_include_pad=1``; cells added by ``ceil_mode`` never count).
@@ -15,10 +15,9 @@ import math
 
 import numpy as np
 
-from .. import native
 from ..errors import NodeError
 from ..registry import op
-from .conv import Planes, pad_for_windows, conv_geometry, spatial_attrs, window_taps
+from .conv import pad_for_windows, conv_geometry, spatial_attrs, window_taps
 from .elementwise import clamp
 
 
@@ -60,15 +59,10 @@ def _window_counts(xp, in_shape, kernel, strides, dilations, pb, pe, out, includ
 
 
 def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc):
-    """``ufunc`` (maximum, add: both separable) over every window: NumPy stride-1 (or padded) windows
-    through :class:`conv.Planes`, else one spatial axis after the other over strided slices of the
-    padded X; ``(k - 1)`` array operations per axis, not one per tap."""
+    """``ufunc`` (maximum, add: both separable) over every window, one spatial axis after the other
+    over strided slices of the padded X; ``(k - 1)`` array operations per axis, not one per tap."""
     if not X.size or not all(o > 0 for o in out):
         return xp.zeros(tuple(X.shape[:2]) + tuple(out), dtype=X.dtype)
-    if isinstance(X, np.ndarray) and math.prod(kernel) > 1 and (
-            all(s == 1 for s in strides) or any(pb) or any(pe)):
-        pl = Planes(X, kernel, strides, dilations, pb, out, pad_value)
-        return pl.crop(pl.reduce(ufunc), X.shape[1])
     cur = pad_for_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value)
     for a in range(len(kernel)):  # the last axis (strided inner loops) last, on the smallest array
         k, s, d, o = kernel[a], strides[a], dilations[a], out[a]
@@ -88,22 +82,6 @@ def _whole_input(X, kernel, dilations, pb, pe) -> bool:
     return tuple(kernel) == tuple(X.shape[2:]) and not any(pb) and not any(pe) and all(d == 1 for d in dilations)
 
 
-def _native_pool(X, kernel, strides, dilations, pb, pe, out, mode):
-    """2-D float32 MaxPool (mode 0) or AveragePool (1: cells inside the input count, 2: cells inside
-    the explicitly padded input count) by the native kernel (``cpu_kernels/pool.c``); None when it
-    does not apply or is unavailable."""
-    if not (isinstance(X, np.ndarray) and X.ndim == 4 and X.dtype == np.float32 and X.size and all(o > 0 for o in out)):
-        return None
-    fn = native.function("pool2d_f32")
-    if fn is None:
-        return None
-    X = np.ascontiguousarray(X)
-    (N, C, H, W) = X.shape
-    Y = np.empty((N, C) + tuple(out), dtype=np.float32)
-    native.call(fn, native.ptr(X), native.ptr(Y), N * C, H, W, *out, *kernel, *strides, *pb, *dilations, mode, *pe)
-    return Y
-
-
 def _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out):
     return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, 0, xp.add)
 
@@ -120,9 +98,6 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
     if n_outputs == 1:
         if _whole_input(X, kernel, dilations, pb, pe):
             return GlobalMaxPool(xp, X)
-        Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 0)
-        if Y is not None:
-            return Y
         return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, low, xp.maximum)
     best = arg = None
     for t, v in enumerate(window_taps(xp, X, kernel, strides, dilations, pb, pe, out, low)):
@@ -173,9 +148,6 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
                                                         auto_pad, ceil_mode)
     if _whole_input(X, kernel, dilations, pb, pe):
         return GlobalAveragePool(xp, X)
-    Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 2 if count_include_pad else 1)
-    if Y is not None:
-        return Y
     counts = _window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad, X.dtype)
     return _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out) / counts
 
@@ -216,21 +188,7 @@ def _spatial_axes(X):
 
 @op("GlobalAveragePool", since=1)
 def GlobalAveragePool(xp, X):
-    axes = _spatial_axes(X)
-    n = math.prod(X.shape[2:])
-    if isinstance(X, np.ndarray) and X.dtype in (np.float32, np.float64) and n and X.size:
-        rows = np.ascontiguousarray(X).reshape(-1, n)
-        fn = native.function("row_mean_f32") if X.dtype == np.float32 else None
-        if fn is not None:  # one pass
-            Y = np.empty(tuple(X.shape[:2]) + (1,) * len(axes), dtype=np.float32)
-            native.call(fn, native.ptr(rows), native.address(Y), rows.shape[0], n)
-            return Y
-        # one BLAS matrix-vector product with ones (np.mean's reduction over a tuple of axes is several
-        # times slower on small maps), then the division np.mean does
-        S = np.matmul(rows, np.ones(n, dtype=X.dtype))
-        S /= n
-        return S.reshape(tuple(X.shape[:2]) + (1,) * len(axes))
-    return xp.mean(X, axis=axes, keepdims=True)
+    return xp.mean(X, axis=_spatial_axes(X), keepdims=True)
 
 
 @op("GlobalMaxPool", since=1)

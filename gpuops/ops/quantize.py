@@ -7,24 +7,21 @@ accumulate in int32, wrapping on overflow exactly as the spec allows ("the accum
 if and only if in 32 bits"). The sub-byte and float8/float4 types are ml_dtypes dtypes: the generic
 path handles them wherever the array namespace does (NumPy); CuPy has no such dtypes.
 
-On the CPU, 8-bit MatMulInteger and QLinearMatMul of few rows by a weight run a native kernel
-(``cpu_kernels/quantize.c``) over a packed int8 copy of the weight, kept with it; elsewhere, and
-without a C compiler, the NumPy code runs (exact float BLAS), which stays the oracle.
+On the CPU (:mod:`gpuops.ops.cpu.quantize`), per-tensor 8-bit QuantizeLinear / DequantizeLinear run
+native kernels, 8-bit MatMulInteger and QLinearMatMul of few rows by a weight run a native kernel
+(``cpu_kernels/quantize.c``) over a packed copy of the weight made once per session, and the
+weights' centred copies are kept per session; the code here stays their fallback and oracle.
 """
 
 from __future__ import annotations
 
-import ctypes
-
 import ml_dtypes
 import numpy as np
 
-from .. import native
 from ..dtypes import np_dtype
 from ..errors import NodeError
 from ..registry import op
 from .conv import conv as _conv
-from .linalg import _CACHE_MIN, _frozen, derived
 from .elementwise import clamp
 
 _INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
@@ -33,8 +30,6 @@ _INT_RANGES = {
     for t in (np.uint8, np.int8, np.uint16, np.int16, ml_dtypes.uint4, ml_dtypes.int4,
               ml_dtypes.uint2, ml_dtypes.int2)
 }
-# the same as float32 arrays, which NumPy's fmax/fmin take fastest (CuPy takes no NumPy arrays)
-_FLOAT_RANGES = {t: (np.array(lo, np.float32), np.array(hi, np.float32)) for t, (lo, hi) in _INT_RANGES.items()}
 _FLOAT8 = {np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
                                  ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz)}
 # No inf/NaN encodings: the cast itself saturates, so ``saturate`` changes nothing for these.
@@ -74,7 +69,7 @@ def _saturate_int(xp, q, zero_point, dtype):
     """Integer-valued float ``q`` (already rounded; a new array, which this overwrites) + zero point,
     clipped to ``dtype``'s range; NaN gives the low end. In float32 (or float64): the sum is exact
     wherever it is not saturated."""
-    lo, hi = (_FLOAT_RANGES if isinstance(q, np.ndarray) else _INT_RANGES)[dtype]
+    lo, hi = _INT_RANGES[dtype]
     if q.dtype != np.float32 and q.dtype != np.float64:
         q = q.astype(np.float32)
     if not q.ndim:  # a NumPy scalar takes no out=
@@ -82,61 +77,6 @@ def _saturate_int(xp, q, zero_point, dtype):
     if zero_point is not None:  # q is the caller's own array: updated in place
         xp.add(q, zero_point if zero_point.dtype.kind in "iu" else zero_point.astype(q.dtype), out=q)
     return xp.fmin(xp.fmax(q, lo, out=q), hi, out=q).astype(dtype)
-
-
-# Sizes from which the kernels beat NumPy's passes, after a call's 3 us (measured on one core:
-# QuantizeLinear, six NumPy passes, 1.3x at 1 element, 1.5x at 512 and 3.9x at 2**15;
-# DequantizeLinear, two passes, even at 512 elements and 1.4x at 2048).
-_NATIVE_QUANTIZE_MIN, _NATIVE_DEQUANTIZE_MIN = 1, 1 << 9
-
-
-_FLOAT32 = np.dtype(np.float32)
-
-
-def _one(p, dtypes, x) -> bool:
-    """``p`` is a single NumPy value of one of ``dtypes`` (a per-tensor scale or zero point) that leaves
-    x's shape as it is when broadcast."""
-    return type(p) is np.ndarray and p.size == 1 and p.dtype in dtypes and p.ndim <= x.ndim
-
-
-def _address(x) -> int:
-    """The data address of a C-contiguous, non-empty array (read-only ones too)."""
-    return native.address(x) if x.flags.writeable else x.ctypes.data
-
-
-def _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision):
-    """QuantizeLinear of float32 to 8 bits with one scale and zero point by the native kernel, else None."""
-    if not (type(x) is np.ndarray and x.dtype == _FLOAT32 and x.size >= _NATIVE_QUANTIZE_MIN and dtype in _BYTES
-            and not block_size
-            and _one(y_scale, (_FLOAT32,), x) and (y_zero_point is None or _one(y_zero_point, (dtype,), x))
-            and precision in (0, 1)):
-        return None
-    fn = native.function("quantize_linear_f32")
-    if fn is None:
-        return None
-    if not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x)  # (not 0-d: those are contiguous)
-    y = np.empty(x.shape, dtype)
-    native.call(fn, _address(x), x.size, y_scale.item(), 0 if y_zero_point is None else y_zero_point.item(),
-                dtype == np.int8, native.address(y))
-    return y
-
-
-def _native_dequantize(x, x_scale, x_zero_point, out, block_size):
-    """DequantizeLinear of 8 bits to float32 with one scale and zero point by the native kernel, else None."""
-    if not (type(x) is np.ndarray and x.dtype in _BYTES and x.size >= _NATIVE_DEQUANTIZE_MIN and out == _FLOAT32
-            and not block_size
-            and _one(x_scale, (_FLOAT32,), x) and (x_zero_point is None or _one(x_zero_point, (x.dtype,), x))):
-        return None
-    fn = native.function("dequantize_linear_f32")
-    if fn is None:
-        return None
-    if not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x)  # (not 0-d: those are contiguous)
-    y = np.empty(x.shape, np.float32)
-    native.call(fn, _address(x), x.size, x.dtype == np.int8, 0 if x_zero_point is None else x_zero_point.item(),
-                x_scale.item(), native.address(y))
-    return y
 
 
 def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0,
@@ -149,9 +89,6 @@ def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_si
         dtype = np_dtype(output_dtype) if output_dtype else np.dtype(np.uint8)
     if dtype not in _INT_RANGES and dtype not in _FLOAT8 and dtype not in _FLOAT_SMALL:
         raise NodeError(f"QuantizeLinear cannot quantize to {dtype}")
-    y = _native_quantize(x, y_scale, y_zero_point, dtype, block_size, precision)
-    if y is not None:
-        return y
     shape = tuple(x.shape)
     scale = _expand(xp, y_scale, shape, axis, block_size, "y_scale")
     zp = None if y_zero_point is None else _expand(xp, y_zero_point, shape, axis, block_size, "y_zero_point")
@@ -204,9 +141,6 @@ def QuantizeLinear_23(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, 
 
 def _dequantize(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
     out = np_dtype(output_dtype) if output_dtype else x_scale.dtype
-    y = _native_dequantize(x, x_scale, x_zero_point, out, block_size)
-    if y is not None:
-        return y
     shape = tuple(x.shape)
     xdt = np.dtype(x.dtype)
     # float8/float4 zero points are zero by definition; int32 input has none.
@@ -279,105 +213,20 @@ def _centered(xp, a, zero_point, rowwise: bool, dtype=np.int32):
     return xp.subtract(c, zp if zp.dtype.kind in "iu" else zp.astype(dtype), out=c)
 
 
-def _integer_product(xp, A, B, a_zero_point, b_zero_point):
+def _integer_product(xp, A, B, a_zero_point, b_zero_point, centred_b=None):
     """``((A - a_zero_point) @ (B - b_zero_point), bound)``: the exact product in the type
-    :func:`exact_dtype` picks for its bound. B is taken as a weight: its centred copy is kept."""
+    :func:`exact_dtype` picks for its bound. ``centred_b(dtype)``: B's centred copy (a weight's, kept
+    per session on the CPU), else made here."""
     bound = A.shape[-1] * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)
     dtype = exact_dtype(bound)
     a = _centered(xp, A, a_zero_point, True, dtype)
-    b = derived((B,) if b_zero_point is None else (B, b_zero_point), ("centred", dtype),
-                lambda: _centered(xp, B, b_zero_point, False, dtype))
+    b = _centered(xp, B, b_zero_point, False, dtype) if centred_b is None else centred_b(dtype)
     return xp.matmul(a, b), bound
-
-
-# The native 8-bit GEMM (cpu_kernels/quantize.c) reads the weight as bytes where float BLAS reads a
-# float32 copy; it runs on one thread and pays a fixed cost per output. Measured: it beats float32
-# BLAS up to 16 rows of A and K / 32 rows (a shallower product is mostly that fixed cost), and
-# float64 BLAS (sums beyond float32's exact range) up to 64 rows; but only when the weight's pack
-# is kept (see _keeps_pack): packing on every run costs more than the NumPy path saves.
-_NATIVE_ROWS, _NATIVE_DEPTH_PER_ROW, _NATIVE_ROWS_F64 = 16, 32, 64
-_BYTES = frozenset((np.dtype(np.uint8), np.dtype(np.int8)))
-_SCALES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64))
-
-
-class _QLinearArgs(ctypes.Structure):
-    """cpu_kernels/quantize.c's ``struct qlinear_args``: qlinear_matmul_u8's arguments but A and Y."""
-
-    _fields_ = [("pack", ctypes.c_void_p), ("M", ctypes.c_int64), ("za_rows", ctypes.c_void_p),
-                ("za", ctypes.c_int64), ("zb_cols", ctypes.c_void_p), ("zb", ctypes.c_int64),
-                ("signs", ctypes.c_int64), ("as_rows", ctypes.c_void_p), ("bs_cols", ctypes.c_void_p),
-                ("as_", ctypes.c_float), ("bs", ctypes.c_float), ("ys", ctypes.c_float), ("y_zp", ctypes.c_int64)]
-
-
-class _Pack(np.ndarray):
-    """A weight in the native kernel's form (:func:`_pack`); ``address``: its data pointer, taken once."""
-
-
-def _param(p, ndim: int, n: int | None, dtypes):
-    """How the native kernel takes parameter ``p`` of an output of rank ``ndim``: ``(None, value)``
-    for one value (0 for None), ``(array, 0)`` for ``n`` of them (per row or column; float32 if
-    floating), or None when it cannot (the NumPy path then runs, and reports bad shapes)."""
-    if p is None:
-        return None, 0
-    if type(p) is not np.ndarray or p.dtype not in dtypes:
-        return None
-    if p.size == 1 and p.ndim <= ndim:
-        return None, p.item()
-    if n is not None and p.ndim == 1 and p.shape[0] == n:
-        return np.ascontiguousarray(p, np.float32 if p.dtype.kind not in "iu" else p.dtype), 0
-    return None
-
-
-def _keeps_pack(B) -> bool:
-    """Whether :func:`derived` keeps B's pack across runs (B is a weight, not a small one)."""
-    return B.size >= _CACHE_MIN and _frozen(B)
-
-
-def _pack(B):
-    """Weight B (K, N) as the native kernel's int32 pack (cpu_kernels/quantize.c)."""
-    K, N = B.shape
-    B = np.ascontiguousarray(B)
-    pack = np.empty(4 + N + -(-N * K // 4), np.int32).view(_Pack)
-    pack.address = native.ptr(pack, np.int32)
-    native.call(native.function("pack_weight_8"), native.ptr(B, B.dtype),
-                int(B.dtype == np.int8), K, N, pack.address)
-    return pack
-
-
-def _native_gemm(name, A, B, a_zero_point, b_zero_point):
-    """``(kernel, the pack's address, the arguments after A's, output shape, arrays to keep alive)``
-    for the native 8-bit GEMM of A (M rows, or a stack of rows with one zero point) by a 2-D weight B,
-    or None where the NumPy path runs. The caller passes A's address (C-contiguous) itself."""
-    if not (type(A) is np.ndarray and type(B) is np.ndarray and A.dtype in _BYTES and B.dtype in _BYTES
-            and B.ndim == 2 and A.ndim >= 1 and A.shape[-1] == B.shape[0] and A.size and B.size):
-        return None
-    K, N = B.shape
-    M = A.size // K
-    za = _param(a_zero_point, A.ndim, M if A.ndim == 2 else None, (A.dtype,))
-    zb = _param(b_zero_point, 2, N, (B.dtype,))
-    if za is None or zb is None or max(K, N) >= 2 ** 31 or not _keeps_pack(B) or not (
-            M <= _NATIVE_ROWS and M * _NATIVE_DEPTH_PER_ROW <= K or M <= _NATIVE_ROWS_F64 and exact_dtype(
-                K * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)) is not np.float32):
-        return None
-    fn = native.function(name)
-    if fn is None:
-        return None
-    pack = derived((B,), "native int8 pack", lambda: _pack(B))
-    rest = (M, None if za[0] is None else native.ptr(za[0], A.dtype), za[1],
-            None if zb[0] is None else native.ptr(zb[0], B.dtype), zb[1])
-    return fn, pack.address, rest, A.shape[:-1] + (N,), (za[0], zb[0], pack)
 
 
 @op("MatMulInteger", since=10)
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
-    gemm = _native_gemm("matmul_integer_u8", A, B, a_zero_point, b_zero_point)
-    if gemm is not None:
-        fn, pack, rest, shape, _ = gemm
-        A = np.ascontiguousarray(A)
-        Y = np.empty(shape, np.int32)
-        native.call(fn, pack, native.ptr(A, A.dtype), *rest, int(A.dtype == np.int8), native.ptr(Y, np.int32))
-        return Y
     return wrap_int32(*_integer_product(xp, A, B, a_zero_point, b_zero_point))
 
 
@@ -418,68 +267,18 @@ def _requantize(xp, acc, multiplier, y_zero_point):
     return _saturate_int(xp, q, y_zero_point, y_zero_point.dtype)
 
 
-class _Plans(dict):
-    """A weight's native QLinearMatMul plans, kept with it (:func:`derived`): (A's shape, A's type) ->
-    (a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point, the plan or None). The
-    parameters are kept here too, and only when they cannot change (:func:`_frozen`): a call with the
-    very same objects reuses the plan."""
-
-
-def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-    """QLinearMatMul by the native kernel (8-bit in and out), or None where the NumPy path runs. What
-    depends only on the weight and the parameters (the checks, the pack, the kernel's arguments) is
-    planned once per input shape while they are kept weights."""
-    if type(a) is not np.ndarray or y_zero_point is None or not native.enabled():
-        return None
-    plans = derived((b,), "native qlinear", _Plans)
-    hit = plans.get((a.shape, a.dtype))
-    if (hit is not None and hit[0] is a_scale and hit[1] is a_zero_point and hit[2] is b_scale
-            and hit[3] is b_zero_point and hit[4] is y_scale and hit[5] is y_zero_point):
-        plan = hit[6]
-    else:
-        plan = _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
-        params = (a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point)
-        if all(p is None or _frozen(p) for p in params):
-            plans[a.shape, a.dtype] = (*params, plan)
-    if plan is None:
-        return None
-    fn, args, shape, y_dtype, _ = plan
-    A = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # the plan checked its type and size
-    Y = np.empty(shape, y_dtype)
-    native.call(fn, args, _address(A), native.address(Y))
-    return Y
-
-
-def _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-    """``(kernel, address of its struct of arguments, Y's shape and type, what to keep alive)``, or
-    None where the native kernel does not apply."""
-    ndim = a.ndim or 1
-    a_s = _param(a_scale, ndim, a.shape[0] if a.ndim == 2 else None, _SCALES)
-    b_s = _param(b_scale, ndim, b.shape[-1] if b.ndim == 2 else None, _SCALES)
-    y_s, y_z = _param(y_scale, ndim, None, _SCALES), _param(y_zero_point, ndim, None, _BYTES)
-    if a_s is None or b_s is None or y_s is None or y_z is None:
-        return None
-    gemm = _native_gemm("qlinear_matmul_u8_planned", a, b, a_zero_point, b_zero_point)
-    if gemm is None:
-        return None
-    fn, pack, (M, za_rows, za, zb_cols, zb), shape, keep = gemm
-    y_dtype = np.dtype(y_zero_point.dtype)
-    args = _QLinearArgs(pack, M, za_rows, za, zb_cols, zb, (a.dtype == np.int8) + 2 * (y_dtype == np.int8),
-                        None if a_s[0] is None else native.ptr(a_s[0]), None if b_s[0] is None else native.ptr(b_s[0]),
-                        float(a_s[1]), float(b_s[1]), float(y_s[1]), y_z[1])
-    return fn, ctypes.addressof(args), shape, y_dtype, keep + (a_s[0], b_s[0], args)
-
-
 @op("QLinearMatMul", since=10)  # 21 adds float16/bfloat16 scales and float8 types
 def QLinearMatMul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     """Integer inputs: int32 accumulation, then requantization with a_scale * b_scale / y_scale
     (per-row a / per-column b scales allowed). float8 inputs or output: dequantize, matmul in
     float32, quantize (saturating)."""
-    y = _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
-    if y is not None:
-        return y
+    return qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+
+
+def qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, centred_b=None):
+    """QLinearMatMul; ``centred_b`` as for :func:`_integer_product`."""
     if a.dtype in _INT_RANGES and b.dtype in _INT_RANGES and y_zero_point.dtype in _INT_RANGES:
-        acc, bound = _integer_product(xp, a, b, a_zero_point, b_zero_point)
+        acc, bound = _integer_product(xp, a, b, a_zero_point, b_zero_point, centred_b)
         if acc.dtype != np.float32:  # float32 holds it exactly: requantized as it is
             acc = wrap_int32(acc, bound)
         a_s = _rowwise(xp, a_scale, a)
@@ -510,21 +309,25 @@ def _per_channel(xp, p, ndim: int, axis: int):
     return xp.reshape(p, tuple(-1 if i == axis else 1 for i in range(ndim)))
 
 
-def _conv_int32(xp, x, x_zero_point, w, w_zero_point, B=None, **attrs):
+def centred_weight(xp, w, w_zero_point, dtype):
+    """The conv weight ``w - w_zero_point`` (per output channel) in ``dtype``."""
+    W = w.astype(dtype)
+    return W if w_zero_point is None else W - _per_channel(xp, w_zero_point, w.ndim, 0).astype(dtype)
+
+
+def _conv_int32(xp, x, x_zero_point, w, w_zero_point, B=None, *, conv=_conv, centred_w=None, **attrs):
     """int32 convolution of (x - x_zero_point) with (w - w_zero_point); padding contributes 0. Exact
-    through float BLAS where the sums fit (see :func:`exact_dtype`), wrapping like int32."""
+    through float BLAS where the sums fit (see :func:`exact_dtype`), wrapping like int32. ``conv``: the
+    float convolution; ``centred_w(dtype)``: the centred weight (kept per session on the CPU), else
+    :func:`centred_weight`."""
     k = int(np.prod(w.shape[1:]))  # terms per output: input channels per group times kernel taps
     bound = k * _max_centered(x.dtype, x_zero_point) * _max_centered(w.dtype, w_zero_point)
     dtype = exact_dtype(bound)
     X = x.astype(dtype)
     if x_zero_point is not None:
         X = X - xp.reshape(x_zero_point, ()).astype(dtype)
-    def centred_w():
-        W = w.astype(dtype)
-        return W if w_zero_point is None else W - _per_channel(xp, w_zero_point, w.ndim, 0).astype(dtype)
-
-    W = derived((w,) if w_zero_point is None else (w, w_zero_point), ("centred", np.dtype(dtype).str), centred_w)
-    Y = wrap_int32(_conv(xp, X, W, **attrs), bound)
+    W = centred_weight(xp, w, w_zero_point, dtype) if centred_w is None else centred_w(dtype)
+    Y = wrap_int32(conv(xp, X, W, **attrs), bound)
     return Y if B is None else Y + xp.reshape(B.astype(np.int32), (1, -1) + (1,) * (Y.ndim - 2))
 
 
@@ -540,8 +343,15 @@ def QLinearConv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
                 auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """The int32 accumulator (bias included) requantized with x_scale * w_scale / y_scale;
     w_scale / w_zero_point may be per output channel."""
-    acc = _conv_int32(xp, x, x_zero_point, w, w_zero_point, B, auto_pad=auto_pad, dilations=dilations,
-                      group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    return qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
+                        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                        strides=strides)
+
+
+def qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                 conv=_conv, centred_w=None, **attrs):
+    """QLinearConv; ``conv`` and ``centred_w`` as for :func:`_conv_int32`."""
+    acc = _conv_int32(xp, x, x_zero_point, w, w_zero_point, B, conv=conv, centred_w=centred_w, **attrs)
     w_s = _per_channel(xp, w_scale, acc.ndim, 1).astype(np.float32)
     multiplier = xp.reshape(x_scale, ()).astype(np.float32) * w_s / xp.reshape(y_scale, ()).astype(np.float32)
     return _requantize(xp, acc, multiplier, y_zero_point)

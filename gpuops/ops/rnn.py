@@ -7,19 +7,21 @@ With ``sequence_lens``, a batch entry's state freezes once past its length and i
 a reverse direction starts at its own last valid step (as onnxruntime does). An LSTM or GRU with the
 default activations and no clip (LSTM: no peepholes or input_forget) nor ``sequence_lens`` runs a
 fused loop instead (:func:`_fused_lstm`, :func:`_fused_gru`): same formulas, fewer and in-place array
-ops per step. On the CPU, in float32 with a small per-step GEMM, that loop runs in C
-(``cpu_kernels/rnn.c``) when native kernels are available.
+ops per step. The weights' rearranged copies come through a ``derive(key, make)`` hook: made on
+every call here; the CPU override (:mod:`gpuops.ops.cpu.rnn`) keeps them per session and runs the
+fused loops in C (``cpu_kernels/rnn.c``) where that pays.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from .. import native
 from ..errors import NodeError
 from ..registry import op
 from .elementwise import clamp
-from .linalg import derived
+
+
+def fresh(key, make):
+    """The generic ``derive`` hook: every call derives the weights' layouts anew."""
+    return make()
 
 # Activation name -> (default alpha, default beta); None: the function takes no such parameter.
 _ACT_PARAMS = {
@@ -93,11 +95,12 @@ class _Activations:
 
 
 def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, direction, activations,
-                acts, clip, layout, cell, fold_rb=False, fused=None):
+                acts, clip, layout, cell, fold_rb=False, fused=None, derive=fresh):
     """Shared driver: returns ``(Y, *final_states)`` in the node's layout. ``fold_rb``: the cell only
     adds the recurrence bias to ``h @ R^T``, so it joins the input projection once for all steps.
     ``fused(xp, X, W, R, B, states, dirs)``, when given, replaces the step loop for inputs without
-    ``sequence_lens``: it returns the outputs in step order ``(T, D, batch, H)`` and the final states."""
+    ``sequence_lens``: it returns the outputs in step order ``(T, D, batch, H)`` and the final states.
+    ``derive(key, make)``: the weights' layouts (:func:`fresh`, or kept per session)."""
     dirs = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}.get(direction)
     if dirs is None:
         raise NodeError(f"direction must be forward, reverse or bidirectional, got {direction!r}")
@@ -140,7 +143,7 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
 
     act = _Activations(xp, activations, *acts, D)
     pre = (lambda v: clamp(xp, v, -clip, clip)) if clip is not None else (lambda v: v)
-    RT = derived((R,), "rnn R^T", lambda: _contiguous_transpose(xp, R))  # (D, H, G*H), row-major for the GEMMs
+    RT = derive("rnn R^T", lambda: _contiguous_transpose(xp, R))  # (D, H, G*H), row-major for the GEMMs
     ys = []
     for k in range(T):
         new = cell(XW[:, k], states, RT, Rb, act, pre)
@@ -257,10 +260,10 @@ def _fused_weight(xp, M, order, scale, gate_major: bool):
     return xp.reshape(M, (G, D, n, H) if gate_major else (D, n, G * H))
 
 
-def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
+def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag, derive=fresh):
     """``X @ W^T + bias(B)`` of every step in step order (a reverse direction reads X backwards),
     laid out (T, G, D, batch, H) so that each step's slice is one contiguous block. ``bias(B)`` (B may
-    be None) is the (D, G*H) bias: it joins the weight, kept per (W, B) under ``tag``, as a last input
+    be None) is the (D, G*H) bias: it joins the weight (``derive``'d under ``tag``) as a last input
     column of ones."""
     T, batch, n_in = X.shape
     D, G = len(dirs), len(order)
@@ -270,7 +273,7 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
         b = xp.reshape(bias(B), (D, G * H, 1))
         return _fused_weight(xp, xp.concat([W, b], axis=2), order, scale, True)
 
-    WT = derived((W,) if B is None else (W, B), tag, weight)  # (G, D, n_in + 1, H)
+    WT = derive(tag, weight)  # (G, D, n_in + 1, H)
     Xa = xp.empty((1, D, T, batch, n_in + 1), dtype=X.dtype)
     for d, rev in enumerate(dirs):
         Xa[0, d, ..., :n_in] = X[::-1] if rev else X
@@ -286,37 +289,24 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag):
 
 
 
-def _native(name, batch: int, H: int, arrays):
-    """The C recurrence ``name`` of ``cpu_kernels/rnn.c``, or None. Used for float32 NumPy arrays
-    where it beats the NumPy loop (measured on one core): a small per-step GEMM (then the loop's ~10
-    NumPy calls a step dominate), or up to 4 rows with up to 512 hidden units (BLAS is slow on so few
-    rows). Larger GEMMs are worth BLAS."""
-    if not (batch * H * H < 1 << 16 or (batch <= 4 and H <= 512)):
-        return None
-    if not all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrays):
-        return None
-    return native.function(name)
-
-
-def _fused_lstm(xp, X, W, R, B, states, dirs):
+def _fused_lstm(xp, X, W, R, B, states, dirs, derive=fresh, loop=None):
     """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
     input_forget. Per step: one GEMM per direction, then eight elementwise ops writing into
     preallocated buffers; the first moves the gates into the gate-major work buffer, where every
-    later operand is one contiguous block."""
+    later operand is one contiguous block. ``loop(XW, RT, h0, c0)``, when given, may run the steps
+    instead (returning ``(Y, [h, c])``, or None where it does not apply)."""
     T, batch, _ = X.shape
     D, H = len(dirs), R.shape[-1]
     dt = X.dtype
-    RT = derived((R,), "lstm fused R", lambda: _fused_weight(xp, R, _LSTM_ORDER, _LSTM_SCALE, False))  # (D, H, 4H)
+    RT = derive("lstm fused R", lambda: _fused_weight(xp, R, _LSTM_ORDER, _LSTM_SCALE, False))  # (D, H, 4H)
     XW = _fused_projection(xp, X, W, B, lambda B: xp.zeros((D, 4 * H), dtype=dt) if B is None else
-                           B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W")
+                           B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W", derive)
 
     h0, c0 = states
-    fn = _native("lstm_f32", batch, H, (X, R, h0, c0))
-    if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
-        h0, c0 = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
-        Y, hn, cn = np.empty((T, D, batch, H), dtype=dt), np.empty_like(h0), np.empty_like(c0)
-        native.call(fn, *(native.ptr(a) for a in (XW, RT, h0, c0, Y, hn, cn)), T, D, batch, H)
-        return Y, [hn, cn]
+    if loop is not None:
+        done = loop(XW, RT, h0, c0)
+        if done is not None:
+            return done
     work = xp.empty((5, D, batch, H), dtype=dt)  # [c, c~, o, f, i]
     work[0] = c0
     gates, sig, fi, cg, c, o = work[1:], work[2:], work[3:], work[:2], work[0], work[2]
@@ -342,11 +332,13 @@ def _fused_lstm(xp, X, W, R, B, states, dirs):
     return Y, [xp.asarray(h, copy=True), xp.asarray(c, copy=True)]
 
 
-def _fused_gru(linear_before_reset):
+def _fused_gru(linear_before_reset, derive=fresh, loop=None):
     def fused(xp, X, W, R, B, states, dirs):
         """The GRU of the default activations (sigmoid, tanh) without clip. Per step: the recurrent
         GEMMs (z and r, and h's: one GEMM with ``linear_before_reset``, after r without), then about
-        ten elementwise ops into preallocated buffers; h' = h~ + z * (h - h~)."""
+        ten elementwise ops into preallocated buffers; h' = h~ + z * (h - h~). ``loop(XW, RT, B, h0,
+        linear_before_reset)``, when given, may run the steps instead (returning ``(Y, [h])``, or None
+        where it does not apply)."""
         T, batch, _ = X.shape
         D, H = len(dirs), R.shape[-1]
         dt = X.dtype
@@ -360,16 +352,12 @@ def _fused_gru(linear_before_reset):
                 Rb = xp.concat([Rb[:, :2 * H], xp.zeros((D, H), dtype=dt)], axis=1)
             return B[:, :3 * H] + Rb
 
-        XW = _fused_projection(xp, X, W, B, bias, dirs, _GRU_ORDER, _GRU_SCALE, ("gru fused W", lbr))
-        RT = derived((R,), "gru fused R", lambda: _fused_weight(xp, R, _GRU_ORDER, _GRU_SCALE, False))  # D, H, 3H
-        fn = _native("gru_f32", batch, H, (X, R, states[0]) + (() if B is None else (B,)))
-        if fn is not None:  # the whole recurrence in C (cpu_kernels/rnn.c)
-            h0 = np.ascontiguousarray(states[0])
-            rbh = np.ascontiguousarray(B[:, 5 * H:]) if lbr and B is not None else None
-            Y, hn = np.empty((T, D, batch, H), dtype=dt), np.empty_like(h0)
-            native.call(fn, native.ptr(XW), native.ptr(RT), None if rbh is None else native.ptr(rbh), native.ptr(h0),
-                        native.ptr(Y), native.ptr(hn), T, D, batch, H, int(lbr))
-            return Y, [hn]
+        XW = _fused_projection(xp, X, W, B, bias, dirs, _GRU_ORDER, _GRU_SCALE, ("gru fused W", lbr), derive)
+        RT = derive("gru fused R", lambda: _fused_weight(xp, R, _GRU_ORDER, _GRU_SCALE, False))  # D, H, 3H
+        if loop is not None:
+            done = loop(XW, RT, B, states[0], lbr)
+            if done is not None:
+                return done
         n = 3 if lbr else 2
         hR = xp.empty((D, batch, n * H), dtype=dt)
         hR_g = xp.permute_dims(xp.reshape(hR, (D, batch, n, H)), (2, 0, 1, 3))
@@ -428,13 +416,22 @@ def RNN_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation
 def RNN(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
         activation_beta=None, activations=None, clip=None, direction="forward",
         hidden_size=None, layout=0):
+    return rnn(xp, X, W, R, B, sequence_lens, initial_h, activation_alpha=activation_alpha,
+               activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+               hidden_size=hidden_size, layout=layout)
+
+
+def rnn(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward",
+        hidden_size=None, layout=0, derive=fresh):
+    """RNN, the weights' layouts by ``derive`` (see :func:`_recurrence`)."""
     # the spec default ['Tanh', 'Tanh'] covers two directions; one direction uses the first
     acts = list(activations or [])
     if direction != "bidirectional" and len(acts) == 2:
         acts = acts[:1]
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h], n_gates=1, hidden_size=hidden_size,
                        direction=direction, activations=acts, acts=(activation_alpha, activation_beta, ["Tanh"]),
-                       clip=clip, layout=layout, cell=_rnn_cell(xp), fold_rb=True)
+                       clip=clip, layout=layout, cell=_rnn_cell(xp), fold_rb=True, derive=derive)
 
 
 @op("GRU", since=1)  # linear_before_reset arrived in GRU-3; harmless to accept here
@@ -450,14 +447,28 @@ def GRU_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation
 def GRU(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
         layout=0, linear_before_reset=0):
-    defaults = ["Sigmoid", "Tanh"]
+    return gru(xp, X, W, R, B, sequence_lens, initial_h, activation_alpha=activation_alpha,
+               activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+               hidden_size=hidden_size, layout=layout, linear_before_reset=linear_before_reset)
+
+
+def fuses_gru(activations, clip, direction) -> bool:
+    """Whether a GRU runs the fused loop (:func:`_fused_gru`)."""
     D = 2 if direction == "bidirectional" else 1
-    fused = _fused_gru(linear_before_reset) if clip is None and _default_activations(activations, defaults, D) \
-        else None
+    return clip is None and _default_activations(activations, ["Sigmoid", "Tanh"], D)
+
+
+def gru(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+        layout=0, linear_before_reset=0, derive=fresh, loop=None):
+    """GRU, the weights' layouts by ``derive`` and the fused loop's steps by ``loop`` (see
+    :func:`_fused_gru`)."""
+    fused = _fused_gru(linear_before_reset, derive, loop) if fuses_gru(activations, clip, direction) else None
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h], n_gates=3, hidden_size=hidden_size,
                        direction=direction, activations=activations,
-                       acts=(activation_alpha, activation_beta, defaults),
-                       clip=clip, layout=layout, cell=_gru_cell(xp, linear_before_reset), fused=fused)
+                       acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh"]),
+                       clip=clip, layout=layout, cell=_gru_cell(xp, linear_before_reset), fused=fused,
+                       derive=derive)
 
 
 @op("LSTM", since=1)
@@ -473,12 +484,29 @@ def LSTM_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
 def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
          hidden_size=None, input_forget=0, layout=0):
-    defaults = ["Sigmoid", "Tanh", "Tanh"]
+    return lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, activation_alpha=activation_alpha,
+                activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+                hidden_size=hidden_size, input_forget=input_forget, layout=layout)
+
+
+def fuses_lstm(activations, clip, direction, input_forget, P=None) -> bool:
+    """Whether an LSTM runs the fused loop (:func:`_fused_lstm`)."""
     D = 2 if direction == "bidirectional" else 1
-    fused = _fused_lstm if (P is None and not input_forget and clip is None
-                            and _default_activations(activations, defaults, D)) else None
+    return (P is None and not input_forget and clip is None
+            and _default_activations(activations, ["Sigmoid", "Tanh", "Tanh"], D))
+
+
+def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+         activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+         hidden_size=None, input_forget=0, layout=0, derive=fresh, loop=None):
+    """LSTM, the weights' layouts by ``derive`` and the fused loop's steps by ``loop`` (see
+    :func:`_fused_lstm`)."""
+    fused = None
+    if fuses_lstm(activations, clip, direction, input_forget, P):
+        def fused(xp, X, W, R, B, states, dirs):
+            return _fused_lstm(xp, X, W, R, B, states, dirs, derive, loop)
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h, initial_c], n_gates=4,
                        hidden_size=hidden_size, direction=direction, activations=activations,
-                       acts=(activation_alpha, activation_beta, defaults),
+                       acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"]),
                        clip=clip, layout=layout, cell=_lstm_cell(xp, P, input_forget), fold_rb=True,
-                       fused=fused)
+                       fused=fused, derive=derive)

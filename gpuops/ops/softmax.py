@@ -3,7 +3,8 @@
 Before opset 13 the input is coerced to 2-D at ``axis`` (default 1): the op normalises over all
 dimensions from ``axis`` on, as one flattened row. From opset 13 it works along the single ``axis``
 (default -1). Softmax and LogSoftmax subtract the maximum first (numerically stable);
-float16/bfloat16 are computed in float32. Hardmax marks the first maximum of each row.
+float16/bfloat16 are computed in float32. Hardmax marks the first maximum of each row. (On the CPU,
+rows over trailing axes take one native pass: :mod:`gpuops.ops.cpu.softmax`.)
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import math
 import ml_dtypes
 import numpy as np
 
-from .. import native
 from ..errors import NodeError
 from ..registry import op
 
@@ -32,22 +32,6 @@ def _normalise(xp, x, axes: tuple[int, ...], log: bool):
     dtype = np.dtype(x.dtype)
     if dtype in _HALF:
         x = x.astype(np.float32)
-    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and axes == tuple(range(axes[0], x.ndim)):
-        # trailing axes: rows reduced along one axis (a tuple of axes costs several times more), in place
-        rows = x.reshape(-1, math.prod(x.shape[axes[0]:]))
-        fn = native.function("softmax_rows_f32") if x.dtype == np.float32 else None
-        if fn is not None:  # one pass a row
-            rows = np.ascontiguousarray(rows)
-            y = np.empty(x.shape, dtype=np.float32)
-            native.call(fn, native.ptr(rows), native.address(y), rows.shape[0], rows.shape[1], int(log))
-            return y.astype(dtype, copy=False)
-        y = np.subtract(rows, np.max(rows, axis=1, keepdims=True))
-        if log:
-            y -= np.log(np.sum(np.exp(y), axis=1, keepdims=True))
-        else:
-            np.exp(y, out=y)
-            y /= np.sum(y, axis=1, keepdims=True)
-        return y.reshape(x.shape).astype(dtype, copy=False)
     shifted = x - xp.max(x, axis=axes, keepdims=True)
     e = xp.exp(shifted)
     s = xp.sum(e, axis=axes, keepdims=True)

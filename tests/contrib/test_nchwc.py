@@ -1,6 +1,6 @@
 """com.microsoft.nchwc ops against onnxruntime's CPU kernels, with gpuops set to onnxruntime's block size
-(read off ReorderInput's padded output), and a CNN that onnxruntime's own optimizer rewrote into the
-NCHWc family run by gpuops."""
+(read off ReorderInput's padded output: GPUOPS_NCHWC_BLOCK_SIZE, which a session reads when it is
+created), and a CNN that onnxruntime's own optimizer rewrote into the NCHWc family run by gpuops."""
 
 import os
 
@@ -27,10 +27,8 @@ BLOCK = _onnxruntime_block_size()
 
 
 @pytest.fixture(autouse=True)
-def onnxruntime_block_size():
-    nchwc.set_block_size(BLOCK)
-    yield
-    nchwc.set_block_size(None)
+def onnxruntime_block_size(monkeypatch):
+    monkeypatch.setenv(nchwc.BLOCK_SIZE_ENV, str(BLOCK))
 
 
 def node(op_type, inputs, outputs=("y",), **attrs):
@@ -38,13 +36,39 @@ def node(op_type, inputs, outputs=("y",), **attrs):
 
 
 def test_block_size_setting(monkeypatch):
-    nchwc.set_block_size(None)
     monkeypatch.delenv(nchwc.BLOCK_SIZE_ENV, raising=False)
     assert nchwc.block_size() == 8
     monkeypatch.setenv(nchwc.BLOCK_SIZE_ENV, "16")
     assert nchwc.block_size() == 16
-    with pytest.raises(ValueError):
-        nchwc.set_block_size(4)
+    for bad in ("4", "x"):
+        monkeypatch.setenv(nchwc.BLOCK_SIZE_ENV, bad)
+        with pytest.raises(gpuops.NodeError, match="must be 8 or 16"):
+            nchwc.block_size()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_session_keeps_the_block_size_it_was_created_with(monkeypatch, device):
+    """The block size is a session's: read from the environment when it is created (each op's prepare
+    hook), unchanged by a later change of the environment; a call outside a session passes its own."""
+    x = rand(1, 20, 3, 4)
+    model = make_model(node("ReorderInput", ["x"]), {"x": x})
+    sessions = {}
+    for size in (8, 16):
+        monkeypatch.setenv(nchwc.BLOCK_SIZE_ENV, str(size))
+        sessions[size] = gpuops.InferenceSession(model, device=device)
+    monkeypatch.setenv(nchwc.BLOCK_SIZE_ENV, "4")  # a bad value: read by no session now
+    for size, sess in sessions.items():
+        (y,) = sess.run(None, {"x": x})
+        assert y.shape == (1, -(-20 // size) * size, 3, 4)
+        assert sess.plan.steps[0].prepared in (size, getattr(sess.plan.steps[0].prepared, "block", None))
+    import array_api_compat.numpy as xp
+
+    y16 = nchwc.ReorderInput(xp, x, prepared=16)
+    np.testing.assert_array_equal(y16, sessions[16].run(None, {"x": x})[0])
+    with pytest.raises(gpuops.NodeError, match="must be 8 or 16"):
+        nchwc.ReorderInput(xp, x)  # the environment's, read now
+    with pytest.raises(gpuops.NodeError, match="GPUOPS_NCHWC_BLOCK_SIZE"):
+        gpuops.InferenceSession(model, device=device)
 
 
 @pytest.mark.parametrize("channels", [4, 8, 20])

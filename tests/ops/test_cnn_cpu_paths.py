@@ -1,4 +1,4 @@
-"""The CPU paths of Conv and pooling: on shifted flat planes (:class:`gpuops.ops.conv.Planes`) Conv
+"""The CPU paths of Conv and pooling: on shifted flat planes (:class:`gpuops.ops.cpu.conv.Planes`) Conv
 without an im2col copy (``_kn2row``), depthwise Conv and separable max/sum windows, and the blocked
 im2col, against the tap-by-tap formulas (one strided view per kernel tap) and onnxruntime."""
 
@@ -8,8 +8,10 @@ import pytest
 
 from gpuops import native
 from gpuops.ops import conv as conv_mod
-from gpuops.ops import winograd
-from gpuops.ops import pool as pool_mod
+from gpuops.ops import pool as generic_pool
+from gpuops.ops.cpu import conv as cpu_conv
+from gpuops.ops.cpu import pool as cpu_pool
+from gpuops.ops.cpu import winograd
 
 from .common import DEVICES, assert_op_matches_ort
 
@@ -48,29 +50,32 @@ def test_kn2row_matches_the_tap_by_tap_formula(name):
     X, W, B = _conv_inputs(case)
     *_, strides, dilations, pads = case
     want, (kernel, s, d, pb, out) = _generic_conv(X, W, strides, dilations, pads)
-    got = conv_mod._kn2row(X, W, B, kernel, s, d, pb, out)
+    got = cpu_conv._kn2row(X, W, B, kernel, s, d, pb, out)
     assert got.flags.c_contiguous
     np.testing.assert_allclose(got, want + B.reshape((1, -1) + (1,) * len(out)), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(conv_mod._kn2row(X, W, None, kernel, s, d, pb, out), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cpu_conv._kn2row(X, W, None, kernel, s, d, pb, out), want, rtol=1e-12, atol=1e-12)
 
 
-def test_kn2row_runs_where_it_pays_and_keeps_its_weights_per_read_only_weight(monkeypatch):
+def test_kn2row_runs_where_it_pays_and_keeps_its_weights_per_step(monkeypatch):
     """DenseNet's growth conv (32 outputs from 128 channels, 3x3) takes the path, a square one does not;
-    the rearranged weights are computed once for a read-only weight."""
-    assert conv_mod._kn2row_pays(128, 32, [3, 3], [1, 1], [1, 1], [28, 28], 28 * 28)
-    assert not conv_mod._kn2row_pays(64, 64, [3, 3], [1, 1], [1, 1], [56, 56], 56 * 56)
-    assert not conv_mod._kn2row_pays(16, 4, [3, 3], [1, 1], [1, 1], [28, 28], 28 * 28)  # inner size too small
+    the rearranged weights are computed once for the step's weight (its prepared ConvWeights)."""
+    assert cpu_conv._kn2row_pays(128, 32, [3, 3], [1, 1], [1, 1], [28, 28], 28 * 28)
+    assert not cpu_conv._kn2row_pays(64, 64, [3, 3], [1, 1], [1, 1], [56, 56], 56 * 56)
+    assert not cpu_conv._kn2row_pays(16, 4, [3, 3], [1, 1], [1, 1], [28, 28], 28 * 28)  # inner size too small
     rng = np.random.default_rng(1)
     X = rng.standard_normal((1, 128, 14, 14)).astype(np.float32)
     W = rng.standard_normal((32, 128, 3, 3)).astype(np.float32)
     W.flags.writeable = False
     calls = []
-    real = conv_mod._kn2row
-    monkeypatch.setattr(conv_mod, "_kn2row", lambda *a: calls.append(1) or real(*a))
+    real = cpu_conv._kn2row
+    monkeypatch.setattr(cpu_conv, "_kn2row", lambda *a: calls.append(1) or real(*a))
+    kept = cpu_conv.prepare_conv({1: W}, {"pads": [1, 1, 1, 1]})
     with native.disabled():  # else the Winograd kernels take this conv
-        got = conv_mod.conv(xnp, X, W, pads=[1, 1, 1, 1])
-        got_again = conv_mod.conv(xnp, X, W, pads=[1, 1, 1, 1])
+        got = cpu_conv.conv(xnp, X, W, pads=[1, 1, 1, 1], kept=kept)
+        made = {k: v for k, v in kept._made.items() if k[0] == "kn2row"}
+        got_again = cpu_conv.conv(xnp, X, W, pads=[1, 1, 1, 1], kept=kept)
     assert len(calls) == 2
+    assert made and all(kept._made[k] is v and not v.flags.writeable for k, v in made.items())
     want, _ = _generic_conv(X.astype(np.float64), W.astype(np.float64), [1, 1], [1, 1], [1, 1, 1, 1])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(got_again, got)
@@ -79,7 +84,7 @@ def test_kn2row_runs_where_it_pays_and_keeps_its_weights_per_read_only_weight(mo
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["3x3-pad1", "strided-phases", "stride3-dilated", "3d"])
 def test_kn2row_convs_match_onnxruntime(name, device, monkeypatch):
-    monkeypatch.setattr(conv_mod, "_kn2row_pays", lambda *a: True)  # small shapes: force the path
+    monkeypatch.setattr(cpu_conv, "_kn2row_pays", lambda *a: True)  # small shapes: force the path
     case = KN2ROW_CASES[name]
     X, W, B = _conv_inputs(case, np.float32)
     *_, strides, dilations, pads = case
@@ -112,11 +117,11 @@ def test_blocked_im2col_matches_the_tap_by_tap_formula(name, group, monkeypatch)
     want, (_, _, _, _, out) = _generic_conv(X, W, strides, dilations, pads, group)
     want = want + B.reshape((1, -1) + (1,) * len(out))
     attrs = {"group": group, "strides": list(strides), "dilations": list(dilations), "pads": list(pads)}
-    np.testing.assert_allclose(conv_mod.conv(xnp, X, W, B, **attrs), want, rtol=1e-12, atol=1e-12)
-    monkeypatch.setattr(conv_mod, "BLOCK_BYTES", 1)
-    monkeypatch.setattr(conv_mod, "BLOCK_COLUMNS", 1)
-    monkeypatch.setattr(conv_mod, "_kn2row_pays", lambda *a: False)
-    np.testing.assert_allclose(conv_mod.conv(xnp, X, W, B, **attrs), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cpu_conv.conv(xnp, X, W, B, **attrs), want, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(cpu_conv, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(cpu_conv, "BLOCK_COLUMNS", 1)
+    monkeypatch.setattr(cpu_conv, "_kn2row_pays", lambda *a: False)
+    np.testing.assert_allclose(cpu_conv.conv(xnp, X, W, B, **attrs), want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("multiplier", [1, 2])
@@ -130,9 +135,9 @@ def test_depthwise_matches_the_tap_by_tap_formula(name, multiplier, monkeypatch)
     B = rng.standard_normal(C * multiplier)
     want, (_, _, _, _, out) = _generic_conv(X, W, strides, dilations, pads, group=C)
     calls = []
-    real = conv_mod._depthwise
-    monkeypatch.setattr(conv_mod, "_depthwise", lambda *a: calls.append(1) or real(*a))
-    got = conv_mod.conv(xnp, X, W, B, group=C, strides=list(strides), dilations=list(dilations), pads=list(pads))
+    real = cpu_conv._depthwise
+    monkeypatch.setattr(cpu_conv, "_depthwise", lambda *a: calls.append(1) or real(*a))
+    got = cpu_conv.conv(xnp, X, W, B, group=C, strides=list(strides), dilations=list(dilations), pads=list(pads))
     assert calls and got.flags.c_contiguous
     np.testing.assert_allclose(got, want + B.reshape((1, -1) + (1,) * len(out)), rtol=1e-12, atol=1e-12)
 
@@ -171,7 +176,7 @@ def _pool_attrs(case):
 
 
 def _tap_by_tap(X, case, pad_value, reduce):
-    kernel, s, d, pb, pe, out = pool_mod._geometry(X, *(_pool_attrs(case)[k] for k in (
+    kernel, s, d, pb, pe, out = generic_pool._geometry(X, *(_pool_attrs(case)[k] for k in (
         "kernel_shape", "strides", "dilations", "pads")), "NOTSET", case[-1])
     acc = None
     for v in conv_mod.window_taps(xnp, X, kernel, s, d, pb, pe, out, pad_value):
@@ -179,9 +184,10 @@ def _tap_by_tap(X, case, pad_value, reduce):
     return acc, (kernel, s, d, pb, pe, out)
 
 
+@pytest.mark.parametrize("pool_mod", [cpu_pool, generic_pool], ids=["cpu", "generic"])
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("name", sorted(POOL_CASES))
-def test_separable_pools_match_the_tap_by_tap_formulas(name, order):
+def test_separable_pools_match_the_tap_by_tap_formulas(name, order, pool_mod):
     case = POOL_CASES[name]
     rng = np.random.default_rng(2)
     X = np.asarray(rng.standard_normal((2, 3) + case[0]), order=order)
@@ -190,14 +196,15 @@ def test_separable_pools_match_the_tap_by_tap_formulas(name, order):
     np.testing.assert_array_equal(pool_mod.MaxPool(xnp, X, **attrs), want)
     total, (kernel, s, d, pb, pe, out) = _tap_by_tap(X, case, 0, np.add)
     for include_pad in (0, 1):
-        counts = pool_mod._window_counts(xnp, X.shape[2:], kernel, s, d, pb, pe, out, include_pad, X.dtype)
+        counts = generic_pool._window_counts(xnp, X.shape[2:], kernel, s, d, pb, pe, out, include_pad, X.dtype)
         np.testing.assert_allclose(pool_mod.AveragePool(xnp, X, count_include_pad=include_pad, **attrs),
                                    total / counts, rtol=1e-12, atol=1e-12)
     sq, _ = _tap_by_tap(X * X, case, 0, np.add)
     np.testing.assert_allclose(pool_mod.LpPool(xnp, X, **attrs), np.sqrt(sq), rtol=1e-12, atol=1e-12)
 
 
-def test_integer_max_pool_pads_with_the_type_minimum():
+@pytest.mark.parametrize("pool_mod", [cpu_pool, generic_pool], ids=["cpu", "generic"])
+def test_integer_max_pool_pads_with_the_type_minimum(pool_mod):
     X = np.random.default_rng(3).integers(-128, 128, (1, 2, 7, 7)).astype(np.int8)
     X[..., 0, :] = -128
     case = POOL_CASES["3x3-s1-pad1"]

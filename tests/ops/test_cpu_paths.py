@@ -2,14 +2,19 @@
 float32, exact integer GEMMs through float BLAS, RNN input projections) against onnxruntime and
 against the generic formulas they replace."""
 
+import contextlib
+
 import array_api_compat.numpy as xnp
 import numpy as np
 import pytest
+from onnx import helper as onnx_helper
 
 from gpuops.ops import conv as conv_mod
 from gpuops.ops import quantize as quantize_mod
+from gpuops.ops.cpu import conv as cpu_conv
+from gpuops.ops.cpu import quantize as cpu_quantize
 
-from .common import DEVICES, assert_op_matches_ort, run_op, run_ort, one_node_model
+from .common import DEVICES, assert_op_matches_ort, make_model, run_op, run_ort, one_node_model
 
 # N, C, spatial, M, kernel, group, strides, dilations, pads
 CONV_CASES = {
@@ -47,12 +52,12 @@ def test_conv_paths_match_onnxruntime(name, device):
 
 @pytest.mark.parametrize("name", sorted(CONV_CASES))
 def test_conv_paths_match_the_tap_by_tap_formula(name, monkeypatch):
-    """The strided im2col / direct / depthwise paths against the generic path: a stack of one strided
-    view per tap and a batched matmul over the groups."""
+    """The CPU's blocked im2col / direct / depthwise paths and the generic conv against the formula: a
+    stack of one strided view per tap and a batched matmul over the groups."""
     case = CONV_CASES[name]
     f = _conv_feeds(case, np.float64)
     attrs = _conv_attrs(case)
-    fast = conv_mod.conv(xnp, f["X"], f["W"], f["B"], **attrs)
+    fast = cpu_conv.conv(xnp, f["X"], f["W"], f["B"], **attrs)
 
     def generic(xp, X, W, B, group, strides, dilations, pads):
         kernel, s, d, pb, pe = conv_mod.spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
@@ -63,6 +68,7 @@ def test_conv_paths_match_the_tap_by_tap_formula(name, monkeypatch):
         return Y.reshape((X.shape[0], W.shape[0]) + tuple(out)) + B.reshape((1, -1) + (1,) * len(out))
 
     np.testing.assert_allclose(fast, generic(xnp, f["X"], f["W"], f["B"], **attrs), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(conv_mod.conv(xnp, f["X"], f["W"], f["B"], **attrs), fast, rtol=1e-12, atol=1e-12)
     monkeypatch.setattr(conv_mod, "_as_strided", lambda xp: None)  # a namespace without as_strided
     np.testing.assert_allclose(conv_mod.conv(xnp, f["X"], f["W"], f["B"], **attrs), fast, rtol=1e-12, atol=1e-12)
 
@@ -259,26 +265,38 @@ def test_stacked_matmul_and_einsum_match_onnxruntime(op_type, shapes, attrs, dev
     assert_op_matches_ort(op_type, feeds, device, rtol=1e-5, atol=1e-5, **attrs)
 
 
-def test_float32_copies_of_read_only_half_weights_are_kept_while_the_weight_lives():
-    import gc
-
+@pytest.mark.parametrize("op_type, attrs", [("MatMul", {}), ("Gemm", {"transB": 1})])
+def test_a_half_weight_is_converted_to_float32_once_per_session(op_type, attrs):
+    """The step's prepare hook makes the float32 copy of a constant float16 weight at plan time; every
+    run uses it; closing the session drops it. Outside a session, up() converts on every call."""
+    import gpuops
     from gpuops.ops import linalg
 
-    w = np.random.default_rng(6).standard_normal(1 << 16).astype(np.float16)
-    w.flags.writeable = False
-    first = linalg.up(w)
-    assert first.dtype == np.float32 and linalg.up(w) is first and not first.flags.writeable
-    np.testing.assert_array_equal(first, w.astype(np.float32))
-    key = id(w)
-    del w
-    gc.collect()
-    assert not any(key in k for k in linalg._derived)
-    mutable = np.ones(1 << 16, np.float16)  # a writeable array may change: converted on every call
-    assert linalg.up(mutable) is not linalg.up(mutable)
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((3, 256)).astype(np.float16)
+    w = rng.standard_normal((256, 256)).astype(np.float16)
+    node = onnx_helper.make_node(op_type, ["A", "w"], ["y"], **attrs)
+    session = gpuops.InferenceSession(make_model(node, {"A": A}, inits=[("w", w)]), device="cpu", optimize="none")
+    (step,) = session.plan.steps
+    weight, copy = step.prepared[1]
+    assert weight is session.plan.weights["w"] and copy.dtype == np.float32 and not copy.flags.writeable
+    np.testing.assert_array_equal(copy, w.astype(np.float32))
+    first = session.run(None, {"A": A})[0]
+    assert step.prepared[1][1] is copy and step.attrs["prepared"] is step.prepared
+    np.testing.assert_array_equal(session.run(None, {"A": A})[0], first)
+    want = A.astype(np.float32) @ (w.astype(np.float32).T if attrs else w.astype(np.float32))
+    np.testing.assert_allclose(first.astype(np.float32), want, rtol=2e-3, atol=2e-2)
+    assert first.dtype == np.float16
+    session.close()
+    assert step.prepared is None and "prepared" not in step.attrs
+    assert linalg.up(w) is not linalg.up(w)
 
 
-def test_a_quantized_weight_is_centred_once_and_results_stay_exact():
-    from gpuops.ops import linalg
+@pytest.mark.parametrize("native_on", [True, False])
+def test_a_quantized_weight_is_prepared_once_and_results_stay_exact(native_on):
+    """A constant weight's pack (native) or centred copy (NumPy) is made once, kept in the step's
+    prepared data, and reused: the same objects on the next call."""
+    from gpuops import native
 
     rng = np.random.default_rng(7)
     A = rng.integers(0, 256, (3, 256), dtype=np.uint8)
@@ -286,11 +304,15 @@ def test_a_quantized_weight_is_centred_once_and_results_stay_exact():
     zp = np.array(131, np.uint8)
     for t in (B, zp):
         t.flags.writeable = False
-    first = quantize_mod.MatMulInteger(xnp, A, B, np.array(7, np.uint8), zp)
-    kept = [k for k in linalg._derived if id(B) in k]
-    assert len(kept) == 1
-    again = quantize_mod.MatMulInteger(xnp, A, B, np.array(7, np.uint8), zp)
-    assert [k for k in linalg._derived if id(B) in k] == kept
+    with contextlib.ExitStack() as stack:
+        if not native_on:
+            stack.enter_context(native.disabled())
+        kept = cpu_quantize.QuantWeights(B, zp)
+        first = cpu_quantize.MatMulInteger(xnp, A, B, np.array(7, np.uint8), zp, prepared=kept)
+        made = dict(kept._made)
+        assert len(made) == 1
+        again = cpu_quantize.MatMulInteger(xnp, A, B, np.array(7, np.uint8), zp, prepared=kept)
+        assert kept._made.keys() == made.keys() and all(kept._made[k] is v for k, v in made.items())
     want = _int_formula(A.astype(np.int32) - 7, B.astype(np.int32) - 131)
     np.testing.assert_array_equal(first, want)
     np.testing.assert_array_equal(again, want)

@@ -53,9 +53,14 @@ def BiasSplitGelu(xp, X, bias):
 def NhwcConv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
              strides=None):
     """Conv on channels-last data: X (N, D1.., C), W (M, k1.., C/group) as the optimizer writes it; Y (N, ..., M)."""
+    return nhwc_conv(xp, X, W, B, _conv, auto_pad=auto_pad, dilations=dilations, group=group,
+                     kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+def nhwc_conv(xp, X, W, B, conv, **attrs):
+    """NhwcConv by the channels-first ``conv`` (a device override's own)."""
     if X.ndim < 3 or W.ndim != X.ndim:
         raise NodeError(f"X {tuple(X.shape)} and W {tuple(W.shape)} must both be (N|M, spatial.., C)")
     first = (0, X.ndim - 1) + tuple(range(1, X.ndim - 1))
-    Y = _conv(xp, xp.permute_dims(X, first), xp.permute_dims(W, first), B, auto_pad=auto_pad, dilations=dilations,
-              group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    Y = conv(xp, xp.permute_dims(X, first), xp.permute_dims(W, first), B, **attrs)
     return xp.permute_dims(Y, (0,) + tuple(range(2, X.ndim)) + (1,))

@@ -10,7 +10,8 @@ input, runs the ai.onnx op (``conv``, ``pool``), and blocks its output.
 
 The block size is MLAS's: 16 on CPUs with AVX-512F, 8 with AVX2 (and 1 - no NCHWc rewrite - on
 other CPUs). It is a property of the machine that optimized the model, not of the model, so gpuops
-reads it from ``GPUOPS_NCHWC_BLOCK_SIZE`` (8 or 16; default 8), or from :func:`set_block_size`.
+reads it from ``GPUOPS_NCHWC_BLOCK_SIZE`` (8 or 16; default 8) when a session is created (each op's
+``prepare`` hook: the session keeps it), or a call outside a session passes it (``prepared=``).
 
 Conv filters are stored as MLAS reorders them: ``OIHWBiBo`` (``[O/b, I/b, kh, kw, b_in, b_out]``)
 when each group has at least b input channels, else ``OIHWBo`` (``[O/b, I, kh, kw, b_out]``: the
@@ -34,25 +35,32 @@ from .transformer import _params, fused_activation
 
 NCHWC = "com.microsoft.nchwc"
 BLOCK_SIZE_ENV = "GPUOPS_NCHWC_BLOCK_SIZE"
-_block_size: int | None = None
-
-
-def set_block_size(size: int | None) -> None:
-    """Set the NCHWc block size (8 or 16); None returns to the environment / default."""
-    global _block_size
-    if size is not None and size not in (8, 16):
-        raise ValueError(f"NCHWc block size must be 8 or 16, got {size}")
-    _block_size = size
 
 
 def block_size() -> int:
-    if _block_size is not None:
-        return _block_size
+    """The block size ``GPUOPS_NCHWC_BLOCK_SIZE`` names (8 or 16; default 8)."""
     value = os.environ.get(BLOCK_SIZE_ENV, "")
-    size = int(value) if value.strip() else 8
+    try:
+        size = int(value) if value.strip() else 8
+    except ValueError:
+        size = None
     if size not in (8, 16):
         raise NodeError(f"{BLOCK_SIZE_ENV}={value!r}: the NCHWc block size must be 8 or 16")
     return size
+
+
+def session_block_size(constants, attrs) -> int:
+    """The ops' ``prepare`` hook: the block size, read once when a session is created."""
+    return block_size()
+
+
+def _block(prepared) -> int:
+    """The block size of a call: the session's (``prepared``), else the environment's."""
+    if prepared is None:
+        return block_size()
+    if prepared not in (8, 16):
+        raise NodeError(f"the NCHWc block size must be 8 or 16, got {prepared!r}")
+    return prepared
 
 
 def unblock(xp, X, b: int):
@@ -78,11 +86,11 @@ def _check4(X):
         raise NodeError(f"NCHWc ops take 4-D tensors, got shape {tuple(X.shape)}")
 
 
-@op("ReorderInput", domain=NCHWC, since=1)
-def ReorderInput(xp, X, *, channels_last=0):
+@op("ReorderInput", domain=NCHWC, since=1, prepare=session_block_size)
+def ReorderInput(xp, X, *, channels_last=0, prepared=None):
     """NCHW (or NHWC) -> blocked NCHWc with the channels zero-padded to a multiple of the block."""
     _check4(X)
-    b = block_size()
+    b = _block(prepared)
     if channels_last:
         X = xp.moveaxis(X, -1, 1)
     C = X.shape[1]
@@ -92,11 +100,11 @@ def ReorderInput(xp, X, *, channels_last=0):
     return block(xp, X, b)
 
 
-@op("ReorderOutput", domain=NCHWC, since=1)
-def ReorderOutput(xp, X, *, channels=0, channels_last=0):
+@op("ReorderOutput", domain=NCHWC, since=1, prepare=session_block_size)
+def ReorderOutput(xp, X, *, channels=0, channels_last=0, prepared=None):
     """Blocked NCHWc -> NCHW (or NHWC) keeping the first ``channels`` channels."""
     _check4(X)
-    b = block_size()
+    b = _block(prepared)
     Cp = X.shape[1]
     if not (Cp % b == 0 and channels <= Cp and Cp - channels < b):
         raise NodeError(f"channels={channels} does not fit a blocked tensor of {Cp} channels (block {b})")
@@ -104,7 +112,7 @@ def ReorderOutput(xp, X, *, channels=0, channels_last=0):
     return xp.moveaxis(Y, 1, -1) if channels_last else Y
 
 
-def _filter(xp, W, b: int, per_group_in: int):
+def plain_filter(xp, W, b: int, per_group_in: int):
     """The reordered filter back to plain ``(O, I, kh, kw)``."""
     O, I, kh, kw = W.shape
     if O % b:
@@ -116,18 +124,24 @@ def _filter(xp, W, b: int, per_group_in: int):
     return xp.reshape(xp.permute_dims(t, (0, 4, 1, 2, 3)), (O, I, kh, kw))
 
 
-@op("Conv", domain=NCHWC, since=1)
+@op("Conv", domain=NCHWC, since=1, prepare=session_block_size)
 def Conv(xp, X, W, B=None, Sum=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
-         dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+         dilations=None, group=1, kernel_shape=None, pads=None, strides=None, prepared=None):
+    return nchwc_conv(xp, X, W, B, Sum, _block(prepared), _conv, activation=activation,
+                      activation_params=activation_params, auto_pad=auto_pad, dilations=dilations, group=group,
+                      kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+def nchwc_conv(xp, X, W, B, Sum, b: int, conv, *, activation, activation_params, group, filters=None, **attrs):
+    """The NCHWc Conv at block size ``b`` by the plain convolution ``conv`` (a device override's own);
+    ``filters(per_group_in)``: W as a plain filter (:func:`plain_filter`; kept per session on the CPU)."""
     _check4(X)
-    b = block_size()
     C = X.shape[1]
     if C >= b and C % b:
         raise NodeError(f"input channels {C} must be below the block size {b} (plain NCHW) or a multiple of it")
     x = unblock(xp, X, b) if C >= b else X
-    w = _filter(xp, W, b, C // group)
-    Y = _conv(xp, x, w, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-              pads=pads, strides=strides)
+    w = plain_filter(xp, W, b, C // group) if filters is None else filters(C // group)
+    Y = conv(xp, x, w, B, group=group, **attrs)
     if Sum is not None:
         if tuple(Sum.shape) != tuple(Y.shape):
             raise NodeError(f"Sum of shape {tuple(Sum.shape)} differs from the output shape {tuple(Y.shape)}")
@@ -135,38 +149,38 @@ def Conv(xp, X, W, B=None, Sum=None, *, activation=None, activation_params=None,
     return block(xp, fused_activation(xp, Y, activation, *_params(activation_params)), b)
 
 
-@op("MaxPool", domain=NCHWC, since=1)
+@op("MaxPool", domain=NCHWC, since=1, prepare=session_block_size)
 def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape, pads=None, storage_order=0,
-            strides=None):
-    _check4(X)
-    b = block_size()
-    Y = _max_pool(xp, unblock(xp, X, b), auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
+            strides=None, prepared=None):
+    return pooled(xp, X, _block(prepared), _max_pool, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
                   kernel_shape=kernel_shape, pads=pads, strides=strides)
-    return block(xp, Y, b)
 
 
-@op("AveragePool", domain=NCHWC, since=1)
+@op("AveragePool", domain=NCHWC, since=1, prepare=session_block_size)
 def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None, kernel_shape,
-                pads=None, strides=None):
-    _check4(X)
-    b = block_size()
-    Y = _average_pool(xp, unblock(xp, X, b), auto_pad=auto_pad, ceil_mode=ceil_mode,
-                      count_include_pad=count_include_pad, dilations=dilations, kernel_shape=kernel_shape,
-                      pads=pads, strides=strides)
-    return block(xp, Y, b)
+                pads=None, strides=None, prepared=None):
+    return pooled(xp, X, _block(prepared), _average_pool, auto_pad=auto_pad, ceil_mode=ceil_mode,
+                  count_include_pad=count_include_pad, dilations=dilations, kernel_shape=kernel_shape, pads=pads,
+                  strides=strides)
 
 
-@op("GlobalAveragePool", domain=NCHWC, since=1)
-def GlobalAveragePool(xp, X):
+def pooled(xp, X, b: int, pool, **attrs):
+    """An NCHWc pooling op at block size ``b`` by the plain pooling op ``pool`` (a device override's own)."""
     _check4(X)
-    b = block_size()
+    return block(xp, pool(xp, unblock(xp, X, b), **attrs), b)
+
+
+@op("GlobalAveragePool", domain=NCHWC, since=1, prepare=session_block_size)
+def GlobalAveragePool(xp, X, *, prepared=None):
+    _check4(X)
+    b = _block(prepared)
     return block(xp, xp.mean(unblock(xp, X, b), axis=(2, 3), keepdims=True), b)
 
 
-@op("GlobalMaxPool", domain=NCHWC, since=1)
-def GlobalMaxPool(xp, X):
+@op("GlobalMaxPool", domain=NCHWC, since=1, prepare=session_block_size)
+def GlobalMaxPool(xp, X, *, prepared=None):
     _check4(X)
-    b = block_size()
+    b = _block(prepared)
     return block(xp, xp.max(unblock(xp, X, b), axis=(2, 3), keepdims=True), b)
 
 
@@ -186,11 +200,11 @@ def _linear_taps(n_in: int, scale: int, mode: str):
     return i0, i1, (v - i0).astype(np.float32)
 
 
-@op("Upsample", domain=NCHWC, since=1)
-def Upsample(xp, X, *, coordinate_transformation_mode="asymmetric", mode="nearest", scales=None):
+@op("Upsample", domain=NCHWC, since=1, prepare=session_block_size)
+def Upsample(xp, X, *, coordinate_transformation_mode="asymmetric", mode="nearest", scales=None, prepared=None):
     """Integer upsampling of H and W, on the blocked layout directly (it acts per channel)."""
     _check4(X)
-    b = block_size()
+    b = _block(prepared)
     scales = [int(s) for s in (scales or [])]
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1 or min(scales) < 1:
         raise NodeError(f"scales must be [1, 1, scale_h, scale_w] with positive integers, got {scales}")

@@ -227,9 +227,16 @@ def QLinearConv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
                 auto_pad="NOTSET", channels_last=0, dilations=None, group=1, kernel_shape=None, pads=None,
                 strides=None):
     """ai.onnx QLinearConv; with ``channels_last`` x and y are (N, D1.., C) (w stays (M, C/group, k..))."""
-    y = _qlinear_conv(xp, _to_channels_first(xp, x, channels_last), x_scale, x_zero_point, w, w_scale,
-                      w_zero_point, y_scale, y_zero_point, B, auto_pad=auto_pad, dilations=dilations, group=group,
-                      kernel_shape=kernel_shape, pads=pads, strides=strides)
+    return qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
+                        auto_pad=auto_pad, channels_last=channels_last, dilations=dilations, group=group,
+                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+def qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                 channels_last=0, conv=_qlinear_conv, **attrs):
+    """com.microsoft QLinearConv by ``conv`` (ai.onnx QLinearConv: a device override's own)."""
+    y = conv(xp, _to_channels_first(xp, x, channels_last), x_scale, x_zero_point, w, w_scale, w_zero_point,
+             y_scale, y_zero_point, B, **attrs)
     return _from_channels_first(xp, y, channels_last)
 
 
@@ -275,8 +282,14 @@ def _per_column(xp, s, n: int):
 @op("MatMulIntegerToFloat", domain=MS, since=1)
 def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
     """(A - a_zp) @ (B - b_zp) * a_scale * b_scale (+ bias), int32 accumulation."""
+    return matmul_integer_to_float(xp, A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+
+
+def matmul_integer_to_float(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None,
+                            matmul_integer=_matmul_integer):
+    """MatMulIntegerToFloat by ``matmul_integer`` (ai.onnx MatMulInteger: a device override's own)."""
     _check_8bit(A, B)
-    acc = _matmul_integer(xp, A, B, a_zero_point, b_zero_point)
+    acc = matmul_integer(xp, A, B, a_zero_point, b_zero_point)
     n = B.shape[-1]
     Y = acc.astype(_F32) * (_per_column(xp, a_scale, n) * _per_column(xp, b_scale, n))
     if bias is not None:
@@ -287,8 +300,13 @@ def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_p
 @op("DynamicQuantizeMatMul", domain=MS, since=1)
 def DynamicQuantizeMatMul(xp, A, B, b_scale, b_zero_point=None, bias=None):
     """A quantized to uint8 with its own range (DynamicQuantizeLinear), then MatMulIntegerToFloat."""
+    return dynamic_quantize_matmul(xp, A, B, b_scale, b_zero_point, bias)
+
+
+def dynamic_quantize_matmul(xp, A, B, b_scale, b_zero_point=None, bias=None, matmul_integer=_matmul_integer):
+    """DynamicQuantizeMatMul by ``matmul_integer`` (as :func:`matmul_integer_to_float`)."""
     a_q, a_scale, a_zp = _dynamic_quantize(xp, A)
-    return MatMulIntegerToFloat(xp, a_q, B, a_scale, b_scale, a_zp, b_zero_point, bias)
+    return matmul_integer_to_float(xp, a_q, B, a_scale, b_scale, a_zp, b_zero_point, bias, matmul_integer)
 
 
 # -- DynamicQuantizeLSTM ------------------------------------------------------------------------

@@ -23,7 +23,6 @@ import numpy as np
 from ...errors import NodeError, UnsupportedOpError
 from ...registry import op
 from ..elementwise import clamp
-from ..linalg import derived
 from ..norm import LayerNormalization as _layer_norm
 from ..quantize import MatMulInteger as _matmul_integer
 from ..softmax import _normalise as _softmax
@@ -59,7 +58,7 @@ def _check_int8(*arrays):
 def _col_weight(xp, B):
     """The logical (.., K, N) matrix of an ORDER_COL tensor of dims (.., K, N)."""
     *batch, K, N = B.shape
-    return derived((B,), "qordered-col", lambda: xp.swapaxes(xp.reshape(B, tuple(batch) + (N, K)), -1, -2))
+    return xp.swapaxes(xp.reshape(B, tuple(batch) + (N, K)), -1, -2)  # a view: nothing to keep
 
 
 def _per_column(xp, scale, n, what):

@@ -24,7 +24,6 @@ import math
 
 import numpy as np
 
-from ... import native
 from ...errors import NodeError
 from ...registry import op
 from .. import activation as _act
@@ -206,25 +205,14 @@ def _as_clamp(activation, activation_params):
 @op("FusedConv", domain=MS, since=1)
 def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
               dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    """activation(Conv(X, W) + B + Z). float32 with Relu or Clip (or none): without Z the clamp goes with
-    the bias in the conv's own last pass; with Z, bias, Z and the clamp in one native pass after it."""
+    """activation(Conv(X, W) + B + Z). float32 with Relu or Clip (or none) and without Z: the clamp goes
+    with the bias in the conv's own last pass."""
     geometry = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                     strides=strides)
     clamp_to = _as_clamp(activation, activation_params) if X.dtype == np.float32 else None
     if Z is None and clamp_to is not None:
         return _conv(xp, X, W, B, clamp_to=clamp_to if activation else None, **geometry)
-    residual = native.function("bias_residual_clamp_f32") if (
-        Z is not None and clamp_to is not None and isinstance(X, np.ndarray) and Z.dtype == np.float32
-        and (B is None or B.dtype == np.float32)) else None
-    Y = _conv(xp, X, W, None if residual else B, **geometry)
-    if residual is not None:
-        if Z.shape == Y.shape and Y.flags.c_contiguous and Y.flags.writeable:
-            B, Z = None if B is None else np.ascontiguousarray(B), np.ascontiguousarray(Z)  # kept while it runs
-            native.call(residual, native.ptr(Y), None if B is None else native.ptr(B), native.ptr(Z), Y.shape[0],
-                        Y.shape[1], math.prod(Y.shape[2:]), *clamp_to)
-            return Y
-        if B is not None:  # the conv ran without it
-            Y = Y + xp.reshape(B, (-1,) + (1,) * (Y.ndim - 2))
+    Y = _conv(xp, X, W, B, **geometry)
     if Z is not None:  # Y is the conv's new array: the residual and activation go into it
         if tuple(Z.shape) == tuple(Y.shape) and Z.dtype == Y.dtype:
             Y += Z

@@ -17,8 +17,7 @@ import math
 
 import numpy as np
 
-from .. import native
-from .linalg import derived
+from ... import native
 
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
@@ -43,17 +42,18 @@ def pays(C: int, M: int, N: int, out) -> bool:
     return C >= 32 and M >= 16 and N * math.ceil(out[0] / 2) * math.ceil(out[1] / 2) >= 36
 
 
-def _weights(W):
-    """``U = G g G^T`` per (out, in) channel pair, as ``(16, M, C)``: tile position ``4u + v``."""
+def weights(W):
+    """``U = G g G^T`` per (out, in) channel pair, as ``(16, M, C)``: tile position ``4u + v``. A session
+    transforms a weight once (kept on its plan step: :mod:`.conv`)."""
     M, C = W.shape[:2]
     U = np.einsum("ui,mcij,vj->uvmc", _G, W.astype(np.float64), _G)
     return np.ascontiguousarray(U.reshape(16, M, C).astype(W.dtype))
 
 
-def conv3x3(X, W, B, pads_begin, out, clamp_to=None):
+def conv3x3(X, W, B, pads_begin, out, clamp_to=None, U=None):
     """``Conv(X, W, B)`` for a 3x3 kernel, stride 1, dilation 1, group 1 (float32 NCHW NumPy arrays);
     ``out`` is the output's spatial shape, ``pads_begin`` the begin pads (end padding is implicit),
-    ``clamp_to`` the ``(lo, hi)`` of a fused Relu or Clip."""
+    ``clamp_to`` the ``(lo, hi)`` of a fused Relu or Clip, ``U`` W's :func:`weights` (None: made here)."""
     forward = native.function("winograd_f2k3_input_f32")
     backward = native.function("winograd_f2k3_output_f32")
     X = np.ascontiguousarray(X)
@@ -62,7 +62,8 @@ def conv3x3(X, W, B, pads_begin, out, clamp_to=None):
     M = W.shape[0]
     OH, OW = out
     th, tw = -(-OH // 2), -(-OW // 2)
-    U = derived((W,), "winograd F(2x2, 3x3)", lambda: _weights(W))
+    if U is None:
+        U = weights(W)
     Y = np.empty((N, M, OH, OW), dtype=np.float32)
     per_row = 16 * (C + M) * tw * 4  # bytes of V and Mo per tile row
     if N * th * per_row <= BLOCK_BYTES:  # every image in one GEMM batch

@@ -1,6 +1,7 @@
 """The native float32 GEMM of convolutions (``cpu_kernels/gemm.c``): ``Y = A @ B + bias``, clamped to
-``[lo, hi]`` (a fused Relu or Clip), where A (M x K) is a conv's weights, packed once per frozen weight
-with its bias (:func:`packed`, kept by :func:`~gpuops.ops.linalg.derived`), and B (K x N) its columns.
+``[lo, hi]`` (a fused Relu or Clip), where A (M x K) is a conv's weights, packed with its bias
+(:func:`packed`; a session packs a weight once, kept on its plan step: :mod:`.conv`), and B (K x N)
+its columns.
 
 The kernel reads B where it lies (no per-call packing of it, as OpenBLAS does), keeps output channels
 on the vector lanes (small maps, 7x7 = 49 cells, leave no lanes empty) or, for short K, the cells
@@ -16,8 +17,7 @@ import math
 
 import numpy as np
 
-from .. import native
-from .linalg import derived
+from ... import native
 
 
 class Packed:
@@ -55,8 +55,7 @@ def rows_layout(M: int, K: int, N: int | None = None) -> bool:
 def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int | None = None,
            rows: bool | None = None) -> tuple[Packed, ...] | None:
     """The weights ``W`` (M, ...) float32, and the ``bias`` (M,) added to their products, as ``group``
-    packed matrices, group g holding rows ``[g M / group, (g + 1) M / group)`` of ``W.reshape(M, -1)``;
-    kept while frozen ``W`` and ``bias`` live (pass the plan's arrays, not views made per call).
+    packed matrices, group g holding rows ``[g M / group, (g + 1) M / group)`` of ``W.reshape(M, -1)``.
     ``N``: the cells of the products to come, if known; ``rows``: the layout (None:
     :func:`rows_layout`). None when native kernels are unavailable or ``W`` is not float32."""
     if not isinstance(W, np.ndarray) or W.dtype != np.float32 or W.ndim < 1 or W.shape[0] % group:
@@ -68,13 +67,9 @@ def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int
     Mg, K = W.shape[0] // group, math.prod(W.shape[1:])
     if rows is None:
         rows = rows_layout(Mg, K, N)
-
-    def make():
-        A = W.reshape(W.shape[0], K)
-        return tuple(_pack(A[g * Mg:(g + 1) * Mg], None if bias is None else bias[g * Mg:(g + 1) * Mg], rows)
-                     for g in range(group))
-
-    return derived((W,) if bias is None else (W, bias), ("native_gemm", group, rows), make)
+    A = W.reshape(W.shape[0], K)
+    return tuple(_pack(A[g * Mg:(g + 1) * Mg], None if bias is None else bias[g * Mg:(g + 1) * Mg], rows)
+                 for g in range(group))
 
 
 _F32 = np.dtype(np.float32)

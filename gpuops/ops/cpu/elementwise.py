@@ -1,0 +1,40 @@
+"""Erf on the CPU (``@op(..., device="cpu")``) and the native special functions of
+``cpu_kernels/special.c``: one pass over the array, within an ulp, where the generic
+:func:`gpuops.ops.elementwise.erf` (the fallback and test oracle) spends dozens of NumPy passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import native
+from ...registry import op
+from .. import elementwise as _elementwise
+
+NATIVE_SPECIAL_MIN = 64  # elements: below, a kernel's call costs more than the NumPy passes save
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+
+def native_special(name: str, X, dtypes=(np.float32, np.float64)):
+    """``cpu_kernels/special.c``'s elementwise ``name`` (``name_f32`` / ``name_f64``) over the NumPy array
+    X, in one pass; None where it does not apply (dtype, size, native kernels off)."""
+    if not (type(X) is np.ndarray and X.dtype in dtypes and X.size >= NATIVE_SPECIAL_MIN):
+        return None
+    fn = native.function(f"{name}_{_SUFFIX[X.dtype]}")
+    if fn is None:
+        return None
+    X = np.ascontiguousarray(X)
+    Y = np.empty_like(X)
+    native.call(fn, native.ptr(X, X.dtype), native.address(Y), X.size)
+    return Y
+
+
+def erf(xp, X):
+    """:func:`gpuops.ops.elementwise.erf`, by the native kernel where it applies."""
+    Y = native_special("erf", X)
+    return _elementwise.erf(xp, X) if Y is None else Y
+
+
+@op("Erf", since=9, device="cpu")
+def Erf(xp, input):
+    return erf(xp, input)

@@ -1,0 +1,51 @@
+"""MatMul and Gemm on the CPU (``@op(..., device="cpu")``): a float16/bfloat16 weight's float32 copy
+(NumPy has no bfloat16 BLAS and accumulates float16 in float16, so the generic ops of
+:mod:`gpuops.ops.linalg` multiply in float32) made once per session, kept on the plan step (the
+ops' ``prepare`` hook), instead of on every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...registry import op
+from .. import linalg as _linalg
+from ._common import frozen
+
+
+def prepare_float32(constants, attrs):
+    """``{position: (constant input, its float32 copy)}`` of the constant float16/bfloat16 inputs, or None."""
+    kept = {i: (a, frozen(a.astype(np.float32))) for i, a in constants.items()
+            if type(a) is np.ndarray and np.dtype(a.dtype) in _linalg._HALF}
+    return kept or None
+
+
+def _up(prepared, i, a):
+    """Input ``i`` (``a``) in float32 when it is the step's constant with a kept copy, else ``a``."""
+    hit = prepared.get(i)
+    return hit[1] if hit is not None and hit[0] is a else a
+
+
+@op("MatMul", since=1, device="cpu", prepare=prepare_float32)
+def MatMul(xp, A, B, *, prepared=None):
+    if prepared is None:
+        return _linalg.MatMul(xp, A, B)
+    return _linalg.MatMul(xp, _up(prepared, 0, A), _up(prepared, 1, B)).astype(A.dtype, copy=False)
+
+
+@op("Gemm", since=1, device="cpu", prepare=prepare_float32)
+def Gemm_1(xp, A, B, C=None, *, alpha=1.0, beta=1.0, broadcast=0, transA=0, transB=0, prepared=None):
+    if prepared is None:
+        return _linalg.Gemm_1(xp, A, B, C, alpha=alpha, beta=beta, broadcast=broadcast, transA=transA, transB=transB)
+    Y = _linalg.Gemm_1(xp, _up(prepared, 0, A), _up(prepared, 1, B), None if C is None else _up(prepared, 2, C),
+                       alpha=alpha, beta=beta, broadcast=broadcast, transA=transA, transB=transB)
+    return Y.astype(A.dtype, copy=False)
+
+
+@op("Gemm", since=7, device="cpu", prepare=prepare_float32)
+def Gemm(xp, A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, prepared=None):
+    if prepared is None:
+        return _linalg.Gemm(xp, A, B, C, alpha=alpha, beta=beta, transA=transA, transB=transB)
+    Y = _linalg.Gemm(xp, _up(prepared, 0, A), _up(prepared, 1, B), None if C is None else _up(prepared, 2, C),
+                     alpha=alpha, beta=beta, transA=transA, transB=transB)
+    return Y.astype(A.dtype, copy=False)

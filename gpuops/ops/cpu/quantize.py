@@ -1,0 +1,463 @@
+"""Quantization ops on the CPU (``@op(..., device="cpu")``; com.microsoft's QuantizeLinear,
+DequantizeLinear, QLinearConv, MatMulIntegerToFloat and DynamicQuantizeMatMul through them):
+QuantizeLinear / DequantizeLinear of float32 to and from 8 bits with one scale and zero point by
+native kernels; MatMulInteger and
+QLinearMatMul of few rows by a weight by the native 8-bit GEMM (``cpu_kernels/quantize.c``), over the
+weight packed once per session; ConvInteger and QLinearConv through this package's Conv. A weight's
+centred copy, its pack and the QLinearMatMul kernel's arguments per input shape are kept on the plan
+step (:class:`QuantWeights`, the ops' ``prepare`` hook). The generic ops of
+:mod:`gpuops.ops.quantize` stay their fallback and test oracle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import ml_dtypes
+import numpy as np
+
+from ... import native
+from ...dtypes import np_dtype
+from ...registry import op
+from .. import quantize as _quantize
+from ..contrib import quantized as _ms_quantized
+from ..quantize import _centered, _integer_product, _max_centered, exact_dtype, wrap_int32
+from . import conv as _conv
+from ._common import Kept, frozen, on_host
+
+# Sizes from which the kernels beat NumPy's passes, after a call's 3 us (measured on one core:
+# QuantizeLinear, six NumPy passes, 1.3x at 1 element, 1.5x at 512 and 3.9x at 2**15;
+# DequantizeLinear, two passes, even at 512 elements and 1.4x at 2048).
+_NATIVE_QUANTIZE_MIN, _NATIVE_DEQUANTIZE_MIN = 1, 1 << 9
+
+_FLOAT32 = np.dtype(np.float32)
+_BYTES = frozenset((np.dtype(np.uint8), np.dtype(np.int8)))
+_SCALES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64))
+
+
+def _one(p, dtypes, x) -> bool:
+    """``p`` is a single NumPy value of one of ``dtypes`` (a per-tensor scale or zero point) that leaves
+    x's shape as it is when broadcast."""
+    return type(p) is np.ndarray and p.size == 1 and p.dtype in dtypes and p.ndim <= x.ndim
+
+
+def _address(x) -> int:
+    """The data address of a C-contiguous, non-empty array (read-only ones too)."""
+    return native.address(x) if x.flags.writeable else x.ctypes.data
+
+
+# -- QuantizeLinear / DequantizeLinear -----------------------------------------------------------
+
+def _native_quantize(x, y_scale, y_zero_point, output_dtype, block_size, precision):
+    """QuantizeLinear of float32 to 8 bits with one scale and zero point by the native kernel, else None."""
+    if y_zero_point is not None:
+        dtype = np.dtype(y_zero_point.dtype)
+        if output_dtype and np_dtype(output_dtype) != dtype:
+            return None  # the generic op says why
+    else:
+        dtype = np_dtype(output_dtype) if output_dtype else np.dtype(np.uint8)
+    if not (type(x) is np.ndarray and x.dtype == _FLOAT32 and x.size >= _NATIVE_QUANTIZE_MIN and dtype in _BYTES
+            and not block_size
+            and _one(y_scale, (_FLOAT32,), x) and (y_zero_point is None or _one(y_zero_point, (dtype,), x))
+            and precision in (0, 1)):
+        return None
+    fn = native.function("quantize_linear_f32")
+    if fn is None:
+        return None
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)  # (not 0-d: those are contiguous)
+    y = np.empty(x.shape, dtype)
+    native.call(fn, _address(x), x.size, y_scale.item(), 0 if y_zero_point is None else y_zero_point.item(),
+                dtype == np.int8, native.address(y))
+    return y
+
+
+def _native_dequantize(x, x_scale, x_zero_point, output_dtype, block_size):
+    """DequantizeLinear of 8 bits to float32 with one scale and zero point by the native kernel, else None."""
+    out = np_dtype(output_dtype) if output_dtype else x_scale.dtype
+    if not (type(x) is np.ndarray and x.dtype in _BYTES and x.size >= _NATIVE_DEQUANTIZE_MIN and out == _FLOAT32
+            and not block_size
+            and _one(x_scale, (_FLOAT32,), x) and (x_zero_point is None or _one(x_zero_point, (x.dtype,), x))):
+        return None
+    fn = native.function("dequantize_linear_f32")
+    if fn is None:
+        return None
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)  # (not 0-d: those are contiguous)
+    y = np.empty(x.shape, np.float32)
+    native.call(fn, _address(x), x.size, x.dtype == np.int8, 0 if x_zero_point is None else x_zero_point.item(),
+                x_scale.item(), native.address(y))
+    return y
+
+
+def _q(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0):
+    y = _native_quantize(x, y_scale, y_zero_point, output_dtype, block_size, precision)
+    if y is not None:
+        return y
+    return _quantize._quantize(xp, x, y_scale, y_zero_point, axis=axis, saturate=saturate, block_size=block_size,
+                               output_dtype=output_dtype, precision=precision)
+
+
+@op("QuantizeLinear", since=10, device="cpu")
+def QuantizeLinear_10(xp, x, y_scale, y_zero_point=None):
+    return _q(xp, x, y_scale, y_zero_point)
+
+
+@op("QuantizeLinear", since=13, device="cpu")
+def QuantizeLinear_13(xp, x, y_scale, y_zero_point=None, *, axis=1):
+    return _q(xp, x, y_scale, y_zero_point, axis=axis)
+
+
+@op("QuantizeLinear", since=19, device="cpu")
+def QuantizeLinear_19(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1):
+    return _q(xp, x, y_scale, y_zero_point, axis=axis, saturate=saturate)
+
+
+@op("QuantizeLinear", since=21, device="cpu")
+def QuantizeLinear_21(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0):
+    return _q(xp, x, y_scale, y_zero_point, axis=axis, saturate=saturate, block_size=block_size,
+              output_dtype=output_dtype)
+
+
+@op("QuantizeLinear", since=23, device="cpu")
+def QuantizeLinear_23(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0,
+                      precision=0):
+    return _q(xp, x, y_scale, y_zero_point, axis=axis, saturate=saturate, block_size=block_size,
+              output_dtype=output_dtype, precision=precision)
+
+
+def _dq(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
+    y = _native_dequantize(x, x_scale, x_zero_point, output_dtype, block_size)
+    if y is not None:
+        return y
+    return _quantize._dequantize(xp, x, x_scale, x_zero_point, axis=axis, block_size=block_size,
+                                 output_dtype=output_dtype)
+
+
+@op("DequantizeLinear", since=10, device="cpu")
+def DequantizeLinear_10(xp, x, x_scale, x_zero_point=None):
+    return _dq(xp, x, x_scale, x_zero_point)
+
+
+@op("DequantizeLinear", since=13, device="cpu")
+def DequantizeLinear_13(xp, x, x_scale, x_zero_point=None, *, axis=1):
+    return _dq(xp, x, x_scale, x_zero_point, axis=axis)
+
+
+@op("DequantizeLinear", since=21, device="cpu")
+def DequantizeLinear_21(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0):
+    return _dq(xp, x, x_scale, x_zero_point, axis=axis, block_size=block_size)
+
+
+@op("DequantizeLinear", since=23, device="cpu")
+def DequantizeLinear_23(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
+    return _dq(xp, x, x_scale, x_zero_point, axis=axis, block_size=block_size, output_dtype=output_dtype)
+
+
+# -- the weights ---------------------------------------------------------------------------------
+
+class QuantWeights(Kept):
+    """A constant weight B of an integer product and its zero point (None: absent, or not constant),
+    with what is derived from them: the centred copy per accumulation type, the native kernel's pack,
+    QLinearMatMul's kernel arguments per input shape (:attr:`plans`), a conv's centred weight with its
+    :class:`.conv.ConvWeights`."""
+
+    def __init__(self, B, zero_point):
+        super().__init__()
+        self.B, self.zero_point = B, zero_point
+        self.plans: dict = {}
+
+    def fits(self, B, zero_point) -> bool:
+        return B is self.B and zero_point is self.zero_point
+
+    def centred(self, xp, dtype):
+        """``B - zero_point`` (per column) in ``dtype``."""
+        return self.get(("centred", np.dtype(dtype).str),
+                        lambda: frozen(_centered(xp, self.B, self.zero_point, False, dtype)))
+
+    def pack(self):
+        return self.get("pack", lambda: _pack(self.B))
+
+    def conv_weights(self, xp, dtype) -> _conv.ConvWeights:
+        """The conv weight ``w - w_zero_point`` (per output channel) in ``dtype``, with its conv's data."""
+        return self.get(("conv", np.dtype(dtype).str), lambda: _conv.ConvWeights(
+            frozen(_quantize.centred_weight(xp, self.B, self.zero_point, dtype)), None))
+
+
+def _prepare(b: int, zero_point: int, eager=None):
+    """A ``prepare`` hook: :class:`QuantWeights` of the constant input ``b`` (with its zero point, input
+    ``zero_point``, when constant); ``eager(kept)`` makes at plan time what is known to be needed."""
+
+    def prepare(constants, attrs):
+        B, z = constants.get(b), constants.get(zero_point)
+        if type(B) is not np.ndarray or not B.size:
+            return None
+        kept = QuantWeights(B, z if type(z) is np.ndarray else None)
+        if eager is not None:
+            eager(kept)
+        return kept
+
+    return prepare
+
+
+def _kept(prepared, B, zero_point):
+    return prepared if prepared is not None and prepared.fits(B, zero_point) else None
+
+
+# -- the native 8-bit GEMM -----------------------------------------------------------------------
+
+# The native 8-bit GEMM (cpu_kernels/quantize.c) reads the weight as bytes where float BLAS reads a
+# float32 copy; it runs on one thread and pays a fixed cost per output. Measured: it beats float32
+# BLAS up to 16 rows of A and K / 32 rows (a shallower product is mostly that fixed cost), and
+# float64 BLAS (sums beyond float32's exact range) up to 64 rows; but only when the weight's pack
+# is kept (see _keeps_pack): packing on every run costs more than the NumPy path saves.
+_NATIVE_ROWS, _NATIVE_DEPTH_PER_ROW, _NATIVE_ROWS_F64 = 16, 32, 64
+_PACK_MIN = 1 << 15  # elements of a weight worth its kept pack
+
+
+class _QLinearArgs(ctypes.Structure):
+    """cpu_kernels/quantize.c's ``struct qlinear_args``: qlinear_matmul_u8's arguments but A and Y."""
+
+    _fields_ = [("pack", ctypes.c_void_p), ("M", ctypes.c_int64), ("za_rows", ctypes.c_void_p),
+                ("za", ctypes.c_int64), ("zb_cols", ctypes.c_void_p), ("zb", ctypes.c_int64),
+                ("signs", ctypes.c_int64), ("as_rows", ctypes.c_void_p), ("bs_cols", ctypes.c_void_p),
+                ("as_", ctypes.c_float), ("bs", ctypes.c_float), ("ys", ctypes.c_float), ("y_zp", ctypes.c_int64)]
+
+
+class _Pack(np.ndarray):
+    """A weight in the native kernel's form (:func:`_pack`); ``address``: its data pointer, taken once."""
+
+
+def _param(p, ndim: int, n: int | None, dtypes):
+    """How the native kernel takes parameter ``p`` of an output of rank ``ndim``: ``(None, value)``
+    for one value (0 for None), ``(array, 0)`` for ``n`` of them (per row or column; float32 if
+    floating), or None when it cannot (the NumPy path then runs, and reports bad shapes)."""
+    if p is None:
+        return None, 0
+    if type(p) is not np.ndarray or p.dtype not in dtypes:
+        return None
+    if p.size == 1 and p.ndim <= ndim:
+        return None, p.item()
+    if n is not None and p.ndim == 1 and p.shape[0] == n:
+        return np.ascontiguousarray(p, np.float32 if p.dtype.kind not in "iu" else p.dtype), 0
+    return None
+
+
+def _keeps_pack(B, kept) -> bool:
+    """Whether B's pack is kept across runs: a session's weight (``kept``), not a small one."""
+    return kept is not None and B.size >= _PACK_MIN
+
+
+def _pack(B):
+    """Weight B (K, N) as the native kernel's int32 pack (cpu_kernels/quantize.c)."""
+    K, N = B.shape
+    B = np.ascontiguousarray(B)
+    pack = np.empty(4 + N + -(-N * K // 4), np.int32).view(_Pack)
+    pack.address = native.ptr(pack, np.int32)
+    native.call(native.function("pack_weight_8"), native.ptr(B, B.dtype),
+                int(B.dtype == np.int8), K, N, pack.address)
+    return pack
+
+
+def _native_gemm(name, A, B, a_zero_point, b_zero_point, kept):
+    """``(kernel, the pack's address, the arguments after A's, output shape, arrays to keep alive)``
+    for the native 8-bit GEMM of A (M rows, or a stack of rows with one zero point) by a 2-D weight B,
+    or None where the NumPy path runs. The caller passes A's address (C-contiguous) itself."""
+    if not (type(A) is np.ndarray and type(B) is np.ndarray and A.dtype in _BYTES and B.dtype in _BYTES
+            and B.ndim == 2 and A.ndim >= 1 and A.shape[-1] == B.shape[0] and A.size and B.size):
+        return None
+    K, N = B.shape
+    M = A.size // K
+    za = _param(a_zero_point, A.ndim, M if A.ndim == 2 else None, (A.dtype,))
+    zb = _param(b_zero_point, 2, N, (B.dtype,))
+    if za is None or zb is None or max(K, N) >= 2 ** 31 or not _keeps_pack(B, kept) or not (
+            M <= _NATIVE_ROWS and M * _NATIVE_DEPTH_PER_ROW <= K or M <= _NATIVE_ROWS_F64 and exact_dtype(
+                K * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)) is not np.float32):
+        return None
+    fn = native.function(name)
+    if fn is None:
+        return None
+    pack = kept.pack() if kept is not None else _pack(B)
+    rest = (M, None if za[0] is None else native.ptr(za[0], A.dtype), za[1],
+            None if zb[0] is None else native.ptr(zb[0], B.dtype), zb[1])
+    return fn, pack.address, rest, A.shape[:-1] + (N,), (za[0], zb[0], pack)
+
+
+def _eager_pack(kept):
+    """At plan time: the pack of a weight the native GEMM may take."""
+    B = kept.B
+    if B.ndim == 2 and B.dtype in _BYTES and B.size >= _PACK_MIN and max(B.shape) < 2 ** 31 and native.enabled():
+        if native.function("pack_weight_8") is not None:
+            kept.pack()
+
+
+# -- MatMulInteger -------------------------------------------------------------------------------
+
+@op("MatMulInteger", since=10, device="cpu", prepare=_prepare(1, 3, _eager_pack))
+def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None, *, prepared=None):
+    """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column.
+    (Other arrays than NumPy's find no kept data and no native kernel: the generic op's code runs.)"""
+    kept = prepared if prepared is not None and prepared.fits(B, b_zero_point) else None
+    gemm = _native_gemm("matmul_integer_u8", A, B, a_zero_point, b_zero_point, kept)
+    if gemm is not None:
+        fn, pack, rest, shape, _ = gemm
+        A = np.ascontiguousarray(A)
+        Y = np.empty(shape, np.int32)
+        native.call(fn, pack, native.ptr(A, A.dtype), *rest, int(A.dtype == np.int8), native.ptr(Y, np.int32))
+        return Y
+    centred = None if kept is None else (lambda dtype: kept.centred(xp, dtype))
+    return wrap_int32(*_integer_product(xp, A, B, a_zero_point, b_zero_point, centred))
+
+
+# -- QLinearMatMul -------------------------------------------------------------------------------
+
+def _frozen(a) -> bool:
+    """A NumPy array whose values cannot change: read-only, and not a view of a writeable array
+    (a session's constants are read-only)."""
+    return type(a) is np.ndarray and not a.flags.writeable and not (
+        isinstance(a.base, np.ndarray) and a.base.flags.writeable)
+
+
+def _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, kept):
+    """QLinearMatMul by the native kernel (8-bit in and out), or None where the NumPy path runs. What
+    depends only on the weight and the parameters (the checks, the pack, the kernel's arguments) is
+    planned once per input shape, kept with the weight (``kept.plans``) while the parameters are
+    constants too: a call with the very same objects reuses the plan."""
+    if type(a) is not np.ndarray or y_zero_point is None or not native.enabled():
+        return None
+    plans = {} if kept is None else kept.plans
+    hit = plans.get((a.shape, a.dtype))
+    if (hit is not None and hit[0] is a_scale and hit[1] is a_zero_point and hit[2] is b_scale
+            and hit[3] is b_zero_point and hit[4] is y_scale and hit[5] is y_zero_point):
+        plan = hit[6]
+    else:
+        plan = _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, kept)
+        params = (a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point)
+        if all(p is None or _frozen(p) for p in params) and len(plans) < Kept.MAX_ITEMS:
+            plans[a.shape, a.dtype] = (*params, plan)
+    if plan is None:
+        return None
+    fn, args, shape, y_dtype, _ = plan
+    A = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # the plan checked its type and size
+    Y = np.empty(shape, y_dtype)
+    native.call(fn, args, _address(A), native.address(Y))
+    return Y
+
+
+def _qlinear_plan(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, kept):
+    """``(kernel, address of its struct of arguments, Y's shape and type, what to keep alive)``, or
+    None where the native kernel does not apply."""
+    ndim = a.ndim or 1
+    a_s = _param(a_scale, ndim, a.shape[0] if a.ndim == 2 else None, _SCALES)
+    b_s = _param(b_scale, ndim, b.shape[-1] if b.ndim == 2 else None, _SCALES)
+    y_s, y_z = _param(y_scale, ndim, None, _SCALES), _param(y_zero_point, ndim, None, _BYTES)
+    if a_s is None or b_s is None or y_s is None or y_z is None:
+        return None
+    gemm = _native_gemm("qlinear_matmul_u8_planned", a, b, a_zero_point, b_zero_point, kept)
+    if gemm is None:
+        return None
+    fn, pack, (M, za_rows, za, zb_cols, zb), shape, keep = gemm
+    y_dtype = np.dtype(y_zero_point.dtype)
+    args = _QLinearArgs(pack, M, za_rows, za, zb_cols, zb, (a.dtype == np.int8) + 2 * (y_dtype == np.int8),
+                        None if a_s[0] is None else native.ptr(a_s[0]), None if b_s[0] is None else native.ptr(b_s[0]),
+                        float(a_s[1]), float(b_s[1]), float(y_s[1]), y_z[1])
+    return fn, ctypes.addressof(args), shape, y_dtype, keep + (a_s[0], b_s[0], args)
+
+
+@op("QLinearMatMul", since=10, device="cpu", prepare=_prepare(3, 5, _eager_pack))
+def QLinearMatMul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, *,
+                  prepared=None):
+    """(Other arrays than NumPy's find no kept data and no native kernel: the generic op's code runs.)"""
+    kept = prepared if prepared is not None and prepared.fits(b, b_zero_point) else None
+    y = _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, kept)
+    if y is not None:
+        return y
+    centred = None if kept is None else (lambda dtype: kept.centred(xp, dtype))
+    return _quantize.qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
+                                    centred_b=centred)
+
+
+# -- ConvInteger / QLinearConv -------------------------------------------------------------------
+
+def _conv_parts(xp, kept):
+    """(conv, centred_w) for :func:`gpuops.ops.quantize._conv_int32`: this package's conv, with the
+    centred weight's :class:`.conv.ConvWeights` when ``kept``."""
+    if kept is None:
+        return _conv.conv, None
+    chosen = []
+
+    def centred_w(dtype):
+        chosen.append(kept.conv_weights(xp, dtype))
+        return chosen[0].W
+
+    def conv(xp, X, W, **attrs):
+        return _conv.conv(xp, X, W, kept=chosen[0] if chosen else None, **attrs)
+
+    return conv, centred_w
+
+
+@op("ConvInteger", since=10, device="cpu", prepare=_prepare(1, 3))
+def ConvInteger(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                kernel_shape=None, pads=None, strides=None, prepared=None):
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                 strides=strides)
+    if not on_host(x, w, x_zero_point, w_zero_point):
+        return _quantize.ConvInteger(xp, x, w, x_zero_point, w_zero_point, **attrs)
+    conv, centred_w = _conv_parts(xp, _kept(prepared, w, w_zero_point))
+    return _quantize._conv_int32(xp, x, x_zero_point, w, w_zero_point, conv=conv, centred_w=centred_w, **attrs)
+
+
+@op("QLinearConv", since=10, device="cpu", prepare=_prepare(3, 5))
+def QLinearConv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+                prepared=None):
+    args = (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                 strides=strides)
+    if not on_host(*args):
+        return _quantize.QLinearConv(xp, *args, **attrs)
+    conv, centred_w = _conv_parts(xp, _kept(prepared, w, w_zero_point))
+    return _quantize.qlinear_conv(xp, *args, conv=conv, centred_w=centred_w, **attrs)
+
+
+
+# -- com.microsoft -------------------------------------------------------------------------------
+
+MS = "com.microsoft"
+
+
+@op("QuantizeLinear", domain=MS, since=1, device="cpu")
+def QuantizeLinear_ms(xp, x, y_scale, y_zero_point=None, *, axis=1):
+    return _q(xp, x, y_scale, y_zero_point, axis=axis)
+
+
+@op("DequantizeLinear", domain=MS, since=1, device="cpu")
+def DequantizeLinear_ms(xp, x, x_scale, x_zero_point=None, *, axis=1):
+    return _dq(xp, x, x_scale, x_zero_point, axis=axis)
+
+
+@op("QLinearConv", domain=MS, since=1, device="cpu", prepare=_prepare(3, 5))
+def QLinearConv_ms(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                   auto_pad="NOTSET", channels_last=0, dilations=None, group=1, kernel_shape=None, pads=None,
+                   strides=None, prepared=None):
+    return _ms_quantized.qlinear_conv(
+        xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
+        channels_last=channels_last, conv=lambda *a, **k: QLinearConv(*a, **k, prepared=prepared), auto_pad=auto_pad,
+        dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+def _matmul_integer(prepared):
+    return lambda xp, A, B, a_zero_point, b_zero_point: MatMulInteger(xp, A, B, a_zero_point, b_zero_point,
+                                                                      prepared=prepared)
+
+
+@op("MatMulIntegerToFloat", domain=MS, since=1, device="cpu", prepare=_prepare(1, 5, _eager_pack))
+def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None, *,
+                         prepared=None):
+    return _ms_quantized.matmul_integer_to_float(xp, A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias,
+                                                 _matmul_integer(prepared))
+
+
+@op("DynamicQuantizeMatMul", domain=MS, since=1, device="cpu", prepare=_prepare(1, 3, _eager_pack))
+def DynamicQuantizeMatMul(xp, A, B, b_scale, b_zero_point=None, bias=None, *, prepared=None):
+    return _ms_quantized.dynamic_quantize_matmul(xp, A, B, b_scale, b_zero_point, bias, _matmul_integer(prepared))

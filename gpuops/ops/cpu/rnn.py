@@ -1,0 +1,188 @@
+"""RNN, GRU and LSTM on the CPU (``@op(..., device="cpu")``): the weights' rearranged layouts (the
+transposed R, the fused loops' gate-major W with its bias and scaled R) made once per session and
+kept on the plan step (:class:`RnnWeights`, the ops' ``prepare`` hook), and the fused LSTM and GRU
+loops run in C (``cpu_kernels/rnn.c``) where that beats the NumPy step loop. The generic ops of
+:mod:`gpuops.ops.rnn` stay their fallback and test oracle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import native
+from ...registry import op
+from .. import rnn as _rnn
+from ._common import Kept, frozen, on_host
+
+
+class RnnWeights(Kept):
+    """A recurrent step's constant W, R and B (None: absent, or not constant), and their layouts."""
+
+    def __init__(self, W, R, B):
+        super().__init__()
+        self.W, self.R, self.B = W, R, B
+
+    def fits(self, W, R, B) -> bool:
+        return W is self.W and R is self.R and B is self.B
+
+    def get(self, key, make):
+        return super().get(key, lambda: frozen(make()))
+
+
+def _derive(kept, W, R, B):
+    return kept.get if kept is not None and kept.fits(W, R, B) else _rnn.fresh
+
+
+def _prepare(run):
+    """A ``prepare`` hook for a recurrent op: :class:`RnnWeights` of constant W and R (and B), their
+    layouts made at plan time by ``run(kept, W, R, B, attrs)``, the op run once on one step of one
+    zero input (its own derivations, for the path its attributes select). A model the op would refuse
+    is left to fail at run time, where it names the problem."""
+
+    def prepare(constants, attrs):
+        W, R, B = constants.get(1), constants.get(2), constants.get(3)
+        if type(W) is not np.ndarray or type(R) is not np.ndarray or W.ndim != 3 or W.dtype.kind != "f":
+            return None
+        if B is not None and type(B) is not np.ndarray:
+            B = None
+        kept = RnnWeights(W, R, B)
+        try:
+            run(kept, W, R, B, attrs)
+        except Exception:
+            pass
+        return kept
+
+    return prepare
+
+
+def _zero_input(W, attrs):
+    return np.zeros((1, 1, W.shape[2]), dtype=W.dtype)
+
+
+def _host_xp():
+    from ...device import get_device
+
+    return get_device("cpu").xp
+
+
+def _native(name, batch: int, H: int, arrays):
+    """The C recurrence ``name`` of ``cpu_kernels/rnn.c``, or None. Used for float32 NumPy arrays
+    where it beats the NumPy loop (measured on one core): a small per-step GEMM (then the loop's ~10
+    NumPy calls a step dominate), or up to 4 rows with up to 512 hidden units (BLAS is slow on so few
+    rows). Larger GEMMs are worth BLAS."""
+    if not (batch * H * H < 1 << 16 or (batch <= 4 and H <= 512)):
+        return None
+    if not all(type(a) is np.ndarray and a.dtype == np.float32 for a in arrays):
+        return None
+    return native.function(name)
+
+
+def _lstm_loop(XW, RT, h0, c0):
+    """The fused LSTM's steps in C: XW (T, 4, D, batch, H), RT (D, H, 4H)."""
+    T, _, D, batch, H = XW.shape
+    fn = _native("lstm_f32", batch, H, (XW, RT, h0, c0))
+    if fn is None:
+        return None
+    h0, c0 = np.ascontiguousarray(h0), np.ascontiguousarray(c0)
+    Y, hn, cn = np.empty((T, D, batch, H), dtype=XW.dtype), np.empty_like(h0), np.empty_like(c0)
+    native.call(fn, *(native.ptr(a) for a in (XW, RT, h0, c0, Y, hn, cn)), T, D, batch, H)
+    return Y, [hn, cn]
+
+
+def _gru_loop(XW, RT, B, h0, lbr):
+    """The fused GRU's steps in C: XW (T, 3, D, batch, H), RT (D, H, 3H)."""
+    T, _, D, batch, H = XW.shape
+    fn = _native("gru_f32", batch, H, (XW, RT, h0) + (() if B is None else (B,)))
+    if fn is None:
+        return None
+    h0 = np.ascontiguousarray(h0)
+    rbh = np.ascontiguousarray(B[:, 5 * H:]) if lbr and B is not None else None
+    Y, hn = np.empty((T, D, batch, H), dtype=XW.dtype), np.empty_like(h0)
+    native.call(fn, native.ptr(XW), native.ptr(RT), None if rbh is None else native.ptr(rbh), native.ptr(h0),
+                native.ptr(Y), native.ptr(hn), T, D, batch, H, int(lbr))
+    return Y, [hn]
+
+
+# -- RNN -----------------------------------------------------------------------------------------
+
+_RNN_ATTRS = ("activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size")
+
+
+def _run_rnn(kept, W, R, B, attrs):
+    kw = {k: v for k, v in attrs.items() if k in _RNN_ATTRS + ("layout",)}
+    _rnn.rnn(_host_xp(), _zero_input(W, attrs), W, R, B, **kw, derive=kept.get)
+
+
+@op("RNN", since=1, device="cpu", prepare=_prepare(_run_rnn))
+def RNN_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward",
+          hidden_size=None, output_sequence=0, prepared=None):
+    return RNN(xp, X, W, R, B, sequence_lens, initial_h, activation_alpha=activation_alpha,
+               activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+               hidden_size=hidden_size, prepared=prepared)
+
+
+@op("RNN", since=7, device="cpu", prepare=_prepare(_run_rnn))
+def RNN(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward",
+        hidden_size=None, layout=0, prepared=None):
+    derive = _derive(prepared, W, R, B) if on_host(X, W, R, B, sequence_lens, initial_h) else _rnn.fresh
+    return _rnn.rnn(xp, X, W, R, B, sequence_lens, initial_h, activation_alpha=activation_alpha,
+                    activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+                    hidden_size=hidden_size, layout=layout, derive=derive)
+
+
+# -- GRU -----------------------------------------------------------------------------------------
+
+def _run_gru(kept, W, R, B, attrs):
+    kw = {k: v for k, v in attrs.items() if k in _RNN_ATTRS + ("layout", "linear_before_reset")}
+    _rnn.gru(_host_xp(), _zero_input(W, attrs), W, R, B, **kw, derive=kept.get)
+
+
+@op("GRU", since=1, device="cpu", prepare=_prepare(_run_gru))
+def GRU_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+          linear_before_reset=0, output_sequence=0, prepared=None):
+    return GRU(xp, X, W, R, B, sequence_lens, initial_h, activation_alpha=activation_alpha,
+               activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+               hidden_size=hidden_size, linear_before_reset=linear_before_reset, prepared=prepared)
+
+
+@op("GRU", since=7, device="cpu", prepare=_prepare(_run_gru))
+def GRU(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+        layout=0, linear_before_reset=0, prepared=None):
+    kw = dict(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations, clip=clip,
+              direction=direction, hidden_size=hidden_size, layout=layout, linear_before_reset=linear_before_reset)
+    if not on_host(X, W, R, B, sequence_lens, initial_h):
+        return _rnn.gru(xp, X, W, R, B, sequence_lens, initial_h, **kw)
+    return _rnn.gru(xp, X, W, R, B, sequence_lens, initial_h, **kw, derive=_derive(prepared, W, R, B),
+                    loop=_gru_loop)
+
+
+# -- LSTM ----------------------------------------------------------------------------------------
+
+def _run_lstm(kept, W, R, B, attrs):
+    kw = {k: v for k, v in attrs.items() if k in _RNN_ATTRS + ("layout", "input_forget")}
+    _rnn.lstm(_host_xp(), _zero_input(W, attrs), W, R, B, **kw, derive=kept.get)
+
+
+@op("LSTM", since=1, device="cpu", prepare=_prepare(_run_lstm))
+def LSTM_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+           activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+           hidden_size=None, input_forget=0, output_sequence=0, prepared=None):
+    return LSTM(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, activation_alpha=activation_alpha,
+                activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
+                hidden_size=hidden_size, input_forget=input_forget, prepared=prepared)
+
+
+@op("LSTM", since=7, device="cpu", prepare=_prepare(_run_lstm))
+def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+         activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+         hidden_size=None, input_forget=0, layout=0, prepared=None):
+    kw = dict(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations, clip=clip,
+              direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=layout)
+    if not on_host(X, W, R, B, sequence_lens, initial_h, initial_c, P):
+        return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw)
+    return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw,
+                     derive=_derive(prepared, W, R, B), loop=_lstm_loop)

@@ -1,0 +1,63 @@
+"""Softmax and LogSoftmax on the CPU (``@op(..., device="cpu")``): over trailing axes, rows reduced
+along one axis (a tuple of axes costs NumPy several times more), in one native pass a row for
+float32 (``cpu_kernels/rows.c``). The generic ops of :mod:`gpuops.ops.softmax` stay their fallback
+and test oracle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import native
+from ...registry import op
+from .. import softmax as _softmax
+
+
+_HALF, _axis, _trailing, _generic = _softmax._HALF, _softmax._axis, _softmax._trailing, _softmax._normalise
+
+
+def normalise(xp, x, axes: tuple[int, ...], log: bool):
+    """:func:`gpuops.ops.softmax._normalise`, trailing axes of NumPy arrays as rows."""
+    if type(x) is not np.ndarray or not x.size or axes != tuple(range(axes[0], x.ndim)):
+        return _generic(xp, x, axes, log)
+    dtype = x.dtype
+    if dtype in _HALF:
+        x = x.astype(np.float32)
+    elif dtype.kind != "f":
+        return _generic(xp, x, axes, log)
+    rows = x.reshape(-1, math.prod(x.shape[axes[0]:]))
+    fn = native.function("softmax_rows_f32") if x.dtype == np.float32 else None
+    if fn is not None:  # one pass a row
+        rows = np.ascontiguousarray(rows)
+        y = np.empty(x.shape, dtype=np.float32)
+        native.call(fn, native.ptr(rows), native.address(y), rows.shape[0], rows.shape[1], int(log))
+        return y.astype(dtype, copy=False)
+    y = np.subtract(rows, np.max(rows, axis=1, keepdims=True))
+    if log:
+        y -= np.log(np.sum(np.exp(y), axis=1, keepdims=True))
+    else:
+        np.exp(y, out=y)
+        y /= np.sum(y, axis=1, keepdims=True)
+    return y.reshape(x.shape).astype(dtype, copy=False)
+
+
+@op("Softmax", since=1, device="cpu")
+def Softmax_1(xp, input, *, axis=1):  # noqa: A002 - the ONNX input name
+    return normalise(xp, input, _trailing(axis, input.ndim), log=False)
+
+
+@op("Softmax", since=13, device="cpu")
+def Softmax(xp, input, *, axis=-1):  # noqa: A002
+    return normalise(xp, input, (_axis(axis, input.ndim),), log=False)
+
+
+@op("LogSoftmax", since=1, device="cpu")
+def LogSoftmax_1(xp, input, *, axis=1):  # noqa: A002
+    return normalise(xp, input, _trailing(axis, input.ndim), log=True)
+
+
+@op("LogSoftmax", since=13, device="cpu")
+def LogSoftmax(xp, input, *, axis=-1):  # noqa: A002
+    return normalise(xp, input, (_axis(axis, input.ndim),), log=True)
