@@ -270,13 +270,26 @@ def run_kernel_case(case: KernelCase, dev: Device, seed: int = 0) -> dict:
 # -- native CPU kernels (cpu_kernels/*.c) ---------------------------------------------------------
 
 
-def _native_cases(rng) -> list[tuple[str, str, Callable]]:
-    """(name, C file, a call of the op whose CPU path runs that file's kernel)."""
+def _cpu_op(op_type: str, *inputs, domain: str = "", const=(), **attrs):
+    """A call of ``op_type``'s implementation on the cpu device (its ``device="cpu"`` override, else the
+    generic op) as a session makes it: the ``prepare`` hook run once on the inputs at positions
+    ``const`` (a session's initializers), its result passed as ``prepared=``."""
     import array_api_compat.numpy as npx
 
-    from .ops import conv, elementwise, pool, quantize, rnn, softmax
-    from .ops.contrib import transformer
+    from . import ops  # noqa: F401  (registers every op family)
+    from .registry import resolve
 
+    impl = resolve(domain, op_type, 10 ** 6, device="cpu")
+    kw = dict(attrs)
+    if impl.prepare is not None:
+        prepared = impl.prepare({i: inputs[i] for i in const}, dict(attrs))
+        if prepared is not None:
+            kw["prepared"] = prepared
+    return lambda: impl.fn(npx, *inputs, **kw)
+
+
+def _native_cases(rng) -> list[tuple[str, str, Callable]]:
+    """(name, C file, a call of the op whose CPU path runs that file's kernel)."""
     x = rng.standard_normal((2, 32, 15, 13)).astype(np.float32)
     w3 = (rng.standard_normal((16, 32, 3, 3)) / 17).astype(np.float32)
     dw = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
@@ -284,27 +297,28 @@ def _native_cases(rng) -> list[tuple[str, str, Callable]]:
     w1, b1 = (rng.standard_normal((64, 32, 1, 1)) / 6).astype(np.float32), rng.standard_normal(64).astype(np.float32)
     seq = rng.standard_normal((5, 1, 8)).astype(np.float32)
     W, R = (rng.standard_normal((2, 64, n)).astype(np.float32) / 4 for n in (8, 16))
-    a8, w8 = ints(rng, (1, 256), np.uint8), ints(rng, (256, 256), np.uint8)  # a kept weight: packed
+    a8, w8 = ints(rng, (1, 256), np.uint8), ints(rng, (256, 256), np.uint8)  # a constant weight: prepared
     w8.flags.writeable = False
     s, z = np.array(0.05, np.float32), np.array(128, np.uint8)
+    ms = "com.microsoft"
     return [
-        ("depthwise conv", "conv.c", lambda: conv.Conv(npx, x, dw, group=32, pads=[1, 1, 1, 1], strides=[2, 1])),
-        ("im2col conv", "conv.c", lambda: conv.Conv(npx, x, w3, b, strides=[2, 2])),
-        ("fused conv + relu", "conv.c", lambda: transformer.FusedConv(npx, x[:, :16], w3[:, :16, :1, :1], b,
-                                                                       activation="Relu")),
-        ("winograd conv", "winograd.c", lambda: conv.Conv(npx, x, w3, b, pads=[1, 1, 1, 1])),
-        ("fused conv + residual", "conv.c", lambda: transformer.FusedConv(npx, x[:, :16], w3[:, :16, :1, :1], b,
-                                                                           x[:, 16:], activation="Relu")),
-        ("direct conv", "direct_conv.c", lambda: conv.Conv(npx, x[:, :3], w3[:, :3], b, pads=[1, 1, 1, 1])),
-        ("conv gemm", "gemm.c", lambda: conv.Conv(npx, x, w1, b1)),
-        ("max pool", "pool.c", lambda: pool.MaxPool(npx, x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
-        ("max pool, wide rows", "pool.c", lambda: pool.MaxPool(npx, x.reshape(2, 4, 15, 104), kernel_shape=[3, 3])),
-        ("erf", "special.c", lambda: elementwise.Erf(npx, x)),
-        ("global average pool", "rows.c", lambda: pool.GlobalAveragePool(npx, x)),
-        ("softmax", "rows.c", lambda: softmax.Softmax(npx, x, axis=-1)),
-        ("average pool", "pool.c", lambda: pool.AveragePool(npx, x, kernel_shape=[3, 2], pads=[1, 0, 1, 1])),
-        ("lstm", "rnn.c", lambda: rnn.LSTM(npx, seq, W, R, hidden_size=16, direction="bidirectional")),
-        ("qlinear matmul", "quantize.c", lambda: quantize.QLinearMatMul(npx, a8, s, z, w8, s, z, s, z)),
+        ("depthwise conv", "conv.c", _cpu_op("Conv", x, dw, const=(1,), group=32, pads=[1, 1, 1, 1], strides=[2, 1])),
+        ("im2col conv", "conv.c", _cpu_op("Conv", x, w3, b, const=(1, 2), strides=[2, 2])),
+        ("fused conv + relu", "conv.c", _cpu_op("FusedConv", x[:, :16], w3[:, :16, :1, :1], b, domain=ms,
+                                                const=(1, 2), activation="Relu")),
+        ("winograd conv", "winograd.c", _cpu_op("Conv", x, w3, b, const=(1, 2), pads=[1, 1, 1, 1])),
+        ("fused conv + residual", "conv.c", _cpu_op("FusedConv", x[:, :16], w3[:, :16, :1, :1], b, x[:, 16:],
+                                                    domain=ms, const=(1, 2), activation="Relu")),
+        ("direct conv", "direct_conv.c", _cpu_op("Conv", x[:, :3], w3[:, :3], b, const=(1, 2), pads=[1, 1, 1, 1])),
+        ("conv gemm", "gemm.c", _cpu_op("Conv", x, w1, b1, const=(1, 2))),
+        ("max pool", "pool.c", _cpu_op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        ("max pool, wide rows", "pool.c", _cpu_op("MaxPool", x.reshape(2, 4, 15, 104), kernel_shape=[3, 3])),
+        ("erf", "special.c", _cpu_op("Erf", x)),
+        ("global average pool", "rows.c", _cpu_op("GlobalAveragePool", x)),
+        ("softmax", "rows.c", _cpu_op("Softmax", x, axis=-1)),
+        ("average pool", "pool.c", _cpu_op("AveragePool", x, kernel_shape=[3, 2], pads=[1, 0, 1, 1])),
+        ("lstm", "rnn.c", _cpu_op("LSTM", seq, W, R, const=(1, 2), hidden_size=16, direction="bidirectional")),
+        ("qlinear matmul", "quantize.c", _cpu_op("QLinearMatMul", a8, s, z, w8, s, z, s, z, const=(1, 2, 3, 4, 5, 6, 7))),
     ]
 
 

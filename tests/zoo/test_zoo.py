@@ -116,10 +116,9 @@ def _check(got, want, tol, what, keep=None):
 
 
 @pytest.fixture(autouse=True)
-def _nchwc_block():
-    nchwc.set_block_size(BLOCK)  # onnxruntime's NCHWc rewrite (opt_level 99) bakes in its block size
-    yield
-    nchwc.set_block_size(None)
+def _nchwc_block(monkeypatch):
+    # onnxruntime's NCHWc rewrite (opt_level 99) bakes in its block size; sessions read it when created
+    monkeypatch.setenv(nchwc.BLOCK_SIZE_ENV, str(BLOCK))
 
 
 @pytest.mark.parametrize("model_name,variant,form", CASES)
