@@ -13,6 +13,7 @@ from gpuops.ops import conv as conv_mod
 from gpuops.ops import quantize as quantize_mod
 from gpuops.ops.cpu import conv as cpu_conv
 from gpuops.ops.cpu import quantize as cpu_quantize
+from tests.ort_versions import ort_older_than
 
 from .common import DEVICES, assert_op_matches_ort, make_model, run_op, run_ort, one_node_model
 
@@ -148,7 +149,7 @@ def test_conv_integer_extremes_match_the_int64_formula(name, device):
     (got,) = run_op("ConvInteger", feeds, device, **attrs)
     want = conv_mod.conv(xnp, x.astype(np.int64) - 255, w.astype(np.int64) + 128, **attrs).astype(np.int32)
     np.testing.assert_array_equal(got, want)
-    if len(case[2]) == 2:
+    if len(case[2]) == 2 and not ort_older_than("1.24"):  # onnxruntime 1.23 has no int8-weight ConvInteger
         np.testing.assert_array_equal(got, run_ort(one_node_model("ConvInteger", feeds, **attrs), feeds)[0])
 
 
