@@ -176,7 +176,7 @@ def conv_gflops(names: list[str], repeat: int = 5) -> list[dict]:
     import array_api_compat.numpy as xp
     from onnx import shape_inference
 
-    from gpuops.ops.conv import conv
+    from gpuops.ops.cpu.conv import conv
 
     def best(fn):
         fn()

@@ -38,6 +38,7 @@ import pytest
 import gpuops
 from gpuops.ops import conv as conv_module
 from gpuops.ops.contrib import transformer
+from gpuops.ops.cpu import conv as cpu_conv
 
 from .harness import device_guard
 from .random_light import LOGITS, MODELS, light_model, node_outputs, random_input, random_variant
@@ -143,9 +144,11 @@ def _flipped_kernel(conv):
 @pytest.mark.parametrize("breakage", [_off_by_a_little, _flipped_kernel])
 def test_a_wrong_conv_is_caught(breakage, optimize, monkeypatch):
     """The comparison is strong: a conv off by 1e-3 of its output's rms, or correlating with the
-    flipped kernel, fails it (the generic Conv, and FusedConv which ``optimize="all"`` makes)."""
+    flipped kernel, fails it (the generic Conv and FusedConv, which ``optimize="all"`` makes, and their
+    CPU overrides, which the CPU session runs)."""
     model, feeds, expected = _build("squeezenet")
     monkeypatch.setattr(conv_module, "conv", breakage(conv_module.conv))
     monkeypatch.setattr(transformer, "_conv", breakage(transformer._conv))
+    monkeypatch.setattr(cpu_conv, "conv", breakage(cpu_conv.conv))
     out, err = _worst(_run(model, feeds, "cpu", optimize), expected)
     assert err > 10 * TOL, f"{breakage.__name__}: {out} off by only {err:.3g}"

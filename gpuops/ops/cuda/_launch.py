@@ -10,7 +10,7 @@ from ...registry import resolve
 
 def generic(op_type: str, since: int, domain: str = ""):
     """The generic implementation an override at version ``since`` stands in for (its fallback)."""
-    return resolve(domain, op_type, since, device="cpu").fn
+    return resolve(domain, op_type, since, device=None).fn
 
 
 def on_device(*arrays) -> bool:
