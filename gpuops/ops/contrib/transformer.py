@@ -212,8 +212,12 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     clamp_to = _as_clamp(activation, activation_params) if X.dtype == np.float32 else None
     if Z is None and clamp_to is not None:
         return _conv(xp, X, W, B, clamp_to=clamp_to if activation else None, **geometry)
-    Y = _conv(xp, X, W, B, **geometry)
-    if Z is not None:  # Y is the conv's new array: the residual and activation go into it
+    return residual_activation(xp, _conv(xp, X, W, B, **geometry), Z, activation, activation_params)
+
+
+def residual_activation(xp, Y, Z, activation, activation_params):
+    """FusedConv's epilogue on the conv's new array ``Y``: ``activation(Y + Z)``, written into ``Y``."""
+    if Z is not None:
         if tuple(Z.shape) == tuple(Y.shape) and Z.dtype == Y.dtype:
             Y += Z
         else:

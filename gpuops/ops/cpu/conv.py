@@ -29,7 +29,7 @@ from ... import native
 from ...registry import op
 from ..conv import _check_conv_shapes, _geometry, compute_dtype, conv as _generic_conv, pad_for_windows
 from ..contrib.fusion import nhwc_conv
-from ..contrib.transformer import FusedConv as _generic_fused_conv, _as_clamp, _params, fused_activation
+from ..contrib.transformer import FusedConv as _generic_fused_conv, _as_clamp, residual_activation
 from ..legacy import depthwise_conv2d
 from . import native_gemm, winograd
 from ._common import Kept, frozen, on_host
@@ -506,12 +506,7 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
             return Y
         if B is not None:  # the conv ran without it
             Y = Y + B.reshape((-1,) + (1,) * (Y.ndim - 2))
-    if Z is not None:  # Y is the conv's new array: the residual and activation go into it
-        if tuple(Z.shape) == tuple(Y.shape) and Z.dtype == Y.dtype:
-            Y += Z
-        else:
-            Y = Y + Z
-    return fused_activation(xp, Y, activation, *_params(activation_params), own=True)
+    return residual_activation(xp, Y, Z, activation, activation_params)
 
 
 @op("NhwcConv", domain="com.microsoft", since=1, device="cpu")
