@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, numpy_helper
+from onnx import AttributeProto
 
 from .. import registry
+from ..dtypes import tensor_to_numpy
 from ..errors import GpuopsError, ModelError, UnsupportedOpError
 
 MAX_FUNCTION_DEPTH = 100
@@ -115,13 +116,6 @@ def _prepare(step: Step, constants: dict[str, Any]):
         raise type(e)(f"{step.describe()}: {e}") from e
     except Exception as e:  # a constant input the op would refuse at run time anyway
         raise ModelError(f"{step.describe()}: preparing its constant inputs failed: {type(e).__name__}: {e}") from e
-
-
-def tensor_to_numpy(t: onnx.TensorProto) -> np.ndarray:
-    try:
-        return numpy_helper.to_array(t)
-    except Exception as e:
-        raise ModelError(f"tensor {t.name!r} cannot be read: {e}") from e
 
 
 def _attr_value(a: AttributeProto, where: str):
