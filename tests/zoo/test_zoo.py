@@ -66,7 +66,10 @@ KNOWN = {
 _ORT_S8_CONV_INTEGER = "it has no ConvInteger kernel for the int8 (s8) activations quantize_dynamic emits for Conv"
 _ORT_FP16_INIT = ("its session initialization fails on the float16 model (graph_utils.cc GetIndexFromName: "
                   "'itr != node_args.end()')")
-OLD_ORT = {**{(m, v, f): _ORT_S8_CONV_INTEGER for m, v in [("cnn", "qdyn-s8"), ("depthwise_cnn", "qdyn-s8"),
+_ORT_QSOFTMAX_WRAP = ("its int8 QLinearSoftmax wraps a probability of 1 (quantized 128 with scale 1/256, zero point "
+                      "-128) round to -128 instead of saturating at 127; 1.24 and later saturate, as gpuops does")
+OLD_ORT = {("t5_decoder", "qstatic-QOperator-s8s8-reducerange", "dynamic"): _ORT_QSOFTMAX_WRAP,
+           **{(m, v, f): _ORT_S8_CONV_INTEGER for m, v in [("cnn", "qdyn-s8"), ("depthwise_cnn", "qdyn-s8"),
                                                             ("vit", "qdyn-s8"), ("vit", "qdyn-optimized")]
               for f in ("dynamic", "static")},
            **{(m, v, f): _ORT_FP16_INIT for m in ("bert", "t5_encoder", "t5_decoder")
