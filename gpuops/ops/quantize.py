@@ -65,9 +65,10 @@ def _expand(xp, p, shape: tuple[int, ...], axis: int, block_size: int, what: str
     return p[tuple(slice(0, shape[axis]) if i == axis else slice(None) for i in range(len(shape)))]
 
 
-def _saturate_int(xp, q, zero_point, dtype):
-    """Integer-valued float ``q`` (already rounded; a new array, which this overwrites) + zero point,
-    clipped to ``dtype``'s range; NaN gives the low end. In float32 (or float64): the sum is exact
+def saturate_int(xp, q, zero_point, dtype):
+    """Integer-valued ``q`` (already rounded; a new array, which this overwrites) + zero point,
+    clipped to the integer ``dtype``'s range; NaN gives the low end, as MLAS's max-then-min does (a
+    plain cast of NaN is undefined, and CPU and GPU differ). In float32 (or float64): the sum is exact
     wherever it is not saturated."""
     lo, hi = _INT_RANGES[dtype]
     if q.dtype != np.float32 and q.dtype != np.float64:
@@ -77,6 +78,21 @@ def _saturate_int(xp, q, zero_point, dtype):
     if zero_point is not None:  # q is the caller's own array: updated in place
         xp.add(q, zero_point if zero_point.dtype.kind in "iu" else zero_point.astype(q.dtype), out=q)
     return xp.fmin(xp.fmax(q, lo, out=q), hi, out=q).astype(dtype)
+
+
+def quantize_per_tensor(xp, v, scale, zero_point, dtype):
+    """saturate(round_half_even(v / scale) + zero_point) to the integer ``dtype``, in float32, with a
+    scalar scale and zero point: the formula of onnxruntime's quantized contrib ops."""
+    q = xp.rint(v.astype(np.float32) / xp.reshape(scale, ()).astype(np.float32))
+    return saturate_int(xp, q, None if zero_point is None else xp.reshape(zero_point, ()), np.dtype(dtype))
+
+
+def dequantize_per_tensor(xp, x, scale, zero_point):
+    """(x - zero_point) * scale in float32, with a scalar scale and zero point."""
+    v = x.astype(np.float32)
+    if zero_point is not None:
+        v = v - xp.reshape(zero_point, ()).astype(np.float32)
+    return v * xp.reshape(scale, ()).astype(np.float32)
 
 
 def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0,
@@ -99,7 +115,7 @@ def _quantize(xp, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_si
         ct = np.dtype(y_scale.dtype) if np.dtype(y_scale.dtype) in _COMPUTE_FLOATS else np.dtype(np.float32)
     q = (x if x.dtype == ct else x.astype(ct)) / (scale if scale.dtype == ct else scale.astype(ct))
     if dtype in _INT_RANGES:
-        return _saturate_int(xp, xp.rint(q), zp, dtype)
+        return saturate_int(xp, xp.rint(q), zp, dtype)
     q = q.astype(np.float32) if q.dtype != np.float64 else q
     if dtype in _FLOAT8:  # the zero point of a float8 type is zero by definition and is not added
         if saturate:
@@ -264,7 +280,7 @@ def _requantize(xp, acc, multiplier, y_zero_point):
         q = xp.rint(xp.multiply(acc, m, out=acc), out=acc)
     else:
         q = xp.rint(acc.astype(np.float32) * m)
-    return _saturate_int(xp, q, y_zero_point, y_zero_point.dtype)
+    return saturate_int(xp, q, y_zero_point, y_zero_point.dtype)
 
 
 @op("QLinearMatMul", since=10)  # 21 adds float16/bfloat16 scales and float8 types

@@ -24,7 +24,6 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..elementwise import clamp
 from ..conv import window_taps
 from ..pool import _geometry as _pool_geometry
 from ..pool import _window_counts
@@ -33,6 +32,7 @@ from ..quantize import DynamicQuantizeLinear as _dynamic_quantize
 from ..quantize import MatMulInteger as _matmul_integer
 from ..quantize import QLinearConv as _qlinear_conv
 from ..quantize import QuantizeLinear_21 as _quantize_linear
+from ..quantize import dequantize_per_tensor, quantize_per_tensor, saturate_int
 from ..reduce import _reduce
 from ..rnn import LSTM as _lstm
 
@@ -47,23 +47,6 @@ def _scalar(xp, t):
 def _range(dtype):
     info = ml_dtypes.iinfo(np.dtype(dtype))
     return int(info.min), int(info.max)
-
-
-def _dequant(xp, x, scale, zero_point):
-    """(x - zero_point) * scale in float32 (per-tensor)."""
-    v = x.astype(_F32)
-    if zero_point is not None:
-        v = v - _scalar(xp, zero_point)
-    return v * _scalar(xp, scale)
-
-
-def _quant(xp, v, scale, zero_point, dtype):
-    """saturate(round_half_even(v / scale) + zero_point) to ``dtype`` (per-tensor)."""
-    lo, hi = _range(dtype)
-    q = xp.rint(v.astype(_F32) / _scalar(xp, scale))
-    if zero_point is not None:
-        q = q + _scalar(xp, zero_point)
-    return clamp(xp, q, lo, hi).astype(dtype)
 
 
 def _check_8bit(*arrays):
@@ -88,9 +71,8 @@ def QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_sc
     ra, rb = _scalar(xp, A_scale) / sc, _scalar(xp, B_scale) / sc
     a = A.astype(_F32) - (0.0 if A_zero_point is None else _scalar(xp, A_zero_point))
     b = B.astype(_F32) - (0.0 if B_zero_point is None else _scalar(xp, B_zero_point))
-    lo, hi = _range(dtype)
     q = xp.rint(a * ra + b * rb + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
-    return clamp(xp, q, lo, hi).astype(dtype)
+    return saturate_int(xp, q, None, dtype)
 
 
 @op("QLinearMul", domain=MS, since=1)
@@ -101,9 +83,8 @@ def QLinearMul(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_sc
     a = A.astype(_F32) - (0.0 if A_zero_point is None else _scalar(xp, A_zero_point))
     b = B.astype(_F32) - (0.0 if B_zero_point is None else _scalar(xp, B_zero_point))
     ratio = _scalar(xp, A_scale) * _scalar(xp, B_scale) / _scalar(xp, C_scale)
-    lo, hi = _range(dtype)
     q = xp.rint(a * b * ratio + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
-    return clamp(xp, q, lo, hi).astype(dtype)
+    return saturate_int(xp, q, None, dtype)
 
 
 @op("MulInteger", domain=MS, since=1)
@@ -123,7 +104,8 @@ def _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, fn):
     out = _out_dtype(X, Y_zero_point)
     lo, hi = _range(dtype)
     codes = xp.arange(lo, hi + 1, dtype=np.int32).astype(dtype)
-    table = _quant(xp, fn(_dequant(xp, codes, X_scale, X_zero_point)), Y_scale, Y_zero_point, out)
+    table = quantize_per_tensor(xp, fn(dequantize_per_tensor(xp, codes, X_scale, X_zero_point)), Y_scale,
+                                Y_zero_point, out)
     return xp.take(table, xp.reshape(X.astype(np.int32) - lo, (-1,))).reshape(X.shape)
 
 
@@ -149,7 +131,7 @@ def QLinearConcat(xp, Y_scale, Y_zero_point, *inputs, axis):
         raise NodeError(f"QLinearConcat needs (tensor, scale, zero_point) triples after Y's parameters, "
                         f"got {len(inputs)} inputs")
     dtype = np.dtype(Y_zero_point.dtype)
-    parts = [_quant(xp, _dequant(xp, x, s, z), Y_scale, Y_zero_point, dtype)
+    parts = [quantize_per_tensor(xp, dequantize_per_tensor(xp, x, s, z), Y_scale, Y_zero_point, dtype)
              for x, s, z in zip(inputs[0::3], inputs[1::3], inputs[2::3])]
     return xp.concat(parts, axis=axis)
 
@@ -170,7 +152,7 @@ def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_p
     """Dequantize, average (as onnxruntime: with ``count_include_pad`` every window divides by the
     kernel size, even where ``ceil_mode`` overhangs the padding), quantize as round(y / scale + zp)."""
     _check_8bit(X)
-    x = _to_channels_first(xp, _dequant(xp, X, x_scale, x_zero_point), channels_last)
+    x = _to_channels_first(xp, dequantize_per_tensor(xp, X, x_scale, x_zero_point), channels_last)
     kernel, strides_, dil, pb, pe, out = _pool_geometry(x, kernel_shape, strides, None, pads, auto_pad, ceil_mode)
     # each window's cells added in row-major order, as onnxruntime's loop adds them (padding adds
     # zeros): the same float32 roundings, so the same quantized results at rounding ties
@@ -181,9 +163,8 @@ def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_p
         xp, x.shape[2:], kernel, strides_, dil, pb, pe, out, False, x.dtype)
     y = _from_channels_first(xp, total / counts, channels_last)
     dtype = _out_dtype(X, y_zero_point)
-    lo, hi = _range(dtype)
     q = xp.rint(y / _scalar(xp, y_scale) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point)))
-    return clamp(xp, q, lo, hi).astype(dtype)
+    return saturate_int(xp, q, None, dtype)
 
 
 @op("QLinearGlobalAveragePool", domain=MS, since=1)
@@ -199,17 +180,16 @@ def QLinearGlobalAveragePool(xp, X, x_scale, x_zero_point, y_scale, y_zero_point
         acc = acc - xp.reshape(x_zero_point, ()).astype(np.int32) * n
     ratio = _scalar(xp, x_scale) / (_scalar(xp, y_scale) * np.float32(n))
     dtype = _out_dtype(X, y_zero_point)
-    lo, hi = _range(dtype)
-    q = xp.rint(acc.astype(_F32) * ratio) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point))
-    return clamp(xp, q, lo, hi).astype(dtype)
+    q = xp.rint(acc.astype(_F32) * ratio)
+    return saturate_int(xp, q, None if y_zero_point is None else _scalar(xp, y_zero_point), dtype)
 
 
 @op("QLinearReduceMean", domain=MS, since=1)
 def QLinearReduceMean(xp, data, data_scale, data_zero_point=None, reduced_scale=None, reduced_zero_point=None, *,
                       axes, keepdims):
     _check_8bit(data)
-    y = _reduce(xp, "Mean", _dequant(xp, data, data_scale, data_zero_point), axes, keepdims)
-    return _quant(xp, y, reduced_scale, reduced_zero_point, _out_dtype(data, reduced_zero_point))
+    y = _reduce(xp, "Mean", dequantize_per_tensor(xp, data, data_scale, data_zero_point), axes, keepdims)
+    return quantize_per_tensor(xp, y, reduced_scale, reduced_zero_point, _out_dtype(data, reduced_zero_point))
 
 
 @op("ReduceSumInteger", domain=MS, since=1)

@@ -22,11 +22,11 @@ import numpy as np
 
 from ...errors import NodeError, UnsupportedOpError
 from ...registry import op
-from ..elementwise import clamp
 from ..norm import LayerNormalization as _layer_norm
 from ..quantize import MatMulInteger as _matmul_integer
 from ..softmax import _normalise as _softmax
-from .quantized import _lookup, _quant, _scalar
+from ..quantize import quantize_per_tensor, saturate_int
+from .quantized import _lookup, _scalar
 from .transformer import _attention_mask, _gelu, _heads
 
 MS = "com.microsoft"
@@ -74,7 +74,7 @@ def _requant(xp, acc, multiplier, add=None):
     y = acc.astype(_F32) * multiplier
     if add is not None:
         y = y + add
-    return clamp(xp, xp.rint(y), -128, 127).astype(np.int8)
+    return saturate_int(xp, xp.rint(y), None, np.dtype(np.int8))
 
 
 # -- QOrderedMatMul -----------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def QOrderedLayerNormalization(xp, X, scale_X, scale, B=None, scale_Y=None, *, a
     x = X.astype(_F32) * _scalar(xp, scale_X)
     y, _, _ = _layer_norm(xp, x, scale.astype(_F32), None if B is None else B.astype(_F32), axis=axis,
                           epsilon=epsilon)
-    return _quant(xp, y, scale_Y, None, np.int8)
+    return quantize_per_tensor(xp, y, scale_Y, None, np.int8)
 
 
 @op("QOrderedGelu", domain=MS, since=1)
@@ -198,6 +198,6 @@ def QOrderedAttention(xp, input, scale_input, scale_Q_gemm, scale_K_gemm, scale_
     mask = _attention_mask(xp, mask_index, Bn, S, 0, unidirectional, -10000.0, np.dtype(_F32))
     if mask is not None:
         logits = logits + mask
-    probs = _quant(xp, _softmax(xp, logits, (3,), log=False), scale_QKT_softmax, None, np.int8)
+    probs = quantize_per_tensor(xp, _softmax(xp, logits, (3,), log=False), scale_QKT_softmax, None, np.int8)
     out = _requant(xp, _matmul_integer(xp, probs, v), s_sm * sv / s_out)  # (B, N, S, h)
     return xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (Bn, S, H))

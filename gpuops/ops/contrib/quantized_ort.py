@@ -16,10 +16,10 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..elementwise import clamp
 from ..indexing import _check_bounds
 from ..quantize import MatMulInteger as _matmul_integer
-from .quantized import _check_8bit, _dequant, _out_dtype, _quant, _range, _scalar
+from ..quantize import dequantize_per_tensor, quantize_per_tensor, saturate_int
+from .quantized import _check_8bit, _out_dtype, _scalar
 from .transformer import EmbedLayerNormalization as _embed_layer_norm
 
 MS = "com.microsoft"
@@ -54,11 +54,8 @@ def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scal
     if y_scale is None:
         return acc.astype(_F32) * multiplier
     dtype = np.dtype(np.uint8) if y_zero_point is None else np.dtype(y_zero_point.dtype)
-    lo, hi = _range(dtype)
     q = xp.rint(acc.astype(_F32) * (multiplier / _scalar(xp, y_scale)))
-    if y_zero_point is not None:
-        q = q + _scalar(xp, y_zero_point)
-    return clamp(xp, q, lo, hi).astype(dtype)
+    return saturate_int(xp, q, None if y_zero_point is None else _scalar(xp, y_zero_point), dtype)
 
 
 # -- QLinearSoftmax -----------------------------------------------------------------------------
@@ -84,11 +81,9 @@ def QLinearSoftmax(xp, X, X_scale, x_zero_point=None, y_scale=None, y_zero_point
     e = xp.exp((x - xp.max(x, axis=axes, keepdims=True) + shift) * xs).astype(_F32)
     total = xp.sum(e, axis=axes, keepdims=True)
     multiplier = xp.floor(_F32(1.0) / _scalar(xp, y_scale))
-    q = xp.rint(e * multiplier / total).astype(np.int32)
-    if y_zero_point is not None:
-        q = q + xp.reshape(y_zero_point, ()).astype(np.int32)
-    info = np.iinfo(X.dtype)  # saturated, as onnxruntime (1.32) does for int8 as well as uint8
-    return clamp(xp, q, int(info.min), int(info.max)).astype(X.dtype)
+    q = xp.rint(e * multiplier / total)
+    # saturated, as onnxruntime 1.24+ does for int8 as well as uint8 (1.23 wraps 128 to -128 for int8)
+    return saturate_int(xp, q, None if y_zero_point is None else xp.reshape(y_zero_point, ()), np.dtype(X.dtype))
 
 
 # -- QLinearWhere -------------------------------------------------------------------------------
@@ -98,8 +93,8 @@ def QLinearWhere(xp, condition, X, x_scale, x_zero_point, Y, y_scale, y_zero_poi
     """where(condition, X, Y), each requantized to Z's parameters."""
     _check_8bit(X, Y)
     dtype = _out_dtype(X, z_zero_point)
-    x = _quant(xp, _dequant(xp, X, x_scale, x_zero_point), z_scale, z_zero_point, dtype)
-    y = _quant(xp, _dequant(xp, Y, y_scale, y_zero_point), z_scale, z_zero_point, dtype)
+    x = quantize_per_tensor(xp, dequantize_per_tensor(xp, X, x_scale, x_zero_point), z_scale, z_zero_point, dtype)
+    y = quantize_per_tensor(xp, dequantize_per_tensor(xp, Y, y_scale, y_zero_point), z_scale, z_zero_point, dtype)
     return xp.where(condition, x, y)
 
 
@@ -112,15 +107,15 @@ def QEmbedLayerNormalization(xp, input_ids, segment_ids, word_embedding_quant, p
                              word_embedding_zero_point, position_embedding_zero_point, segment_embedding_zero_point,
                              gamma_zero_point, beta_zero_point, *, epsilon=1e-12):
     """EmbedLayerNormalization on the dequantized (per-tensor 8-bit) embeddings, gamma and beta."""
-    word = _dequant(xp, word_embedding_quant, word_embedding_scale, word_embedding_zero_point)
-    pos = _dequant(xp, position_embedding_quant, position_embedding_scale, position_embedding_zero_point)
+    word = dequantize_per_tensor(xp, word_embedding_quant, word_embedding_scale, word_embedding_zero_point)
+    pos = dequantize_per_tensor(xp, position_embedding_quant, position_embedding_scale, position_embedding_zero_point)
     seg = None
     if segment_embedding is not None:
         if segment_embedding_scale is None:
             raise NodeError("segment_embedding needs segment_embedding_scale")
-        seg = _dequant(xp, segment_embedding, segment_embedding_scale, segment_embedding_zero_point)
-    gamma = _dequant(xp, gamma_quant, gamma_scale, gamma_zero_point)
-    beta = _dequant(xp, beta_quant, beta_scale, beta_zero_point)
+        seg = dequantize_per_tensor(xp, segment_embedding, segment_embedding_scale, segment_embedding_zero_point)
+    gamma = dequantize_per_tensor(xp, gamma_quant, gamma_scale, gamma_zero_point)
+    beta = dequantize_per_tensor(xp, beta_quant, beta_scale, beta_zero_point)
     Y, mask_index, _ = _embed_layer_norm(xp, input_ids, segment_ids, word, pos, seg, gamma, beta, mask,
                                          epsilon=epsilon)
     return Y, mask_index
