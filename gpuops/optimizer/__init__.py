@@ -11,7 +11,7 @@ Levels (as onnxruntime's graph_optimization_level):
   common subexpressions (:mod:`.cse`), BatchNormalization into Conv/ConvTranspose/Gemm
   (:mod:`.fold_batchnorm`), Mul/Add by constants into Conv (:mod:`.fold_mul_add_into_conv`),
   MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
-  dead nodes (:mod:`.dead_code`).
+  an If with a constant condition inlined (:mod:`.inline_if`), dead nodes (:mod:`.dead_code`).
 * ``"all"``: also the com.microsoft fusions: a BatchNormalization left over becomes a 1x1
   depthwise Conv (:mod:`.batchnorm_to_conv`), Conv + Add + activation -> FusedConv
   (:mod:`.conv_fusion`), Gemm + activation -> FusedGemm (:mod:`.gemm_activation`), Transposes into
@@ -22,47 +22,68 @@ With ``device="cpu"`` and level ``"all"``, a float16 graph first computes in flo
 (:mod:`.float16_compute`, as onnxruntime's CPU provider does: NumPy's float16 arithmetic is
 about 100x slower than float32); the graph's inputs and outputs keep their float16 types.
 
-The rewrites run in rounds until none applies. Only the main graph is rewritten (subgraphs of
-If/Loop/Scan run as given; the values they read from the main graph keep their names).
+The rewrites run in rounds until none applies, on the main graph and then, with the same
+rewrites, inside every If/Loop/Scan body (recursively; the values a body reads from the scopes
+around it keep their names, and the outer graph's constants are constants there). An ``If`` whose
+condition is constant is replaced by its branch (:mod:`.inline_if`).
+
+A rewrite that fails on a graph (an exception it did not foresee) is undone and skipped for that
+graph, with an :class:`OptimizerWarning`: the session runs without that rewrite there rather than
+failing. ``strict=True`` (or the environment variable ``GPUOPS_OPTIMIZER_STRICT=1``, which the
+optimizer's tests set) raises the exception instead.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from functools import partial
 
 import onnx
 
-from ..errors import GpuopsError, ModelError
+from ..errors import GpuopsError
 from . import (attention, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code, eliminate_noops,
-               float16_compute, fold_batchnorm, fold_mul_add_into_conv, gelu, gemm_activation, layernorm,
+               float16_compute, fold_batchnorm, fold_mul_add_into_conv, gelu, gemm_activation, inline_if, layernorm,
                matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
-from .graph import Graph
+from .graph import Graph, subgraphs
 
 LEVELS = ("none", "basic", "all")
 MAX_ROUNDS = 8
 
-__all__ = ["optimize", "save_model", "LEVELS", "FOLD_LIMIT"]
+__all__ = ["optimize", "save_model", "LEVELS", "FOLD_LIMIT", "OptimizerWarning"]
+
+
+class OptimizerWarning(UserWarning):
+    """A rewrite failed on a graph and was skipped there (the model runs without it)."""
 
 
 def _passes(level: str, fold_limit: int):
-    basic = [partial(constant_folding.apply, fold_limit=fold_limit), shape_to_constant.apply, eliminate_noops.apply,
-             cse.apply, fold_batchnorm.apply, fold_mul_add_into_conv.apply, matmul_add_to_gemm.apply,
-             transpose_into_matmul.apply, dead_code.apply]
+    """The rewrites of ``level`` in the order of a round, as (name, function)."""
+    basic = [("constant_folding", partial(constant_folding.apply, fold_limit=fold_limit)),
+             ("shape_to_constant", shape_to_constant.apply), ("inline_if", inline_if.apply),
+             ("eliminate_noops", eliminate_noops.apply), ("cse", cse.apply), ("fold_batchnorm", fold_batchnorm.apply),
+             ("fold_mul_add_into_conv", fold_mul_add_into_conv.apply),
+             ("matmul_add_to_gemm", matmul_add_to_gemm.apply), ("transpose_into_matmul", transpose_into_matmul.apply),
+             ("dead_code", dead_code.apply)]
     if level == "basic":
         return basic
-    return basic + [attention.apply, gelu.apply, layernorm.apply, batchnorm_to_conv.apply, conv_fusion.apply,
-                    gemm_activation.apply, partial(transpose_into_matmul.apply, fused_matmul=True), dead_code.apply]
+    return basic + [("attention", attention.apply), ("gelu", gelu.apply), ("layernorm", layernorm.apply),
+                    ("batchnorm_to_conv", batchnorm_to_conv.apply), ("conv_fusion", conv_fusion.apply),
+                    ("gemm_activation", gemm_activation.apply),
+                    ("transpose_into_fused_matmul", partial(transpose_into_matmul.apply, fused_matmul=True)),
+                    ("dead_code", dead_code.apply)]
 
 
 def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT,
-             device: str | None = None) -> onnx.ModelProto:
+             device: str | None = None, strict: bool | None = None) -> onnx.ModelProto:
     """An optimized copy of ``model`` at ``level`` ("none", "basic" or "all"; see the module doc).
 
     ``fold_limit`` caps the bytes of one folded node's outputs (default 1 GiB): a larger constant
     result (e.g. an Expand to a huge shape) is left to run time. ``device`` is the kind of device
     the model will run on ("cpu", "cuda"), for the rewrites that depend on it; None (default):
-    only the device-independent ones.
+    only the device-independent ones. ``strict``: a rewrite's unexpected exception is raised
+    instead of skipping the rewrite (default: the ``GPUOPS_OPTIMIZER_STRICT`` environment variable).
     """
     if level not in LEVELS:
         raise GpuopsError(f"optimize must be one of {LEVELS}, not {level!r}")
@@ -70,31 +91,51 @@ def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FO
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    if strict is None:
+        strict = os.environ.get("GPUOPS_OPTIMIZER_STRICT", "") not in ("", "0")
     graph = Graph(copy)
-    if device == "cpu" and level == "all":
-        _apply(float16_compute.apply, graph)  # once, first: the other rewrites then see float32
-    passes = _passes(level, fold_limit)
-    for _ in range(MAX_ROUNDS):
+    first = [("float16_compute", float16_compute.apply)] if device == "cpu" and level == "all" else []
+    _optimize_graph(graph, first, _passes(level, fold_limit), strict)
+    return copy
+
+
+def _optimize_graph(graph: Graph, first, passes, strict: bool) -> None:
+    """Run ``first`` once (float16_compute: the others then see float32), then ``passes`` in rounds
+    until none applies; then each If/Loop/Scan body left, recursively, and write the graph back.
+
+    A rewrite that raises (not ``strict``) puts the graph back as it was at the start of its
+    round (one snapshot per round: a snapshot per rewrite costs more than the rewrites on large
+    graphs), is skipped on this graph from then on, and the round starts again without it."""
+    failed: set = set()
+    _rounds(graph, first, 1, failed, strict)
+    _rounds(graph, passes, MAX_ROUNDS, failed, strict)
+    for node in graph.nodes:
+        for _, body in subgraphs(node):
+            _optimize_graph(Graph(graph.model, body, outer=graph), [], passes, strict)
+    graph.to_model()
+
+
+def _rounds(graph: Graph, passes, rounds: int, failed: set, strict: bool) -> None:
+    done = 0
+    while done < rounds:
+        snapshot = graph.checkpoint()
         changed = False
-        for p in passes:
-            changed |= _apply(p, graph)
+        try:
+            for name, rewrite in passes:
+                if name not in failed:
+                    current = name
+                    changed |= rewrite(graph)
+        except Exception as e:
+            if strict:
+                raise
+            graph.restore(snapshot)
+            failed.add(current)
+            warnings.warn(f"the graph optimizer's {current} rewrite failed on graph {graph.proto.name!r} "
+                          f"({type(e).__name__}: {e}); it is skipped there", OptimizerWarning, stacklevel=4)
+            continue  # the round again, without it
+        done += 1
         if not changed:
             break
-    return graph.to_model()
-
-
-def _apply(rewrite, graph: Graph) -> bool:
-    """One rewrite; a model it cannot read (a malformed attribute, a node with too few inputs...)
-    is a ModelError, never a raw exception."""
-    try:
-        return rewrite(graph)
-    except GpuopsError:
-        raise
-    except Exception as e:
-        fn = getattr(rewrite, "func", rewrite)
-        name = f"{fn.__module__.rsplit('.', 1)[-1]}"
-        raise ModelError(f"the graph optimizer's {name} rewrite cannot read this model ({type(e).__name__}: {e}); "
-                         "the model is malformed, or run it with optimize='none'") from e
 
 
 def save_model(model: onnx.ModelProto, path) -> None:

@@ -53,8 +53,10 @@ def apply(graph: Graph) -> bool:
             b = None if B is None else b * v
         else:
             b = b + v
-        if b is not None:
-            inputs[2] = graph.add_const(b.astype(W.dtype), (conv.input[2] or y) + "_bias_" + node.op_type.lower())
+        if b is not None:  # a bias-less Conv followed by Add gets the bias (Paddle2ONNX writes this)
+            inputs[2] = graph.add_const(b.astype(W.dtype), (inputs[2] or y) + "_bias_" + node.op_type.lower())
+        while inputs[-1] == "":
+            inputs.pop()
         conv.input[:] = inputs
         conv.output[0] = node.output[0]
         removed.append(node)

@@ -1,4 +1,5 @@
-"""The mutable view of a model's main graph that the rewrites work on.
+"""The mutable view of one graph of a model (the main graph, or an If/Loop/Scan body) that the
+rewrites work on.
 
 Nodes stay ``onnx.NodeProto`` objects (edited in place); constants are NumPy arrays. A value is
 *constant* when it is an initializer that is not also a graph input, or a value a rewrite folded.
@@ -8,6 +9,10 @@ onnxruntime treats them all as constants; gpuops does the same here.
 
 *Protected* values (graph outputs, and names that subgraphs read from this scope) keep their name
 and their producer: a rewrite may not rename them or fuse their producer away.
+
+A body's view (``Graph(model, body, outer=graph)``) sees the names it reads from the scopes around
+it (*captured*) as values it has no producer for; a captured constant of the outer graph is a
+constant here too (read-only: it stays the outer graph's). New names are unique across all scopes.
 """
 
 from __future__ import annotations
@@ -47,6 +52,31 @@ def has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
 
 
+def subgraphs(node: onnx.NodeProto):
+    """The node's graph attributes, as (attribute, graph) pairs."""
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            yield a, a.g
+        elif a.type == AttributeProto.GRAPHS:
+            for g in a.graphs:
+                yield a, g
+
+
+def defined_names(g: onnx.GraphProto) -> set[str]:
+    """The values a graph defines itself: inputs, initializers, node outputs."""
+    names = {i.name for i in g.input} | {t.name for t in g.initializer}
+    names |= {t.values.name for t in g.sparse_initializer}
+    return names | {o for n in g.node for o in n.output if o}
+
+
+def _all_names(g: onnx.GraphProto, out: set[str]) -> None:
+    out |= defined_names(g)
+    out.update(n.name for n in g.node)
+    for n in g.node:
+        for _, sub in subgraphs(n):
+            _all_names(sub, out)
+
+
 def _subgraph_reads(node: onnx.NodeProto, out: set[str]) -> None:
     """Every name a node's subgraphs read (their own locals included: a superset is safe)."""
     for a in node.attribute:
@@ -59,28 +89,44 @@ def _subgraph_reads(node: onnx.NodeProto, out: set[str]) -> None:
 
 
 class Graph:
-    """The main graph of ``model`` (which the optimizer owns and edits)."""
+    """The main graph of ``model`` (which the optimizer owns and edits), or with ``proto`` and
+    ``outer`` one of its If/Loop/Scan bodies, nested in the graph ``outer``."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, proto: onnx.GraphProto | None = None, outer: Graph | None = None):
         self.model = model
-        g = model.graph
+        self.proto = g = model.graph if proto is None else proto
+        self.outer = outer
         self.nodes: list[onnx.NodeProto] = list(g.node)
-        self.opsets = {canonical_domain(o.domain): o.version for o in model.opset_import}
         self.input_names = [i.name for i in g.input]
         self.output_names = [o.name for o in g.output]
         self._protos = {t.name: t for t in g.initializer}
-        overridable = set(self.input_names) & set(self._protos) if model.ir_version >= 4 else set()
+        # in a body, an initializer that is also an input is a formal parameter, whatever the IR version
+        overridable = set(self.input_names) & set(self._protos) if model.ir_version >= 4 or outer else set()
         self._arrays: dict[str, np.ndarray] = {}
         self.consts: set[str] = set(self._protos) - overridable
         self.changed_consts: set[str] = set()
+        if outer is None:
+            self.opsets = {canonical_domain(o.domain): o.version for o in model.opset_import}
+            self._names: set[str] = set()
+            _all_names(g, self._names)
+            self.captured: set[str] = set()
+        else:  # shared with the outer graph: one opset table, names unique across scopes
+            self.opsets, self._names = outer.opsets, outer._names
+            reads = {x for n in self.nodes for x in n.input if x}
+            reads |= {o.name for o in g.output}
+            for n in self.nodes:
+                _subgraph_reads(n, reads)
+            self.captured = reads - defined_names(g)
+        self._shapes: dict[str, tuple] | None = None
+        self.refresh_protected()
+        self.index()
+
+    def refresh_protected(self) -> None:
+        """Recompute the protected names (after nodes with subgraphs came or went)."""
         reads: set[str] = set()
         for n in self.nodes:
             _subgraph_reads(n, reads)
         self.protected = set(self.output_names) | reads
-        self._names = {n.name for n in self.nodes} | {o for n in self.nodes for o in n.output} | set(self._protos)
-        self._names |= set(self.input_names)
-        self._shapes: dict[str, tuple] | None = None
-        self.index()
 
     # -- structure -----------------------------------------------------------------------------
 
@@ -150,12 +196,45 @@ class Graph:
         return helper.make_node(op_type, list(inputs), list(outputs), name=self.unique(f"opt/{op_type}"),
                                 domain=domain, **{k: v for k, v in attrs.items() if v is not None})
 
+    def checkpoint(self):
+        """A snapshot of everything a rewrite may edit, for :meth:`restore`: the rewrites edit
+        nodes in place, so a rewrite that fails halfway is undone from this."""
+        nodes = []
+        for n in self.nodes:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            nodes.append(c)
+        opset_import = [(o.domain, o.version) for o in self.model.opset_import]
+        value_info = [vi.SerializeToString() for vi in self.proto.value_info]
+        return (nodes, dict(self._arrays), set(self.consts), set(self.changed_consts), dict(self.opsets),
+                opset_import, value_info)
+
+    def restore(self, snapshot) -> None:
+        """Put the graph back as it was at :meth:`checkpoint`."""
+        nodes, arrays, consts, changed, opsets, opset_import, value_info = snapshot
+        self.nodes = list(nodes)
+        self._arrays, self.consts, self.changed_consts = dict(arrays), set(consts), set(changed)
+        self.opsets.clear()  # (shared with the other scopes; names taken meanwhile stay taken)
+        self.opsets.update(opsets)
+        del self.model.opset_import[:]
+        self.model.opset_import.extend(helper.make_opsetid(d, v) for d, v in opset_import)
+        del self.proto.value_info[:]
+        for b in value_info:
+            self.proto.value_info.add().ParseFromString(b)
+        self.invalidate()
+        self.refresh_protected()
+        self.index()
+
     # -- constants -----------------------------------------------------------------------------
 
     def is_const(self, name: str) -> bool:
+        if name in self.captured:
+            return self.outer.is_const(name)
         return bool(name) and name in self.consts
 
     def value(self, name: str) -> np.ndarray:
+        if name in self.captured:
+            return self.outer.value(name)
         if name not in self._arrays:
             self._arrays[name] = tensor_to_numpy(self._protos[name])
         return self._arrays[name]
@@ -211,21 +290,27 @@ class Graph:
         m.functions.extend(self.model.functions)
         g = m.graph
         g.node.extend(self.nodes)
-        g.input.extend(self.model.graph.input)
+        g.input.extend(self.proto.input)
         declared = set(self.input_names)
-        for name in self._live_consts():
-            t = None if name in self._arrays else self._protos[name]
-            dims = list(t.dims) if t is not None else list(self._arrays[name].shape)
+        for name in sorted(self.captured):  # typed as the outer graph knows them
+            info = self.outer.info(name)
+            if info is not None and not self.outer.is_const(name):
+                g.input.append(helper.make_tensor_value_info(name, info[0], info[1]))
+        outer_consts = [c for c in self.captured if self.outer.is_const(c)]
+        for name in self._live_consts() + outer_consts:
+            t = None if name in self._arrays or name in self.captured else self._protos[name]
+            array = self.value(name) if t is None else None
+            dims = list(t.dims) if t is not None else list(array.shape)
             try:
                 if int(np.prod(dims)) <= _INFER_CONST_ELEMENTS:
-                    g.initializer.append(t if t is not None else numpy_helper.from_array(self._arrays[name], name))
+                    g.initializer.append(t if t is not None else numpy_helper.from_array(array, name))
                 elif name not in declared:
-                    elem = t.data_type if t is not None else onnx_dtype(self._arrays[name].dtype)
+                    elem = t.data_type if t is not None else onnx_dtype(array.dtype)
                     g.input.append(helper.make_tensor_value_info(name, elem, dims))
             except Exception:  # a dtype ONNX cannot hold: inference goes on without the value
                 pass
-        g.value_info.extend(self.model.graph.value_info)
-        g.output.extend(self.model.graph.output)
+        g.value_info.extend(self.proto.value_info)
+        g.output.extend(self.proto.output)
         try:
             inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True).graph
         except Exception:
@@ -249,9 +334,10 @@ class Graph:
         return [c for c in self.consts if c in used]
 
     def to_model(self) -> onnx.ModelProto:
-        """Write the edited graph back into the model; unused constants are dropped. (Tensors are
-        filled in place: a light model's folded weights are hundreds of MB.)"""
-        g = self.model.graph
+        """Write the edited graph back into the model (a body: into its GraphProto); unused
+        constants are dropped. (Tensors are filled in place: a light model's folded weights are
+        hundreds of MB.)"""
+        g = self.proto
         live = set(self._live_consts())
         dropped = {t for t in self._protos if t in self.consts and t not in live}
         for i in reversed(range(len(g.initializer))):
