@@ -3,16 +3,14 @@
 Convolutions run as im2col + one GEMM per group. ``im2col`` is one copy out of a strided view
 (``as_strided``) of the padded input, and a 1x1 stride-1 unpadded kernel is a direct GEMM on the
 input. float16/bfloat16 convolve in float32 and are cast back, as onnxruntime does on CPU.
-``col2im`` loops over kernel taps only, never over output pixels. The geometry helpers (``spatial_attrs``,
-``conv_geometry``) and the window helpers are shared with the pooling ops, and are the pieces the
-device overrides of Conv reuse (:mod:`gpuops.ops.cpu.conv`: the native kernels, Winograd, the
+``col2im`` loops over kernel taps only, never over output pixels. The geometry and window helpers are
+:mod:`gpuops.ops.windows`, shared with the pooling ops and with the device overrides of Conv (:mod:`gpuops.ops.cpu.conv`: the native kernels, Winograd, the
 blocked im2col, packed weights; :mod:`gpuops.ops.cuda.conv`); the generic :func:`conv` stays their
 fallback and test oracle.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 
@@ -23,149 +21,8 @@ from ..errors import NodeError
 from ..registry import op
 from .linalg import up
 from .elementwise import clamp
-
-# -- geometry (host-side Python ints) ---------------------------------------------------------------
-
-
-def spatial_attrs(nd: int, kernel_shape, strides=None, dilations=None, pads=None):
-    """Normalised per-axis lists: kernel, strides, dilations, pads_begin, pads_end."""
-    strides = list(strides) if strides else [1] * nd
-    dilations = list(dilations) if dilations else [1] * nd
-    pads = list(pads) if pads else [0] * (2 * nd)
-    if len(kernel_shape) != nd or len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
-        raise NodeError(f"kernel_shape/strides/dilations/pads do not match {nd} spatial axes "
-                        f"(kernel_shape={list(kernel_shape)}, strides={strides}, dilations={dilations}, "
-                        f"pads={pads})")
-    return list(kernel_shape), strides, dilations, pads[:nd], pads[nd:]
-
-
-def window_extent(k: int, d: int) -> int:
-    """Span of a dilated kernel along one axis."""
-    return (k - 1) * d + 1
-
-
-def auto_pads(auto_pad: str, in_shape, kernel, strides, dilations):
-    """(pads_begin, pads_end) for ``auto_pad`` SAME_UPPER / SAME_LOWER / VALID."""
-    begin, end = [], []
-    for n, k, s, d in zip(in_shape, kernel, strides, dilations):
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            out = -(-n // s)
-            total = max(0, (out - 1) * s + window_extent(k, d) - n)
-            small, big = total // 2, total - total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else big)
-            end.append(big if auto_pad == "SAME_UPPER" else small)
-        elif auto_pad == "VALID":
-            begin.append(0)
-            end.append(0)
-        else:
-            raise NodeError(f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, not {auto_pad!r}")
-    return begin, end
-
-
-def conv_geometry(in_shape, kernel, strides, dilations, pads_begin, pads_end, auto_pad="NOTSET",
-                  ceil_mode=0):
-    """Resolve padding and output shape of a sliding window op.
-
-    Returns ``(pads_begin, pads_end, out_shape)``. With ``ceil_mode`` (explicit pads only) the last
-    window may hang over the end padding; windows that would start in the end padding are dropped.
-    """
-    if auto_pad and auto_pad != "NOTSET":
-        pads_begin, pads_end = auto_pads(auto_pad, in_shape, kernel, strides, dilations)
-    out = []
-    for n, k, s, d, pb, pe in zip(in_shape, kernel, strides, dilations, pads_begin, pads_end):
-        span = n + pb + pe - window_extent(k, d)
-        if ceil_mode and (not auto_pad or auto_pad == "NOTSET"):
-            o = -(-span // s) + 1
-            if (o - 1) * s >= n + pb:
-                o -= 1
-        else:
-            o = span // s + 1
-        out.append(max(o, 0))
-    return list(pads_begin), list(pads_end), out
-
-
-# -- sliding windows ----------------------------------------------------------------------------
-
-
-def pad_spatial(xp, X, pads_begin, pads_end, value=0):
-    """Pad the spatial axes (2..) of X; negative pads crop."""
-    if not any(pads_begin) and not any(pads_end):
-        return X
-    if min(pads_begin) < 0 or min(pads_end) < 0:
-        X = X[(slice(None), slice(None)) + tuple(
-            slice(max(-b, 0), n - max(-e, 0)) for b, e, n in zip(pads_begin, pads_end, X.shape[2:]))]
-        pads_begin = [max(b, 0) for b in pads_begin]
-        pads_end = [max(e, 0) for e in pads_end]
-    # a filled buffer and one interior copy: several times cheaper than xp.pad on small images
-    Xp = xp.full(tuple(X.shape[:2]) + tuple(n + b + e for n, b, e in zip(X.shape[2:], pads_begin, pads_end)),
-                 value, dtype=X.dtype)
-    Xp[(slice(None), slice(None)) + tuple(slice(b, b + n) for b, n in zip(pads_begin, X.shape[2:]))] = X
-    return Xp
-
-
-def pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value):
-    """X padded so that every window of the output grid lies inside it (``ceil_mode`` overhang too)."""
-    ext_end = [max(0, (o - 1) * s + window_extent(k, d) - (n + b + e)) + e
-               for n, k, s, d, b, e, o in zip(X.shape[2:], kernel, strides, dilations, pads_begin,
-                                              pads_end, out_shape)]
-    return pad_spatial(xp, X, pads_begin, ext_end, pad_value)
-
-
-def _as_strided(xp):
-    """``as_strided`` of the library behind ``xp`` (NumPy, CuPy and the stand-in have one), or None."""
-    return getattr(getattr(getattr(xp, "lib", None), "stride_tricks", None), "as_strided", None)
-
-
-def window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value=0):
-    """Yield, for each kernel tap in row-major order, the view of padded X that the tap sees at
-    every output position: shape ``(N, C, *out_shape)``.
-
-    The input is padded once (with extra end padding when ``ceil_mode`` windows overhang).
-    """
-    Xp = pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
-    for tap in itertools.product(*(range(k) for k in kernel)):
-        yield Xp[(slice(None), slice(None)) + tuple(
-            slice(t * d, t * d + (o - 1) * s + 1 if o > 0 else t * d, s)
-            for t, d, s, o in zip(tap, dilations, strides, out_shape))]
-
-
-def im2col(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value=0):
-    """X ``(N, C, *in)`` -> columns ``(N, C, K, *out)`` with ``K = prod(kernel)`` taps (row-major)."""
-    as_strided = _as_strided(xp)
-    if as_strided is not None and all(o > 0 for o in out_shape):
-        Xp = pad_for_windows(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value)
-        st = tuple(Xp.strides)  # bytes; the view (N, C, *kernel, *out) stays inside Xp
-        view = as_strided(Xp, tuple(Xp.shape[:2]) + tuple(kernel) + tuple(out_shape),
-                          st[:2] + tuple(b * d for b, d in zip(st[2:], dilations))
-                          + tuple(b * s for b, s in zip(st[2:], strides)))
-        return xp.reshape(view, tuple(X.shape[:2]) + (math.prod(kernel),) + tuple(out_shape))
-    taps = list(window_taps(xp, X, kernel, strides, dilations, pads_begin, pads_end, out_shape, pad_value))
-    if len(taps) == 1:
-        return xp.expand_dims(taps[0], 2)
-    return xp.stack(taps, axis=2)
-
-
-def col2im(xp, cols, image_shape, kernel, strides, dilations, offset=None):
-    """Scatter-add columns ``(N, C, K, *blocks)`` into an image ``(N, C, *image_shape)``.
-
-    Tap ``t`` of block ``b`` lands at ``offset + b * stride + t * dilation`` (``offset`` defaults to
-    0); contributions outside the image are dropped. The adjoint of :func:`im2col`.
-    """
-    N, C, _ = cols.shape[:3]
-    blocks = cols.shape[3:]
-    offset = offset or [0] * len(blocks)
-    # work on a buffer big enough for every tap, then crop to the image
-    lo = [min(0, off) for off in offset]
-    hi = [max(n, off + (b - 1) * s + window_extent(k, d)) if b > 0 else n
-          for n, off, b, s, k, d in zip(image_shape, offset, blocks, strides, kernel, dilations)]
-    buf = xp.zeros((N, C) + tuple(h - lo_ for h, lo_ in zip(hi, lo)), dtype=cols.dtype)
-    if all(b > 0 for b in blocks):
-        for i, tap in enumerate(itertools.product(*(range(k) for k in kernel))):
-            idx = tuple(slice(off - lo_ + t * d, off - lo_ + t * d + (b - 1) * s + 1, s)
-                        for off, lo_, t, d, b, s in zip(offset, lo, tap, dilations, blocks, strides))
-            buf[(slice(None), slice(None)) + idx] += cols[:, :, i]
-    return buf[(slice(None), slice(None)) + tuple(slice(-lo_, -lo_ + n) for lo_, n in zip(lo, image_shape))]
-
+from .windows import (check_conv_shapes, col2im, conv_geometry, conv_shape_geometry, im2col, spatial_attrs,
+                      window_extent)
 
 def grouped_matmul(xp, W, cols, group):
     """``W (M, C/group * K)`` times columns ``(N, C * K, L)`` per group -> ``(N, M, L)``."""
@@ -176,26 +33,6 @@ def grouped_matmul(xp, W, cols, group):
     Wg = xp.reshape(W, (group, M // group, CK // group))
     Y = xp.matmul(Wg, xp.reshape(cols, (N, group, CK // group, L)))
     return xp.reshape(Y, (N, M, L))
-
-
-def _check_shapes(x_shape, w_shape, group, kernel_shape, transpose=False):
-    if len(x_shape) < 3:
-        raise NodeError(f"X must have rank >= 3 (N, C, D1, ...), got shape {tuple(x_shape)}")
-    if len(w_shape) != len(x_shape):
-        raise NodeError(f"W rank {len(w_shape)} does not match X rank {len(x_shape)}")
-    if group < 1 or x_shape[1] % group:
-        raise NodeError(f"group={group} does not divide the {x_shape[1]} input channels")
-    if transpose:
-        if w_shape[0] != x_shape[1]:
-            raise NodeError(f"W has {w_shape[0]} input channels, X has {x_shape[1]}")
-    elif w_shape[1] * group != x_shape[1] or w_shape[0] % group:
-        raise NodeError(f"W shape {tuple(w_shape)} does not fit X with {x_shape[1]} channels and group={group}")
-    if kernel_shape and list(kernel_shape) != list(w_shape[2:]):
-        raise NodeError(f"kernel_shape {list(kernel_shape)} does not match W shape {tuple(w_shape)}")
-
-
-def _check_conv_shapes(X, W, group, kernel_shape, transpose=False):
-    _check_shapes(tuple(X.shape), tuple(W.shape), group, kernel_shape, transpose)
 
 
 def _add_bias(Y, B):
@@ -232,23 +69,6 @@ def compute_dtype(dtype) -> np.dtype | None:
 COLS_BYTES = 1 << 28  # bound on one im2col buffer; bigger batches are convolved a chunk of images at a time
 
 
-def _geometry(X, W, group, kernel_shape, auto_pad, strides, dilations, pads):
-    """(kernel, strides, dilations, pads_begin, pads_end, out, K, L) of a conv, its shapes checked: see
-    :func:`geometry_of`."""
-    return geometry_of(tuple(X.shape), tuple(W.shape), group, auto_pad, *(
-        None if v is None else tuple(v) for v in (kernel_shape, strides, dilations, pads)))
-
-
-@functools.lru_cache(maxsize=4096)
-def geometry_of(x_shape, w_shape, group, auto_pad, kernel_shape, strides, dilations, pads):
-    """:func:`_geometry` of the shapes and the attributes as tuples, kept (a bounded, thread-safe cache:
-    a model's Conv meets the same ones on every run)."""
-    _check_shapes(x_shape, w_shape, group, kernel_shape)
-    kernel, s, d, pb, pe = spatial_attrs(len(x_shape) - 2, w_shape[2:], strides, dilations, pads)
-    pb, pe, out = conv_geometry(x_shape[2:], kernel, s, d, pb, pe, auto_pad)
-    return (*map(tuple, (kernel, s, d, pb, pe, out)), math.prod(kernel), math.prod(out))
-
-
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
          pads=None, strides=None, clamp_to=None):
     """N-D convolution: im2col + one GEMM per group (depthwise included: one batched matmul over the
@@ -257,11 +77,11 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     FusedConv)."""
     ct = compute_dtype(X.dtype)
     if ct is not None:
-        _check_conv_shapes(X, W, group, kernel_shape)
+        check_conv_shapes(X, W, group, kernel_shape)
         Y = conv(xp, X.astype(ct), up(W), None if B is None else up(B), auto_pad=auto_pad,
                  dilations=dilations, group=group, pads=pads, strides=strides)
         return Y.astype(X.dtype)
-    kernel, strides, dilations, pb, pe, out, K, L = _geometry(X, W, group, kernel_shape, auto_pad, strides,
+    kernel, strides, dilations, pb, pe, out, K, L = conv_shape_geometry(X, W, group, kernel_shape, auto_pad, strides,
                                                               dilations, pads)
     N, C = X.shape[:2]
     M = W.shape[0]
@@ -291,7 +111,7 @@ def Conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
 
 def _conv_transpose(xp, X, W, B, auto_pad, dilations, group, kernel_shape, output_padding,
                     output_shape, pads, strides, same_upper_head_small):
-    _check_conv_shapes(X, W, group, kernel_shape, transpose=True)
+    check_conv_shapes(X, W, group, kernel_shape, transpose=True)
     nd = X.ndim - 2
     kernel, strides, dilations, pb, pe = spatial_attrs(nd, W.shape[2:], strides, dilations, pads)
     output_padding = list(output_padding) if output_padding else [0] * nd
@@ -354,7 +174,7 @@ def DeformConv(xp, X, W, offset, B=None, mask=None, *, dilations=None, group=1, 
                offset_group=1, pads=None, strides=None):
     """Deformable convolution: each tap samples X (multilinear, zero outside) at its regular
     position plus a learned offset, optionally scaled by ``mask``; then a grouped matmul."""
-    _check_conv_shapes(X, W, group, kernel_shape)
+    check_conv_shapes(X, W, group, kernel_shape)
     nd = X.ndim - 2
     kernel, strides, dilations, pb, pe = spatial_attrs(nd, W.shape[2:], strides, dilations, pads)
     _, _, out = conv_geometry(X.shape[2:], kernel, strides, dilations, pb, pe)

@@ -2,7 +2,7 @@
 
 Max and sum over windows are separable: they are reduced one spatial axis after the other over
 strided slices of the padded input, so no column tensor is built; MaxPool's indices come from
-:func:`conv.window_taps`, one view per kernel tap. (The CPU's native kernels and NumPy paths are
+:func:`windows.window_taps`, one view per kernel tap. (The CPU's native kernels and NumPy paths are
 :mod:`gpuops.ops.cpu.pool`.) Versions differ only by the attributes they accept (a superset is
 taken from opset 1): ``ceil_mode`` windows that would start in the end padding are dropped, and the
 average divisor counts the window cells inside the input (``count_include_pad=0``) or inside the
@@ -17,45 +17,13 @@ import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
-from .conv import pad_for_windows, conv_geometry, spatial_attrs, window_taps
+from .windows import pad_for_windows, pool_geometry, spatial_attrs, window_counts, window_taps
 from .elementwise import clamp
-
-
-def _geometry(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
-    if X.ndim < 3:
-        raise NodeError(f"X must have rank >= 3 (N, C, D1, ...), got shape {tuple(X.shape)}")
-    if not kernel_shape:
-        raise NodeError("kernel_shape is required")
-    kernel, strides, dilations, pb, pe = spatial_attrs(X.ndim - 2, kernel_shape, strides, dilations, pads)
-    pb, pe, out = conv_geometry(X.shape[2:], kernel, strides, dilations, pb, pe, auto_pad, ceil_mode)
-    return kernel, strides, dilations, pb, pe, out
 
 
 def _lowest(dtype):
     """Padding value that never wins a max: -inf, or the integer type's minimum."""
     return int(np.iinfo(dtype).min) if np.issubdtype(dtype, np.integer) else -np.inf
-
-
-def _window_counts(xp, in_shape, kernel, strides, dilations, pb, pe, out, include_pad, dtype):
-    """How many cells of each window count toward the average: a number when all windows agree,
-    else an ``out``-shaped array built on the device (a host->device copy would stop a CUDA graph
-    capture), the product of one count vector per axis."""
-    axes = [(n, k, s, d, b, (-b, n + e) if include_pad else (0, n), o)
-            for n, k, s, d, b, e, o in zip(in_shape, kernel, strides, dilations, pb, pe, out)]
-    per_axis = []
-    for n, k, s, d, b, (lo, hi), o in axes:
-        p = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b  # input coordinate of each cell
-        per_axis.append(((p >= lo) & (p < hi)).sum(axis=1))
-    if all(c.size == 0 or (c == c[0]).all() for c in per_axis):
-        return float(math.prod(int(c[0]) if c.size else 1 for c in per_axis))
-    counts = None
-    for i, (n, k, s, d, b, (lo, hi), o) in enumerate(axes):
-        p = xp.reshape(xp.arange(o, dtype=xp.int64) * s - b, (o, 1)) + xp.reshape(xp.arange(k, dtype=xp.int64) * d,
-                                                                                   (1, k))
-        c = xp.sum(((p >= lo) & (p < hi)).astype(dtype), axis=1)
-        c = xp.reshape(c, (1, 1) + (1,) * i + (o,) + (1,) * (len(axes) - i - 1))
-        counts = c if counts is None else counts * c
-    return counts
 
 
 def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc):
@@ -92,7 +60,7 @@ def _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out):
 @op("MaxPool", since=1, n_outputs=True)
 def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
             storage_order=0, strides=None, n_outputs=1):
-    kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
+    kernel, strides, dilations, pb, pe, out = pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
     low = _lowest(X.dtype)
     if n_outputs == 1:
@@ -144,18 +112,18 @@ def _max_indices(xp, shape, arg, kernel, strides, dilations, pb, out, storage_or
 @op("AveragePool", since=1)
 def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
                 kernel_shape=None, pads=None, strides=None):
-    kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
+    kernel, strides, dilations, pb, pe, out = pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
     if _whole_input(X, kernel, dilations, pb, pe):
         return GlobalAveragePool(xp, X)
-    counts = _window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad, X.dtype)
+    counts = window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad, X.dtype)
     return _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out) / counts
 
 
 @op("LpPool", since=1)
 def LpPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, p=2,
            pads=None, strides=None):
-    kernel, strides, dilations, pb, pe, out = _geometry(X, kernel_shape, strides, dilations, pads,
+    kernel, strides, dilations, pb, pe, out = pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
     total = _sum_windows(xp, _abs_pow(xp, X, p), kernel, strides, dilations, pb, pe, out)
     return _root(xp, total, p)

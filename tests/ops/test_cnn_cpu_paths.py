@@ -9,6 +9,7 @@ import pytest
 from gpuops import native
 from gpuops.ops import conv as conv_mod
 from gpuops.ops import pool as generic_pool
+from gpuops.ops import windows
 from gpuops.ops.cpu import conv as cpu_conv
 from gpuops.ops.cpu import pool as cpu_pool
 from gpuops.ops.cpu import winograd
@@ -29,9 +30,9 @@ KN2ROW_CASES = {
 
 def _generic_conv(X, W, strides, dilations, pads, group=1):
     """im2col as a stack of one strided view per tap, and one matmul per group."""
-    kernel, s, d, pb, pe = conv_mod.spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
-    pb, pe, out = conv_mod.conv_geometry(X.shape[2:], kernel, s, d, pb, pe)
-    cols = np.stack(list(conv_mod.window_taps(xnp, X, kernel, s, d, pb, pe, out)), axis=2)
+    kernel, s, d, pb, pe = windows.spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
+    pb, pe, out = windows.conv_geometry(X.shape[2:], kernel, s, d, pb, pe)
+    cols = np.stack(list(windows.window_taps(xnp, X, kernel, s, d, pb, pe, out)), axis=2)
     Y = conv_mod.grouped_matmul(xnp, W.reshape(W.shape[0], -1), cols.reshape(X.shape[0], -1, int(np.prod(out))),
                                 group)
     return Y.reshape((X.shape[0], W.shape[0]) + tuple(out)), (kernel, s, d, pb, out)
@@ -176,10 +177,10 @@ def _pool_attrs(case):
 
 
 def _tap_by_tap(X, case, pad_value, reduce):
-    kernel, s, d, pb, pe, out = generic_pool._geometry(X, *(_pool_attrs(case)[k] for k in (
+    kernel, s, d, pb, pe, out = windows.pool_geometry(X, *(_pool_attrs(case)[k] for k in (
         "kernel_shape", "strides", "dilations", "pads")), "NOTSET", case[-1])
     acc = None
-    for v in conv_mod.window_taps(xnp, X, kernel, s, d, pb, pe, out, pad_value):
+    for v in windows.window_taps(xnp, X, kernel, s, d, pb, pe, out, pad_value):
         acc = v.copy() if acc is None else reduce(acc, v)
     return acc, (kernel, s, d, pb, pe, out)
 
@@ -196,7 +197,7 @@ def test_separable_pools_match_the_tap_by_tap_formulas(name, order, pool_mod):
     np.testing.assert_array_equal(pool_mod.MaxPool(xnp, X, **attrs), want)
     total, (kernel, s, d, pb, pe, out) = _tap_by_tap(X, case, 0, np.add)
     for include_pad in (0, 1):
-        counts = generic_pool._window_counts(xnp, X.shape[2:], kernel, s, d, pb, pe, out, include_pad, X.dtype)
+        counts = windows.window_counts(xnp, X.shape[2:], kernel, s, d, pb, pe, out, include_pad, X.dtype)
         np.testing.assert_allclose(pool_mod.AveragePool(xnp, X, count_include_pad=include_pad, **attrs),
                                    total / counts, rtol=1e-12, atol=1e-12)
     sq, _ = _tap_by_tap(X * X, case, 0, np.add)

@@ -10,6 +10,7 @@ import pytest
 from onnx import helper as onnx_helper
 
 from gpuops.ops import conv as conv_mod
+from gpuops.ops import windows
 from gpuops.ops import quantize as quantize_mod
 from gpuops.ops.cpu import conv as cpu_conv
 from gpuops.ops.cpu import quantize as cpu_quantize
@@ -61,16 +62,16 @@ def test_conv_paths_match_the_tap_by_tap_formula(name, monkeypatch):
     fast = cpu_conv.conv(xnp, f["X"], f["W"], f["B"], **attrs)
 
     def generic(xp, X, W, B, group, strides, dilations, pads):
-        kernel, s, d, pb, pe = conv_mod.spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
-        pb, pe, out = conv_mod.conv_geometry(X.shape[2:], kernel, s, d, pb, pe)
-        cols = np.stack(list(conv_mod.window_taps(xp, X, kernel, s, d, pb, pe, out)), axis=2)
+        kernel, s, d, pb, pe = windows.spatial_attrs(X.ndim - 2, W.shape[2:], strides, dilations, pads)
+        pb, pe, out = windows.conv_geometry(X.shape[2:], kernel, s, d, pb, pe)
+        cols = np.stack(list(windows.window_taps(xp, X, kernel, s, d, pb, pe, out)), axis=2)
         cols = cols.reshape(X.shape[0], -1, int(np.prod(out)))
         Y = conv_mod.grouped_matmul(xp, W.reshape(W.shape[0], -1), cols, group)
         return Y.reshape((X.shape[0], W.shape[0]) + tuple(out)) + B.reshape((1, -1) + (1,) * len(out))
 
     np.testing.assert_allclose(fast, generic(xnp, f["X"], f["W"], f["B"], **attrs), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(conv_mod.conv(xnp, f["X"], f["W"], f["B"], **attrs), fast, rtol=1e-12, atol=1e-12)
-    monkeypatch.setattr(conv_mod, "_as_strided", lambda xp: None)  # a namespace without as_strided
+    monkeypatch.setattr(windows, "_as_strided", lambda xp: None)  # a namespace without as_strided
     np.testing.assert_allclose(conv_mod.conv(xnp, f["X"], f["W"], f["B"], **attrs), fast, rtol=1e-12, atol=1e-12)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ..conv import ConvTranspose as _conv_transpose
-from ..conv import conv_geometry, spatial_attrs, window_taps
+from ..windows import conv_geometry, spatial_attrs, window_taps
 from ..elementwise import clamp
 from ..pool import MaxPool as _max_pool
 

@@ -24,9 +24,6 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..conv import window_taps
-from ..pool import _geometry as _pool_geometry
-from ..pool import _window_counts
 from ..quantize import DequantizeLinear_21 as _dequantize_linear
 from ..quantize import DynamicQuantizeLinear as _dynamic_quantize
 from ..quantize import MatMulInteger as _matmul_integer
@@ -34,6 +31,7 @@ from ..quantize import QLinearConv as _qlinear_conv
 from ..quantize import QuantizeLinear_21 as _quantize_linear
 from ..quantize import dequantize_per_tensor, quantize_per_tensor, saturate_int
 from ..reduce import _reduce
+from ..windows import pool_geometry, window_counts, window_taps
 from ..rnn import LSTM as _lstm
 
 MS = "com.microsoft"
@@ -153,13 +151,13 @@ def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_p
     kernel size, even where ``ceil_mode`` overhangs the padding), quantize as round(y / scale + zp)."""
     _check_8bit(X)
     x = _to_channels_first(xp, dequantize_per_tensor(xp, X, x_scale, x_zero_point), channels_last)
-    kernel, strides_, dil, pb, pe, out = _pool_geometry(x, kernel_shape, strides, None, pads, auto_pad, ceil_mode)
+    kernel, strides_, dil, pb, pe, out = pool_geometry(x, kernel_shape, strides, None, pads, auto_pad, ceil_mode)
     # each window's cells added in row-major order, as onnxruntime's loop adds them (padding adds
     # zeros): the same float32 roundings, so the same quantized results at rounding ties
     total = None
     for tap in window_taps(xp, x, kernel, strides_, dil, pb, pe, out):
         total = xp.asarray(tap, copy=True) if total is None else xp.add(total, tap, out=total)
-    counts = float(math.prod(kernel)) if count_include_pad else _window_counts(
+    counts = float(math.prod(kernel)) if count_include_pad else window_counts(
         xp, x.shape[2:], kernel, strides_, dil, pb, pe, out, False, x.dtype)
     y = _from_channels_first(xp, total / counts, channels_last)
     dtype = _out_dtype(X, y_zero_point)

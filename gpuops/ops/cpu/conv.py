@@ -27,7 +27,8 @@ import numpy as np
 
 from ... import native
 from ...registry import op
-from ..conv import _check_conv_shapes, _geometry, compute_dtype, conv as _generic_conv, pad_for_windows
+from ..conv import compute_dtype, conv as _generic_conv
+from ..windows import check_conv_shapes, conv_shape_geometry, pad_for_windows
 from ..contrib.fusion import nhwc_conv
 from ..contrib.transformer import FusedConv as _generic_fused_conv, _as_clamp, residual_activation
 from ..legacy import depthwise_conv2d
@@ -47,7 +48,7 @@ class ConvWeights(Kept):
     def __init__(self, W: np.ndarray, B: np.ndarray | None):
         super().__init__()
         self.W, self.B = W, B
-        self.geometries: dict = {}  # X's shape -> _geometry (the step's attributes are fixed)
+        self.geometries: dict = {}  # X's shape -> conv_shape_geometry (the step's attributes are fixed)
         half = compute_dtype(W.dtype) is not None
         self.W32 = frozen(W.astype(np.float32)) if half else None
         self.B32 = frozen(B.astype(np.float32)) if half and B is not None else None
@@ -58,7 +59,7 @@ class ConvWeights(Kept):
     def geometry(self, X, W, group, kernel_shape, auto_pad, strides, dilations, pads):
         g = self.geometries.get(X.shape)
         if g is None:
-            g = _geometry(X, W, group, kernel_shape, auto_pad, strides, dilations, pads)
+            g = conv_shape_geometry(X, W, group, kernel_shape, auto_pad, strides, dilations, pads)
             if len(self.geometries) < self.MAX_GEOMETRIES:
                 self.geometries[X.shape] = g
         return g
@@ -438,7 +439,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         kept = None
     ct = compute_dtype(X.dtype)
     if ct is not None:
-        _check_conv_shapes(X, W, group, kernel_shape)
+        check_conv_shapes(X, W, group, kernel_shape)
         if kept is not None:
             W, B = kept.W32 if kept.W32 is not None else W.astype(ct), B if B is None else (
                 kept.B32 if kept.B32 is not None else B.astype(ct))
@@ -447,7 +448,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         Y = conv(xp, X.astype(ct), W, B, auto_pad=auto_pad, dilations=dilations, group=group, pads=pads,
                  strides=strides, kept=kept)
         return Y.astype(X.dtype)
-    geometry = _geometry if kept is None else kept.geometry
+    geometry = conv_shape_geometry if kept is None else kept.geometry
     kernel, strides, dilations, pb, pe, out, K, L = geometry(X, W, group, kernel_shape, auto_pad, strides,
                                                              dilations, pads)
     N, C = X.shape[:2]

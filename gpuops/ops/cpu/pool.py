@@ -14,6 +14,7 @@ import numpy as np
 from ... import native
 from ...registry import op
 from .. import pool as _pool
+from .. import windows
 from ._common import on_host
 from .conv import Planes
 
@@ -50,7 +51,7 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
         return _pool.MaxPool(xp, X, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
                              kernel_shape=kernel_shape, pads=pads, storage_order=storage_order, strides=strides,
                              n_outputs=n_outputs)
-    kernel, strides, dilations, pb, pe, out = _pool._geometry(X, kernel_shape, strides, dilations, pads,
+    kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                               auto_pad, ceil_mode)
     if _pool._whole_input(X, kernel, dilations, pb, pe):
         return _pool.GlobalMaxPool(xp, X)
@@ -66,14 +67,14 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
     if not on_host(X):
         return _pool.AveragePool(xp, X, auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
                                  dilations=dilations, kernel_shape=kernel_shape, pads=pads, strides=strides)
-    kernel, strides, dilations, pb, pe, out = _pool._geometry(X, kernel_shape, strides, dilations, pads,
+    kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                               auto_pad, ceil_mode)
     if _pool._whole_input(X, kernel, dilations, pb, pe):
         return GlobalAveragePool(xp, X)
     Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 2 if count_include_pad else 1)
     if Y is not None:
         return Y
-    counts = _pool._window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad,
+    counts = windows.window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad,
                                   X.dtype)
     return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, 0, np.add) / counts
 
@@ -84,7 +85,7 @@ def LpPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
     if not on_host(X):
         return _pool.LpPool(xp, X, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
                             kernel_shape=kernel_shape, p=p, pads=pads, strides=strides)
-    kernel, strides, dilations, pb, pe, out = _pool._geometry(X, kernel_shape, strides, dilations, pads,
+    kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                               auto_pad, ceil_mode)
     total = _reduce_windows(xp, _pool._abs_pow(xp, X, p), kernel, strides, dilations, pb, pe, out, 0, np.add)
     return _pool._root(xp, total, p)

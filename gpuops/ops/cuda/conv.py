@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..conv import conv_geometry, spatial_attrs
+from ..windows import conv_geometry, spatial_attrs
 from ._launch import contiguous, f32, generic, i32, i64, launch, on_device, optional
 from .quantize import int_matmul, requantize
 
