@@ -110,10 +110,16 @@ def test_dynamic_quantize_linear(x):
     assert got[0].dtype == np.uint8 and np.max(np.abs(got[0].astype(int) - want[0].astype(int))) <= 1
 
 
-def test_matmul_integer_zero_points():
+@pytest.mark.parametrize("b_dtype", [np.uint8, np.int8])
+def test_matmul_integer_zero_points(b_dtype):
     a = RNG.integers(0, 256, size=(2, 3, 5)).astype(np.uint8)
-    b = RNG.integers(-128, 128, size=(5, 4)).astype(np.int8)
-    feeds = {"a": a, "b": b, "az": np.array(12, np.uint8), "bz": RNG.integers(-5, 5, size=(4,)).astype(np.int8)}
+    if b_dtype == np.uint8:  # uint8 weights sit around a zero point of 128
+        b = RNG.integers(0, 256, size=(5, 4)).astype(np.uint8)
+        bz = RNG.integers(100, 156, size=(4,)).astype(np.uint8)
+    else:
+        b = RNG.integers(-128, 128, size=(5, 4)).astype(np.int8)
+        bz = RNG.integers(-5, 5, size=(4,)).astype(np.int8)
+    feeds = {"a": a, "b": b, "az": np.array(128, np.uint8), "bz": bz}
     (got,) = _check(helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"]), feeds, opset=10)
     assert got.dtype == np.int32
 
@@ -130,9 +136,10 @@ def test_matmul_integer_per_row_zero_point_formula():
 def test_qlinear_matmul(dtype):
     lo, hi = (0, 256) if dtype == np.uint8 else (-128, 128)
     feeds = {"a": RNG.integers(lo, hi, size=(2, 3, 8)).astype(dtype), "as": np.array(0.02, np.float32),
-             "az": np.array(3, dtype), "b": RNG.integers(lo, hi, size=(8, 5)).astype(dtype),
-             "bs": np.array(0.03, np.float32), "bz": np.array(5, dtype), "ys": np.array(0.4, np.float32),
-             "yz": np.array(7, dtype)}
+             "az": np.array(128 if dtype == np.uint8 else 3, dtype),
+             "b": RNG.integers(lo, hi, size=(8, 5)).astype(dtype), "bs": np.array(0.03, np.float32),
+             "bz": np.array(120 if dtype == np.uint8 else -5, dtype), "ys": np.array(0.4, np.float32),
+             "yz": np.array(128 if dtype == np.uint8 else 7, dtype)}
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     got, want = run_both(make_model(node, feeds, opset=10), feeds)
     assert got[0].dtype == want[0].dtype
@@ -160,12 +167,18 @@ def test_conv_integer_per_channel_weight_zero_point_formula():
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_qlinear_conv(per_channel):
+@pytest.mark.parametrize("w_dtype", [np.uint8, np.int8])
+def test_qlinear_conv(per_channel, w_dtype):
     x = RNG.integers(0, 256, size=(1, 3, 6, 6)).astype(np.uint8)
-    w = RNG.integers(-128, 128, size=(4, 3, 3, 3)).astype(np.int8)
     ws = RNG.uniform(0.001, 0.01, size=(4,)).astype(np.float32) if per_channel else np.array(0.004, np.float32)
+    if w_dtype == np.uint8:  # nonzero weight zero points: 128 and around it
+        w = RNG.integers(0, 256, size=(4, 3, 3, 3)).astype(np.uint8)
+        wz = (np.array([128, 120, 135, 100], np.uint8) if per_channel else np.array(128, np.uint8))
+    else:
+        w = RNG.integers(-128, 128, size=(4, 3, 3, 3)).astype(np.int8)
+        wz = np.array([0, 3, -2, 5], np.int8) if per_channel else np.array(-4, np.int8)
     feeds = {"x": x, "xs": np.array(0.05, np.float32), "xz": np.array(120, np.uint8), "w": w, "ws": ws,
-             "wz": np.zeros(ws.shape, np.int8), "ys": np.array(0.2, np.float32), "yz": np.array(60, np.uint8),
+             "wz": wz, "ys": np.array(0.2, np.float32), "yz": np.array(60, np.uint8),
              "B": RNG.integers(-1000, 1000, size=(4,)).astype(np.int32)}
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "B"], ["y"], pads=[1, 1, 1, 1])
     got, want = run_both(make_model(node, feeds, opset=10), feeds)
