@@ -15,6 +15,11 @@ with onnxruntime's, relative to their largest value, within the float32 error bo
 ``|err| <= gamma_K sum |a_i b_i|``, ``gamma_K ~ K u``, summed along the network); a softmax is held to
 what its logits' difference allows, and compared with the stored output only where that tolerance is
 below 1 (see :func:`gpuops.selftest.compare_outputs`).
+
+This is onnx's conformance check on its stored data, and no more: every weight of a light model is
+one repeated constant, so a convolution with its kernel flipped computes the same thing. Kernels are
+checked on the random-weight variants of the same models (test_light_models_random.py here,
+tests/cuda/test_graph_capture_models.py for CUDA graphs).
 """
 
 from __future__ import annotations

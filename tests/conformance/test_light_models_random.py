@@ -41,9 +41,8 @@ from gpuops.ops.contrib import transformer
 from gpuops.ops.cpu import conv as cpu_conv
 
 from .harness import device_guard
-from .random_light import LOGITS, MODELS, light_model, node_outputs, random_input, random_variant
+from .random_light import LOGITS, MODELS, TOL, light_model, node_outputs, random_input, random_variant
 
-TOL = 1e-4
 CUDA_MODELS = [m for m in MODELS if m != "vgg19"]
 CONFIGS = [("cpu", "all"), ("cpu", "none"), ("cuda", "all")]
 

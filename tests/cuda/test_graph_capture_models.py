@@ -1,4 +1,5 @@
-"""The goal of issue 12, checked on the stand-in: the onnx package's nine light models and real
+"""The goal of issue 12, checked on the stand-in: the onnx package's nine light models (with random
+weights: their stored constant weights give a uniform softmax that a wrong kernel still matches) and real
 architectures built with onnx.helper (a MobileNet-style CNN with Clip, HardSwish, HardSigmoid and
 depthwise convolutions; a BERT-style encoder with an attention mask; a GPT-style decoder with past
 keys / values) run on ``device="cuda", cuda_graph=True`` as one captured CUDA graph, with no host
@@ -21,7 +22,7 @@ from gpuops import device as _device
 from gpuops.errors import NodeError
 
 from tests.conformance.harness import assert_close
-from tests.conformance.test_light_models import MODELS, check_light_outputs, light_case
+from tests.conformance.random_light import MODELS, check_random_outputs, random_case
 from tests.zoo.models import BUILDERS, Graph
 
 pytestmark = pytest.mark.skipif(not _device.uses_standin(), reason="sync accounting is a stand-in feature")
@@ -38,21 +39,20 @@ def _captured_run(model, feeds):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_light_model_runs_without_host_syncs(name):
-    """The outputs and the logits before them, against onnxruntime within the float32 error bound
-    (:func:`tests.conformance.test_light_models.check_light_outputs`: the constant-weight models'
-    softmax is arbitrary at the last bit of their logits)."""
-    case = light_case(name)
-    sess = gpuops.InferenceSession(case.model, device="cuda")
-    got = sess.run(None, case.feeds, profile=True)
-    check_light_outputs(case, got)
+    """The random-weight variant's outputs and logits against onnxruntime
+    (:func:`tests.conformance.random_light.check_random_outputs`)."""
+    model, feeds, oracle = random_case(name)
+    sess = gpuops.InferenceSession(model, device="cuda")
+    got = sess.run(None, feeds, profile=True)
+    check_random_outputs(name, model, got, oracle)
     assert sess.last_profile["host_syncs"] == {"count": 0, "nodes": []}
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_light_model_runs_as_one_captured_graph(name):
-    case = light_case(name)
-    _, got = _captured_run(case.model, case.feeds)
-    check_light_outputs(case, got)
+    model, feeds, oracle = random_case(name)
+    _, got = _captured_run(model, feeds)
+    check_random_outputs(name, model, got, oracle)
 
 
 def mobilenet(batch=2):
