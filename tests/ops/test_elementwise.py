@@ -122,9 +122,35 @@ def test_cast_e8m0_round_modes(mode, want):
     np.testing.assert_array_equal(y.astype(np.float32), want)
 
 
+def _gelu(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+# The formula in float64 of each activation at its default attributes, and the magnitude of the
+# largest intermediate value a float16 evaluation rounds: the result itself, but for Gelu, whose
+# 1 + erf(x / sqrt(2)) cancels for x < 0 (|x| times a value up to 2, halved).
+FLOAT16_ACTIVATIONS = {
+    "Relu": (lambda x: np.maximum(x, 0), None),
+    "LeakyRelu": (lambda x: np.where(x >= 0, x, 0.01 * x), None),
+    "Sigmoid": (lambda x: 1 / (1 + np.exp(-x)), None),
+    "HardSigmoid": (lambda x: np.clip(0.2 * x + 0.5, 0, 1), None),
+    "Softplus": (lambda x: np.log1p(np.exp(x)), None),
+    "Gelu": (_gelu, np.abs),
+    "Elu": (lambda x: np.where(x > 0, x, np.expm1(x)), None),
+}
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("op_type", ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Softplus", "Gelu", "Elu"])
+@pytest.mark.parametrize("op_type", sorted(FLOAT16_ACTIVATIONS))
 def test_activations_keep_float16(op_type, device):
     x = np.linspace(-30, 30, 25).astype(np.float16)
     (y,) = run_op(op_type, {"x": x}, device, opset=20)
     assert y.dtype == np.float16 and np.isfinite(y).all()
+    formula, intermediate = FLOAT16_ACTIVATIONS[op_type]
+    want = formula(x.astype(np.float64))
+    # float16 evaluation: at most 3 roundings of u = 2**-11 relative to the largest intermediate
+    # value, plus the smallest float16 subnormal (2**-24) for results that flush to zero
+    scale = np.abs(want) if intermediate is None else np.maximum(np.abs(want), intermediate(x.astype(np.float64)))
+    tol = 3 * 2.0**-11 * scale + 2.0**-24
+    err = np.abs(y.astype(np.float64) - want)
+    assert (err <= tol).all(), f"{op_type}: x={x[err > tol]} got {y[err > tol]} want {want[err > tol]}"
