@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,19 +14,53 @@ from onnx import numpy_helper
 import gpuops
 
 
-def load_expected_failures(path: Path) -> dict[str, str]:
-    """``name  # reason`` lines -> {name: reason}; every entry must carry a reason."""
-    out: dict[str, str] = {}
+@dataclass(frozen=True)
+class ExpectedFailure:
+    """An expected-failure entry: the exception type a case must fail with, a text its message must
+    contain (whitespace runs count as one space), and why."""
+
+    exception: str
+    match: str
+    reason: str
+
+    def explains(self, error: BaseException) -> bool:
+        """Whether ``error`` is this failure: its type (or a base class) is named ``exception`` and
+        its message contains ``match``."""
+        names = {c.__name__ for c in type(error).__mro__}
+        return self.exception in names and self.match in _one_line(str(error))
+
+    def line(self, name: str) -> str:
+        return f'{name}  # {self.exception} "{self.match}" -- {self.reason}'
+
+    @classmethod
+    def of(cls, error: BaseException, reason: str) -> "ExpectedFailure":
+        """The entry that ``error`` satisfies: its type and the start of its message."""
+        return cls(type(error).__name__, _one_line(str(error))[:60].replace('"', "'").strip(), reason)
+
+
+_ENTRY = re.compile(r'^(\w+)\s+"([^"]+)"\s+--\s+(\S.*)$')
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def load_expected_failures(path: Path) -> dict[str, ExpectedFailure]:
+    """``name  # ExceptionType "text in its message" -- reason`` lines -> {name: ExpectedFailure};
+    every entry must carry all three."""
+    out: dict[str, ExpectedFailure] = {}
     if not path.exists():
         return out
     for lineno, line in enumerate(path.read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        name, sep, reason = line.partition("#")
-        if not sep or not reason.strip():
-            raise ValueError(f"{path.name}:{lineno}: entry {name.strip()!r} has no reason")
-        out[name.strip()] = reason.strip()
+        name, sep, rest = line.partition("#")
+        m = _ENTRY.match(rest.strip())
+        if not sep or not m:
+            raise ValueError(f'{path.name}:{lineno}: entry {name.strip()!r} is not '
+                             f'"name  # ExceptionType \"text in its message\" -- reason"')
+        out[name.strip()] = ExpectedFailure(*m.groups())
     return out
 
 

@@ -12,7 +12,7 @@ import collections
 import warnings
 from pathlib import Path
 
-from .harness import check_case, load_expected_failures
+from .harness import ExpectedFailure, check_case, load_expected_failures
 
 EXPECTED = Path(__file__).with_name("expected_failures.txt")
 
@@ -39,6 +39,7 @@ def main(argv=None) -> int:
         cases = [c for c in cases if any(k in c.name for k in a.k)]
     old = load_expected_failures(EXPECTED)
     fails: dict[str, str] = {}
+    errors: dict[str, BaseException] = {}
     for c in cases:
         try:
             with warnings.catch_warnings():
@@ -46,6 +47,7 @@ def main(argv=None) -> int:
                 check_case(c, a.device)
         except Exception as e:  # noqa: BLE001 - a report of every failure
             fails[c.name] = reason_for(e)
+            errors[c.name] = e
             if not a.summary:
                 print(f"FAIL {c.name}: {fails[c.name]}")
         else:
@@ -58,10 +60,13 @@ def main(argv=None) -> int:
     print(f"{len(cases) - len(fails)} passed, {len(fails)} failed")
     if a.write_expected:
         ran = {c.name for c in cases}
-        keep = {k: v for k, v in old.items() if k in fails or k not in ran}  # curated reasons survive
-        keep.update({k: v for k, v in fails.items() if k not in keep})
-        lines = [f"{k}  # {keep[k]}" for k in sorted(keep)]
-        EXPECTED.write_text("# onnx node cases gpuops does not pass yet: name  # reason\n" + "\n".join(lines) + "\n")
+        # curated entries survive while they still explain the failure; new failures get the
+        # exception's first words as their reason, to be replaced by a real one
+        keep = {k: v for k, v in old.items() if (k in fails and v.explains(errors[k])) or k not in ran}
+        keep.update({k: ExpectedFailure.of(errors[k], v) for k, v in fails.items() if k not in keep})
+        lines = [keep[k].line(k) for k in sorted(keep)]
+        EXPECTED.write_text('# onnx node cases gpuops does not pass yet, one per line: name  # ExceptionType "text in its message" '
+                            "-- reason\n" + "\n".join(lines) + "\n")
     return 0
 
 
