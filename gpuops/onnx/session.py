@@ -18,7 +18,7 @@ from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
 from ..executor import profile as _profile
 from ..executor.cuda_graphs import DEFAULT_CACHE, CudaGraphs
 from ..executor.run import RunContext, oom_or, run_plan
-from ..executor.values import host_value, nbytes
+from ..executor.values import check_map, host_value, nbytes
 from ..memory import MemoryManager, is_out_of_memory
 from ..ops import checks
 from ..registry import canonical_domain
@@ -105,6 +105,9 @@ class InferenceSession:
         self._output_set = frozenset(self._output_names)
         self._feed_args = {a.name: a for a in self._inputs + self._optional_inputs}
         self._required = frozenset(a.name for a in self._inputs)
+        self._map_feeds = {vi.name: (np_dtype(vi.type.map_type.key_type),
+                                     np_dtype(vi.type.map_type.value_type.tensor_type.elem_type))
+                           for vi in self.plan.inputs if vi.type.HasField("map_type")}
         # (type, shape) of the inputs declared with a static shape: a CPU feed that is a NumPy array of
         # exactly those passes every check at once
         self._static_feeds = {a.name: (a.dtype, tuple(a.shape)) for a in self._feed_args.values()
@@ -265,7 +268,8 @@ class InferenceSession:
             arg = args[name]
             try:  # classified once, moved once (Device.intake)
                 if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
-                    out[name] = _feed_to_device(self.device, value)
+                    kv = self._map_feeds.get(name)  # a map (ai.onnx.ml) stays a dict on the host
+                    out[name] = check_map(value, *kv) if kv else _feed_to_device(self.device, value)
                     continue
                 arr = self.device.intake(value, arg.dtype,
                                          upload=lambda host, key=name: self.memory.upload(host, key))

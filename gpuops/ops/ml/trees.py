@@ -1,0 +1,494 @@
+"""Tree ensembles: TreeEnsemble (5) and the legacy TreeEnsembleClassifier / TreeEnsembleRegressor
+(1 and 3), on one traversal.
+
+Every variant is turned once per session (the ``prepare`` hook) into a :class:`Forest`: one flat
+array of nodes where a leaf is a node whose two children are itself, so that walking all trees for
+all rows is ``depth`` identical steps over an [rows, trees] array of node indices -- no loop per row
+or per tree, and no bookkeeping of which walks ended. Leaves map to rows of a dense [leaves, targets]
+weight matrix (and a has-weight mask, for MIN/MAX and the classifier's "has a score" rules).
+
+The legacy ops follow onnxruntime where the spec is silent (``tree_ensemble_aggregator.h``):
+a tree's root is its first node in attribute order; base_values are added only when there is one
+per target (or one in all, for a single target); a single-target regressor applies PROBIT alone of
+the transforms; a binary classifier whose weights name one class derives the other class's score
+(``[1 - p, p]`` when every weight is >= 0, else ``[-s, s]``) and picks the label by ``p > 0.5`` or
+``s > 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import NodeError
+from ...registry import op
+from ._common import ML, apply_transform, binary_scores, class_labels, labels_of, pick, rows_2d, transform_name
+
+LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
+MODES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_GT": GT, "BRANCH_EQ": EQ,
+         "BRANCH_NEQ": NEQ, "LEAF": LEAF}
+CHUNK = 1 << 22  # rows x trees x targets per pass: bounds the traversal's temporary arrays
+
+
+@dataclass
+class Forest:
+    """Trees as flat arrays (host, NumPy); :meth:`on` gives their copies on a device, made once."""
+
+    feature: np.ndarray  # int32 [nodes]; 0 at leaves
+    threshold: np.ndarray  # float32 or float64 [nodes]
+    mode: np.ndarray  # int8 [nodes]; at leaves a mode the forest uses, so their tests need no extra case
+    children: np.ndarray  # int32 [2 * nodes]: (true, false) per node; a leaf's are itself
+    missing: np.ndarray  # bool [nodes]: NaN goes the true way
+    roots: np.ndarray  # int32 [trees]
+    depth: int  # steps from a root to the deepest leaf
+    leaf_slot: np.ndarray  # int32 [nodes]: the row of ``weights`` of a leaf
+    weights: np.ndarray  # float64 [leaves, targets]
+    has: np.ndarray  # bool [leaves, targets]: the leaf carries a weight for the target
+    modes_present: tuple = ()  # the branch modes the forest uses
+    members: np.ndarray | None = None  # float64 [nodes, width]: BRANCH_MEMBER sets, NaN-padded
+    _on: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n_targets(self) -> int:
+        return int(self.weights.shape[1])
+
+    @property
+    def uniform(self) -> bool:
+        """Every leaf has weights for the same targets (then "has a score" does not depend on the row)."""
+        return bool(self.has.shape[0] == 0 or (self.has == self.has[:1]).all())
+
+    def on(self, xp) -> dict:
+        key = getattr(xp, "__name__", str(id(xp)))
+        dev = self._on.get(key)
+        if dev is None:
+            names = ("feature", "threshold", "mode", "children", "missing", "roots", "leaf_slot", "weights", "has")
+            dev = {k: xp.asarray(getattr(self, k)) for k in names}
+            if self.members is not None:
+                dev["members"] = xp.asarray(self.members)
+            self._on[key] = dev
+        return dev
+
+
+def _depth(children: np.ndarray, is_leaf: np.ndarray, roots: np.ndarray) -> int:
+    """Branch nodes on the longest root-to-leaf path, found level by level over every tree at once;
+    a cycle in the links is a NodeError."""
+    depth, frontier = 0, roots[~is_leaf[roots]]
+    while frontier.size:
+        depth += 1
+        if depth > is_leaf.size:
+            raise NodeError("tree ensemble: the node links form a cycle")
+        nxt = np.concatenate([children[2 * frontier], children[2 * frontier + 1]])
+        frontier = np.unique(nxt[~is_leaf[nxt]])
+    return depth
+
+
+def _finish(feature, threshold, modes, true_ids, false_ids, missing, roots, leaf_targets, leaf_nodes, leaf_weights,
+            n_targets, combine="sum", members=None) -> Forest:
+    """A :class:`Forest` from global node links (leaves are nodes of mode LEAF) and the (leaf node,
+    target, weight) triples; several weights of one leaf and target are combined by ``combine``."""
+    n = len(modes)
+    is_leaf = modes == LEAF
+    idx = np.arange(n, dtype=np.int64)
+    children = np.empty(2 * n, dtype=np.int32)
+    children[0::2] = np.where(is_leaf, idx, true_ids)
+    children[1::2] = np.where(is_leaf, idx, false_ids)
+    if n and ((children < 0) | (children >= n)).any():
+        raise NodeError("tree ensemble: a node links to a node that does not exist")
+    leaf_slot = np.cumsum(is_leaf, dtype=np.int64) - 1
+    n_leaves = int(is_leaf.sum())
+    weights = np.zeros((n_leaves, n_targets), dtype=np.float64)
+    has = np.zeros((n_leaves, n_targets), dtype=bool)
+    leaf_targets = np.asarray(leaf_targets, dtype=np.int64)
+    leaf_nodes = np.asarray(leaf_nodes, dtype=np.int64)
+    if leaf_targets.size:
+        if leaf_targets.min() < 0 or leaf_targets.max() >= n_targets:
+            raise NodeError(f"tree ensemble: a target or class id is outside 0..{n_targets - 1}")
+        keep = is_leaf[leaf_nodes]  # weights on a branch node are never reached (as onnxruntime)
+        slots, tgt, w = leaf_slot[leaf_nodes[keep]], leaf_targets[keep], np.asarray(leaf_weights, np.float64)[keep]
+        if combine == "sum":
+            np.add.at(weights, (slots, tgt), w)
+        else:
+            first = np.where(combine == "min", np.inf, -np.inf)
+            weights[:] = first
+            (np.minimum if combine == "min" else np.maximum).at(weights, (slots, tgt), w)
+            weights[~np.isfinite(weights) & (weights == first)] = 0.0
+        has[slots, tgt] = True
+    depth = _depth(children, is_leaf, np.asarray(roots, dtype=np.int64)) if n else 0
+    present = tuple(sorted({int(m) for m in np.unique(modes[~is_leaf])}))
+    walk_modes = np.where(is_leaf, present[0] if present else LEQ, modes).astype(np.int8)
+    return Forest(feature=np.where(is_leaf, 0, feature).astype(np.int32), threshold=threshold,
+                  mode=walk_modes, modes_present=present, children=children, missing=np.asarray(missing, bool),
+                  roots=np.asarray(roots, dtype=np.int32), depth=depth,
+                  leaf_slot=np.where(is_leaf, leaf_slot, 0).astype(np.int32), weights=weights, has=has,
+                  members=members)
+
+
+# -- traversal -----------------------------------------------------------------------------------
+
+
+def _go_true(xp, v, thr, mode, modes_present, members_at):
+    """The branch test of each node (``mode`` per element), for the modes the forest uses."""
+    tests = {LEQ: lambda: v <= thr, LT: lambda: v < thr, GTE: lambda: v >= thr, GT: lambda: v > thr,
+             EQ: lambda: v == thr, NEQ: lambda: v != thr,
+             MEMBER: lambda: xp.any(v[..., None] == members_at(), axis=-1)}
+    present = list(modes_present)
+    if not present:
+        return xp.zeros(v.shape, dtype=bool)
+    go = tests[present[0]]()
+    for m in present[1:]:
+        go = xp.where(mode == m, tests[m](), go)
+    return go
+
+
+def leaves(xp, forest: Forest, X):
+    """[N, F] -> [N, trees] leaf slots (rows of ``forest.weights``), all rows and trees walked together."""
+    d = forest.on(xp)
+    cdt = np.float64 if X.dtype == np.float64 or forest.threshold.dtype == np.float64 else np.float32
+    N, F = int(X.shape[0]), int(X.shape[1])
+    T = int(forest.roots.size)
+    present = forest.modes_present
+    tracks = bool(forest.missing.any())
+    x = xp.reshape(X.astype(cdt), (-1,))
+    thr_all = d["threshold"].astype(cdt) if forest.threshold.dtype != cdt else d["threshold"]
+    out = xp.empty((N, T), dtype=np.int32)
+    step = max(1, CHUNK // max(T, 1))
+    for start in range(0, N, step):  # row chunks bound the memory; each is one array program
+        n = min(step, N - start)
+        base = xp.reshape(xp.arange(start * F, (start + n) * F, F, dtype=np.int64), (n, 1))
+        node = xp.broadcast_to(d["roots"], (n, T))
+        for _ in range(forest.depth):
+            v = xp.take(x, base + d["feature"][node], axis=0)
+            go = _go_true(xp, v, thr_all[node], d["mode"][node] if len(present) > 1 else None, present,
+                          lambda: d["members"][node])
+            if tracks:
+                go = go | (xp.isnan(v) & d["missing"][node])
+            node = xp.take(d["children"], 2 * node + xp.logical_not(go).astype(np.int32), axis=0)
+        out[start:start + n] = xp.take(d["leaf_slot"], node, axis=0)
+    return out
+
+
+def aggregate(xp, forest: Forest, slots, how: str):
+    """Per row and target: the (sum | min | max) of the reached leaves' weights (float64) and whether
+    any reached leaf has a weight for it. MIN/MAX over no weight give 0."""
+    d = forest.on(xp)
+    N, T = (int(s) for s in slots.shape)
+    C = forest.n_targets
+    y = xp.zeros((N, C), dtype=np.float64)
+    hit = None if forest.uniform else xp.zeros((N, C), dtype=bool)
+    step = max(1, CHUNK // max(T * C, 1))
+    for start in range(0, N, step):
+        s = slots[start:start + step]
+        w = xp.take(d["weights"], s, axis=0)  # [n, T, C]
+        if how == "sum":
+            y[start:start + step] = xp.sum(w, axis=1)
+        if hit is not None or how != "sum":
+            h = xp.take(d["has"], s, axis=0)
+            if hit is not None:
+                hit[start:start + step] = xp.any(h, axis=1)
+            if how != "sum":
+                fill = np.inf if how == "min" else -np.inf
+                r = (xp.min if how == "min" else xp.max)(xp.where(h, w, fill), axis=1)
+                y[start:start + step] = xp.where(xp.isfinite(r) | xp.any(h, axis=1), r, 0.0)
+    if hit is None:
+        row = forest.has[0] if forest.has.shape[0] and T else np.zeros(C, dtype=bool)
+        hit = xp.broadcast_to(xp.asarray(row), (N, C))
+    return y, hit
+
+
+# -- TreeEnsemble (5) ----------------------------------------------------------------------------
+
+
+def _prepare_v5(constants, attrs):
+    return forest_v5(**{k: v for k, v in attrs.items() if k not in ("aggregate_function", "post_transform")})
+
+
+def forest_v5(*, nodes_featureids, nodes_modes, nodes_splits, nodes_truenodeids, nodes_falsenodeids,
+              nodes_trueleafs, nodes_falseleafs, leaf_targetids, leaf_weights, tree_roots, n_targets=None,
+              nodes_hitrates=None, nodes_missing_value_tracks_true=None, membership_values=None) -> Forest:
+    nb, nl = len(nodes_featureids), len(leaf_targetids)
+    lens = {len(nodes_truenodeids), len(nodes_falsenodeids), len(nodes_trueleafs), len(nodes_falseleafs),
+            int(np.asarray(nodes_modes).size), int(np.asarray(nodes_splits).size), nb}
+    if len(lens) != 1 or int(np.asarray(leaf_weights).size) != nl:
+        raise NodeError("TreeEnsemble: the nodes_* (or leaf_*) attributes differ in length")
+    if n_targets is None:
+        n_targets = max(leaf_targetids) + 1 if nl else 0
+    branch_modes = np.asarray(nodes_modes).reshape(-1).astype(np.int64)
+    if ((branch_modes < 0) | (branch_modes > MEMBER)).any():
+        raise NodeError("TreeEnsemble: nodes_modes must be 0..6")
+    modes = np.concatenate([branch_modes, np.full(nl, LEAF)])
+    t_leaf, f_leaf = np.asarray(nodes_trueleafs, bool), np.asarray(nodes_falseleafs, bool)
+    true_ids = np.concatenate([np.asarray(nodes_truenodeids, np.int64) + np.where(t_leaf, nb, 0), np.zeros(nl)])
+    false_ids = np.concatenate([np.asarray(nodes_falsenodeids, np.int64) + np.where(f_leaf, nb, 0), np.zeros(nl)])
+    for ids, leaf in ((nodes_truenodeids, t_leaf), (nodes_falsenodeids, f_leaf)):
+        ids = np.asarray(ids, np.int64)
+        if ((ids < 0) | (ids >= np.where(leaf, nl, nb))).any():
+            raise NodeError("TreeEnsemble: a node links to a node or leaf that does not exist")
+    roots = np.asarray(tree_roots, np.int64)
+    if ((roots < 0) | (roots >= nb)).any():
+        raise NodeError("TreeEnsemble: a tree root is not a node")
+    splits = np.asarray(nodes_splits).reshape(-1)
+    tdt = np.float64 if splits.dtype == np.float64 else np.float32
+    threshold = np.concatenate([splits.astype(tdt), np.zeros(nl, tdt)])
+    missing = np.concatenate([np.asarray(nodes_missing_value_tracks_true or [0] * nb, bool), np.zeros(nl, bool)])
+    members = None
+    is_member = branch_modes == MEMBER
+    if is_member.any():
+        if membership_values is None:
+            raise NodeError("TreeEnsemble has BRANCH_MEMBER nodes but no membership_values")
+        vals = np.asarray(membership_values, dtype=np.float64).reshape(-1)
+        cuts = np.flatnonzero(np.isnan(vals))
+        if len(cuts) != int(is_member.sum()):
+            raise NodeError(f"membership_values holds {len(cuts)} sets for {int(is_member.sum())} BRANCH_MEMBER nodes")
+        sets = np.split(vals, cuts + 1)[:len(cuts)]
+        members = np.full((nb + nl, max(1, max(len(s) - 1 for s in sets))), np.nan)
+        for node, s in zip(np.flatnonzero(is_member), sets):
+            members[node, :len(s) - 1] = s[:-1]
+    return _finish(np.concatenate([np.asarray(nodes_featureids, np.int64), np.zeros(nl, np.int64)]), threshold,
+                   modes, true_ids.astype(np.int64), false_ids.astype(np.int64), missing, roots,
+                   leaf_targetids, nb + np.arange(nl), np.asarray(leaf_weights).reshape(-1), n_targets,
+                   members=members)
+
+
+def _v5_transform(xp, y, post_transform: int):
+    """TreeEnsemble's post_transform by the spec's numbering (1 SOFTMAX, 2 LOGISTIC)."""
+    if post_transform == 0:
+        return y
+    if post_transform == 1:
+        return apply_transform(xp, y, "SOFTMAX")
+    if post_transform == 2:
+        return 1.0 / (1.0 + xp.exp(-y))
+    if post_transform == 3:  # SOFTMAX_ZERO: softmax over the non-zero scores, zeros stay 0
+        nz = y != 0
+        m = xp.max(xp.where(nz, y, -xp.inf), axis=1, keepdims=True)
+        e = xp.where(nz, xp.exp(y - xp.where(xp.isfinite(m), m, 0.0)), 0.0)
+        s = xp.sum(e, axis=1, keepdims=True)
+        return xp.where(s > 0, e / xp.where(s > 0, s, 1.0), 0.0)
+    if post_transform == 4:
+        return apply_transform(xp, y, "PROBIT")
+    raise NodeError(f"TreeEnsemble post_transform must be 0..4, got {post_transform}")
+
+
+def _tree_ensemble_v5(walk=leaves):
+    def TreeEnsemble(xp, X, *, nodes_featureids, nodes_modes, nodes_splits, nodes_truenodeids, nodes_falsenodeids,
+                     nodes_trueleafs, nodes_falseleafs, leaf_targetids, leaf_weights, tree_roots, n_targets=None,
+                     aggregate_function=1, post_transform=0, nodes_hitrates=None,
+                     nodes_missing_value_tracks_true=None, membership_values=None, prepared=None):
+        """[N, F] -> [N, n_targets]: each tree's leaf weight added to (or averaged / min / max into) its
+        target. ``post_transform`` follows the spec's numbering (1 SOFTMAX, 2 LOGISTIC); onnxruntime 1.31
+        swaps those two."""
+        if aggregate_function not in (0, 1, 2, 3):
+            raise NodeError(f"TreeEnsemble aggregate_function must be 0..3, got {aggregate_function}")
+        forest = prepared if prepared is not None else _prepare_v5({}, dict(
+            nodes_featureids=nodes_featureids, nodes_modes=nodes_modes, nodes_splits=nodes_splits,
+            nodes_truenodeids=nodes_truenodeids, nodes_falsenodeids=nodes_falsenodeids, nodes_trueleafs=nodes_trueleafs,
+            nodes_falseleafs=nodes_falseleafs, leaf_targetids=leaf_targetids, leaf_weights=leaf_weights,
+            tree_roots=tree_roots, n_targets=n_targets, nodes_hitrates=nodes_hitrates,
+            nodes_missing_value_tracks_true=nodes_missing_value_tracks_true, membership_values=membership_values))
+        slots = walk(xp, forest, rows_2d(xp, X, "TreeEnsemble"))
+        y, hit = aggregate(xp, forest, slots, {2: "min", 3: "max"}.get(aggregate_function, "sum"))
+        if aggregate_function == 0:
+            y = y / max(int(forest.roots.size), 1)
+        ct = np.float64 if X.dtype == np.float64 else np.float32
+        return _v5_transform(xp, y.astype(ct), post_transform).astype(X.dtype)
+
+    return TreeEnsemble
+
+
+op("TreeEnsemble", domain=ML, since=5, prepare=_prepare_v5)(_tree_ensemble_v5())
+
+
+# -- TreeEnsembleClassifier / TreeEnsembleRegressor (1, 3) ----------------------------------------
+
+
+def forest_legacy(op_type, *, nodes_treeids, nodes_nodeids, nodes_featureids, nodes_modes, nodes_values,
+                  nodes_truenodeids, nodes_falsenodeids, nodes_missing_value_tracks_true, target_treeids,
+                  target_nodeids, target_ids, target_weights, n_targets, combine="sum") -> Forest:
+    """The legacy attributes (nodes named by (tree id, node id)) as a :class:`Forest`."""
+    n = len(nodes_treeids)
+    if not n:
+        raise NodeError(f"{op_type}: the ensemble has no nodes")
+    cols = {"nodes_nodeids": nodes_nodeids, "nodes_featureids": nodes_featureids, "nodes_modes": nodes_modes,
+            "nodes_values": nodes_values, "nodes_truenodeids": nodes_truenodeids,
+            "nodes_falsenodeids": nodes_falsenodeids}
+    bad = [k for k, v in cols.items() if v is None or len(v) != n]
+    if bad:
+        raise NodeError(f"{op_type}: {bad} must have one entry per node ({n})")
+    if not len(target_ids) == len(target_nodeids) == len(target_treeids) == len(target_weights):
+        raise NodeError(f"{op_type}: the class/target ids, node ids, tree ids and weights differ in length")
+    try:
+        modes = np.array([MODES[m] for m in nodes_modes], dtype=np.int64)
+    except KeyError as e:
+        raise NodeError(f"{op_type}: unknown node mode {e.args[0]!r}") from None
+    tree = np.asarray(nodes_treeids, np.int64)
+    key = tree * (1 << 32) + np.asarray(nodes_nodeids, np.int64)
+    order = np.argsort(key, kind="stable")
+    sorted_keys = key[order]
+    if n > 1 and (np.diff(sorted_keys) == 0).any():
+        raise NodeError(f"{op_type}: a (tree id, node id) pair appears twice")
+
+    def find(trees, nodes, what):
+        k = np.asarray(trees, np.int64) * (1 << 32) + np.asarray(nodes, np.int64)
+        pos = np.clip(np.searchsorted(sorted_keys, k), 0, n - 1)
+        if k.size and (sorted_keys[pos] != k).any():
+            raise NodeError(f"{op_type}: a {what} names a node that does not exist")
+        return order[pos]
+
+    branch = modes != LEAF
+    true_ids, false_ids = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    true_ids[branch] = find(tree[branch], np.asarray(nodes_truenodeids)[branch], "true branch")
+    false_ids[branch] = find(tree[branch], np.asarray(nodes_falsenodeids)[branch], "false branch")
+    roots = np.flatnonzero(np.concatenate([[True], tree[1:] != tree[:-1]]))  # a tree starts where its id changes
+    leaf_nodes = find(target_treeids, target_nodeids, "weight")
+    values = np.asarray(nodes_values).reshape(-1)
+    tdt = np.float64 if values.dtype == np.float64 else np.float32
+    missing = np.zeros(n, bool)
+    if nodes_missing_value_tracks_true:
+        m = np.asarray(nodes_missing_value_tracks_true, np.int64)
+        missing[:m.size] = m[:n] == 1
+    return _finish(np.asarray(nodes_featureids, np.int64), values.astype(tdt), modes, true_ids, false_ids, missing,
+                   roots, target_ids, leaf_nodes, np.asarray(target_weights).reshape(-1), n_targets, combine)
+
+
+def _legacy_forest(op_type, attrs, *, targets, combine="sum"):
+    pre = "class" if op_type == "TreeEnsembleClassifier" else "target"
+    weights = pick(op_type, a=attrs.get(f"{pre}_weights"), a_as_tensor=attrs.get(f"{pre}_weights_as_tensor"))
+    values = pick(op_type, a=attrs.get("nodes_values"), a_as_tensor=attrs.get("nodes_values_as_tensor"))
+    return forest_legacy(
+        op_type, nodes_treeids=attrs.get("nodes_treeids") or [], nodes_nodeids=attrs.get("nodes_nodeids"),
+        nodes_featureids=attrs.get("nodes_featureids"), nodes_modes=attrs.get("nodes_modes"), nodes_values=values,
+        nodes_truenodeids=attrs.get("nodes_truenodeids"), nodes_falsenodeids=attrs.get("nodes_falsenodeids"),
+        nodes_missing_value_tracks_true=attrs.get("nodes_missing_value_tracks_true"),
+        target_treeids=attrs.get(f"{pre}_treeids") or [], target_nodeids=attrs.get(f"{pre}_nodeids") or [],
+        target_ids=attrs.get(f"{pre}_ids") or [], target_weights=weights if weights is not None else [],
+        n_targets=targets, combine=combine)
+
+
+def _prepare_classifier(constants, attrs):
+    labels, _ = class_labels("TreeEnsembleClassifier", attrs.get("classlabels_strings"),
+                             attrs.get("classlabels_int64s"))
+    if labels.size < 2:
+        raise NodeError("TreeEnsembleClassifier: fewer than two class labels is not supported")
+    transform_name("TreeEnsembleClassifier", attrs.get("post_transform", "NONE"))
+    forest = _legacy_forest("TreeEnsembleClassifier", attrs, targets=int(labels.size))
+    weights = pick("", a=attrs.get("class_weights"), b=attrs.get("class_weights_as_tensor"))
+    ids = attrs.get("class_ids") or []
+    forest.binary_case = labels.size == 2 and len(set(ids)) == 1
+    forest.all_positive = bool(weights is None or (weights >= 0).all())
+    forest.labels = labels
+    return forest
+
+
+def _classify(xp, forest, X, base_values, post_transform, walk):
+    """onnxruntime's TreeAggregatorClassifier over all rows: (label indices, scores [N, C], whether
+    the labels are the literal values 0 / 1 rather than indices)."""
+    slots = walk(xp, forest, rows_2d(xp, X, "TreeEnsembleClassifier"))
+    s, hit = aggregate(xp, forest, slots, "sum")
+    s = s.astype(np.float32)
+    C = forest.n_targets
+    base = np.asarray([] if base_values is None else base_values, np.float32).reshape(-1)
+    # onnxruntime writes a class no reached leaf scores (and no base value made) as 0
+    if C > 2:
+        if base.size:
+            k = min(base.size, C)
+            s = xp.concat([s[:, :k] + xp.asarray(base[:k]), s[:, k:]], axis=1)
+            hit = xp.concat([xp.ones((int(s.shape[0]), k), dtype=bool), hit[:, k:]], axis=1)
+        label = xp.argmax(xp.where(hit, s, -np.inf), axis=1)  # the first highest score among those there are
+        return label, apply_transform(xp, xp.where(hit, s, np.float32(0)), post_transform), False
+    s0, s1, has0, has1 = s[:, 0], s[:, 1], hit[:, 0], hit[:, 1]
+    add = -1
+    if base.size == 2:  # with a class-1 score, base_values[0] is unused (onnxruntime assumes both equal)
+        p1 = xp.where(has1, base[1] + s0, s1 + base[1])
+        p0 = xp.where(has1, -p1, s0 + base[0])
+        two = xp.ones(s0.shape, dtype=bool)
+    else:
+        if base.size == 1:
+            s0 = s0 + base[0]
+        else:
+            add = 3
+        p0, p1, two = s0, s1, has1
+    pos = xp.where(has1, p1, xp.where(has0, p0, 0.0))
+    if forest.binary_case:
+        label = xp.where(pos > 0.5 if forest.all_positive else pos > 0, 1, 0)
+        add = 0 if forest.all_positive else 2  # (0 and 1, 2 and 3 write the same scores)
+    else:  # onnxruntime labels 1 / 0 here, whatever the class labels
+        label = xp.where(pos > 0, 1, 0)
+    v0, v1 = xp.where(has0, p0, np.float32(0)), xp.where(has1, p1, np.float32(0))
+    both = apply_transform(xp, xp.stack([v0, v1], axis=1), post_transform)
+    one = binary_scores(xp, v0, post_transform, add)
+    return label, xp.where(xp.reshape(two, (-1, 1)), both, one), not forest.binary_case
+
+
+def _tree_classifier(since, walk=leaves):
+    def TreeEnsembleClassifier(xp, X, *, base_values=None, base_values_as_tensor=None, class_ids=None,
+                               class_nodeids=None, class_treeids=None, class_weights=None,
+                               class_weights_as_tensor=None, classlabels_int64s=None, classlabels_strings=None,
+                               nodes_falsenodeids=None, nodes_featureids=None, nodes_hitrates=None,
+                               nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None,
+                               nodes_modes=None, nodes_nodeids=None, nodes_treeids=None, nodes_truenodeids=None,
+                               nodes_values=None, nodes_values_as_tensor=None, post_transform="NONE",
+                               prepared=None):
+        """[N, F] -> (labels [N], scores [N, classes]) as onnxruntime computes them."""
+        attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
+        forest = prepared if prepared is not None else _prepare_classifier({}, attrs)
+        base = pick("", a=base_values, b=base_values_as_tensor)
+        label, scores, literal = _classify(xp, forest, X, base, post_transform, walk)
+        if literal and forest.labels.dtype != object:
+            return label.astype(np.int64), scores.astype(np.float32)
+        return labels_of(xp, forest.labels, label), scores.astype(np.float32)
+
+    return TreeEnsembleClassifier
+
+
+def _prepare_regressor(constants, attrs):
+    agg = attrs.get("aggregate_function", "SUM")
+    if agg not in ("AVERAGE", "SUM", "MIN", "MAX"):
+        raise NodeError(f"TreeEnsembleRegressor: aggregate_function must be AVERAGE, SUM, MIN or MAX, got {agg!r}")
+    transform_name("TreeEnsembleRegressor", attrs.get("post_transform", "NONE"))
+    n_targets = attrs.get("n_targets")
+    if n_targets is None or n_targets < 1:
+        raise NodeError(f"TreeEnsembleRegressor: n_targets must be >= 1, got {n_targets}")
+    return _legacy_forest("TreeEnsembleRegressor", attrs, targets=int(n_targets),
+                          combine={"MIN": "min", "MAX": "max"}.get(agg, "sum"))
+
+
+def _regress(xp, forest, X, base_values, aggregate_function, post_transform, walk):
+    """onnxruntime's TreeAggregator{Sum,Average,Min,Max} over all rows -> [N, targets] float32."""
+    slots = walk(xp, forest, rows_2d(xp, X, "TreeEnsembleRegressor"))
+    how = {"MIN": "min", "MAX": "max"}.get(aggregate_function, "sum")
+    y, hit = aggregate(xp, forest, slots, how)
+    y = y.astype(np.float32)
+    C = forest.n_targets
+    if aggregate_function == "AVERAGE":
+        y = y / np.float32(max(int(forest.roots.size), 1))
+    base = np.asarray([] if base_values is None else base_values, np.float32).reshape(-1)
+    if C == 1:  # one target: base_values[0] when there is exactly one; of the transforms only PROBIT
+        if base.size == 1:
+            y = y + base[0]
+        return apply_transform(xp, y, "PROBIT") if post_transform == "PROBIT" else y
+    if base.size == C:  # onnxruntime 1.32: a target no reached leaf scores stays 0, base value or not
+        y = xp.where(hit, y + xp.asarray(base), np.float32(0))
+    return apply_transform(xp, y, post_transform)
+
+
+def _tree_regressor(since, walk=leaves):
+    def TreeEnsembleRegressor(xp, X, *, aggregate_function="SUM", base_values=None, base_values_as_tensor=None,
+                              n_targets=None, nodes_falsenodeids=None, nodes_featureids=None, nodes_hitrates=None,
+                              nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None, nodes_modes=None,
+                              nodes_nodeids=None, nodes_treeids=None, nodes_truenodeids=None, nodes_values=None,
+                              nodes_values_as_tensor=None, post_transform="NONE", target_ids=None,
+                              target_nodeids=None, target_treeids=None, target_weights=None,
+                              target_weights_as_tensor=None, prepared=None):
+        """[N, F] -> [N, n_targets] float32 as onnxruntime computes it."""
+        attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
+        forest = prepared if prepared is not None else _prepare_regressor({}, attrs)
+        base = pick("", a=base_values, b=base_values_as_tensor)
+        return _regress(xp, forest, X, base, aggregate_function, post_transform, walk).astype(np.float32)
+
+    return TreeEnsembleRegressor
+
+
+for _v in (1, 3):
+    op("TreeEnsembleClassifier", domain=ML, since=_v, prepare=_prepare_classifier)(_tree_classifier(_v))
+    op("TreeEnsembleRegressor", domain=ML, since=_v, prepare=_prepare_regressor)(_tree_regressor(_v))
+
