@@ -6,7 +6,7 @@ matplotlib (plots), nvidia-ml-py (GPU telemetry), Ray (``--scenario ray``); ``pi
 'gpuops[bench]'`` installs the common ones.
 
 Modules: ``runner`` (the command line and the suite), ``models``, ``peers``, ``torch_peers``,
-``cpu_peers`` (``--peers``), ``scenarios`` (``--scenario``), ``mdf`` (also ``python -m
+``cpu_peers`` (``--peers``), ``corpus`` (``--corpus``), ``scenarios`` (``--scenario``), ``mdf`` (also ``python -m
 gpuops.bench.mdf``), ``report``, ``telemetry``; ``kernels`` (``python -m gpuops.bench.kernels``, the
 CUDA kernels on a GPU) and ``optimizer_latency`` (``python -m gpuops.bench.optimizer_latency``) are
 measurement scripts of their own.

@@ -145,6 +145,8 @@ def requirements(a) -> tuple[list[str], list[str]]:
         elif "ray" in chosen:
             need("ray", "--scenario ray")
         note("matplotlib", "the scenario plots are not drawn")
+    elif a.corpus:
+        need("onnxruntime", "--corpus")
     elif a.peers:
         need("onnxruntime", "--peers")
         if a.conv_shapes:
@@ -226,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=None,
                     help="--peers: threads of both runtimes (default: gpuops' default)")
     ap.add_argument("--no-float16", action="store_true", help="--peers: skip the float16 variants")
+    ap.add_argument("--corpus", action="store_true",
+                    help="CPU: the corpus of real models (benchmarks/corpus/manifest.json) against onnxruntime, runs "
+                         "alternating, at 1 and 2 threads (or --threads); needs onnxruntime")
     ap.add_argument("--conv-shapes", action="store_true",
                     help="--peers: GFLOP/s of every light-model Conv shape against np.matmul of the same GEMM")
     ap.add_argument("--cuda-graph", action="store_true",
@@ -254,6 +259,10 @@ def main(argv=None) -> int:
         from .scenarios import run as run_scenarios
 
         return run_scenarios(a, environment)
+    if a.corpus:
+        from .corpus import run as run_corpus
+
+        return run_corpus(a, environment)
     if a.peers:
         return peers_main(a)
     names = [n for n in a.models.split(",") if n]
