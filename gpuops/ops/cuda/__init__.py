@@ -5,4 +5,4 @@ Each override takes exactly the generic op's inputs and attributes, handles the 
 are built for (float32/float16 data; the quantized types) and hands anything else to the generic op.
 """
 
-from . import conv, detection, quantize  # noqa: F401
+from . import conv, detection, ml, quantize  # noqa: F401
