@@ -32,15 +32,10 @@ from .tolerance import tolerances
 
 ENTRIES = load_manifest()
 BY_NAME = {e["name"]: e for e in ENTRIES}
-# (model, optimize) -> (error class, text the error must contain, root cause); optimize "*": both levels
-EXPECTED_FAILURES = {
-    ("skl_forest", "*"): ("UnsupportedOpError", "ai.onnx.ml::TreeEnsembleRegressor at opset 1 is not supported",
-                          "skl2onnx 1.20 writes TreeEnsembleRegressor (ai.onnx.ml opset 1); gpuops has only "
-                          "ai.onnx.ml TreeEnsemble (opset 5)"),
-    ("skl_logreg", "*"): ("UnsupportedOpError", "ai.onnx.ml::Scaler at opset 1 is not supported",
-                          "skl2onnx writes StandardScaler as ai.onnx.ml Scaler, LogisticRegression as "
-                          "LinearClassifier and Normalizer: gpuops has none of the three"),
-}
+# (model, optimize or "*") -> (gpuops error class, text its message must contain, root cause). Empty since
+# commits 7bb84f9 (fold_mul_add_into_conv on Paddle2ONNX's bias-less Conv + Add) and 3dc2bd9 (the ai.onnx.ml
+# ops skl2onnx writes: Scaler, LinearClassifier, Normalizer, TreeEnsembleRegressor)
+EXPECTED_FAILURES: dict[tuple[str, str], tuple[str, str, str]] = {}
 
 
 def expected_failure(name: str, optimize: str):
