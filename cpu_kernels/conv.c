@@ -6,10 +6,11 @@
  * memory. */
 #include <stdlib.h>
 #include "common.h"
+#include "pool_threads.h"
 
 /* Depthwise conv over channel blocks (common.h): VL channels of VL output cells at a time. */
 static int depthwise_blocks(const Windows* g, const float* x, const float* w, const float* bias, float* y,
-                            int64_t N, int64_t C, int64_t mult, float lo, float hi) {
+                            int64_t C, int64_t mult, float lo, float hi, int64_t q0, int64_t q1) {
     Block b;
     if (block_init(g, &b, 0.0f)) return 1;
     const int64_t K = g->KH * g->KW, OHW = g->OH * g->OW;
@@ -19,93 +20,144 @@ static int depthwise_blocks(const Windows* g, const float* x, const float* w, co
         free(b.in_at);
         return 1;
     }
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t c0 = 0; c0 < C; c0 += VL) {
-            const int64_t nc = C - c0 < VL ? C - c0 : VL;
-            block_load(g, &b, x + (n * C + c0) * g->H * g->W, g->H * g->W, nc);
-            for (int64_t m = 0; m < mult; ++m) {
-                for (int64_t j = 0; j < VL; ++j) {
-                    const int64_t oc = (c0 + j) * mult + m;
-                    for (int64_t k = 0; k < K; ++k) wt[k * VL + j] = j < nc ? w[oc * K + k] : 0.0f;
-                    wt[K * VL + j] = j < nc && bias ? bias[oc] : 0.0f;
-                }
-                const vfloat bv = vload(wt + K * VL);
-                float* yb = y + (n * C * mult + c0 * mult + m) * OHW;  /* lane j's plane: yb + j * mult * OHW */
-                for (int64_t f = 0; f < OHW; f += VL) {
-                    const int64_t nf = OHW - f < VL ? OHW - f : VL;
-                    for (int64_t i0 = 0; i0 < VL; i0 += ROWS) {
-                        vfloat a[ROWS];
-                        for (int r = 0; r < ROWS; ++r) a[r] = bv;
-                        for (int64_t k = 0; k < K; ++k) {
-                            const vfloat wv = vload(wt + k * VL);
-                            for (int r = 0; r < ROWS; ++r)
-                                a[r] += wv * vload(b.blk + b.out_at[f + (i0 + r < nf ? i0 + r : 0)] + b.taps[k]);
-                        }
-                        for (int r = 0; r < ROWS; ++r) t[i0 + r] = vclamp(a[r], lo, hi);
+    const int64_t nb = (C + VL - 1) / VL;
+    for (int64_t q = q0; q < q1; ++q) {  /* (image, channel block) pairs */
+        const int64_t n = q / nb, c0 = q % nb * VL;
+        const int64_t nc = C - c0 < VL ? C - c0 : VL;
+        block_load(g, &b, x + (n * C + c0) * g->H * g->W, g->H * g->W, nc);
+        for (int64_t m = 0; m < mult; ++m) {
+            for (int64_t j = 0; j < VL; ++j) {
+                const int64_t oc = (c0 + j) * mult + m;
+                for (int64_t k = 0; k < K; ++k) wt[k * VL + j] = j < nc ? w[oc * K + k] : 0.0f;
+                wt[K * VL + j] = j < nc && bias ? bias[oc] : 0.0f;
+            }
+            const vfloat bv = vload(wt + K * VL);
+            float* yb = y + (n * C * mult + c0 * mult + m) * OHW;  /* lane j's plane: yb + j * mult * OHW */
+            for (int64_t f = 0; f < OHW; f += VL) {
+                const int64_t nf = OHW - f < VL ? OHW - f : VL;
+                for (int64_t i0 = 0; i0 < VL; i0 += ROWS) {
+                    vfloat a[ROWS];
+                    for (int r = 0; r < ROWS; ++r) a[r] = bv;
+                    for (int64_t k = 0; k < K; ++k) {
+                        const vfloat wv = vload(wt + k * VL);
+                        for (int r = 0; r < ROWS; ++r)
+                            a[r] += wv * vload(b.blk + b.out_at[f + (i0 + r < nf ? i0 + r : 0)] + b.taps[k]);
                     }
-                    tile_store(t, nf, nc, yb, mult * OHW, f);
+                    for (int r = 0; r < ROWS; ++r) t[i0 + r] = vclamp(a[r], lo, hi);
                 }
+                tile_store(t, nf, nc, yb, mult * OHW, f);
             }
         }
+    }
     free(wt);
     free(b.in_at);
     return 0;
 }
 
-int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
-                         int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,
-                         int64_t KH, int64_t KW, int64_t OH, int64_t OW,
-                         int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
-    if (KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && OH == H && OW == W) {
-        /* a per-channel affine map (a BatchNormalization as a 1x1 conv): one pass */
-        for (int64_t p = 0; p < N * C * mult; ++p) {
-            const int64_t oc = p % (C * mult);
-            const float* restrict xc = x + (p / (C * mult) * C + oc / mult) * H * W;
-            float* restrict yc = y + p * H * W;
-            const float wk = w[oc], b = bias ? bias[oc] : 0.0f;
-            for (int64_t i = 0; i < H * W; ++i) {
-                const float v = xc[i] * wk + b;
-                const float u = v < lo ? lo : v;  /* NaN stays */
-                yc[i] = u > hi ? hi : u;
-            }
+/* Output planes [p0, p1) (p = n * C * mult + oc) of the 1x1 per-channel affine map (a BatchNormalization
+ * as a 1x1 conv): one pass. */
+static void depthwise_affine(const float* x, const float* w, const float* bias, float* y, int64_t C, int64_t HW,
+                             int64_t mult, float lo, float hi, int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+        const int64_t oc = p % (C * mult);
+        const float* restrict xc = x + (p / (C * mult) * C + oc / mult) * HW;
+        float* restrict yc = y + p * HW;
+        const float wk = w[oc], b = bias ? bias[oc] : 0.0f;
+        for (int64_t i = 0; i < HW; ++i) {
+            const float v = xc[i] * wk + b;
+            const float u = v < lo ? lo : v;  /* NaN stays */
+            yc[i] = u > hi ? hi : u;
         }
-        return 0;
     }
-    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-    if (use_blocks(C, OW)) return depthwise_blocks(&g, x, w, bias, y, N, C, mult, lo, hi);
-    const int64_t K = KH * KW;
-    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(&g));  /* offsets, then planes */
+}
+
+/* Input planes [p0, p1) (p = n * C + c) over their phase planes; their output planes p * mult + m are
+ * contiguous, and a vector store spills at most to the end of the last of them. */
+static int depthwise_planes(const Windows* g, const float* x, const float* w, const float* bias, float* y,
+                            int64_t C, int64_t mult, float lo, float hi, int64_t p0, int64_t p1) {
+    const int64_t K = g->KH * g->KW, OH = g->OH, OW = g->OW;
+    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(g));  /* offsets, then planes */
     if (!offs) return 1;
     float* buf = (float*)(offs + K);
-    tap_offsets(&g, offs);
-    const float* y_end = y + N * C * mult * OH * OW;  /* rows are written in order up to here */
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) {
-            fill_planes(&g, x + (n * C + c) * H * W, 0.0f, buf);
-            for (int64_t m = 0; m < mult; ++m) {
-                const int64_t oc = c * mult + m;
-                const float* wk = w + oc * K;
-                const float b = bias ? bias[oc] : 0.0f;
-                float* yc = y + (n * C * mult + oc) * OH * OW;
-                for (int64_t oy = 0; oy < OH; oy += ROWS) {
-                    const int64_t nr = OH - oy < ROWS ? OH - oy : ROWS;
-                    for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW)) {
-                        vfloat a[ROWS];
-                        for (int r = 0; r < ROWS; ++r) a[r] = (vfloat){0} + b;
-                        for (int64_t t = 0; t < K; ++t) {
-                            const float* src = buf + oy * g.Qw + offs[t] + ox;
-                            for (int r = 0; r < ROWS; ++r) a[r] += wk[t] * vload(src + (r < nr ? r : 0) * g.Qw);
-                        }
-                        for (int r = 0; r < nr; ++r) {
-                            float* dst = yc + (oy + r) * OW + ox;
-                            vstore(dst, vclamp(a[r], lo, hi), OW < VL ? OW : VL, y_end - dst);
-                        }
+    tap_offsets(g, offs);
+    const float* y_end = y + p1 * mult * OH * OW;  /* rows are written in order up to here */
+    for (int64_t p = p0; p < p1; ++p) {
+        const int64_t c = p % C;
+        fill_planes(g, x + p * g->H * g->W, 0.0f, buf);
+        for (int64_t m = 0; m < mult; ++m) {
+            const int64_t oc = c * mult + m;
+            const float* wk = w + oc * K;
+            const float b = bias ? bias[oc] : 0.0f;
+            float* yc = y + (p * mult + m) * OH * OW;
+            for (int64_t oy = 0; oy < OH; oy += ROWS) {
+                const int64_t nr = OH - oy < ROWS ? OH - oy : ROWS;
+                for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW)) {
+                    vfloat a[ROWS];
+                    for (int r = 0; r < ROWS; ++r) a[r] = (vfloat){0} + b;
+                    for (int64_t t = 0; t < K; ++t) {
+                        const float* src = buf + oy * g->Qw + offs[t] + ox;
+                        for (int r = 0; r < ROWS; ++r) a[r] += wk[t] * vload(src + (r < nr ? r : 0) * g->Qw);
+                    }
+                    for (int r = 0; r < nr; ++r) {
+                        float* dst = yc + (oy + r) * OW + ox;
+                        vstore(dst, vclamp(a[r], lo, hi), OW < VL ? OW : VL, y_end - dst);
                     }
                 }
             }
         }
+    }
     free(offs);
     return 0;
+}
+
+typedef struct {
+    const Windows* g;
+    const float *x, *w, *bias;
+    float* y;
+    int64_t N, C, mult, path;  /* path 0: affine, 1: channel blocks, 2: phase planes */
+    float lo, hi;
+    int status;
+} DepthwiseArgs;
+
+static void depthwise_part(void* ctx, int64_t part, int64_t parts) {
+    DepthwiseArgs* a = ctx;
+    const Windows* g = a->g;
+    int64_t lo, hi;
+    if (a->path == 0) {
+        pool_range(a->N * a->C * a->mult, 1, part, parts, &lo, &hi);
+        depthwise_affine(a->x, a->w, a->bias, a->y, a->C, g->H * g->W, a->mult, a->lo, a->hi, lo, hi);
+    } else if (a->path == 1) {
+        pool_range(a->N * ((a->C + VL - 1) / VL), 1, part, parts, &lo, &hi);
+        if (lo < hi && depthwise_blocks(g, a->x, a->w, a->bias, a->y, a->C, a->mult, a->lo, a->hi, lo, hi))
+            a->status = 1;
+    } else {
+        pool_range(a->N * a->C, 1, part, parts, &lo, &hi);
+        if (lo < hi && depthwise_planes(g, a->x, a->w, a->bias, a->y, a->C, a->mult, a->lo, a->hi, lo, hi))
+            a->status = 1;
+    }
+}
+
+/* The work is split across the pool's threads (pool_threads.h) by planes or channel blocks, each
+ * computed as in one part, when each part gets at least POOL_MIN_WORK multiply-adds. */
+int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
+                         int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,
+                         int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                         int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
+    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+    DepthwiseArgs a = {&g, x, w, bias, y, N, C, mult, 2, lo, hi, 0};
+    const int64_t per_plane = KH * KW * OH * OW + 1;
+    int64_t units = N * C, per_unit = per_plane * mult;
+    if (KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && OH == H && OW == W) {
+        a.path = 0;
+        units = N * C * mult;
+        per_unit = per_plane;
+    } else if (use_blocks(C, OW)) {
+        a.path = 1;
+        units = N * ((C + VL - 1) / VL);
+        per_unit = per_plane * mult * VL;
+    }
+    pool_run(depthwise_part, &a, pool_parts(units, (POOL_MIN_WORK + per_unit - 1) / per_unit));
+    return a.status;
 }
 
 /* im2col of the output rows [oy0, oy1) of one NCHW image (any stride, padding, dilation), for the
@@ -167,3 +219,4 @@ int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t
     }
     return 0;
 }
+int conv_set_threads(int64_t n) { return pool_threads_set(n); }

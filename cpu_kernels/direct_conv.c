@@ -5,6 +5,7 @@
  * Clip). Returns 0, or 1 when out of memory. */
 #include <stdlib.h>
 #include "common.h"
+#include "pool_threads.h"
 
 /* Sums as fused multiply-adds (one rounding per step, as BLAS kernels do): -std=c11 turns GCC's
  * contraction off (clang contracts within an expression). */
@@ -26,7 +27,7 @@ static inline __attribute__((always_inline)) void chunk(int mb, const Windows* g
                                                         const float* buf, int64_t P, int64_t C, int64_t K,
                                                         const float* wt, int64_t Mp, const float* bv, int64_t M,
                                                         int64_t m0, int64_t oy, int64_t ox, float* yn, float lo,
-                                                        float hi) {
+                                                        float hi, int64_t oy1) {
     const int64_t OW = g->OW, OHW = g->OH * OW;
     vfloat a[MB];
 #pragma GCC unroll 32
@@ -39,11 +40,38 @@ static inline __attribute__((always_inline)) void chunk(int mb, const Windows* g
             for (int j = 0; j < mb; ++j) a[j] += wk[j] * v;
         }
     for (int64_t j = 0; j < mb && m0 + j < M; ++j) {
-        float* dst = yn + (m0 + j) * OHW + oy * OW + ox;  /* a spill past the row stays in the plane */
-        vstore(dst, vclamp(a[j], lo, hi), OW < VL ? OW : VL, yn + (m0 + j + 1) * OHW - dst);
+        float* dst = yn + (m0 + j) * OHW + oy * OW + ox;  /* a spill past the row stays in the part's rows */
+        vstore(dst, vclamp(a[j], lo, hi), OW < VL ? OW : VL, yn + (m0 + j) * OHW + oy1 * OW - dst);
     }
 }
 
+typedef struct {
+    const Windows* g;
+    const int64_t* offs;
+    const float *buf, *wt, *bv;
+    float* yn;
+    int64_t P, C, K, Mp, M, mb;
+    float lo, hi;
+} DirectArgs;
+
+/* Output rows [oy0, oy1) of one image, all channels: each cell summed as in one part. */
+static void direct_part(void* ctx, int64_t part, int64_t parts) {
+    const DirectArgs* a = ctx;
+    int64_t oy0, oy1;
+    pool_range(a->g->OH, 1, part, parts, &oy0, &oy1);
+    for (int64_t oy = oy0; oy < oy1; ++oy)
+        for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, a->g->OW))
+            for (int64_t m0 = 0; m0 < a->M; m0 += a->mb)
+                if (a->mb == MB)
+                    chunk(MB, a->g, a->offs, a->buf, a->P, a->C, a->K, a->wt, a->Mp, a->bv, a->M, m0, oy, ox, a->yn,
+                          a->lo, a->hi, oy1);
+                else
+                    chunk(MB_SMALL, a->g, a->offs, a->buf, a->P, a->C, a->K, a->wt, a->Mp, a->bv, a->M, m0, oy, ox,
+                          a->yn, a->lo, a->hi, oy1);
+}
+
+/* Each image's output rows are split across the pool's threads (pool_threads.h) when each part gets
+ * at least POOL_MIN_WORK multiply-adds. */
 int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* y, int64_t N, int64_t C,
                       int64_t H, int64_t W, int64_t M, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t sh,
                       int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
@@ -60,17 +88,14 @@ int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* 
         for (int64_t i = 0; i < CK; ++i) wt[i * Mp + m] = m < M ? w[m * CK + i] : 0.0f;
         bv[m] = m < M && bias ? bias[m] : 0.0f;
     }
+    const int64_t per_row = CK * Mp * OW + 1;
     for (int64_t n = 0; n < N; ++n) {
         for (int64_t c = 0; c < C; ++c) fill_planes(&g, x + (n * C + c) * H * W, 0.0f, buf + c * P);
-        float* yn = y + n * M * OH * OW;
-        for (int64_t oy = 0; oy < OH; ++oy)
-            for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW))
-                for (int64_t m0 = 0; m0 < M; m0 += mb)
-                    if (mb == MB)
-                        chunk(MB, &g, offs, buf, P, C, K, wt, Mp, bv, M, m0, oy, ox, yn, lo, hi);
-                    else
-                        chunk(MB_SMALL, &g, offs, buf, P, C, K, wt, Mp, bv, M, m0, oy, ox, yn, lo, hi);
+        DirectArgs a = {&g, offs, buf, wt, bv, y + n * M * OH * OW, P, C, K, Mp, M, mb, lo, hi};
+        pool_run(direct_part, &a, pool_parts(OH, (POOL_MIN_WORK + per_row - 1) / per_row));
     }
     free(offs);
     return 0;
 }
+
+int direct_conv_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -16,6 +16,7 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 #include "common.h"
+#include "pool_threads.h"
 
 #ifdef __AVX512F__
 #define GV 16  /* floats per vector: one register */
@@ -156,11 +157,9 @@ static int gemm_rows(const float* pack, const float* B, int64_t ldb, const float
     return 0;
 }
 
-/* Y (M x N, rows ldy apart) = pack (gemm_pack_f32 of A, with the same rows) B (K x N, rows ldb apart)
- * + bias (NULL: 0), clamped to [lo, hi] (NaN stays). Returns 0, or 1 when out of memory. */
-int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy, int64_t M,
-             int64_t K, int64_t N, int64_t rows, float lo, float hi) {
-    if (rows) return gemm_rows(pack, B, ldb, bias, Y, ldy, M, K, N, lo, hi);
+/* gemm_f32 with channels on the lanes. */
+static int gemm_cells(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
+                      int64_t M, int64_t K, int64_t N, float lo, float hi) {
     const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
     float* strip = malloc(sizeof(float) * (size_t)((kb + 1) * MR));
     if (!strip) return 1;
@@ -225,3 +224,37 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
     free(strip);
     return 0;
 }
+
+typedef struct {
+    const float *pack, *B, *bias;
+    float* Y;
+    int64_t ldb, ldy, M, K, N, rows;
+    float lo, hi;
+    int status;
+} GemmArgs;
+
+/* Part `part` of the columns, split at tile boundaries: each cell is summed as in one part. */
+static void gemm_part(void* ctx, int64_t part, int64_t parts) {
+    GemmArgs* a = ctx;
+    int64_t n0, n1;
+    pool_range(a->N, a->rows ? RN : MR, part, parts, &n0, &n1);
+    if (n1 <= n0) return;
+    const int status = a->rows ? gemm_rows(a->pack, a->B + n0, a->ldb, a->bias, a->Y + n0, a->ldy, a->M, a->K, n1 - n0,
+                                           a->lo, a->hi)
+                               : gemm_cells(a->pack, a->B + n0, a->ldb, a->bias, a->Y + n0, a->ldy, a->M, a->K, n1 - n0,
+                                            a->lo, a->hi);
+    if (status) a->status = status;
+}
+
+/* Y (M x N, rows ldy apart) = pack (gemm_pack_f32 of A, with the same rows) B (K x N, rows ldb apart)
+ * + bias (NULL: 0), clamped to [lo, hi] (NaN stays). The columns are split across the pool's threads
+ * (pool_threads.h) when each gets at least POOL_MIN_WORK multiply-adds. Returns 0, or 1 when out of memory. */
+int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy, int64_t M,
+             int64_t K, int64_t N, int64_t rows, float lo, float hi) {
+    GemmArgs a = {pack, B, bias, Y, ldb, ldy, M, K, N, rows, lo, hi, 0};
+    const int64_t tile = rows ? RN : MR, per_tile = tile * (M * K > 0 ? M * K : 1);
+    pool_run(gemm_part, &a, pool_parts((N + tile - 1) / tile, (POOL_MIN_WORK + per_tile - 1) / per_tile));
+    return a.status;
+}
+
+int gemm_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "common.h"
+#include "pool_threads.h"
 
 static int64_t count_in(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t hi) {
     int64_t n = 0;
@@ -19,12 +20,12 @@ static int64_t count_in(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t
 
 /* Pooling over channel blocks (common.h): VL planes of VL output cells at a time. */
 static int pool_blocks(const Windows* g, const float* x, float* y, int64_t NC, int64_t mode, const float* rows,
-                       const float* cols) {
+                       const float* cols, int64_t q0, int64_t q1) {
     Block b;
     if (block_init(g, &b, mode ? 0.0f : -INFINITY)) return 1;
     const int64_t K = g->KH * g->KW, OHW = g->OH * g->OW;
     vfloat t[VL];
-    for (int64_t p0 = 0; p0 < NC; p0 += VL) {
+    for (int64_t p0 = q0 * VL; p0 < NC && p0 < q1 * VL; p0 += VL) {  /* blocks [q0, q1) of VL planes */
         const int64_t nc = NC - p0 < VL ? NC - p0 : VL;
         const int track = block_load(g, &b, x + p0 * g->H * g->W, g->H * g->W, nc) && !mode;  /* NaN to keep */
         for (int64_t f = 0; f < OHW; f += VL) {
@@ -60,47 +61,32 @@ static int pool_blocks(const Windows* g, const float* x, float* y, int64_t NC, i
     return 0;
 }
 
-int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
-               int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-               int64_t mode, int64_t ph_end, int64_t pw_end) {
-    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-    const int64_t K = KH * KW;
-    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * (planes_size(&g) + OH + OW + VL));
-    if (!offs) return 1;
-    float* buf = (float*)(offs + K);
-    float* rows = buf + planes_size(&g);  /* window cells per output row and column that count (averages) */
-    float* cols = rows + OH;  /* VL of slack for the last vector */
-    tap_offsets(&g, offs);
-    for (int64_t oy = 0; oy < OH && mode; ++oy)
-        rows[oy] = (float)(mode == 1 ? count_in(oy * sh - ph, KH, dh, 0, H) : count_in(oy * sh - ph, KH, dh, -ph, H + ph_end));
-    for (int64_t ox = 0; ox < OW && mode; ++ox)
-        cols[ox] = (float)(mode == 1 ? count_in(ox * sw - pw, KW, dw, 0, W) : count_in(ox * sw - pw, KW, dw, -pw, W + pw_end));
-    if (use_blocks(NC, OW)) {
-        const int status = pool_blocks(&g, x, y, NC, mode, rows, cols);
-        free(offs);
-        return status;
-    }
-    const float* y_end = y + NC * OH * OW;  /* rows are written in order up to here */
-    for (int64_t p = 0; p < NC; ++p) {
+/* Planes [p0, p1) over their phase planes (buf: planes_size floats); a vector store spills at most to
+ * the end of plane p1 - 1. */
+static void pool_planes(const Windows* g, const int64_t* offs, float* buf, const float* x, float* y, int64_t mode,
+                        const float* rows, const float* cols, int64_t p0, int64_t p1) {
+    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, K = g->KH * g->KW;
+    const float* y_end = y + p1 * OH * OW;  /* rows are written in order up to here */
+    for (int64_t p = p0; p < p1; ++p) {
         const float* xp = x + p * H * W;
-        fill_planes(&g, xp, mode ? 0.0f : -INFINITY, buf);
+        fill_planes(g, xp, mode ? 0.0f : -INFINITY, buf);
         for (int64_t oy = 0; oy < OH; oy += ROWS) {
             const int64_t nr = OH - oy < ROWS ? OH - oy : ROWS;
             for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW)) {
-                const float* src = buf + oy * g.Qw + ox;
+                const float* src = buf + oy * g->Qw + ox;
                 vfloat a[ROWS];
                 vint nan[ROWS];  /* max: lanes whose window held a NaN (the select drops it) */
                 for (int r = 0; r < ROWS; ++r) {
-                    a[r] = vload(src + offs[0] + (r < nr ? r : 0) * g.Qw);
+                    a[r] = vload(src + offs[0] + (r < nr ? r : 0) * g->Qw);
                     nan[r] = a[r] != a[r];
                 }
                 if (mode)
                     for (int64_t t = 1; t < K; ++t)
-                        for (int r = 0; r < ROWS; ++r) a[r] += vload(src + offs[t] + (r < nr ? r : 0) * g.Qw);
+                        for (int r = 0; r < ROWS; ++r) a[r] += vload(src + offs[t] + (r < nr ? r : 0) * g->Qw);
                 else
                     for (int64_t t = 1; t < K; ++t)
                         for (int r = 0; r < ROWS; ++r) {
-                            const vfloat v = vload(src + offs[t] + (r < nr ? r : 0) * g.Qw);
+                            const vfloat v = vload(src + offs[t] + (r < nr ? r : 0) * g->Qw);
                             a[r] = vmax(a[r], v);
                             nan[r] |= v != v;
                         }
@@ -115,6 +101,59 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
             }
         }
     }
-    free(offs);
-    return 0;
 }
+
+typedef struct {
+    const Windows* g;
+    const int64_t* offs;
+    const float* x;
+    float* y;
+    int64_t NC, mode, blocks;
+    const float *rows, *cols;
+    int status;
+} PoolArgs;
+
+static void pool_part(void* ctx, int64_t part, int64_t parts) {
+    PoolArgs* a = ctx;
+    int64_t lo, hi;
+    if (a->blocks) {
+        pool_range((a->NC + VL - 1) / VL, 1, part, parts, &lo, &hi);
+        if (lo < hi && pool_blocks(a->g, a->x, a->y, a->NC, a->mode, a->rows, a->cols, lo, hi)) a->status = 1;
+        return;
+    }
+    pool_range(a->NC, 1, part, parts, &lo, &hi);
+    if (lo >= hi) return;
+    float* buf = malloc(sizeof(float) * planes_size(a->g));
+    if (!buf) {
+        a->status = 1;
+        return;
+    }
+    pool_planes(a->g, a->offs, buf, a->x, a->y, a->mode, a->rows, a->cols, lo, hi);
+    free(buf);
+}
+
+/* The planes are split across the pool's threads (pool_threads.h), each computed as in one part, when
+ * each part gets at least POOL_MIN_WORK window cells. */
+int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
+               int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+               int64_t mode, int64_t ph_end, int64_t pw_end) {
+    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+    const int64_t K = KH * KW;
+    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * (OH + OW + VL));
+    if (!offs) return 1;
+    float* rows = (float*)(offs + K);  /* window cells per output row and column that count (averages) */
+    float* cols = rows + OH;  /* VL of slack for the last vector */
+    tap_offsets(&g, offs);
+    for (int64_t oy = 0; oy < OH && mode; ++oy)
+        rows[oy] = (float)(mode == 1 ? count_in(oy * sh - ph, KH, dh, 0, H) : count_in(oy * sh - ph, KH, dh, -ph, H + ph_end));
+    for (int64_t ox = 0; ox < OW && mode; ++ox)
+        cols[ox] = (float)(mode == 1 ? count_in(ox * sw - pw, KW, dw, 0, W) : count_in(ox * sw - pw, KW, dw, -pw, W + pw_end));
+    PoolArgs a = {&g, offs, x, y, NC, mode, use_blocks(NC, OW), rows, cols, 0};
+    const int64_t per_plane = K * OH * OW + 1, units = a.blocks ? (NC + VL - 1) / VL : NC;
+    const int64_t per_unit = a.blocks ? per_plane * VL : per_plane;
+    pool_run(pool_part, &a, pool_parts(units, (POOL_MIN_WORK + per_unit - 1) / per_unit));
+    free(offs);
+    return a.status;
+}
+
+int pool_set_threads(int64_t n) { return pool_threads_set(n); }

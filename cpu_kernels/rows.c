@@ -4,6 +4,7 @@
  * row making its max NaN. Returns 0. */
 #include <math.h>
 #include "common.h"
+#include "pool_threads.h"
 
 /* The sum of n floats over VL lanes, then the lanes halved in a tree of vector adds. */
 static inline float row_sum(const float* x, int64_t n) {
@@ -33,9 +34,9 @@ int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n) {
     return 0;
 }
 
-/* Softmax (log_ == 0) or LogSoftmax of each row of x (rows of n) into y. */
-int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_) {
-    for (int64_t r = 0; r < rows; ++r) {
+/* Rows [r0, r1) of softmax_rows_f32. */
+static void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n, int64_t log_) {
+    for (int64_t r = r0; r < r1; ++r) {
         const float* restrict xr = x + r * n;
         float* restrict yr = y + r * n;
         float m = xr[0];
@@ -49,5 +50,27 @@ int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t 
             for (int64_t i = 0; i < n; ++i) yr[i] /= s;
         }
     }
+}
+
+typedef struct {
+    const float* x;
+    float* y;
+    int64_t rows, n, log_;
+} SoftmaxArgs;
+
+static void softmax_part(void* ctx, int64_t part, int64_t parts) {
+    const SoftmaxArgs* a = ctx;
+    int64_t r0, r1;
+    pool_range(a->rows, 1, part, parts, &r0, &r1);
+    softmax_rows(a->x, a->y, r0, r1, a->n, a->log_);
+}
+
+/* Softmax (log_ == 0) or LogSoftmax of each row of x (rows of n) into y; the rows are split across the
+ * pool's threads (pool_threads.h) from 16k elements per part. */
+int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_) {
+    SoftmaxArgs a = {x, y, rows, n, log_};
+    pool_run(softmax_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
     return 0;
 }
+
+int rows_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pool_threads.h"
+
 /* Floating-point exceptions are not observed (NumPy clears the flags before its own loops): without
  * this the compiler keeps erf_f32's selects as branches, and the loop scalar. */
 #if defined(__clang__)
@@ -65,21 +67,46 @@ static inline double erf_of(double v) {
     return v != v ? v : r;
 }
 
-int erf_f32(const float* restrict x, float* restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] = (float)erf_of(x[i]);
+typedef struct {
+    const void* x;
+    void* y;
+    int64_t n, kind;  /* 0: erf_f32, 1: gelu_f32, 2: erf_f64 */
+} SpecialArgs;
+
+static void special_part(void* ctx, int64_t part, int64_t parts) {
+    const SpecialArgs* a = ctx;
+    int64_t lo, hi;
+    pool_range(a->n, 64, part, parts, &lo, &hi);  /* whole vectors: each element computed as in one part */
+    if (a->kind == 0) {
+        const float* restrict x = a->x;
+        float* restrict y = a->y;
+        for (int64_t i = lo; i < hi; ++i) y[i] = (float)erf_of(x[i]);
+    } else if (a->kind == 1) {
+        const float* restrict x = a->x;
+        float* restrict y = a->y;
+        for (int64_t i = lo; i < hi; ++i) {
+            const double v = x[i];
+            y[i] = (float)(0.5 * v * (1.0 + erf_of(v * 0.70710678118654752440)));  /* Gelu */
+        }
+    } else {
+        const double* restrict x = a->x;
+        double* restrict y = a->y;
+        for (int64_t i = lo; i < hi; ++i) y[i] = erf(x[i]);
+    }
+}
+
+/* Elements split across the pool's threads (pool_threads.h) from 16k per part. */
+static int special(const void* x, void* y, int64_t n, int64_t kind) {
+    SpecialArgs a = {x, y, n, kind};
+    pool_run(special_part, &a, pool_parts(n, 16384));
     return 0;
 }
+
+int erf_f32(const float* restrict x, float* restrict y, int64_t n) { return special(x, y, n, 0); }
 
 /* Gelu, x * (1 + erf(x / sqrt(2))) / 2, in one pass (ai.onnx Gelu, com.microsoft Gelu). */
-int gelu_f32(const float* restrict x, float* restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        const double v = x[i];
-        y[i] = (float)(0.5 * v * (1.0 + erf_of(v * 0.70710678118654752440)));
-    }
-    return 0;
-}
+int gelu_f32(const float* restrict x, float* restrict y, int64_t n) { return special(x, y, n, 1); }
 
-int erf_f64(const double* restrict x, double* restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] = erf(x[i]);
-    return 0;
-}
+int erf_f64(const double* restrict x, double* restrict y, int64_t n) { return special(x, y, n, 2); }
+
+int special_set_threads(int64_t n) { return pool_threads_set(n); }

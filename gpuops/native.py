@@ -73,7 +73,7 @@ def source_dir(name: str) -> Path:
 
 KERNEL_DIR = source_dir("cpu_kernels")
 
-FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp-simd")
+FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp-simd", "-pthread")
 # GCC only (clang rejects it): short copy and fill loops stay loops, not libc calls per row
 GCC_FLAGS = ("-fno-tree-loop-distribute-patterns",)
 LIBS = ("-lm",)  # after the source: special.c's erf
@@ -429,17 +429,31 @@ def _announce() -> None:
     print(f"gpuops: compiling native CPU kernels ({where})", file=sys.stderr, flush=True)
 
 
-_warned = False
+_warned: set = set()  # the causes warned about in this process
+
+
+def cause(file: str, why: str) -> str:
+    """``why`` (a :class:`BuildError`'s message) in one line, the same for every file it stops: its first
+    line with the file's name taken out, and the compiler's first error line when it printed one."""
+    lines = why.splitlines() or [""]
+    head = lines[0].replace(f" on {file}", "").replace(file, "a kernel file").rstrip(":")
+    errors = [ln.strip() for ln in lines[1:] if "error" in ln.lower() and not ln.startswith("$ ")]
+    if errors:
+        head += f": {errors[0][:200]}"
+    return head
 
 
 def _unavailable(file: str, why: str) -> None:
-    global _warned
+    """Record why ``file`` is unavailable; one warning line per cause and process (a compiler that fails
+    on every file warns once; the rest are in status() and ``gpuops build-kernels``)."""
     _failures[file] = why
+    line = cause(file, why)
     with _lock:
-        first, _warned = not _warned, True
-    if first:  # once per process: later failures are in status() and `gpuops build-kernels`
-        warnings.warn(f"gpuops: native CPU kernels of cpu_kernels/{file} unavailable, using NumPy: {why}",
-                      RuntimeWarning, stacklevel=4)
+        first = line not in _warned
+        _warned.add(line)
+    if first:  # no source line echoed: the warning is the one line
+        warnings.warn_explicit(f"gpuops: native CPU kernels unavailable, using NumPy: {line} "
+                               f"(first for cpu_kernels/{file})", RuntimeWarning, "gpuops", 0)
 
 
 _file_locks = {f: threading.Lock() for f in FILES}
@@ -458,11 +472,33 @@ def _library(file: str) -> ctypes.CDLL | None:
                 missing = [k.name for k in native_abi.KERNELS.values() if k.file == file and not hasattr(lib, k.name)]
                 if missing:
                     raise BuildError(f"{so} lacks the declared functions {missing}")
+                setter = getattr(lib, f"{Path(file).stem}_set_threads", None)
+                if setter is not None:
+                    setter.argtypes, setter.restype = (ctypes.c_int64,), ctypes.c_int
+                    with _lock:
+                        setter(_threads)
+                        _setters.append(setter)
                 _loaded[file] = lib
             except Exception as e:  # noqa: BLE001 - any failure means "use NumPy", said once
                 _unavailable(file, str(e))
                 _loaded[file] = None
         return _loaded[file]
+
+
+_threads = 1  # the native kernels' thread count (set_threads)
+_setters: list = []  # each loaded file's <stem>_set_threads
+
+
+def set_threads(n: int) -> None:
+    """Let the native kernels split their work across ``n`` threads (their pools: cpu_kernels/pool_threads.h);
+    the files loaded later get it too. A session sets its ``threads`` around each run."""
+    global _threads
+    if n == _threads:
+        return
+    with _lock:
+        _threads = n
+        for setter in _setters:
+            setter(n)
 
 
 def function(name: str):

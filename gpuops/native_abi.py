@@ -11,7 +11,8 @@ The C side of the convention: every exported function returns an ``int`` status 
 its scratch could not be allocated; :func:`gpuops.native.call`) -- but ``gemm_pack_width_f32``, which
 returns a width -- and takes pointers to arrays (any pointer is passed as an address, ``c_void_p``),
 ``int64_t`` sizes and flags, and ``float``/``double`` parameters. Functions that are not exported are
-``static``.
+``static``. A file whose kernels split their work across threads (``cpu_kernels/pool_threads.h``)
+exports ``<stem>_set_threads(int64_t n)``, which :func:`gpuops.native.set_threads` calls.
 """
 
 from __future__ import annotations
@@ -34,23 +35,27 @@ DECLARATIONS: dict[str, str] = {
         int bias_clamp_f32(float* y, const float* bias, int64_t M, int64_t L, int64_t ld, float lo, float hi);
         int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t N, int64_t M, int64_t L,
                                     float lo, float hi);
+        int conv_set_threads(int64_t n);
     """,
     "direct_conv.c": """
         int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* y, int64_t N, int64_t C,
                               int64_t H, int64_t W, int64_t M, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                               int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                               float lo, float hi);
+        int direct_conv_set_threads(int64_t n);
     """,
     "gemm.c": """
         int gemm_pack_width_f32(int64_t rows);
         int gemm_pack_f32(const float* A, int64_t lda, int64_t M, int64_t K, int64_t rows, float* pack);
         int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
                      int64_t M, int64_t K, int64_t N, int64_t rows, float lo, float hi);
+        int gemm_set_threads(int64_t n);
     """,
     "pool.c": """
         int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
                        int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
                        int64_t dw, int64_t mode, int64_t ph_end, int64_t pw_end);
+        int pool_set_threads(int64_t n);
     """,
     "quantize.c": """
         int pack_weight_8(const uint8_t* B, int64_t b_signed, int64_t K, int64_t N, int32_t* pack);
@@ -72,11 +77,13 @@ DECLARATIONS: dict[str, str] = {
     "rows.c": """
         int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n);
         int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_);
+        int rows_set_threads(int64_t n);
     """,
     "special.c": """
         int erf_f32(const float* x, float* y, int64_t n);
         int gelu_f32(const float* x, float* y, int64_t n);
         int erf_f64(const double* x, double* y, int64_t n);
+        int special_set_threads(int64_t n);
     """,
     "winograd.c": """
         int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph,

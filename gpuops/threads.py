@@ -1,11 +1,14 @@
-"""Thread count of the BLAS library under the CPU ops (NumPy's OpenBLAS), set per session run.
+"""Thread count of the CPU ops, set per session run: the BLAS library under them (NumPy's OpenBLAS)
+and the native kernels (the session passes the count to :func:`gpuops.native.set_threads`; their
+pools sleep, never spin, between calls).
 
-Multithreaded OpenBLAS busy-waits for its worker threads: when other processes hold the cores its
-latency collapses (several times slower than one thread on a busy 2-core machine; see
-``gpuops bench --peers``). The default is therefore half of the CPUs this process may use (about
-the physical cores on SMT machines), at least one. The count is applied through ``threadpoolctl``
-when it is installed (an optional dependency) around each :meth:`InferenceSession.run`, and restored
-afterwards; without it, the BLAS keeps its own setting (``OPENBLAS_NUM_THREADS``).
+The default, as onnxruntime's, is the number of physical cores this process may use (SMT siblings
+counted once), at most :data:`MAX_DEFAULT_THREADS`; ``GPUOPS_NUM_THREADS`` replaces it, and a
+session's ``threads=`` replaces both. Multithreaded OpenBLAS busy-waits for its worker threads, so on
+a machine whose cores other processes load, fewer threads can be faster (``gpuops bench --peers``
+measures both). The BLAS count is applied through ``threadpoolctl`` when it is installed (an optional
+dependency) around each :meth:`InferenceSession.run`, and restored afterwards; without it, the BLAS
+keeps its own setting (``OPENBLAS_NUM_THREADS``) and only the native kernels follow ``threads``.
 """
 
 from __future__ import annotations
@@ -28,9 +31,53 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+ENV = "GPUOPS_NUM_THREADS"
+MAX_DEFAULT_THREADS = 16
+"""The default's cap: past it a model's ops rarely have the parallel work, and a many-core server's
+other processes keep their cores (``threads=`` or ``GPUOPS_NUM_THREADS`` go past it)."""
+
+
+def physical_cores() -> int:
+    """Physical cores among the CPUs this process may use: SMT siblings (Linux's
+    ``topology/thread_siblings_list``) counted once; the CPU count where the topology is unknown."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+    cores = set()
+    for c in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list") as f:
+                cores.add(f.read().strip())
+        except OSError:
+            return max(1, len(cpus))
+    return max(1, len(cores))
+
+
+def _positive(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise GpuopsError(f"{what} must be a positive integer or None, not {value!r}")
+    return value
+
+
+def from_env() -> int | None:
+    """``GPUOPS_NUM_THREADS`` as a count (None when unset or empty); a clear error for anything else."""
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw, 10)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise GpuopsError(f"{ENV} must be a positive integer, not {os.environ[ENV]!r}")
+    return n
+
+
 def default_threads() -> int:
-    """Half of the available CPUs, at least one."""
-    return max(1, available_cpus() // 2)
+    """``GPUOPS_NUM_THREADS`` when set, else the physical cores, at most :data:`MAX_DEFAULT_THREADS`."""
+    env = from_env()
+    return env if env is not None else min(physical_cores(), MAX_DEFAULT_THREADS)
 
 
 def _blas_controllers(refresh: bool = False) -> list:
@@ -52,17 +99,17 @@ def resolve(threads: int | None) -> int:
     found = _blas_controllers(refresh=True)
     if threads is None:
         return default_threads()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise GpuopsError(f"threads must be a positive integer or None, not {threads!r}")
+    _positive(threads, "threads")
     if not found:
-        log.warning("threads=%d has no effect: threadpoolctl is not installed (pip install threadpoolctl)",
-                    threads)
+        log.warning("threads=%d sets the native kernels' threads only: threadpoolctl is not installed "
+                    "(pip install threadpoolctl) to set the BLAS's", threads)
     return threads
 
 
 class blas_threads:
     """``with blas_threads(n):`` runs the enclosed code with ``n`` BLAS threads, then restores the
-    previous counts (a plain class: it wraps every run, where a generator's overhead shows)."""
+    previous counts (a plain class: it wraps every run, where a generator's overhead shows). A session
+    sets the native kernels' count beside it (:func:`gpuops.native.set_threads`)."""
 
     __slots__ = ("n", "changed")
 

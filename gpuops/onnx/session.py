@@ -75,8 +75,8 @@ class InferenceSession:
     race with running calls.
     ``optimize`` is the graph optimizer's level, ``"all"`` (default), ``"basic"`` or ``"none"``
     (see :mod:`gpuops.optimizer`); ``optimized_model_path`` saves the optimized model there.
-    ``threads``: BLAS threads of the CPU ops during :meth:`run` (default: half of the available
-    CPUs, which holds up when other processes load the machine; see :mod:`gpuops.threads`).
+    ``threads``: threads of the CPU ops (the BLAS and the native kernels) during :meth:`run` (default:
+    ``GPUOPS_NUM_THREADS``, else the physical cores up to 16, as onnxruntime's; see :mod:`gpuops.threads`).
     """
 
     def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None,
@@ -164,6 +164,7 @@ class InferenceSession:
         if output_device not in ("cpu", "device"):
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
         ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
+        native.set_threads(self.threads)  # the native kernels' pools (kept: each run sets its own)
         try:
             with self.memory.active(), blas_threads(self.threads):
                 feeds = self._check_feeds(input_feed)

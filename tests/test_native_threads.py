@@ -1,0 +1,252 @@
+"""Threads of the CPU ops (gpuops/threads.py) and of the native kernels (cpu_kernels/pool_threads.h):
+the default and GPUOPS_NUM_THREADS, the same bits from 1 thread as from several (the work is split
+into independent outputs, each computed as in one part), concurrent callers, a forked child, and
+one warning line per cause when the kernels cannot be built."""
+
+import multiprocessing
+import os
+import threading
+import warnings
+
+import array_api_compat.numpy as xp
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import gpuops
+from gpuops import native, threads
+from gpuops.ops.cpu import conv, native_gemm, pool, softmax
+from gpuops.ops.cpu.activation import Gelu
+from gpuops.ops.cpu.elementwise import erf
+
+needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
+
+
+@pytest.fixture
+def native_threads():
+    """Set the native kernels' thread count inside a test; restored after it."""
+    before = native._threads
+    yield native.set_threads
+    native.set_threads(before)
+
+
+def _with(set_threads, n, f):
+    set_threads(n)
+    return f()
+
+
+# Each case is large enough that 3 threads split it (POOL_MIN_WORK multiply-adds, or 16k elements, per part),
+# with an odd thread count so that parts are uneven, and NaN / infinities in the inputs.
+def _cases():
+    rng = np.random.default_rng(7)
+
+    def image(*shape):
+        X = rng.standard_normal(shape).astype(np.float32)
+        X.flat[rng.integers(0, X.size, 3)] = [np.nan, np.inf, -np.inf]
+        return X
+
+    X = image(2, 24, 30, 37)
+    Xa = image(8, 24, 64, 64)
+    Xb = image(12, 40, 28, 28)  # channel blocks (many planes of short rows)
+    dw = rng.standard_normal((48, 1, 3, 3)).astype(np.float32)
+    dwb = rng.standard_normal((40, 1, 3, 3)).astype(np.float32)
+    bn = rng.standard_normal((24, 1, 1, 1)).astype(np.float32)
+    first = rng.standard_normal((33, 3, 7, 7)).astype(np.float32)
+    img = image(1, 3, 61, 59)
+    B = rng.standard_normal(48).astype(np.float32)
+    A = rng.standard_normal((70, 300)).astype(np.float32)
+    cols = image(300, 777)
+    wide = image(5, 40000)
+    return {
+        "depthwise planes": lambda: conv.Conv(xp, X, dw, B, group=24, pads=[1, 1, 1, 1]),
+        "depthwise blocks": lambda: conv.Conv(xp, Xb, dwb, None, group=40, strides=[2, 2], pads=[1, 1, 1, 1]),
+        "depthwise affine": lambda: conv.Conv(xp, Xa, bn, None, group=24),
+        "direct conv": lambda: conv.Conv(xp, img, first, None, strides=[2, 2], pads=[3, 3, 3, 3]),
+        "max pool planes": lambda: pool.MaxPool(xp, Xa, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        "average pool blocks": lambda: pool.AveragePool(xp, Xb, kernel_shape=[3, 3], strides=[2, 2],
+                                                        pads=[1, 1, 1, 1]),
+        "gemm channels": lambda: native_gemm.gemm(native_gemm.packed(A, B[:1].repeat(70), rows=False)[0], cols),
+        "gemm cells": lambda: native_gemm.gemm(native_gemm.packed(A, None, rows=True)[0], cols, clamp_to=(0.0, 6.0)),
+        "erf": lambda: erf(xp, wide),
+        "gelu": lambda: Gelu(xp, wide),
+        "erf float64": lambda: erf(xp, wide.astype(np.float64)),
+        "softmax": lambda: softmax.Softmax(xp, wide, axis=-1),
+    }
+
+
+CASES = _cases()
+
+
+@needs_cc
+@pytest.mark.parametrize("case", CASES)
+def test_same_bits_from_any_thread_count(case, native_threads):
+    f = CASES[case]
+    one = _with(native_threads, 1, f)
+    for n in (2, 3, 8):
+        got = _with(native_threads, n, f)
+        assert got.shape == one.shape and got.dtype == one.dtype
+        np.testing.assert_array_equal(got, one, err_msg=f"{case}: {n} threads")
+
+
+@needs_cc
+def test_concurrent_callers_share_a_pool(native_threads):
+    """Callers in several Python threads (sessions run concurrently): one uses the pool, the others run
+    their parts themselves; every result is right."""
+    f = CASES["depthwise planes"]
+    want = _with(native_threads, 1, f)
+    native_threads(3)
+    got, barrier = [], threading.Barrier(4)
+
+    def call():
+        barrier.wait()
+        for _ in range(5):
+            got.append(f())
+
+    ts = [threading.Thread(target=call) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert len(got) == 20
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+
+
+def _child(q):
+    q.put(CASES["max pool planes"]().tobytes())
+
+
+@needs_cc
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork here")
+def test_a_forked_child_starts_its_own_workers(native_threads):
+    native_threads(3)
+    want = CASES["max pool planes"]()  # the parent's workers now exist
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork in a process with threads (3.12+)
+        p = ctx.Process(target=_child, args=(q,))
+        p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0
+    assert got == want.tobytes()
+
+
+# -- the thread count -------------------------------------------------------------------------------
+
+def test_default_is_the_physical_cores_capped(monkeypatch):
+    monkeypatch.delenv(threads.ENV, raising=False)
+    cores = threads.physical_cores()
+    assert 1 <= cores <= threads.available_cpus()
+    assert threads.default_threads() == min(cores, threads.MAX_DEFAULT_THREADS)
+    monkeypatch.setattr(threads, "physical_cores", lambda: 128)
+    assert threads.default_threads() == threads.MAX_DEFAULT_THREADS
+
+
+@pytest.mark.parametrize("raw, want", [("3", 3), (" 2 ", 2), ("1", 1), ("64", 64), ("", None)])
+def test_the_environment_variable_sets_the_default(monkeypatch, raw, want):
+    monkeypatch.setenv(threads.ENV, raw)
+    expected = want if want is not None else min(threads.physical_cores(), threads.MAX_DEFAULT_THREADS)
+    assert threads.default_threads() == expected
+    assert threads.resolve(None) == expected
+    assert threads.resolve(5) == 5  # threads= wins
+
+
+def _matmul_model():
+    a = helper.make_tensor_value_info("A", TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 2])
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "A"], ["Y"])], "g", [a], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "two", "2.5", "1e3", "0x4"])
+def test_a_bad_environment_variable_is_refused_naming_it(monkeypatch, raw):
+    monkeypatch.setenv(threads.ENV, raw)
+    with pytest.raises(gpuops.GpuopsError, match=f"GPUOPS_NUM_THREADS must be a positive integer, not '{raw}'"):
+        gpuops.InferenceSession(_matmul_model(), device="cpu")
+    s = gpuops.InferenceSession(_matmul_model(), device="cpu", threads=2)  # an explicit count needs no default
+    assert s.threads == 2
+
+
+@needs_cc
+def test_a_session_sets_the_native_threads_for_its_runs(native_threads):
+    native_threads(1)
+    s = gpuops.InferenceSession(_matmul_model(), device="cpu", threads=3)
+    s.run(None, {"A": np.ones((2, 2), np.float32)})
+    assert native._threads == 3
+    assert all(setter is not None for setter in native._setters)
+
+
+# -- one line per cause when the kernels cannot be built ---------------------------------------------
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    for name, value in (("_loaded", {}), ("_functions", {}), ("_failures", {}), ("_warned", set()),
+                        ("_announced", False), ("_setters", [])):
+        monkeypatch.setattr(native, name, value)
+    monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def _script(path, body):
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def _warnings_of(f):
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        f()
+    return [w for w in got if issubclass(w.category, RuntimeWarning) and "native CPU kernels" in str(w.message)]
+
+
+def test_a_missing_compiler_is_one_line(fresh, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent")
+    got = _warnings_of(native.prepare)
+    assert len(got) == 1
+    message = str(got[0].message)
+    assert "\n" not in message and "CC='/nonexistent' is not an executable" in message and "set CC" not in message
+    assert _warnings_of(native.prepare) == []  # once per process
+
+
+def test_a_compiler_failing_every_file_is_one_line(fresh, monkeypatch):
+    cc = _script(fresh / "badcc", 'case "$1" in --version) echo badcc 1.0;; *) echo "x.c:1: error: no way" >&2; exit 1;; esac\n')
+    monkeypatch.setenv("CC", cc)
+    got = _warnings_of(native.prepare)
+    assert len(got) == 1, [str(w.message) for w in got]
+    message = str(got[0].message)
+    assert "\n" not in message and "failed (exit status 1)" in message and "error: no way" in message
+    assert set(native.status()["failures"]) == set(native.FILES)  # each file's full reason is kept
+
+
+def test_two_causes_are_two_lines(fresh, monkeypatch):
+    # fails on gemm.c with one error, on every other file with another
+    cc = _script(fresh / "pickycc", 'case "$1" in --version) echo pickycc 1.0; exit 0;; esac\n'
+                                    'for a in "$@"; do case "$a" in gemm.c) echo "error: gemm refused" >&2; '
+                                    'exit 2;; esac; done\necho "error: refused" >&2; exit 1\n')
+    monkeypatch.setenv("CC", cc)
+    got = sorted(str(w.message) for w in _warnings_of(native.prepare))
+    assert len(got) == 2, got
+    assert "gemm refused" in got[0] + got[1] and "error: refused" in got[0] + got[1]
+    assert all("\n" not in m for m in got)
+
+
+def test_fallback_warning_printed_once_in_a_fresh_process(tmp_path):
+    """What a user sees: with CC pointing nowhere, exactly one line on stderr for the kernels."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CC=str(tmp_path / "no-cc"), GPUOPS_NATIVE_CACHE=str(tmp_path / "cache"),
+               PYTHONWARNINGS="default")
+    code = ("import numpy as np, gpuops\nfrom tests.test_native_threads import _matmul_model\n"
+            "s = gpuops.InferenceSession(_matmul_model(), device='cpu')\n"
+            "s.run(None, {'A': np.ones((2, 2), np.float32)})\n"
+            "gpuops.InferenceSession(_matmul_model(), device='cpu')\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "native CPU kernels unavailable" in lines[0] and "no-cc" in lines[0], r.stderr
