@@ -101,7 +101,7 @@ class MemoryManager:
 
         self._hook = _Counter()
 
-    def _on_device(self):
+    def on_device(self):
         """CuPy's pool methods act on the current device: make it this session's."""
         return self.device.backend.on_device(self.device.index)
 
@@ -109,7 +109,7 @@ class MemoryManager:
         """A memory pool on this session's device with its limit (a CUDA graph keeps one of its own)."""
         pool = self.device.backend.memory_pool()
         if self.limit is not None:
-            with self._on_device():  # a pool's limit is per device: the current one
+            with self.on_device():  # a pool's limit is per device: the current one
                 if isinstance(self.limit, float) and 0 < self.limit <= 1:
                     pool.set_limit(fraction=self.limit)
                 else:
@@ -118,7 +118,7 @@ class MemoryManager:
 
     def free_pool(self, pool) -> None:
         """Give a pool's cached blocks back to the device (once nothing uses them)."""
-        with self._on_device():
+        with self.on_device():
             pool.free_all_blocks()
 
     def active(self):
@@ -161,7 +161,7 @@ class MemoryManager:
     def used_bytes(self) -> int:
         if self.pool is None:
             return 0
-        with self._on_device():
+        with self.on_device():
             return self.pool.used_bytes()
 
     def note_node(self) -> None:
@@ -175,7 +175,7 @@ class MemoryManager:
 
     def release_cached(self) -> None:
         if self.pool is not None:
-            with self._on_device():
+            with self.on_device():
                 self.pool.free_all_blocks()
 
     def close(self) -> None:
@@ -188,7 +188,7 @@ class MemoryManager:
         run can hold) and how many outputs the last run wrote into a dying input."""
         pooled = limit = None
         if self.pool is not None:
-            with self._on_device():
+            with self.on_device():
                 pooled, limit = self.pool.total_bytes(), self.pool.get_limit()
         return {
             "device": str(self.device),

@@ -246,7 +246,7 @@ class CudaGraphs:
         entry.inputs, entry.env, entry.checks = inputs, env, captured
         entry.nodes, entry.folded = len(spec.plan.steps), len(s.plan.steps) - len(spec.plan.steps)
         entry.planned_peak_bytes = ctx.live.peak
-        with s.memory._on_device():
+        with s.memory.on_device():
             entry.memory_bytes = pool.total_bytes()
 
     def _specialize(self, key, inputs: dict, shapes=None):

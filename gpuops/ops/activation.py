@@ -13,7 +13,7 @@ from ..registry import op
 from .elementwise import clamp, erf, same_dtype
 
 
-def _like(X, Y):
+def cast_like(X, Y):
     return Y if Y.dtype == X.dtype else Y.astype(X.dtype)
 
 
@@ -24,7 +24,7 @@ def Relu(xp, X, *, out=None):
 
 @op("LeakyRelu", since=6)
 def LeakyRelu(xp, X, *, alpha=0.01):
-    return _like(X, xp.where(X >= 0, X, X * alpha))
+    return cast_like(X, xp.where(X >= 0, X, X * alpha))
 
 
 @op("PRelu", since=7)
@@ -43,17 +43,17 @@ def _elu(xp, X, alpha):
 
 @op("Elu", since=6)
 def Elu(xp, X, *, alpha=1.0):
-    return _like(X, _elu(xp, X, alpha))
+    return cast_like(X, _elu(xp, X, alpha))
 
 
 @op("Selu", since=6)
 def Selu(xp, X, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875):
-    return _like(X, gamma * _elu(xp, X, alpha))
+    return cast_like(X, gamma * _elu(xp, X, alpha))
 
 
 @op("Celu", since=12)
 def Celu(xp, X, *, alpha=1.0):
-    return _like(X, xp.maximum(X, 0) + xp.minimum(alpha * xp.expm1(xp.minimum(X, 0) / alpha), 0))
+    return cast_like(X, xp.maximum(X, 0) + xp.minimum(alpha * xp.expm1(xp.minimum(X, 0) / alpha), 0))
 
 
 def sigmoid(xp, X):
@@ -63,17 +63,17 @@ def sigmoid(xp, X):
 
 @op("Sigmoid", since=6)
 def Sigmoid(xp, X):
-    return _like(X, sigmoid(xp, X))
+    return cast_like(X, sigmoid(xp, X))
 
 
 @op("HardSigmoid", since=6)
 def HardSigmoid(xp, X, *, alpha=0.2, beta=0.5):
-    return _like(X, clamp(xp, X * alpha + beta, 0, 1))
+    return cast_like(X, clamp(xp, X * alpha + beta, 0, 1))
 
 
 @op("HardSwish", since=14)
 def HardSwish(xp, X):
-    return _like(X, X * clamp(xp, X * (1 / 6) + 0.5, 0, 1))
+    return cast_like(X, X * clamp(xp, X * (1 / 6) + 0.5, 0, 1))
 
 
 def softplus(xp, X):
@@ -82,27 +82,27 @@ def softplus(xp, X):
 
 @op("Softplus", since=1)
 def Softplus(xp, X):
-    return _like(X, softplus(xp, X))
+    return cast_like(X, softplus(xp, X))
 
 
 @op("Softsign", since=1)
 def Softsign(xp, input):
-    return _like(input, input / (1 + xp.abs(input)))
+    return cast_like(input, input / (1 + xp.abs(input)))
 
 
 @op("Mish", since=18)
 def Mish(xp, X):
-    return _like(X, X * xp.tanh(softplus(xp, X)))
+    return cast_like(X, X * xp.tanh(softplus(xp, X)))
 
 
 @op("Gelu", since=20)
 def Gelu(xp, X, *, approximate="none"):
     if approximate == "tanh":
         inner = math.sqrt(2 / math.pi) * (X + 0.044715 * X * X * X)
-        return _like(X, 0.5 * X * (1 + xp.tanh(inner)))
+        return cast_like(X, 0.5 * X * (1 + xp.tanh(inner)))
     if approximate != "none":
         raise NodeError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _like(X, 0.5 * X * (1 + erf(xp, X * (1 / math.sqrt(2)))))
+    return cast_like(X, 0.5 * X * (1 + erf(xp, X * (1 / math.sqrt(2)))))
 
 
 @op("ThresholdedRelu", since=10)
@@ -112,10 +112,10 @@ def ThresholdedRelu(xp, X, *, alpha=1.0):
 
 @op("Swish", since=24)
 def Swish(xp, X, *, alpha=1.0):
-    return _like(X, X * sigmoid(xp, X * alpha))
+    return cast_like(X, X * sigmoid(xp, X * alpha))
 
 
 @op("Shrink", since=9)
 def Shrink(xp, input, *, bias=0.0, lambd=0.5):
     zero = xp.zeros_like(input)
-    return _like(input, xp.where(input < -lambd, input + bias, xp.where(input > lambd, input - bias, zero)))
+    return cast_like(input, xp.where(input < -lambd, input + bias, xp.where(input > lambd, input - bias, zero)))

@@ -32,7 +32,7 @@ def _axis(axis: int, rank: int) -> int:
     return axis % rank
 
 
-def _check_bounds(xp, indices, bounds: tuple[int, ...], name: str = "indices") -> None:
+def check_bounds(xp, indices, bounds: tuple[int, ...], name: str = "indices") -> None:
     """Raise if an index is outside [-n, n-1]; ``bounds`` has one n per last-axis component of
     ``indices`` (GatherND/ScatterND tuples) or a single n for every element."""
     if indices.size == 0:
@@ -65,7 +65,7 @@ def _element_indices(xp, data, indices, axis: int):
             raise NodeError(f"indices shape {tuple(indices.shape)} exceeds data shape {tuple(data.shape)} "
                             f"on axis {i}")
     n = data.shape[axis]
-    _check_bounds(xp, indices, (n,))
+    check_bounds(xp, indices, (n,))
     return _normalise(xp, indices, n)
 
 
@@ -85,7 +85,7 @@ def _strides(shape) -> list[int]:
 def Gather(xp, data, indices, *, axis=0):
     axis = _axis(axis, data.ndim)
     n = data.shape[axis]
-    _check_bounds(xp, indices, (n,))
+    check_bounds(xp, indices, (n,))
     return xp.take(data, _normalise(xp, indices, n), axis=axis)
 
 
@@ -112,7 +112,7 @@ def _gather_nd(xp, data, indices, batch_dims: int):
     if k > data.ndim - b:
         raise NodeError(f"index tuples of length {k} exceed the {data.ndim - b} indexable data dimensions")
     dims, rest = tuple(data.shape[b:b + k]), tuple(data.shape[b + k:])
-    _check_bounds(xp, indices, dims)
+    check_bounds(xp, indices, dims)
     batch, mid = math.prod(data.shape[:b]), tuple(indices.shape[b:-1])
     ind = xp.reshape(indices, (batch, math.prod(mid), k)).astype(np.int64)
     lin = xp.zeros(ind.shape[:2], dtype=np.int64)
@@ -217,7 +217,7 @@ def _scatter_nd(xp, data, indices, updates, reduction: str):
     want = tuple(indices.shape[:-1]) + rest
     if tuple(updates.shape) != want:
         raise NodeError(f"updates shape {tuple(updates.shape)} must be {want}")
-    _check_bounds(xp, indices, dims)
+    check_bounds(xp, indices, dims)
     ind = xp.reshape(indices, (-1, k)).astype(np.int64)
     lin = xp.zeros((ind.shape[0],), dtype=np.int64)
     for j, (n, stride) in enumerate(zip(dims, _strides(dims))):

@@ -21,12 +21,12 @@ from .windows import pad_for_windows, pool_geometry, spatial_attrs, window_count
 from .elementwise import clamp
 
 
-def _lowest(dtype):
+def lowest(dtype):
     """Padding value that never wins a max: -inf, or the integer type's minimum."""
     return int(np.iinfo(dtype).min) if np.issubdtype(dtype, np.integer) else -np.inf
 
 
-def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc):
+def reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc):
     """``ufunc`` (maximum, add: both separable) over every window, one spatial axis after the other
     over strided slices of the padded X; ``(k - 1)`` array operations per axis, not one per tap."""
     if not X.size or not all(o > 0 for o in out):
@@ -45,13 +45,13 @@ def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, u
     return cur if math.prod(kernel) > 1 else xp.asarray(cur, copy=True)
 
 
-def _whole_input(X, kernel, dilations, pb, pe) -> bool:
+def whole_input(X, kernel, dilations, pb, pe) -> bool:
     """One window covering the unpadded input (ResNet's last AveragePool): the Global* reduction."""
     return tuple(kernel) == tuple(X.shape[2:]) and not any(pb) and not any(pe) and all(d == 1 for d in dilations)
 
 
 def _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out):
-    return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, 0, xp.add)
+    return reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, 0, xp.add)
 
 
 # -- MaxPool ------------------------------------------------------------------------------------
@@ -62,11 +62,11 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
             storage_order=0, strides=None, n_outputs=1):
     kernel, strides, dilations, pb, pe, out = pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
-    low = _lowest(X.dtype)
+    low = lowest(X.dtype)
     if n_outputs == 1:
-        if _whole_input(X, kernel, dilations, pb, pe):
+        if whole_input(X, kernel, dilations, pb, pe):
             return GlobalMaxPool(xp, X)
-        return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, low, xp.maximum)
+        return reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, low, xp.maximum)
     best = arg = None
     for t, v in enumerate(window_taps(xp, X, kernel, strides, dilations, pb, pe, out, low)):
         if best is None:
@@ -114,7 +114,7 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
                 kernel_shape=None, pads=None, strides=None):
     kernel, strides, dilations, pb, pe, out = pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
-    if _whole_input(X, kernel, dilations, pb, pe):
+    if whole_input(X, kernel, dilations, pb, pe):
         return GlobalAveragePool(xp, X)
     counts = window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad, X.dtype)
     return _sum_windows(xp, X, kernel, strides, dilations, pb, pe, out) / counts
@@ -125,11 +125,11 @@ def LpPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
            pads=None, strides=None):
     kernel, strides, dilations, pb, pe, out = pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                         auto_pad, ceil_mode)
-    total = _sum_windows(xp, _abs_pow(xp, X, p), kernel, strides, dilations, pb, pe, out)
-    return _root(xp, total, p)
+    total = _sum_windows(xp, abs_pow(xp, X, p), kernel, strides, dilations, pb, pe, out)
+    return lp_root(xp, total, p)
 
 
-def _abs_pow(xp, X, p):
+def abs_pow(xp, X, p):
     if p == 2:
         return X * X
     if p == 1:
@@ -137,7 +137,7 @@ def _abs_pow(xp, X, p):
     return xp.abs(X) ** p
 
 
-def _root(xp, S, p):
+def lp_root(xp, S, p):
     if p == 2:
         return xp.sqrt(S)
     if p == 1:
@@ -148,7 +148,7 @@ def _root(xp, S, p):
 # -- Global pools -------------------------------------------------------------------------------
 
 
-def _spatial_axes(X):
+def spatial_axes(X):
     if X.ndim < 2:
         raise NodeError(f"X must have rank >= 2 (N, C, ...), got shape {tuple(X.shape)}")
     return tuple(range(2, X.ndim))
@@ -156,17 +156,17 @@ def _spatial_axes(X):
 
 @op("GlobalAveragePool", since=1)
 def GlobalAveragePool(xp, X):
-    return xp.mean(X, axis=_spatial_axes(X), keepdims=True)
+    return xp.mean(X, axis=spatial_axes(X), keepdims=True)
 
 
 @op("GlobalMaxPool", since=1)
 def GlobalMaxPool(xp, X):
-    return xp.max(X, axis=_spatial_axes(X), keepdims=True)
+    return xp.max(X, axis=spatial_axes(X), keepdims=True)
 
 
 @op("GlobalLpPool", since=1)
 def GlobalLpPool(xp, X, *, p=2):
-    return _root(xp, xp.sum(_abs_pow(xp, X, p), axis=_spatial_axes(X), keepdims=True), p)
+    return lp_root(xp, xp.sum(abs_pow(xp, X, p), axis=spatial_axes(X), keepdims=True), p)
 
 
 # -- MaxUnpool ----------------------------------------------------------------------------------

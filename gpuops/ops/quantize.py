@@ -221,7 +221,7 @@ def _rowwise(xp, p, a):
     return p
 
 
-def _centered(xp, a, zero_point, rowwise: bool, dtype=np.int32):
+def centered(xp, a, zero_point, rowwise: bool, dtype=np.int32):
     if zero_point is None:
         return a.astype(dtype)
     zp = _rowwise(xp, zero_point, a) if rowwise else zero_point
@@ -229,21 +229,21 @@ def _centered(xp, a, zero_point, rowwise: bool, dtype=np.int32):
     return xp.subtract(c, zp if zp.dtype.kind in "iu" else zp.astype(dtype), out=c)
 
 
-def _integer_product(xp, A, B, a_zero_point, b_zero_point, centred_b=None):
+def integer_product(xp, A, B, a_zero_point, b_zero_point, centred_b=None):
     """``((A - a_zero_point) @ (B - b_zero_point), bound)``: the exact product in the type
     :func:`exact_dtype` picks for its bound. ``centred_b(dtype)``: B's centred copy (a weight's, kept
     per session on the CPU), else made here."""
-    bound = A.shape[-1] * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)
+    bound = A.shape[-1] * max_centered(A.dtype, a_zero_point) * max_centered(B.dtype, b_zero_point)
     dtype = exact_dtype(bound)
-    a = _centered(xp, A, a_zero_point, True, dtype)
-    b = _centered(xp, B, b_zero_point, False, dtype) if centred_b is None else centred_b(dtype)
+    a = centered(xp, A, a_zero_point, True, dtype)
+    b = centered(xp, B, b_zero_point, False, dtype) if centred_b is None else centred_b(dtype)
     return xp.matmul(a, b), bound
 
 
 @op("MatMulInteger", since=10)
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column."""
-    return wrap_int32(*_integer_product(xp, A, B, a_zero_point, b_zero_point))
+    return wrap_int32(*integer_product(xp, A, B, a_zero_point, b_zero_point))
 
 
 def exact_dtype(bound: int):
@@ -257,7 +257,7 @@ def wrap_int32(y, bound: int):
     return y.astype(np.int32) if bound < 2 ** 31 else y.astype(np.int64).astype(np.int32)
 
 
-def _max_centered(dtype, zero_point) -> int:
+def max_centered(dtype, zero_point) -> int:
     """A bound of ``|x - zero_point|`` over the values of ``dtype``, from the type's range and the
     zero point (a NumPy array: read here; on a device, bounded by the type, since reading it would
     be a host sync)."""
@@ -292,9 +292,9 @@ def QLinearMatMul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scal
 
 
 def qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, centred_b=None):
-    """QLinearMatMul; ``centred_b`` as for :func:`_integer_product`."""
+    """QLinearMatMul; ``centred_b`` as for :func:`integer_product`."""
     if a.dtype in _INT_RANGES and b.dtype in _INT_RANGES and y_zero_point.dtype in _INT_RANGES:
-        acc, bound = _integer_product(xp, a, b, a_zero_point, b_zero_point, centred_b)
+        acc, bound = integer_product(xp, a, b, a_zero_point, b_zero_point, centred_b)
         if acc.dtype != np.float32:  # float32 holds it exactly: requantized as it is
             acc = wrap_int32(acc, bound)
         a_s = _rowwise(xp, a_scale, a)
@@ -337,7 +337,7 @@ def _conv_int32(xp, x, x_zero_point, w, w_zero_point, B=None, *, conv=_conv, cen
     float convolution; ``centred_w(dtype)``: the centred weight (kept per session on the CPU), else
     :func:`centred_weight`."""
     k = int(np.prod(w.shape[1:]))  # terms per output: input channels per group times kernel taps
-    bound = k * _max_centered(x.dtype, x_zero_point) * _max_centered(w.dtype, w_zero_point)
+    bound = k * max_centered(x.dtype, x_zero_point) * max_centered(w.dtype, w_zero_point)
     dtype = exact_dtype(bound)
     X = x.astype(dtype)
     if x_zero_point is not None:

@@ -66,7 +66,7 @@ _KINDS = {
 }
 
 
-def _reduce(xp, kind: str, data, axes, keepdims: int, noop_with_empty_axes: int = 0):
+def reduce_axes(xp, kind: str, data, axes, keepdims: int, noop_with_empty_axes: int = 0):
     """``axes``: a sequence of ints, or None / empty for "all axes" (or identity when noop)."""
     ndim = data.ndim
     if axes is None or len(axes) == 0:
@@ -91,10 +91,10 @@ def _register(kind: str, input_since: int) -> None:
     name = "Reduce" + kind
 
     def reduce_attr(xp, data, *, axes=None, keepdims=1):
-        return _reduce(xp, kind, data, axes, keepdims)
+        return reduce_axes(xp, kind, data, axes, keepdims)
 
     def reduce_input(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-        return _reduce(xp, kind, data, None if axes is None else axes.reshape(-1).tolist(), keepdims,
+        return reduce_axes(xp, kind, data, None if axes is None else axes.reshape(-1).tolist(), keepdims,
                        noop_with_empty_axes)
 
     for fn, suffix in ((reduce_attr, "_1"), (reduce_input, f"_{input_since}")):
@@ -173,7 +173,7 @@ def CumProd(xp, x, axis, *, exclusive=0, reverse=0):
 
 # ---- TopK ------------------------------------------------------------------------------------
 
-def _topk(xp, X, k, axis: int, largest: int = 1):
+def topk(xp, X, k, axis: int, largest: int = 1):
     """Values and int64 indices of the k largest (smallest) along ``axis``, sorted, ties by lower
     index first (a stable sort)."""
     k = np.asarray(k)
@@ -191,15 +191,15 @@ def _topk(xp, X, k, axis: int, largest: int = 1):
 
 @op("TopK", since=1)
 def TopK_1(xp, X, *, k, axis=-1):
-    return _topk(xp, X, k, axis)
+    return topk(xp, X, k, axis)
 
 
 @op("TopK", since=10, host_inputs=(1,))
 def TopK_10(xp, X, K, *, axis=-1):
-    return _topk(xp, X, K, axis)
+    return topk(xp, X, K, axis)
 
 
 @op("TopK", since=11, host_inputs=(1,))  # 24 only adds bfloat16
 def TopK(xp, X, K, *, axis=-1, largest=1, sorted=1):  # noqa: A002 - the ONNX attribute name
     # sorted=0 leaves the order unspecified: the sorted order is a valid answer.
-    return _topk(xp, X, K, axis, largest)
+    return topk(xp, X, K, axis, largest)

@@ -63,7 +63,7 @@ def _activation(xp, name: str, a, b):
     raise NodeError(f"unsupported RNN activation {name!r}")
 
 
-class _Activations:
+class Activations:
     """The per-direction activation functions; applied once to all directions when they agree."""
 
     def __init__(self, xp, names, alphas, betas, defaults, n_dirs):
@@ -141,7 +141,7 @@ def _recurrence(xp, X, W, R, B, sequence_lens, states, *, n_gates, hidden_size, 
         valid = (t_of_step[:, :, None] < lens[None, None, :])[..., None]  # (D, T, batch, 1)
         zeros = xp.zeros((D, batch, H), dtype=X.dtype)
 
-    act = _Activations(xp, activations, *acts, D)
+    act = Activations(xp, activations, *acts, D)
     pre = (lambda v: clamp(xp, v, -clip, clip)) if clip is not None else (lambda v: v)
     RT = derive("rnn R^T", lambda: _contiguous_transpose(xp, R))  # (D, H, G*H), row-major for the GEMMs
     ys = []
@@ -214,7 +214,7 @@ def _gru_cell(xp, linear_before_reset):
     return cell
 
 
-def _lstm_cell(xp, P, input_forget):
+def lstm_cell(xp, P, input_forget):
     def cell(xw, states, RT, Rb, act, pre):
         h, c = states
         H = h.shape[-1]
@@ -508,5 +508,5 @@ def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h, initial_c], n_gates=4,
                        hidden_size=hidden_size, direction=direction, activations=activations,
                        acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"]),
-                       clip=clip, layout=layout, cell=_lstm_cell(xp, P, input_forget), fold_rb=True,
+                       clip=clip, layout=layout, cell=lstm_cell(xp, P, input_forget), fold_rb=True,
                        fused=fused, derive=derive)

@@ -440,7 +440,7 @@ def ConstantOfShape(xp, input, *, value=None):
     return xp.full(shape, _scalar(value), dtype=value.dtype)
 
 
-def _range(xp, start, limit, delta, compute=None):
+def range_values(xp, start, limit, delta, compute=None):
     dtype = np.asarray(start).dtype
     s, l, d = (_scalar(v) for v in (start, limit, delta))
     if dtype.kind in "iu":
@@ -461,16 +461,16 @@ def _range(xp, start, limit, delta, compute=None):
 
 @op("Range", since=11, host_inputs=(0, 1, 2))
 def Range_11(xp, start, limit, delta):
-    return _range(xp, start, limit, delta)
+    return range_values(xp, start, limit, delta)
 
 
 @op("Range", since=27, host_inputs=(0, 1, 2))
 def Range(xp, start, limit, delta, *, stash_type=1):
     if np.asarray(start).dtype not in (np.dtype(np.float16), np_dtype(16)):  # float16, bfloat16
-        return _range(xp, start, limit, delta)
+        return range_values(xp, start, limit, delta)
     if stash_type not in (1, 11):
         raise NodeError(f"stash_type {stash_type} is not float (1) or double (11)")
-    return _range(xp, start, limit, delta, np_dtype(stash_type))
+    return range_values(xp, start, limit, delta, np_dtype(stash_type))
 
 
 @op("EyeLike", since=9)

@@ -20,13 +20,13 @@ from ..registry import op
 _HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 
 
-def _axis(axis: int, ndim: int) -> int:
+def checked_axis(axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise NodeError(f"axis {axis} is out of range for an input of rank {ndim}")
     return axis % ndim
 
 
-def _normalise(xp, x, axes: tuple[int, ...], log: bool):
+def normalise(xp, x, axes: tuple[int, ...], log: bool):
     if x.size == 0:
         return x
     dtype = np.dtype(x.dtype)
@@ -39,9 +39,9 @@ def _normalise(xp, x, axes: tuple[int, ...], log: bool):
     return y.astype(dtype)
 
 
-def _trailing(axis: int, ndim: int) -> tuple[int, ...]:
+def trailing_axes(axis: int, ndim: int) -> tuple[int, ...]:
     """The axes the opset < 13 ops normalise over: ``axis`` and all after it."""
-    return tuple(range(_axis(axis, ndim), ndim))
+    return tuple(range(checked_axis(axis, ndim), ndim))
 
 
 def _hardmax(xp, x, axis: int):
@@ -56,32 +56,32 @@ def _hardmax(xp, x, axis: int):
 
 @op("Softmax", since=1)  # 11 allows a negative axis
 def Softmax_1(xp, input, *, axis=1):  # noqa: A002 - the ONNX input name
-    return _normalise(xp, input, _trailing(axis, input.ndim), log=False)
+    return normalise(xp, input, trailing_axes(axis, input.ndim), log=False)
 
 
 @op("Softmax", since=13)
 def Softmax(xp, input, *, axis=-1):  # noqa: A002
-    return _normalise(xp, input, (_axis(axis, input.ndim),), log=False)
+    return normalise(xp, input, (checked_axis(axis, input.ndim),), log=False)
 
 
 @op("LogSoftmax", since=1)
 def LogSoftmax_1(xp, input, *, axis=1):  # noqa: A002
-    return _normalise(xp, input, _trailing(axis, input.ndim), log=True)
+    return normalise(xp, input, trailing_axes(axis, input.ndim), log=True)
 
 
 @op("LogSoftmax", since=13)
 def LogSoftmax(xp, input, *, axis=-1):  # noqa: A002
-    return _normalise(xp, input, (_axis(axis, input.ndim),), log=True)
+    return normalise(xp, input, (checked_axis(axis, input.ndim),), log=True)
 
 
 @op("Hardmax", since=1)
 def Hardmax_1(xp, input, *, axis=1):  # noqa: A002
     shape = tuple(input.shape)
-    axis = _axis(axis, len(shape))
+    axis = checked_axis(axis, len(shape))
     rows = xp.reshape(input, (math.prod(shape[:axis]), math.prod(shape[axis:])))
     return xp.reshape(_hardmax(xp, rows, 1), shape)
 
 
 @op("Hardmax", since=13)
 def Hardmax(xp, input, *, axis=-1):  # noqa: A002
-    return _hardmax(xp, input, _axis(axis, input.ndim))
+    return _hardmax(xp, input, checked_axis(axis, input.ndim))

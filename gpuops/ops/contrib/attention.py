@@ -17,10 +17,10 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..indexing import _check_bounds
+from ..indexing import check_bounds
 from ..linalg import MatMul as _matmul
-from ..softmax import _normalise as _softmax
-from .transformer import _compute_dtype, _heads, _split_qkv
+from ..softmax import normalise as _softmax
+from .transformer import accumulate_dtype, split_heads, split_qkv
 
 MS = "com.microsoft"
 
@@ -92,7 +92,7 @@ def _causal(xp, S, T):
 def _mha_inputs(xp, query, key, value, bias, N):
     """Q (B, N, S, h), and K, V (B, N, L, h) plus whether they came projected per head (cross-attention
     cache), from MultiHeadAttention's accepted layouts."""
-    ct = _compute_dtype(query)
+    ct = accumulate_dtype(query)
     if query.ndim == 5:  # packed QKV (B, S, N, 3, h)
         if key is not None or value is not None:
             raise NodeError("packed QKV query (B, S, N, 3, h) takes no key or value")
@@ -107,7 +107,7 @@ def _mha_inputs(xp, query, key, value, bias, N):
     q = query.astype(ct)
     if bias is not None:
         q = q + bias[:D].astype(ct)
-    Q = _heads(xp, q, N)
+    Q = split_heads(xp, q, N)
     if key is None:
         raise NodeError("key is required unless the query is packed QKV")
     if key.ndim == 5:  # packed KV (B, L, N, 2, h)
@@ -124,7 +124,7 @@ def _mha_inputs(xp, query, key, value, bias, N):
     if bias is not None:
         k = k + bias[D:2 * D].astype(ct)
         v = v + bias[2 * D:].astype(ct)
-    return Q, _heads(xp, k, N), _heads(xp, v, N), False
+    return Q, split_heads(xp, k, N), split_heads(xp, v, N), False
 
 
 @op("MultiHeadAttention", domain=MS, since=1, n_outputs=True)
@@ -183,7 +183,7 @@ def _rotate(xp, x, cos, sin, interleaved):
 def _cache_rows(xp, cache, positions, ct):
     """cos / sin cache rows at integer ``positions`` (any shape), in ``ct``."""
     p = positions.astype(np.int64)
-    _check_bounds(xp, p, (cache.shape[0],), "position_ids")
+    check_bounds(xp, p, (cache.shape[0],), "position_ids")
     return xp.reshape(xp.take(cache.astype(ct), xp.reshape(p, (-1,)), axis=0), tuple(p.shape) + (cache.shape[1],))
 
 
@@ -194,7 +194,7 @@ def RotaryEmbedding(xp, input, position_ids, cos_cache, sin_cache, *, interleave
     one start offset (1); the caches are (max_position, rotary_dim / 2)."""
     if is_packed_batching:
         raise NodeError("is_packed_batching=1 is not supported")
-    ct = _compute_dtype(input)
+    ct = accumulate_dtype(input)
     x = input.astype(ct)
     half = cos_cache.shape[1]
     if rotary_embedding_dim and rotary_embedding_dim != 2 * half:
@@ -204,7 +204,7 @@ def RotaryEmbedding(xp, input, position_ids, cos_cache, sin_cache, *, interleave
         h = D // num_heads if num_heads else 2 * half
         if D % h:
             raise NodeError(f"hidden size {D} is not a multiple of the head size {h}")
-        x = _heads(xp, x, D // h)
+        x = split_heads(xp, x, D // h)
     elif x.ndim == 4:
         Bn, _, S, _ = x.shape
     else:
@@ -252,7 +252,7 @@ def GroupQueryAttention(xp, query, key=None, value=None, past_key=None, past_val
     N, Nkv = int(num_heads), int(kv_num_heads)
     if Nkv < 1 or N % Nkv:
         raise NodeError(f"num_heads {N} must be a multiple of kv_num_heads {Nkv}")
-    ct = _compute_dtype(query)
+    ct = accumulate_dtype(query)
     Bn, S = query.shape[:2]
     if key is None:  # packed QKV (B, S, (N + 2 Nkv) h)
         h = query.shape[2] // (N + 2 * Nkv)
@@ -261,7 +261,7 @@ def GroupQueryAttention(xp, query, key=None, value=None, past_key=None, past_val
     else:
         h = query.shape[2] // N
         q, k, v = query, key, value
-    Q, K, V = _heads(xp, q.astype(ct), N), _heads(xp, k.astype(ct), Nkv), _heads(xp, v.astype(ct), Nkv)
+    Q, K, V = split_heads(xp, q.astype(ct), N), split_heads(xp, k.astype(ct), Nkv), split_heads(xp, v.astype(ct), Nkv)
     total = int(np.asarray(total_sequence_length).reshape(-1)[0])
     lengths = np.asarray(seqlens_k).reshape(-1).astype(np.int64) + 1  # valid keys per batch
     if lengths.shape[0] != Bn or (lengths > total).any():
@@ -363,13 +363,13 @@ def PackedAttention(xp, input, weights, bias, token_offset, cumulative_sequence_
     """Attention over packed tokens (T, D): sequence b is tokens cumulative_sequence_length[b]:[b+1];
     ``token_offset`` (B, S) gives the padded shape. Each sequence attends only to itself."""
     Bn, S, cu = _packed_geometry(token_offset, cumulative_sequence_length, input.shape[0])
-    ct = _compute_dtype(input)
+    ct = accumulate_dtype(input)
     qkv = _matmul(xp, input.astype(ct), weights.astype(ct)) + bias.astype(ct)
-    q, k, v = _split_qkv(xp, qkv, weights.shape[1], qkv_hidden_sizes)
+    q, k, v = split_qkv(xp, qkv, weights.shape[1], qkv_hidden_sizes)
     N = num_heads
     Q, valid = _unpack(xp, q, cu, Bn, S)
     K, V = _unpack(xp, k, cu, Bn, S)[0], _unpack(xp, v, cu, Bn, S)[0]
-    Q, K, V = _heads(xp, Q, N), _heads(xp, K, N), _heads(xp, V, N)
+    Q, K, V = split_heads(xp, Q, N), split_heads(xp, K, N), split_heads(xp, V, N)
     out = _packed_attention(xp, Q, K, V, valid, _scale(scale, Q.shape[-1]), attention_bias, input.dtype)
     return _pack(xp, out, valid)
 
@@ -486,11 +486,11 @@ def DecoderMaskedSelfAttention(xp, input, weights, bias, mask_index=None, past=N
     buffer; ``present`` is the buffer with the new key and value written at ``past_sequence_length``."""
     if do_rotary:
         raise NodeError("do_rotary=1 is not supported")
-    ct = _compute_dtype(input)
+    ct = accumulate_dtype(input)
     qkv = _matmul(xp, input.astype(ct), weights.astype(ct)) + bias.astype(ct)
-    q, k, v = _split_qkv(xp, qkv, weights.shape[1], None)
+    q, k, v = split_qkv(xp, qkv, weights.shape[1], None)
     N = num_heads
-    Q, K, V = _heads(xp, q, N), _heads(xp, k, N), _heads(xp, v, N)
+    Q, K, V = split_heads(xp, q, N), split_heads(xp, k, N), split_heads(xp, v, N)
     filter_value = -10000.0 if mask_filter_value is None else float(mask_filter_value)
     out, Kp, Vp = _decode(xp, Q, K, V, None if past is None else past[0], None if past is None else past[1],
                           past_sequence_length, past_present_share_buffer, mask_index, attention_bias, beam_width,

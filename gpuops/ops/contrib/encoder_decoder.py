@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from .attention import RestorePadding as _restore_padding
-from .transformer import _compute_dtype, _heads
+from .transformer import accumulate_dtype, split_heads
 
 MS = "com.microsoft"
 
@@ -86,8 +86,8 @@ def GatedRelativePositionBias(xp, query_layer, query_bias, rel_pos, weight, bias
             raise NodeError(f"{name} has shape {got}, expected {want}")
     if D == 0 or D % 2:
         raise NodeError(f"weight's last dimension {D} must be positive and even")
-    ct = _compute_dtype(query_layer)
-    q = _heads(xp, query_layer.astype(ct) + query_bias.astype(ct), N)  # (B, N, S, h)
+    ct = accumulate_dtype(query_layer)
+    q = split_heads(xp, query_layer.astype(ct) + query_bias.astype(ct), N)  # (B, N, S, h)
     g = xp.matmul(q, weight.astype(ct)) + bias.astype(ct)  # (B, N, S, D)
     u = 1 / (1 + xp.exp(-xp.sum(g[..., :D // 2], axis=-1, keepdims=True)))
     r = 1 / (1 + xp.exp(-xp.sum(g[..., D // 2:], axis=-1, keepdims=True)))

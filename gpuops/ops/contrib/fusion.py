@@ -12,7 +12,7 @@ from ...registry import op
 from ..activation import sigmoid
 from ..conv import conv as _conv
 from ..linalg import MatMul as _matmul
-from .transformer import _compute_dtype, _gelu
+from .transformer import accumulate_dtype, gelu
 
 MS = "com.microsoft"
 
@@ -20,7 +20,7 @@ MS = "com.microsoft"
 @op("QuickGelu", domain=MS, since=1)
 def QuickGelu(xp, X, *, alpha=1.702):
     """X * sigmoid(alpha * X)."""
-    x = X.astype(_compute_dtype(X))
+    x = X.astype(accumulate_dtype(X))
     return (x * sigmoid(xp, x * float(alpha))).astype(X.dtype)
 
 
@@ -28,7 +28,7 @@ def QuickGelu(xp, X, *, alpha=1.702):
 def GemmFastGelu(xp, X, W, bias=None):
     """FastGelu(X @ W + bias)."""
     Y = _matmul(xp, X, W)
-    return _gelu(xp, Y if bias is None else Y + bias, "tanh")
+    return gelu(xp, Y if bias is None else Y + bias, "tanh")
 
 
 @op("BiasAdd", domain=MS, since=1)
@@ -46,7 +46,7 @@ def BiasSplitGelu(xp, X, bias):
         raise NodeError(f"the last dimension of X {tuple(X.shape)} must be even")
     y = X + bias
     half = X.shape[-1] // 2
-    return y[..., :half] * _gelu(xp, y[..., half:])
+    return y[..., :half] * gelu(xp, y[..., half:])
 
 
 @op("NhwcConv", domain=MS, since=1)

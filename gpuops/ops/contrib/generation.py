@@ -63,7 +63,7 @@ from ...device import to_host
 from ...dtypes import np_dtype
 from ...errors import NodeError
 from ...registry import op
-from ..reduce import _topk
+from ..reduce import topk
 
 MS = "com.microsoft"
 LOWEST = np.finfo(np.float32).min  # std::numeric_limits<float>::lowest(), onnxruntime's "banned" score
@@ -393,7 +393,7 @@ def _greedy(xp, p: _Params, ids, dec, processors, start: int, sampler=None):
             _check_tokens(sequences, scores.shape[1])
         scores = processors(scores, sequences, step)
         if sampler is None:
-            tokens = to_host(_topk(xp, scores, 1, -1)[1]).reshape(-1)
+            tokens = to_host(topk(xp, scores, 1, -1)[1]).reshape(-1)
         else:
             tokens, last = sampler(scores)
         tokens = tokens.astype(np.int32)
@@ -621,7 +621,7 @@ def BeamSearch(xp, input_ids, max_length=None, min_length=None, num_beams=None, 
         scores = processors(_log_softmax(xp, logits), sequences, step) + beam_scores[:, None]
         if n_outputs > 2:
             step_scores.append(scores)
-        top, idx = _topk(xp, xp.reshape(scores, (p.batch, k * vocab)), 2 * k, -1)
+        top, idx = topk(xp, xp.reshape(scores, (p.batch, k * vocab)), 2 * k, -1)
         idx = to_host(idx)
         top = to_host(top)
         new_scores, tokens, rows = _beam_step(p, hyps, sequences, top, idx % vocab, idx // vocab, early_stopping)

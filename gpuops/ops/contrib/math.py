@@ -27,7 +27,7 @@ from ..indexing import GatherND_11 as _gather_nd
 from ..shape import Pad_11 as _pad
 from ..shape import Trilu as _trilu
 from ..shape import Unique as _unique
-from ..shape import _range
+from ..shape import range_values
 
 MS = "com.microsoft"
 
@@ -214,7 +214,7 @@ def Trilu(xp, X, k=None, *, upper=1):
 def Range(xp, start, limit, delta=None):
     if delta is None:
         delta = np.ones((), dtype=np.asarray(start).dtype)
-    return _range(xp, start, limit, delta)
+    return range_values(xp, start, limit, delta)
 
 
 @op("Unique", domain=MS, since=1, syncs="the output's size depends on the data")

@@ -31,7 +31,7 @@ from ...registry import op
 from ..conv import conv as _conv
 from ..pool import AveragePool as _average_pool
 from ..pool import MaxPool as _max_pool
-from .transformer import _params, fused_activation
+from .transformer import alpha_beta, fused_activation
 
 NCHWC = "com.microsoft.nchwc"
 BLOCK_SIZE_ENV = "GPUOPS_NCHWC_BLOCK_SIZE"
@@ -54,7 +54,7 @@ def session_block_size(constants, attrs) -> int:
     return block_size()
 
 
-def _block(prepared) -> int:
+def call_block_size(prepared) -> int:
     """The block size of a call: the session's (``prepared``), else the environment's."""
     if prepared is None:
         return block_size()
@@ -90,7 +90,7 @@ def _check4(X):
 def ReorderInput(xp, X, *, channels_last=0, prepared=None):
     """NCHW (or NHWC) -> blocked NCHWc with the channels zero-padded to a multiple of the block."""
     _check4(X)
-    b = _block(prepared)
+    b = call_block_size(prepared)
     if channels_last:
         X = xp.moveaxis(X, -1, 1)
     C = X.shape[1]
@@ -104,7 +104,7 @@ def ReorderInput(xp, X, *, channels_last=0, prepared=None):
 def ReorderOutput(xp, X, *, channels=0, channels_last=0, prepared=None):
     """Blocked NCHWc -> NCHW (or NHWC) keeping the first ``channels`` channels."""
     _check4(X)
-    b = _block(prepared)
+    b = call_block_size(prepared)
     Cp = X.shape[1]
     if not (Cp % b == 0 and channels <= Cp and Cp - channels < b):
         raise NodeError(f"channels={channels} does not fit a blocked tensor of {Cp} channels (block {b})")
@@ -127,7 +127,7 @@ def plain_filter(xp, W, b: int, per_group_in: int):
 @op("Conv", domain=NCHWC, since=1, prepare=session_block_size)
 def Conv(xp, X, W, B=None, Sum=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
          dilations=None, group=1, kernel_shape=None, pads=None, strides=None, prepared=None):
-    return nchwc_conv(xp, X, W, B, Sum, _block(prepared), _conv, activation=activation,
+    return nchwc_conv(xp, X, W, B, Sum, call_block_size(prepared), _conv, activation=activation,
                       activation_params=activation_params, auto_pad=auto_pad, dilations=dilations, group=group,
                       kernel_shape=kernel_shape, pads=pads, strides=strides)
 
@@ -146,20 +146,20 @@ def nchwc_conv(xp, X, W, B, Sum, b: int, conv, *, activation, activation_params,
         if tuple(Sum.shape) != tuple(Y.shape):
             raise NodeError(f"Sum of shape {tuple(Sum.shape)} differs from the output shape {tuple(Y.shape)}")
         Y = Y + unblock(xp, Sum, b)
-    return block(xp, fused_activation(xp, Y, activation, *_params(activation_params)), b)
+    return block(xp, fused_activation(xp, Y, activation, *alpha_beta(activation_params)), b)
 
 
 @op("MaxPool", domain=NCHWC, since=1, prepare=session_block_size)
 def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape, pads=None, storage_order=0,
             strides=None, prepared=None):
-    return pooled(xp, X, _block(prepared), _max_pool, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
+    return pooled(xp, X, call_block_size(prepared), _max_pool, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
                   kernel_shape=kernel_shape, pads=pads, strides=strides)
 
 
 @op("AveragePool", domain=NCHWC, since=1, prepare=session_block_size)
 def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None, kernel_shape,
                 pads=None, strides=None, prepared=None):
-    return pooled(xp, X, _block(prepared), _average_pool, auto_pad=auto_pad, ceil_mode=ceil_mode,
+    return pooled(xp, X, call_block_size(prepared), _average_pool, auto_pad=auto_pad, ceil_mode=ceil_mode,
                   count_include_pad=count_include_pad, dilations=dilations, kernel_shape=kernel_shape, pads=pads,
                   strides=strides)
 
@@ -173,14 +173,14 @@ def pooled(xp, X, b: int, pool, **attrs):
 @op("GlobalAveragePool", domain=NCHWC, since=1, prepare=session_block_size)
 def GlobalAveragePool(xp, X, *, prepared=None):
     _check4(X)
-    b = _block(prepared)
+    b = call_block_size(prepared)
     return block(xp, xp.mean(unblock(xp, X, b), axis=(2, 3), keepdims=True), b)
 
 
 @op("GlobalMaxPool", domain=NCHWC, since=1, prepare=session_block_size)
 def GlobalMaxPool(xp, X, *, prepared=None):
     _check4(X)
-    b = _block(prepared)
+    b = call_block_size(prepared)
     return block(xp, xp.max(unblock(xp, X, b), axis=(2, 3), keepdims=True), b)
 
 
@@ -204,7 +204,7 @@ def _linear_taps(n_in: int, scale: int, mode: str):
 def Upsample(xp, X, *, coordinate_transformation_mode="asymmetric", mode="nearest", scales=None, prepared=None):
     """Integer upsampling of H and W, on the blocked layout directly (it acts per channel)."""
     _check4(X)
-    b = _block(prepared)
+    b = call_block_size(prepared)
     scales = [int(s) for s in (scales or [])]
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1 or min(scales) < 1:
         raise NodeError(f"scales must be [1, 1, scale_h, scale_w] with positive integers, got {scales}")

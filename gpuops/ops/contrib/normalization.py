@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ..activation import sigmoid
-from .transformer import _compute_dtype
+from .transformer import accumulate_dtype
 
 MS = "com.microsoft"
 
@@ -35,7 +35,7 @@ def _rms(xp, x, axes, epsilon):
 def LayerNormalization(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     """onnxruntime's LayerNormalization-1: as ai.onnx LayerNormalization-17, but ``Scale`` and ``B``
     may have another float type than X (float32 parameters for float16 data); Y has Scale's type."""
-    ct = _compute_dtype(X)
+    ct = accumulate_dtype(X)
     x = X.astype(ct)
     axes = _axes(X, axis)
     mean = xp.mean(x, axis=axes, keepdims=True)
@@ -50,7 +50,7 @@ def LayerNormalization(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_typ
 @op("SimplifiedLayerNormalization", since=1)
 def SimplifiedLayerNormalization(xp, X, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
     """RMS normalization: X / sqrt(mean(X^2 over axis..) + epsilon) * scale; Y has scale's type."""
-    ct = _compute_dtype(X)
+    ct = accumulate_dtype(X)
     y, inv = _rms(xp, X.astype(ct), _axes(X, axis), epsilon)
     return (y * scale.astype(ct)).astype(scale.dtype), inv.astype(np.float32)
 
@@ -64,7 +64,7 @@ def SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias=None, *, epsil
     x = input + skip
     if bias is not None:
         x = x + bias
-    ct = _compute_dtype(x)
+    ct = accumulate_dtype(x)
     xs = x.astype(ct)
     y, inv = _rms(xp, xs, (-1,), epsilon)
     mean = xp.mean(xs, axis=-1, keepdims=True)
@@ -77,7 +77,7 @@ def _group_norm_nhwc(xp, X, gamma, beta, epsilon, groups, activation):
         raise NodeError(f"groups={groups} must divide the channel count of X {tuple(X.shape)}")
     if activation not in (0, 1):
         raise NodeError(f"activation must be 0 (none) or 1 (SiLU), got {activation}")
-    ct = _compute_dtype(X)
+    ct = accumulate_dtype(X)
     N, C = X.shape[0], X.shape[-1]
     x = xp.reshape(X.astype(ct), (N, -1, groups, C // groups))
     mean = xp.mean(x, axis=(1, 3), keepdims=True)

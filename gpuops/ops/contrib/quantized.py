@@ -30,7 +30,7 @@ from ..quantize import MatMulInteger as _matmul_integer
 from ..quantize import QLinearConv as _qlinear_conv
 from ..quantize import QuantizeLinear_21 as _quantize_linear
 from ..quantize import dequantize_per_tensor, quantize_per_tensor, saturate_int
-from ..reduce import _reduce
+from ..reduce import reduce_axes
 from ..windows import pool_geometry, window_counts, window_taps
 from ..rnn import LSTM as _lstm
 
@@ -38,7 +38,7 @@ MS = "com.microsoft"
 _F32 = np.float32
 
 
-def _scalar(xp, t):
+def scalar_f32(xp, t):
     return xp.reshape(t, ()).astype(_F32)
 
 
@@ -47,13 +47,13 @@ def _range(dtype):
     return int(info.min), int(info.max)
 
 
-def _check_8bit(*arrays):
+def check_8bit(*arrays):
     for a in arrays:
         if a is not None and np.dtype(a.dtype) not in (np.dtype(np.uint8), np.dtype(np.int8)):
             raise NodeError(f"expected a uint8 or int8 tensor, got {a.dtype}")
 
 
-def _out_dtype(A, zero_point):
+def out_dtype(A, zero_point):
     return np.dtype(zero_point.dtype) if zero_point is not None else np.dtype(A.dtype)
 
 
@@ -63,32 +63,32 @@ def _out_dtype(A, zero_point):
 def QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_scale=None, C_zero_point=None):
     """C = A_scale/C_scale (A - A_zp) + B_scale/C_scale (B - B_zp) + C_zp, as MLAS: two scale ratios,
     rounded (half to even) after the output zero point is added."""
-    _check_8bit(A, B)
-    dtype = _out_dtype(A, C_zero_point)
-    sc = _scalar(xp, C_scale)
-    ra, rb = _scalar(xp, A_scale) / sc, _scalar(xp, B_scale) / sc
-    a = A.astype(_F32) - (0.0 if A_zero_point is None else _scalar(xp, A_zero_point))
-    b = B.astype(_F32) - (0.0 if B_zero_point is None else _scalar(xp, B_zero_point))
-    q = xp.rint(a * ra + b * rb + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
+    check_8bit(A, B)
+    dtype = out_dtype(A, C_zero_point)
+    sc = scalar_f32(xp, C_scale)
+    ra, rb = scalar_f32(xp, A_scale) / sc, scalar_f32(xp, B_scale) / sc
+    a = A.astype(_F32) - (0.0 if A_zero_point is None else scalar_f32(xp, A_zero_point))
+    b = B.astype(_F32) - (0.0 if B_zero_point is None else scalar_f32(xp, B_zero_point))
+    q = xp.rint(a * ra + b * rb + (0.0 if C_zero_point is None else scalar_f32(xp, C_zero_point)))
     return saturate_int(xp, q, None, dtype)
 
 
 @op("QLinearMul", domain=MS, since=1)
 def QLinearMul(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_scale=None, C_zero_point=None):
     """C = (A - A_zp)(B - B_zp) A_scale B_scale / C_scale + C_zp, rounded after adding C_zp (as MLAS)."""
-    _check_8bit(A, B)
-    dtype = _out_dtype(A, C_zero_point)
-    a = A.astype(_F32) - (0.0 if A_zero_point is None else _scalar(xp, A_zero_point))
-    b = B.astype(_F32) - (0.0 if B_zero_point is None else _scalar(xp, B_zero_point))
-    ratio = _scalar(xp, A_scale) * _scalar(xp, B_scale) / _scalar(xp, C_scale)
-    q = xp.rint(a * b * ratio + (0.0 if C_zero_point is None else _scalar(xp, C_zero_point)))
+    check_8bit(A, B)
+    dtype = out_dtype(A, C_zero_point)
+    a = A.astype(_F32) - (0.0 if A_zero_point is None else scalar_f32(xp, A_zero_point))
+    b = B.astype(_F32) - (0.0 if B_zero_point is None else scalar_f32(xp, B_zero_point))
+    ratio = scalar_f32(xp, A_scale) * scalar_f32(xp, B_scale) / scalar_f32(xp, C_scale)
+    q = xp.rint(a * b * ratio + (0.0 if C_zero_point is None else scalar_f32(xp, C_zero_point)))
     return saturate_int(xp, q, None, dtype)
 
 
 @op("MulInteger", domain=MS, since=1)
 def MulInteger(xp, A, A_zero_point=None, B=None, B_zero_point=None):
     """int32 (A - A_zero_point) * (B - B_zero_point), broadcasting."""
-    _check_8bit(A, B)
+    check_8bit(A, B)
     a = A.astype(np.int32) - (0 if A_zero_point is None else xp.reshape(A_zero_point, ()).astype(np.int32))
     b = B.astype(np.int32) - (0 if B_zero_point is None else xp.reshape(B_zero_point, ()).astype(np.int32))
     return a * b
@@ -96,10 +96,10 @@ def MulInteger(xp, A, A_zero_point=None, B=None, B_zero_point=None):
 
 # -- lookup-table elementwise -------------------------------------------------------------------
 
-def _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, fn):
-    _check_8bit(X)
+def lookup_table(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, fn):
+    check_8bit(X)
     dtype = np.dtype(X.dtype)
-    out = _out_dtype(X, Y_zero_point)
+    out = out_dtype(X, Y_zero_point)
     lo, hi = _range(dtype)
     codes = xp.arange(lo, hi + 1, dtype=np.int32).astype(dtype)
     table = quantize_per_tensor(xp, fn(dequantize_per_tensor(xp, codes, X_scale, X_zero_point)), Y_scale,
@@ -109,7 +109,7 @@ def _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, fn):
 
 @op("QLinearLeakyRelu", domain=MS, since=1)
 def QLinearLeakyRelu(xp, X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None, *, alpha=0.01):
-    return _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point,
+    return lookup_table(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point,
                    lambda v: xp.where(v >= 0, v, v * float(alpha)))
 
 
@@ -117,7 +117,7 @@ def QLinearLeakyRelu(xp, X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_poi
 def QLinearSigmoid(xp, X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None):
     from ..activation import sigmoid
 
-    return _lookup(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, lambda v: sigmoid(xp, v))
+    return lookup_table(xp, X, X_scale, X_zero_point, Y_scale, Y_zero_point, lambda v: sigmoid(xp, v))
 
 
 # -- concat -------------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_p
                        ceil_mode=0, channels_last=0, count_include_pad=0, kernel_shape=None, pads=None, strides=None):
     """Dequantize, average (as onnxruntime: with ``count_include_pad`` every window divides by the
     kernel size, even where ``ceil_mode`` overhangs the padding), quantize as round(y / scale + zp)."""
-    _check_8bit(X)
+    check_8bit(X)
     x = _to_channels_first(xp, dequantize_per_tensor(xp, X, x_scale, x_zero_point), channels_last)
     kernel, strides_, dil, pb, pe, out = pool_geometry(x, kernel_shape, strides, None, pads, auto_pad, ceil_mode)
     # each window's cells added in row-major order, as onnxruntime's loop adds them (padding adds
@@ -160,14 +160,14 @@ def QLinearAveragePool(xp, X, x_scale, x_zero_point=None, y_scale=None, y_zero_p
     counts = float(math.prod(kernel)) if count_include_pad else window_counts(
         xp, x.shape[2:], kernel, strides_, dil, pb, pe, out, False, x.dtype)
     y = _from_channels_first(xp, total / counts, channels_last)
-    dtype = _out_dtype(X, y_zero_point)
-    q = xp.rint(y / _scalar(xp, y_scale) + (0.0 if y_zero_point is None else _scalar(xp, y_zero_point)))
+    dtype = out_dtype(X, y_zero_point)
+    q = xp.rint(y / scalar_f32(xp, y_scale) + (0.0 if y_zero_point is None else scalar_f32(xp, y_zero_point)))
     return saturate_int(xp, q, None, dtype)
 
 
 @op("QLinearGlobalAveragePool", domain=MS, since=1)
 def QLinearGlobalAveragePool(xp, X, x_scale, x_zero_point, y_scale, y_zero_point, *, channels_last=0):
-    _check_8bit(X)
+    check_8bit(X)
     if X.ndim < 3:
         raise NodeError(f"X must have rank >= 3, got shape {tuple(X.shape)}")
     axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
@@ -176,26 +176,26 @@ def QLinearGlobalAveragePool(xp, X, x_scale, x_zero_point, y_scale, y_zero_point
     acc = xp.sum(X.astype(np.int32), axis=axes, keepdims=True)
     if x_zero_point is not None:
         acc = acc - xp.reshape(x_zero_point, ()).astype(np.int32) * n
-    ratio = _scalar(xp, x_scale) / (_scalar(xp, y_scale) * np.float32(n))
-    dtype = _out_dtype(X, y_zero_point)
+    ratio = scalar_f32(xp, x_scale) / (scalar_f32(xp, y_scale) * np.float32(n))
+    dtype = out_dtype(X, y_zero_point)
     q = xp.rint(acc.astype(_F32) * ratio)
-    return saturate_int(xp, q, None if y_zero_point is None else _scalar(xp, y_zero_point), dtype)
+    return saturate_int(xp, q, None if y_zero_point is None else scalar_f32(xp, y_zero_point), dtype)
 
 
 @op("QLinearReduceMean", domain=MS, since=1)
 def QLinearReduceMean(xp, data, data_scale, data_zero_point=None, reduced_scale=None, reduced_zero_point=None, *,
                       axes, keepdims):
-    _check_8bit(data)
-    y = _reduce(xp, "Mean", dequantize_per_tensor(xp, data, data_scale, data_zero_point), axes, keepdims)
-    return quantize_per_tensor(xp, y, reduced_scale, reduced_zero_point, _out_dtype(data, reduced_zero_point))
+    check_8bit(data)
+    y = reduce_axes(xp, "Mean", dequantize_per_tensor(xp, data, data_scale, data_zero_point), axes, keepdims)
+    return quantize_per_tensor(xp, y, reduced_scale, reduced_zero_point, out_dtype(data, reduced_zero_point))
 
 
 @op("ReduceSumInteger", domain=MS, since=1)
 def ReduceSumInteger(xp, data, *, axes, keepdims):
     """Sum of 8-bit integers: int32 for int8 input, uint32 for uint8 input (the spec's T2 rule)."""
-    _check_8bit(data)
+    check_8bit(data)
     out = np.uint32 if np.dtype(data.dtype) == np.uint8 else np.int32
-    return _reduce(xp, "Sum", data.astype(out), axes, keepdims)
+    return reduce_axes(xp, "Sum", data.astype(out), axes, keepdims)
 
 
 # -- convolution --------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_p
 def matmul_integer_to_float(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None,
                             matmul_integer=_matmul_integer):
     """MatMulIntegerToFloat by ``matmul_integer`` (ai.onnx MatMulInteger: a device override's own)."""
-    _check_8bit(A, B)
+    check_8bit(A, B)
     acc = matmul_integer(xp, A, B, a_zero_point, b_zero_point)
     n = B.shape[-1]
     Y = acc.astype(_F32) * (_per_column(xp, a_scale, n) * _per_column(xp, b_scale, n))
@@ -304,7 +304,7 @@ def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None,
                         W_scale=None, W_zero_point=None, R_scale=None, R_zero_point=None, *, activation_alpha=None,
                         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
                         input_forget=0):
-    _check_8bit(W, R)
+    check_8bit(W, R)
     if W_scale is None or R_scale is None:
         raise NodeError("DynamicQuantizeLSTM needs W_scale and R_scale")
     Wf = _dequant_weights(xp, W, W_scale, W_zero_point)

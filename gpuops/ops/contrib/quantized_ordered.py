@@ -24,10 +24,10 @@ from ...errors import NodeError, UnsupportedOpError
 from ...registry import op
 from ..norm import LayerNormalization as _layer_norm
 from ..quantize import MatMulInteger as _matmul_integer
-from ..softmax import _normalise as _softmax
+from ..softmax import normalise as _softmax
 from ..quantize import quantize_per_tensor, saturate_int
-from .quantized import _lookup, _scalar
-from .transformer import _attention_mask, _gelu, _heads
+from .quantized import lookup_table, scalar_f32
+from .transformer import attention_mask, gelu, split_heads
 
 MS = "com.microsoft"
 _F32 = np.float32
@@ -95,7 +95,7 @@ def QOrderedMatMul(xp, A, scale_A, B, scale_B, scale_Y, bias=None, C=None, scale
     N = B.shape[-1]
     out_shape = tuple(A.shape[:-1]) + (N,)
     acc = _matmul_integer(xp, A, _col_weight(xp, B))
-    sy = _scalar(xp, scale_Y)
+    sy = scalar_f32(xp, scale_Y)
     add = None
     if bias is not None:
         if tuple(bias.shape) != (N,):
@@ -108,9 +108,9 @@ def QOrderedMatMul(xp, A, scale_A, B, scale_B, scale_Y, bias=None, C=None, scale
         batch = A.shape[0] if A.ndim == 3 else 1
         if C.ndim not in (2, 3) or tuple(C.shape[-2:]) != (M, N) or (C.ndim == 3 and C.shape[0] not in (1, batch)):
             raise NodeError(f"C of shape {tuple(C.shape)} must be ({M}, {N}) with a batch of 1 or {batch}")
-        c = C.astype(_F32) * (_scalar(xp, scale_C) / sy)
+        c = C.astype(_F32) * (scalar_f32(xp, scale_C) / sy)
         add = c if add is None else add + c
-    y = _requant(xp, acc, _scalar(xp, scale_A) * _per_column(xp, scale_B, N, "scale_B") / sy, add)
+    y = _requant(xp, acc, scalar_f32(xp, scale_A) * _per_column(xp, scale_B, N, "scale_B") / sy, add)
     return xp.reshape(y, out_shape) if tuple(y.shape) != out_shape else y
 
 
@@ -124,7 +124,7 @@ def QOrderedLayerNormalization(xp, X, scale_X, scale, B=None, scale_Y=None, *, a
     _check_int8(X)
     if scale_Y is None:
         raise NodeError("scale_Y is required")
-    x = X.astype(_F32) * _scalar(xp, scale_X)
+    x = X.astype(_F32) * scalar_f32(xp, scale_X)
     y, _, _ = _layer_norm(xp, x, scale.astype(_F32), None if B is None else B.astype(_F32), axis=axis,
                           epsilon=epsilon)
     return quantize_per_tensor(xp, y, scale_Y, None, np.int8)
@@ -141,7 +141,7 @@ def QOrderedGelu(xp, X, scale_X, scale_Y, *, order_X=None, order_Y=None):
         if v is not None and v not in _ORDERS:
             raise UnsupportedOpError(f"{attr}={v} is not a cuBLASLt order")
     _check_int8(X)
-    return _lookup(xp, X, scale_X, None, scale_Y, None, lambda v: _gelu(xp, v))
+    return lookup_table(xp, X, scale_X, None, scale_Y, None, lambda v: gelu(xp, v))
 
 
 # -- QOrderedAttention --------------------------------------------------------------------------
@@ -179,23 +179,23 @@ def QOrderedAttention(xp, input, scale_input, scale_Q_gemm, scale_K_gemm, scale_
             or H % num_heads:
         raise NodeError(f"Q/K/V weights {[tuple(w.shape) for w in (Q_weight, K_weight, V_weight)]} must be "
                         f"({K}, H) with one H divisible by num_heads={num_heads}")
-    s_in = _scalar(xp, scale_input)
+    s_in = scalar_f32(xp, scale_input)
     layers = []
     for w, sw, b, sg, what in ((Q_weight, scale_Q_weight, Q_bias, scale_Q_gemm, "Q"),
                                (K_weight, scale_K_weight, K_bias, scale_K_gemm, "K"),
                                (V_weight, scale_V_weight, V_bias, scale_V_gemm, "V")):
         if tuple(b.shape) != (H,):
             raise NodeError(f"{what}_bias of shape {tuple(b.shape)} must be ({H},)")
-        g = _scalar(xp, sg)
+        g = scalar_f32(xp, sg)
         acc = _matmul_integer(xp, input, _col_weight(xp, w))
         y = _requant(xp, acc, s_in * _per_column(xp, sw, H, f"scale_{what}_weight") / g, b.astype(_F32) / g)
-        layers.append(_heads(xp, y, num_heads))  # (B, N, S, h)
+        layers.append(split_heads(xp, y, num_heads))  # (B, N, S, h)
     q, k, v = layers
-    sq, sk, sv = (_scalar(xp, s) for s in (scale_Q_gemm, scale_K_gemm, scale_V_gemm))
-    s_qk, s_sm, s_out = (_scalar(xp, s) for s in (scale_QKT_gemm, scale_QKT_softmax, scale_values_gemm))
+    sq, sk, sv = (scalar_f32(xp, s) for s in (scale_Q_gemm, scale_K_gemm, scale_V_gemm))
+    s_qk, s_sm, s_out = (scalar_f32(xp, s) for s in (scale_QKT_gemm, scale_QKT_softmax, scale_values_gemm))
     scores = _requant(xp, _matmul_integer(xp, q, xp.swapaxes(k, -1, -2)), sq * sk / s_qk)
     logits = scores.astype(_F32) * (s_qk * _F32(1 / math.sqrt(H // num_heads)))
-    mask = _attention_mask(xp, mask_index, Bn, S, 0, unidirectional, -10000.0, np.dtype(_F32))
+    mask = attention_mask(xp, mask_index, Bn, S, 0, unidirectional, -10000.0, np.dtype(_F32))
     if mask is not None:
         logits = logits + mask
     probs = quantize_per_tensor(xp, _softmax(xp, logits, (3,), log=False), scale_QKT_softmax, None, np.int8)

@@ -16,10 +16,10 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..indexing import _check_bounds
+from ..indexing import check_bounds
 from ..quantize import MatMulInteger as _matmul_integer
 from ..quantize import dequantize_per_tensor, quantize_per_tensor, saturate_int
-from .quantized import _check_8bit, _out_dtype, _scalar
+from .quantized import check_8bit, out_dtype, scalar_f32
 from .transformer import EmbedLayerNormalization as _embed_layer_norm
 
 MS = "com.microsoft"
@@ -41,7 +41,7 @@ def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scal
           alpha=1.0, transA=0, transB=0):
     """alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C), C an int32 bias in that scale.
     Float32 output without ``y_scale``; else requantized to y_zero_point's type (uint8 without one)."""
-    _check_8bit(A, B)
+    check_8bit(A, B)
     if A.ndim != 2 or B.ndim != 2:
         raise NodeError(f"A and B must be 2-D, got {tuple(A.shape)} and {tuple(B.shape)}")
     a = xp.swapaxes(A, 0, 1) if transA else A
@@ -50,12 +50,12 @@ def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scal
     acc = _matmul_integer(xp, a, b, xp.reshape(a_zero_point, ()), _per_column(xp, b_zero_point, n))
     if C is not None:
         acc = acc + C.astype(np.int32)
-    multiplier = _scalar(xp, a_scale) * _per_column(xp, b_scale, n).astype(_F32) * _F32(alpha)
+    multiplier = scalar_f32(xp, a_scale) * _per_column(xp, b_scale, n).astype(_F32) * _F32(alpha)
     if y_scale is None:
         return acc.astype(_F32) * multiplier
     dtype = np.dtype(np.uint8) if y_zero_point is None else np.dtype(y_zero_point.dtype)
-    q = xp.rint(acc.astype(_F32) * (multiplier / _scalar(xp, y_scale)))
-    return saturate_int(xp, q, None if y_zero_point is None else _scalar(xp, y_zero_point), dtype)
+    q = xp.rint(acc.astype(_F32) * (multiplier / scalar_f32(xp, y_scale)))
+    return saturate_int(xp, q, None if y_zero_point is None else scalar_f32(xp, y_zero_point), dtype)
 
 
 # -- QLinearSoftmax -----------------------------------------------------------------------------
@@ -64,7 +64,7 @@ def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scal
 def QLinearSoftmax(xp, X, X_scale, x_zero_point=None, y_scale=None, y_zero_point=None, *, opset, axis=None):
     """Softmax of quantized X over ``axis`` (opset >= 13), or over the flattened dimensions from
     ``axis`` on (opset < 13, default axis 1), as onnxruntime's fixed-point CPU kernel."""
-    _check_8bit(X)
+    check_8bit(X)
     rank = X.ndim
     ax = (1 if opset < 13 else -1) if axis is None else int(axis)
     if not -rank <= ax < rank:
@@ -80,7 +80,7 @@ def QLinearSoftmax(xp, X, X_scale, x_zero_point=None, y_scale=None, y_zero_point
     x = X.astype(np.float64)
     e = xp.exp((x - xp.max(x, axis=axes, keepdims=True) + shift) * xs).astype(_F32)
     total = xp.sum(e, axis=axes, keepdims=True)
-    multiplier = xp.floor(_F32(1.0) / _scalar(xp, y_scale))
+    multiplier = xp.floor(_F32(1.0) / scalar_f32(xp, y_scale))
     q = xp.rint(e * multiplier / total)
     # saturated, as onnxruntime 1.24+ does for int8 as well as uint8 (1.23 wraps 128 to -128 for int8)
     return saturate_int(xp, q, None if y_zero_point is None else xp.reshape(y_zero_point, ()), np.dtype(X.dtype))
@@ -91,8 +91,8 @@ def QLinearSoftmax(xp, X, X_scale, x_zero_point=None, y_scale=None, y_zero_point
 @op("QLinearWhere", domain=MS, since=1)
 def QLinearWhere(xp, condition, X, x_scale, x_zero_point, Y, y_scale, y_zero_point, z_scale, z_zero_point):
     """where(condition, X, Y), each requantized to Z's parameters."""
-    _check_8bit(X, Y)
-    dtype = _out_dtype(X, z_zero_point)
+    check_8bit(X, Y)
+    dtype = out_dtype(X, z_zero_point)
     x = quantize_per_tensor(xp, dequantize_per_tensor(xp, X, x_scale, x_zero_point), z_scale, z_zero_point, dtype)
     y = quantize_per_tensor(xp, dequantize_per_tensor(xp, Y, y_scale, y_zero_point), z_scale, z_zero_point, dtype)
     return xp.where(condition, x, y)
@@ -209,7 +209,7 @@ def GatherBlockQuantized(xp, data, indices, scales, zero_points=None, *, bits=4,
     idx = indices.astype(np.int64)
     size = full[ga]
     idx = xp.where(idx < 0, idx + size, idx)
-    _check_bounds(xp, idx, (size,), "indices")
+    check_bounds(xp, idx, (size,), "indices")
     flat = xp.reshape(idx, (-1,))
     out = xp.take(deq, flat, axis=ga)
     return xp.reshape(out, full[:ga] + tuple(indices.shape) + full[ga + 1:])

@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ..elementwise import clamp
-from ..rnn import _Activations, _lstm_cell
+from ..rnn import Activations, lstm_cell
 
 MS = "com.microsoft"
 
@@ -62,9 +62,9 @@ def AttnLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=
     WA = xp.swapaxes(W[:, :, I:], 1, 2)  # (D, attn, 4H)
     RT = xp.swapaxes(R, 1, 2)  # (D, H, 4H)
     keys = xp.matmul(M[None], MW[:, None])  # (D, B, Tm, A)
-    act = _Activations(xp, activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], D)
+    act = Activations(xp, activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], D)
     pre = (lambda v: clamp(xp, v, -clip, clip)) if clip is not None else (lambda v: v)
-    cell = _lstm_cell(xp, P, input_forget)
+    cell = lstm_cell(xp, P, input_forget)
 
     h = xp.zeros((D, Bn, H), dtype=X.dtype) if initial_h is None else initial_h
     c = xp.zeros((D, Bn, H), dtype=X.dtype) if initial_c is None else initial_c

@@ -17,7 +17,7 @@ import numpy as np
 from ...device import to_host
 from ...errors import NodeError
 from ...registry import op
-from ..indexing import _check_bounds
+from ..indexing import check_bounds
 
 MS = "com.microsoft"
 
@@ -163,7 +163,7 @@ def WordConvEmbedding(xp, Sequence, W, B, C, *, char_embedding_size=None, conv_w
     S, L = Sequence.shape
     if L < width:
         raise NodeError(f"words of {L} characters are shorter than the window {width}")
-    _check_bounds(xp, Sequence, (C.shape[0],), "Sequence")
+    check_bounds(xp, Sequence, (C.shape[0],), "Sequence")
     ids = Sequence.astype(np.int64)
     length = xp.where(ids[:, 0] > 0, xp.sum((ids > 0).astype(np.int64), axis=1), 0)  # (S,)
     rows = xp.reshape(ids % max(C.shape[0], 1), (-1,))  # negative from the end; in range if the check is deferred
@@ -183,7 +183,7 @@ def TorchEmbedding(xp, weight, indices, padding_idx=None, scale_grad_by_freq=Non
     """weight[indices] (``padding_idx`` and ``scale_grad_by_freq`` only shape gradients)."""
     if weight.ndim != 2:
         raise NodeError(f"weight must be 2-D, got shape {tuple(weight.shape)}")
-    _check_bounds(xp, indices, (weight.shape[0],))
+    check_bounds(xp, indices, (weight.shape[0],))
     idx = indices.astype(np.int64)
     idx = idx % max(weight.shape[0], 1)  # negative from the end; a deferred bounds check's run stays in range
     return xp.reshape(xp.take(weight, xp.reshape(idx, (-1,)), axis=0), tuple(indices.shape) + (weight.shape[1],))

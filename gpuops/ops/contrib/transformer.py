@@ -29,18 +29,18 @@ from ...registry import op
 from .. import activation as _act
 from ..conv import conv as _conv
 from ..elementwise import clamp
-from ..indexing import _check_bounds
+from ..indexing import check_bounds
 from ..linalg import Gemm as _gemm
 from ..linalg import MatMul as _matmul
 from ..norm import Dropout as _dropout
 from ..norm import LayerNormalization as _layer_norm
 from ..quantize import MatMulInteger as _matmul_integer
-from ..softmax import _normalise as _softmax
+from ..softmax import normalise as _softmax
 
 MS = "com.microsoft"
 
 
-def _compute_dtype(X):
+def accumulate_dtype(X):
     """float16 / bfloat16 are computed in float32 (as onnxruntime's kernels accumulate)."""
     return np.float32 if np.dtype(X.dtype).itemsize < 4 else X.dtype
 
@@ -99,32 +99,32 @@ def fused_activation(xp, Y, name: str | None, alpha=None, beta=None, gamma=None,
     raise NodeError(f"unsupported fused activation {name!r}")
 
 
-def _params(activation_params):
+def alpha_beta(activation_params):
     p = list(activation_params or [])
     return (p[0] if p else None), (p[1] if len(p) > 1 else None)
 
 
 # -- Gelu family --------------------------------------------------------------------------------
 
-def _gelu(xp, X, approximate="none"):
-    ct = _compute_dtype(X)
+def gelu(xp, X, approximate="none"):
+    ct = accumulate_dtype(X)
     return _act.Gelu(xp, X.astype(ct), approximate=approximate).astype(X.dtype)
 
 
 @op("Gelu", domain=MS, since=1)
 def Gelu(xp, X):
-    return _gelu(xp, X)
+    return gelu(xp, X)
 
 
 @op("BiasGelu", domain=MS, since=1)
 def BiasGelu(xp, A, B):
-    return _gelu(xp, A + B)
+    return gelu(xp, A + B)
 
 
 @op("FastGelu", domain=MS, since=1)
 def FastGelu(xp, X, bias=None):
     """0.5 x (1 + tanh(0.797885 x + 0.035677 x^3)): ai.onnx Gelu with ``approximate='tanh'``."""
-    return _gelu(xp, X if bias is None else X + bias, "tanh")
+    return gelu(xp, X if bias is None else X + bias, "tanh")
 
 
 # -- softmax / dropout fusions ------------------------------------------------------------------
@@ -193,11 +193,11 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
     return fused_activation(xp, Y, activation, activation_alpha, activation_beta, activation_gamma, own=True)
 
 
-def _as_clamp(activation, activation_params):
+def as_clamp(activation, activation_params):
     """An activation that is a clamp to [lo, hi] (none, Relu, Clip) as (lo, hi), else None."""
     if activation not in ("Relu", "Clip", None, ""):
         return None
-    alpha, beta = _params(activation_params)
+    alpha, beta = alpha_beta(activation_params)
     return (0.0, math.inf) if activation == "Relu" else (
         -math.inf if alpha is None else float(alpha), math.inf if beta is None else float(beta))
 
@@ -209,7 +209,7 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     with the bias in the conv's own last pass."""
     geometry = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                     strides=strides)
-    clamp_to = _as_clamp(activation, activation_params) if X.dtype == np.float32 else None
+    clamp_to = as_clamp(activation, activation_params) if X.dtype == np.float32 else None
     if Z is None and clamp_to is not None:
         return _conv(xp, X, W, B, clamp_to=clamp_to if activation else None, **geometry)
     return residual_activation(xp, _conv(xp, X, W, B, **geometry), Z, activation, activation_params)
@@ -222,7 +222,7 @@ def residual_activation(xp, Y, Z, activation, activation_params):
             Y += Z
         else:
             Y = Y + Z
-    return fused_activation(xp, Y, activation, *_params(activation_params), own=True)
+    return fused_activation(xp, Y, activation, *alpha_beta(activation_params), own=True)
 
 
 # -- normalizations -----------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None
     if input_ids.ndim != 2:
         raise NodeError(f"input_ids must be (batch, sequence), got shape {tuple(input_ids.shape)}")
     Bn, S = input_ids.shape
-    _check_bounds(xp, input_ids, (word_embedding.shape[0],), "input_ids")
+    check_bounds(xp, input_ids, (word_embedding.shape[0],), "input_ids")
 
     def wrap(ids, table):  # negative ids count from the end; in range while a deferred check is pending
         return xp.reshape(ids.astype(np.int64) % max(table.shape[0], 1), (-1,))
@@ -259,12 +259,12 @@ def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None
             raise NodeError(f"sequence length {S} exceeds the {position_embedding.shape[0]} position embeddings")
         pos = xp.broadcast_to(position_embedding[None, :S], (Bn, S, position_embedding.shape[1]))
     else:
-        _check_bounds(xp, position_ids, (position_embedding.shape[0],), "position_ids")
+        check_bounds(xp, position_ids, (position_embedding.shape[0],), "position_ids")
         pid = xp.broadcast_to(position_ids, (Bn, S))
         pos = xp.take(position_embedding, wrap(pid, position_embedding), axis=0)
     emb = xp.reshape(emb, (Bn, S, -1)) + xp.reshape(pos, (Bn, S, -1))
     if segment_embedding is not None and segment_ids is not None:
-        _check_bounds(xp, segment_ids, (segment_embedding.shape[0],), "segment_ids")
+        check_bounds(xp, segment_ids, (segment_embedding.shape[0],), "segment_ids")
         seg = xp.take(segment_embedding, wrap(segment_ids, segment_embedding), axis=0)
         emb = emb + xp.reshape(seg, (Bn, S, -1))
     Y = _layer_norm(xp, emb, gamma, beta, axis=-1, epsilon=epsilon, stash_type=1)[0]
@@ -277,13 +277,13 @@ def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None
 
 # -- attention ----------------------------------------------------------------------------------
 
-def _heads(xp, t, N):
+def split_heads(xp, t, N):
     """(B, S, N*h) -> (B, N, S, h)."""
     Bn, S, D = t.shape
     return xp.permute_dims(xp.reshape(t, (Bn, S, N, D // N)), (0, 2, 1, 3))
 
 
-def _attention_mask(xp, mask_index, Bn, S, P, unidirectional, filter_value, dtype):
+def attention_mask(xp, mask_index, Bn, S, P, unidirectional, filter_value, dtype):
     """The additive (B, 1, S, T) mask, T = P + S, or None."""
     T = P + S
     mask = None
@@ -318,8 +318,8 @@ def _multihead(xp, q, k, v, N, *, mask_index=None, past=None, attention_bias=Non
                mask_filter_value=-10000.0, want_present=False):
     """Scaled dot-product attention of projected q, k, v (B, S, hidden); returns (output, present)."""
     Bn, S, _ = q.shape
-    ct = _compute_dtype(q)
-    Q, K, V = (_heads(xp, t.astype(ct), N) for t in (q, k, v))
+    ct = accumulate_dtype(q)
+    Q, K, V = (split_heads(xp, t.astype(ct), N) for t in (q, k, v))
     P = 0
     if past is not None:
         if past.ndim != 5 or past.shape[0] != 2:
@@ -330,7 +330,7 @@ def _multihead(xp, q, k, v, N, *, mask_index=None, past=None, attention_bias=Non
     qk_head = Q.shape[-1]
     alpha = 1.0 / math.sqrt(qk_head) if not scale else float(scale)
     scores = xp.matmul(Q, xp.swapaxes(K, -1, -2)) * alpha
-    mask = _attention_mask(xp, mask_index, Bn, S, P, unidirectional, float(mask_filter_value), np.dtype(ct))
+    mask = attention_mask(xp, mask_index, Bn, S, P, unidirectional, float(mask_filter_value), np.dtype(ct))
     if mask is not None:
         scores = scores + mask
     if attention_bias is not None:
@@ -342,7 +342,7 @@ def _multihead(xp, q, k, v, N, *, mask_index=None, past=None, attention_bias=Non
     return out, present
 
 
-def _split_qkv(xp, qkv, hidden, qkv_hidden_sizes):
+def split_qkv(xp, qkv, hidden, qkv_hidden_sizes):
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [hidden // 3] * 3
     if len(sizes) != 3 or sum(sizes) != hidden or sizes[0] != sizes[1]:
         raise NodeError(f"qkv_hidden_sizes {sizes} must be 3 sizes (q and k equal) summing to {hidden}")
@@ -368,7 +368,7 @@ def Attention(xp, input, weights, bias=None, mask_index=None, past=None, attenti
     qkv = _matmul(xp, input, weights)
     if bias is not None:
         qkv = qkv + bias
-    q, k, v = _split_qkv(xp, qkv, weights.shape[1], qkv_hidden_sizes)
+    q, k, v = split_qkv(xp, qkv, weights.shape[1], qkv_hidden_sizes)
     out, present = _multihead(xp, q, k, v, num_heads, mask_index=mask_index, past=past,
                               attention_bias=attention_bias, unidirectional=unidirectional, scale=scale,
                               mask_filter_value=mask_filter_value, want_present=n_outputs > 1)
@@ -389,7 +389,7 @@ def QAttention(xp, input, weight, bias, input_scale, weight_scale, mask_index=No
     multiplier = (xp.reshape(input_scale, ()).astype(np.float32) *
                   xp.reshape(weight_scale, (-1,)).astype(np.float32))  # weight_scale may be per column
     qkv = (acc.astype(np.float32) * multiplier).astype(dtype) + bias
-    q, k, v = _split_qkv(xp, qkv, weight.shape[1], None)
+    q, k, v = split_qkv(xp, qkv, weight.shape[1], None)
     out, present = _multihead(xp, q, k, v, num_heads, mask_index=mask_index, past=past,
                               unidirectional=unidirectional, scale=scale, mask_filter_value=mask_filter_value,
                               want_present=n_outputs > 1)
@@ -401,12 +401,12 @@ def LongformerAttention(xp, input, weight, bias, mask, global_weight, global_bia
                         num_heads, window):
     Bn, S, D = input.shape
     N = num_heads
-    ct = _compute_dtype(input)
+    ct = accumulate_dtype(input)
     x = input.astype(ct)
 
     def project(w, b):
         qkv = xp.matmul(x, w.astype(ct)) + b.astype(ct)
-        return [_heads(xp, t, N) for t in (qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:])]
+        return [split_heads(xp, t, N) for t in (qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:])]
 
     Q, K, V = project(weight, bias)
     scale = 1.0 / math.sqrt(D // N)

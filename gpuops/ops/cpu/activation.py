@@ -25,12 +25,12 @@ def Gelu(xp, X, *, approximate="none"):
     Y = native_special("gelu", X, (np.float32,))
     if Y is not None:
         return Y
-    return _activation._like(X, 0.5 * X * (1 + erf(xp, X * (1 / math.sqrt(2)))))  # erf's own kernel
+    return _activation.cast_like(X, 0.5 * X * (1 + erf(xp, X * (1 / math.sqrt(2)))))  # erf's own kernel
 
 
 def _gelu(xp, X):
     """com.microsoft's Gelu: float16/bfloat16 computed in float32."""
-    ct = _transformer._compute_dtype(X)
+    ct = _transformer.accumulate_dtype(X)
     return Gelu(xp, X.astype(ct)).astype(X.dtype, copy=False)
 
 

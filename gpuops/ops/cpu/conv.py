@@ -30,7 +30,7 @@ from ...registry import op
 from ..conv import compute_dtype, conv as _generic_conv
 from ..windows import check_conv_shapes, conv_shape_geometry, pad_for_windows
 from ..contrib.fusion import nhwc_conv
-from ..contrib.transformer import FusedConv as _generic_fused_conv, _as_clamp, residual_activation
+from ..contrib.transformer import FusedConv as _generic_fused_conv, as_clamp, residual_activation
 from ..legacy import depthwise_conv2d
 from . import native_gemm, winograd
 from ._common import Kept, frozen, on_host
@@ -492,7 +492,7 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     if not on_host(X, W, B, Z):
         return _generic_fused_conv(xp, X, W, B, Z, activation=activation, activation_params=activation_params,
                                    **geometry)
-    clamp_to = _as_clamp(activation, activation_params) if X.dtype == np.float32 else None
+    clamp_to = as_clamp(activation, activation_params) if X.dtype == np.float32 else None
     if Z is None and clamp_to is not None:
         return conv(xp, X, W, B, clamp_to=clamp_to if activation else None, kept=prepared, **geometry)
     residual = native.function("bias_residual_clamp_f32") if (

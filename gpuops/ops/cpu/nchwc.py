@@ -52,7 +52,7 @@ def _prepare_block(constants, attrs):
 
 
 def _block(prepared) -> int:
-    return _nchwc._block(None if prepared is None else prepared.block)
+    return _nchwc.call_block_size(None if prepared is None else prepared.block)
 
 
 @op("Conv", domain=NCHWC, since=1, device="cpu", prepare=_prepare_conv)

@@ -20,12 +20,12 @@ from .conv import Planes
 
 
 def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc):
-    """:func:`gpuops.ops.pool._reduce_windows`, stride-1 or padded windows through :class:`.conv.Planes`."""
+    """:func:`gpuops.ops.pool.reduce_windows`, stride-1 or padded windows through :class:`.conv.Planes`."""
     if X.size and all(o > 0 for o in out) and math.prod(kernel) > 1 and (
             all(s == 1 for s in strides) or any(pb) or any(pe)):
         pl = Planes(X, kernel, strides, dilations, pb, out, pad_value)
         return pl.crop(pl.reduce(ufunc), X.shape[1])
-    return _pool._reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc)
+    return _pool.reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc)
 
 
 def _native_pool(X, kernel, strides, dilations, pb, pe, out, mode):
@@ -53,12 +53,12 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
                              n_outputs=n_outputs)
     kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                               auto_pad, ceil_mode)
-    if _pool._whole_input(X, kernel, dilations, pb, pe):
+    if _pool.whole_input(X, kernel, dilations, pb, pe):
         return _pool.GlobalMaxPool(xp, X)
     Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 0)
     if Y is not None:
         return Y
-    return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, _pool._lowest(X.dtype), np.maximum)
+    return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, _pool.lowest(X.dtype), np.maximum)
 
 
 @op("AveragePool", since=1, device="cpu")
@@ -69,7 +69,7 @@ def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
                                  dilations=dilations, kernel_shape=kernel_shape, pads=pads, strides=strides)
     kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                               auto_pad, ceil_mode)
-    if _pool._whole_input(X, kernel, dilations, pb, pe):
+    if _pool.whole_input(X, kernel, dilations, pb, pe):
         return GlobalAveragePool(xp, X)
     Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 2 if count_include_pad else 1)
     if Y is not None:
@@ -87,13 +87,13 @@ def LpPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
                             kernel_shape=kernel_shape, p=p, pads=pads, strides=strides)
     kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
                                                               auto_pad, ceil_mode)
-    total = _reduce_windows(xp, _pool._abs_pow(xp, X, p), kernel, strides, dilations, pb, pe, out, 0, np.add)
-    return _pool._root(xp, total, p)
+    total = _reduce_windows(xp, _pool.abs_pow(xp, X, p), kernel, strides, dilations, pb, pe, out, 0, np.add)
+    return _pool.lp_root(xp, total, p)
 
 
 @op("GlobalAveragePool", since=1, device="cpu")
 def GlobalAveragePool(xp, X):
-    axes = _pool._spatial_axes(X)
+    axes = _pool.spatial_axes(X)
     n = math.prod(X.shape[2:])
     if not (on_host(X) and X.dtype in (np.float32, np.float64) and n and X.size):
         return _pool.GlobalAveragePool(xp, X)

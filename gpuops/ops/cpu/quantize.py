@@ -21,7 +21,7 @@ from ...dtypes import np_dtype
 from ...registry import op
 from .. import quantize as _quantize
 from ..contrib import quantized as _ms_quantized
-from ..quantize import _centered, _integer_product, _max_centered, exact_dtype, wrap_int32
+from ..quantize import centered, integer_product, max_centered, exact_dtype, wrap_int32
 from . import conv as _conv
 from ._common import Kept, frozen, on_host
 
@@ -173,7 +173,7 @@ class QuantWeights(Kept):
     def centred(self, xp, dtype):
         """``B - zero_point`` (per column) in ``dtype``."""
         return self.get(("centred", np.dtype(dtype).str),
-                        lambda: frozen(_centered(xp, self.B, self.zero_point, False, dtype)))
+                        lambda: frozen(centered(xp, self.B, self.zero_point, False, dtype)))
 
     def pack(self):
         return self.get("pack", lambda: _pack(self.B))
@@ -272,7 +272,7 @@ def _native_gemm(name, A, B, a_zero_point, b_zero_point, kept):
     zb = _param(b_zero_point, 2, N, (B.dtype,))
     if za is None or zb is None or max(K, N) >= 2 ** 31 or not _keeps_pack(B, kept) or not (
             M <= _NATIVE_ROWS and M * _NATIVE_DEPTH_PER_ROW <= K or M <= _NATIVE_ROWS_F64 and exact_dtype(
-                K * _max_centered(A.dtype, a_zero_point) * _max_centered(B.dtype, b_zero_point)) is not np.float32):
+                K * max_centered(A.dtype, a_zero_point) * max_centered(B.dtype, b_zero_point)) is not np.float32):
         return None
     fn = native.function(name)
     if fn is None:
@@ -306,7 +306,7 @@ def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None, *, prepared=No
         native.call(fn, pack, native.ptr(A, A.dtype), *rest, int(A.dtype == np.int8), native.ptr(Y, np.int32))
         return Y
     centred = None if kept is None else (lambda dtype: kept.centred(xp, dtype))
-    return wrap_int32(*_integer_product(xp, A, B, a_zero_point, b_zero_point, centred))
+    return wrap_int32(*integer_product(xp, A, B, a_zero_point, b_zero_point, centred))
 
 
 # -- QLinearMatMul -------------------------------------------------------------------------------

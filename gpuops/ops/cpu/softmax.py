@@ -15,11 +15,11 @@ from ...registry import op
 from .. import softmax as _softmax
 
 
-_HALF, _axis, _trailing, _generic = _softmax._HALF, _softmax._axis, _softmax._trailing, _softmax._normalise
+_HALF, _axis, _trailing, _generic = _softmax._HALF, _softmax.checked_axis, _softmax.trailing_axes, _softmax.normalise
 
 
 def normalise(xp, x, axes: tuple[int, ...], log: bool):
-    """:func:`gpuops.ops.softmax._normalise`, trailing axes of NumPy arrays as rows."""
+    """:func:`gpuops.ops.softmax.normalise`, trailing axes of NumPy arrays as rows."""
     if type(x) is not np.ndarray or not x.size or axes != tuple(range(axes[0], x.ndim)):
         return _generic(xp, x, axes, log)
     dtype = x.dtype
