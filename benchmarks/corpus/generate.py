@@ -18,6 +18,12 @@ skl2onnx. The exporters' output changes with their versions: the manifest record
   32, erf GELU, post-LayerNorm, additive attention mask), dynamic batch and sequence.
 - ``gpt2_tiny``: a GPT-2 decoder with past keys and values (2 layers, 4 heads, hidden 32, pre-LayerNorm,
   tanh GELU, causal mask over past + new tokens), dynamic batch, sequence and past length.
+- onnxruntime's model tools on those exports (what users run before deploying): the transformer
+  optimizer (``bert_tiny_ortopt``, ``gpt2_tiny_ortopt``: Attention, SkipLayerNormalization, FastGelu...),
+  dynamic quantization (``bert_tiny_qdynamic``: DynamicQuantizeLinear, MatMulInteger), static
+  quantization (``resnet_small_qdq``: QDQ, u8 activations, s8 per-channel weights;
+  ``resnet_small_qoperator``: QLinearConv), float16 conversion (``effnet_small_fp16``, inputs and
+  outputs kept float32).
 - skl2onnx: ``skl_logreg`` (StandardScaler + LogisticRegression: Scaler, LinearClassifier, Normalizer),
   ``skl_forest`` (RandomForestRegressor: TreeEnsembleRegressor), ``skl_mlp`` (MLPClassifier),
   ``skl_kmeans`` (KMeans: distances through Gemm, ArgMin).
@@ -279,6 +285,56 @@ def export_torch(name: str, exporter: str, workdir: Path) -> Path:
     return path
 
 
+# -- onnxruntime's model tools ------------------------------------------------------------------------
+
+ORT_TOOLS = {  # entry -> (source export, tool)
+    "bert_tiny_ortopt": ("bert_tiny_torchscript", "optimizer-bert"),
+    "gpt2_tiny_ortopt": ("gpt2_tiny_torchscript", "optimizer-gpt2"),
+    "bert_tiny_qdynamic": ("bert_tiny_torchscript", "quantize_dynamic"),
+    "resnet_small_qdq": ("resnet_small_torchscript", "quantize_static-QDQ"),
+    "resnet_small_qoperator": ("resnet_small_torchscript", "quantize_static-QOperator"),
+    "effnet_small_fp16": ("effnet_small_torchscript", "float16"),
+}
+
+
+def ort_tool(name: str, workdir: Path) -> Path:
+    """``name``'s source export (already in OUT) through its onnxruntime tool."""
+    import onnx
+    from gpuops.bench.corpus import make_feeds
+
+    source, tool = ORT_TOOLS[name]
+    src, out = OUT / f"{source}.onnx", workdir / f"{name}.onnx"
+    if tool.startswith("optimizer-"):
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        model = optimize_model(str(src), model_type=tool.split("-")[1], num_heads=4, hidden_size=32, opt_level=0)
+        model.save_model_to_file(str(out))
+    elif tool == "quantize_dynamic":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8)
+    elif tool.startswith("quantize_static"):
+        from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        pre = workdir / f"{name}_pre.onnx"
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        rng = np.random.default_rng(7)
+        batches = iter([make_feeds(TORCH_IO[source.rsplit("_", 1)[0]][3], rng) for _ in range(8)])
+
+        class Calibration:
+            def get_next(self):
+                return next(batches, None)
+
+        quantize_static(str(pre), str(out), Calibration(), quant_format=getattr(QuantFormat, tool.split("-")[1]),
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+    else:
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        onnx.save(convert_float_to_float16(onnx.load(str(src)), keep_io_types=True), str(out))
+    return out
+
+
 # -- skl2onnx ---------------------------------------------------------------------------------------
 
 
@@ -329,6 +385,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated entry names (default: all)")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    import onnxruntime
     import sklearn
     import skl2onnx
     import torch
@@ -338,13 +395,17 @@ def main(argv=None) -> int:
     entries = {e["name"]: e for e in manifest["models"]}
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = [(f"{n}_{e}", n, e) for n, e in TORCH] + [(n, n, "skl2onnx") for n in SKLEARN]
+        jobs = ([(f"{n}_{e}", n, e) for n, e in TORCH] + [(n, n, "skl2onnx") for n in SKLEARN]
+                + [(n, src, "onnxruntime") for n, (src, _) in ORT_TOOLS.items()])
         for entry_name, arch, exporter in jobs:
             if only and entry_name not in only:
                 continue
             if exporter == "skl2onnx":
                 path, feeds = export_sklearn(arch, Path(tmp))
                 tool = f"skl2onnx {skl2onnx.__version__} (scikit-learn {sklearn.__version__})"
+            elif exporter == "onnxruntime":  # arch: the source entry, whose feeds it takes
+                path, feeds = ort_tool(entry_name, Path(tmp)), entries[arch]["feeds"]
+                tool = f"onnxruntime {onnxruntime.__version__} {ORT_TOOLS[entry_name][1]} of {arch}"
             else:
                 path, feeds = export_torch(arch, exporter, Path(tmp)), TORCH_IO[arch][3]
                 tool = f"torch {torch.__version__} {'TorchScript' if exporter == 'torchscript' else 'dynamo'} exporter"

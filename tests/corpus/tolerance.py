@@ -10,7 +10,11 @@ inputs), extended to what real models hold:
   the magnitudes of squashing functions' arguments are known;
 - recurrences (``LSTM``/``GRU``/``RNN``): a step sums ``input_size + hidden_size`` products and two
   biases, and each step's error feeds the next, so a sequence of T steps counts
-  ``T (input_size + hidden_size + 2 + NODE_ROUNDINGS)`` terms.
+  ``T (input_size + hidden_size + 2 + NODE_ROUNDINGS)`` terms;
+- the contrib ops the transformer optimizer writes count their chained sums (Attention: the QKV
+  projection, a head's dot product, the softmax and the weighted sum over the keys);
+- float16 values round with float16's unit roundoff; quantized values add one rounding step
+  (:func:`error_bounds`).
 
 Two implementations then differ by at most ``2 r max |exact|`` on an output (``r`` its bound). An output
 made by a squashing function (Sigmoid, Softmax, HardSigmoid, Tanh) carries its argument's error as an
@@ -29,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gpuops.selftest import EXACT_OPS, NODE_ROUNDINGS, UNIT_ROUNDOFF, _terms, gamma
+from gpuops.selftest import EXACT_OPS, NODE_ROUNDINGS, UNIT_ROUNDOFF, _terms
 
 SQUASH_OPS = ("Sigmoid", "Softmax", "HardSigmoid", "Tanh")
 SQUASH_ABS = 4 * UNIT_ROUNDOFF  # two results each within u of a value in [0, 1] (a sigmoid computed as 1 - q)
@@ -96,19 +100,60 @@ def observe(model: onnx.ModelProto, feeds: dict) -> tuple[onnx.ModelProto, dict]
 
 
 def _node_terms(node, shapes: dict) -> int:
-    if node.op_type in RECURRENT_OPS:
-        x, w, r = (shapes.get(node.input[i]) for i in range(3))
-        if not x or not w or not r or None in x[:1] + w[2:] + r[2:]:
-            raise ValueError(f"node {node.name or node.output[0]!r} ({node.op_type}): shapes unknown")
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    """Terms summed per output element, for the ops the corpus holds beyond :func:`gpuops.selftest._terms`'s."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def shape(i):
+        s = shapes.get(node.input[i]) if len(node.input) > i and node.input[i] else None
+        if s is None:
+            raise ValueError(f"node {node.name or node.output[0]!r} ({node.op_type}): input {i} has no shape")
+        return s
+
+    op = node.op_type
+    if op in RECURRENT_OPS:
+        x, w, r = shape(0), shape(1), shape(2)
         steps = x[1] if attrs.get("layout", 0) else x[0]
         return steps * (w[2] + r[2] + 2 + NODE_ROUNDINGS)
+    if op == "Attention":  # QKV projection, Q.K over a head, softmax and weighted sum over the keys
+        total = shape(0)[1] + (shape(4)[3] if len(node.input) > 4 and node.input[4] else 0)
+        return shape(1)[0] + 1 + shape(1)[1] // 3 // attrs["num_heads"] + 2 * total
+    if op in ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization"):
+        return shape(0)[-1] if op != "EmbedLayerNormalization" else shape(2)[-1]
+    if op in ("FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "QLinearMatMul", "DynamicQuantizeMatMul"):
+        return 0 if "Integer" in op and op != "MatMulIntegerToFloat" else shape(0)[-1]
+    if op in ("TreeEnsembleRegressor", "TreeEnsembleClassifier"):  # one leaf value per tree, summed
+        return len(set(attrs.get("nodes_treeids", []))) + 1
+    if op == "TreeEnsemble":
+        return len(attrs.get("tree_roots", [])) + 1
+    if op in ("LinearClassifier", "LinearRegressor"):  # a dot product over the features, an intercept
+        return shape(0)[-1] + 1
+    if op == "Normalizer":  # the norm sums a row
+        return shape(0)[-1]
+    if op in ("QLinearConv", "ConvInteger", "QLinearGlobalAveragePool", "QLinearAdd", "QLinearMul"):
+        return 0  # integer sums are exact; the requantization's rounding is the output's step
     return _terms(node, shapes)
 
 
+def _unit_roundoff(value) -> float:
+    """The unit roundoff of the float type a value is stored in (float32's for wider and integer types)."""
+    dtype = np.asarray(value).dtype
+    return 2.0 ** -11 if dtype == np.float16 else 2.0 ** -8 if dtype.name == "bfloat16" else UNIT_ROUNDOFF
+
+
+def _step(value) -> float:
+    """A quantized (8- or 16-bit integer) value's rounding step relative to its largest magnitude: at
+    most ``2 / (max q - min q)``, as ``max |q - zero_point| >= (max q - min q) / 2`` whatever the zero
+    point."""
+    q = np.asarray(value)
+    return 2.0 / max(1, int(q.max()) - int(q.min())) if q.size else 0.0
+
+
 def error_bounds(flat: onnx.ModelProto, values: dict) -> dict[str, float]:
-    """``{value: r}``: each value a float32 implementation of ``flat`` (a graph without If:
-    :func:`observe`) computes is within ``r |exact|`` (first order; see the module doc)."""
+    """``{value: r}``: each value an implementation of ``flat`` (a graph without If: :func:`observe`)
+    computes is within ``r |exact|`` (first order; see the module doc). A node adds ``gamma_K`` in the
+    unit roundoff of its output's type (float16 ``2**-11``); a node that rounds to an 8- or 16-bit integer
+    (QuantizeLinear, DynamicQuantizeLinear, the QLinear ops) adds one rounding step of its output
+    (:func:`_step`), since two implementations may round a value near a tie apart."""
     shapes = {k: list(np.shape(v)) for k, v in values.items()}
     shapes.update({t.name: list(t.dims) for t in flat.graph.initializer})
     bound: dict[str, float] = {}
@@ -117,7 +162,12 @@ def error_bounds(flat: onnx.ModelProto, values: dict) -> dict[str, float]:
             raise ValueError(f"node {node.name or node.output[0]!r} ({node.op_type}): loop bodies are not analysed")
         before = max((bound.get(x, 0.0) for x in node.input if x), default=0.0)
         exact = node.op_type in EXACT_OPS or node.op_type in EXTRA_EXACT
-        add = 0.0 if exact else gamma(_node_terms(node, shapes) + NODE_ROUNDINGS)
+        terms = 0 if exact else _node_terms(node, shapes) + NODE_ROUNDINGS
+        y0 = values.get(node.output[0])
+        u = _unit_roundoff(y0)
+        add = 0.0 if exact else terms * u / (1 - terms * u) if terms * u < 1 else float("inf")
+        if not exact and y0 is not None and np.asarray(y0).dtype.kind in "iu" and np.asarray(y0).dtype.itemsize <= 2:
+            add += _step(y0)
         for y in node.output:
             bound[y] = before + add
     return bound
