@@ -52,8 +52,7 @@ MAX_FAILED = 256
 def _wait_for(lib, stream) -> None:
     """The host waits for the work enqueued so far on ``stream`` (the caller's: its feed uploads), which
     the graphs' stream then follows without an event wait. The caller's stream waits for the graphs'
-    with an event; waits both ways would order them as well on a GPU, but this way no two streams
-    wait on each other (the stand-in's stream model follows waits recursively)."""
+    with an event (at capture; a replay orders both ways with events)."""
     ready = lib.cuda.Event(disable_timing=True)
     ready.record(stream)
     ready.synchronize()
@@ -273,7 +272,9 @@ class CudaGraphs:
     def _replay(self, e: GraphEntry, feeds: dict, names: list[str]) -> list:
         s, lib = self.session, self.session.device.lib
         caller = lib.cuda.get_current_stream()
-        _wait_for(lib, caller)  # the feeds' uploads
+        uploaded = lib.cuda.Event(disable_timing=True)
+        uploaded.record(caller)
+        e.stream.wait_event(uploaded)  # the feeds' uploads, without a host wait
         with e.stream:  # in order on the graphs' stream: after the last replay's output copies
             for k, buf in e.inputs.items():
                 buf[...] = feeds[k]

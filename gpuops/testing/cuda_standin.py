@@ -29,7 +29,10 @@ CuPy's rules on top, and it is meant to be at least as strict as CuPy on a GPU:
   Explicit copies are also counted in ``transfers`` (``"h2d"`` / ``"d2h"``).
 * CuPy 14's API and no more (read from CuPy 14.2's source): a name CuPy lacks is an AttributeError,
   a call is checked against CuPy's signature (no ``where=``/``initial=`` on reductions; ufuncs take
-  ``out``/``dtype``/``casting``), operators and ufuncs refuse host arrays, a device array is never a
+  ``out``/``dtype``/``casting``), operators, ufuncs and the methods built on them (``clip``, ``dot``,
+  ``searchsorted``, ``copyto``/``full``) refuse host arrays as CuPy does, functions that CuPy writes as
+  their first argument's method (``cupy.sum(a)`` is ``a.sum()``) answer a NumPy array on the host,
+  a device array is never a
   Python integer (no ``__index__``: as a shape or an axis it is a TypeError), and the device holds
   CuPy's types only: NumPy's numeric types, bfloat16 and void/structured types; other ml_dtypes
   types, strings and objects are CuPy's ``ValueError``.
@@ -321,6 +324,16 @@ _KERNEL_OPERANDS = {"where": slice(0, 3), "concatenate": slice(0, 1), "concat": 
                     "stack": slice(0, 1), "hstack": slice(0, 1), "vstack": slice(0, 1), "dstack": slice(0, 1),
                     "column_stack": slice(0, 1), "matmul": slice(0, 2)}
 _NOT_AN_INTEGER = "'ndarray' object cannot be interpreted as an integer"
+# CuPy functions that only call their first argument's method (``cupy.sum(a, ...)`` is
+# ``a.sum(...)``, cupy/_math/sumprod.py...): given a NumPy array, CuPy runs NumPy's method and
+# returns its host result; given a list or a Python scalar, it raises AttributeError
+_METHOD_OF_FIRST = {"take": "take", "choose": "choose", "compress": "compress", "diagonal": "diagonal",
+                    "all": "all", "any": "any", "squeeze": "squeeze", "ravel": "ravel", "repeat": "repeat",
+                    "swapaxes": "swapaxes", "transpose": "transpose", "clip": "clip", "around": "round",
+                    "round": "round", "round_": "round", "sum": "sum", "prod": "prod", "argmax": "argmax",
+                    "argmin": "argmin", "nonzero": "nonzero", "argsort": "argsort", "argpartition": "argpartition",
+                    "mean": "mean", "var": "var", "std": "std", "amin": "min", "min": "min", "amax": "max",
+                    "max": "max", "ptp": "ptp", "trace": "trace", "dot": "dot"}
 
 
 def _cupy_api(qualified: str):
@@ -417,6 +430,24 @@ def _check_call(api, f, args, kwargs) -> None:
             if named.get("dtype") is None:  # cupy/_creation/ranges.py: numpy.dtype(type(val))
                 raise TypeError("Cannot interpret '<class 'cupy.ndarray'>' as a data type")
             _sync("arange() with device bounds")  # int(numpy.ceil((stop - start) / step)) reads it back
+    elif short == "clip":  # ndarray.clip -> the _clip ufunc (cupy/_core/_routines_math.pyx)
+        bounds = [named.get(k) for k in (("a_min", "a_max") if kind == "func" else ("min", "max"))]
+        _kernel_operands([b for b in bounds if b is not None], short)
+    elif short == "dot":  # cupy/_core/_routines_linalg.pyx dot(_ndarray_base a, _ndarray_base b)
+        b = named.get("b")
+        if not isinstance(b, ndarray):
+            raise TypeError(f"Argument 'b' has incorrect type (expected cupy._core.core._ndarray_base, "
+                            f"got {type(b).__module__}.{type(b).__name__})")
+    elif short == "searchsorted":  # cupy/_sorting/search.py _searchsorted
+        a, v = (named.get("a"), named.get("v")) if kind == "func" else (ndarray, named.get("v"))
+        if kind == "func" and not isinstance(a, ndarray):
+            raise NotImplementedError("Only int or ndarray are supported for a")
+        if not isinstance(v, (ndarray, int, float, complex)):
+            raise NotImplementedError("Only python scalars or ndarrays are supported for v")
+    elif short in ("copyto", "full") and kind == "func":  # cupy/_manipulation/basic.py copyto
+        src = named.get("src" if short == "copyto" else "fill_value")
+        if isinstance(src, np.ndarray) and src.size != 1:
+            raise ValueError("non-scalar numpy.ndarray cannot be used for copyto")
     elif short == "piecewise" and kind == "func":
         funcs = named.get("funclist", ())
         if any(callable(fn) for fn in (funcs if isinstance(funcs, (list, tuple)) else [funcs])):
@@ -828,6 +859,11 @@ class _Wrapped:
         self._api = api
 
     def __call__(self, *args, **kwargs):
+        if self._api is not None and self._api[0] == "func" and self._api[1] in _METHOD_OF_FIRST:
+            first = args[0] if args else kwargs.get("a")
+            if not isinstance(first, ndarray):
+                return _method_of_host_value(first, _METHOD_OF_FIRST[self._api[1]], args[1:],
+                                             {k: v for k, v in kwargs.items() if k != "a"})
         if self._api is not None:
             _check_call(self._api, self._f, args, kwargs)
         _no_cublas_in_capture(self._name, args)
@@ -852,6 +888,15 @@ class _Wrapped:
                 return unsupported
             return _Wrapped(obj, ("method", f"{ufunc}.{name}", spec))
         return _wrap(obj)
+
+
+def _method_of_host_value(value, method: str, args, kwargs):
+    """``cupy.<f>(value, ...)`` for a ``value`` that is no device array: ``value.<method>(...)``, as
+    CuPy calls it (a NumPy array answers on the host; a list or a Python number has no such method)."""
+    if method == "clip":  # cupy.clip(a, a_min, a_max, out) calls a.clip(a_min, a_max, out=out)
+        kwargs = dict(kwargs)
+        args = (*args, *(kwargs.pop(k) for k in ("a_min", "a_max") if k in kwargs))
+    return getattr(value, method)(*args, **kwargs)
 
 
 def _leaves(x):
@@ -1340,7 +1385,8 @@ class _Stream:
         self.device_id = _current_device() if device_id is None else device_id
         self.null, self.non_blocking = null, non_blocking and not null
         self.seq = 0  # how many operations were enqueued
-        self.after: dict = {}  # stream -> the position in it that this stream waits for
+        self.after: dict = {}  # stream -> the position in it that work enqueued now waits for
+        self.waits: list = []  # (own position, stream, its position): each event wait, where it was enqueued
         self.done = 0  # the position the host has waited for
         self.ptr = 0 if null else id(self)
         _Stream._all.add(self)
@@ -1367,16 +1413,27 @@ class _Stream:
         return self.seq
 
     def _host_wait(self, seq: int) -> None:
-        self.done = max(self.done, seq)
-        for st, pos in list(self.after.items()):  # what it waited for has finished too
-            st._host_wait(pos)
+        """The host waits until this stream's operation ``seq`` has run: so has what the stream had
+        waited for (event waits enqueued at or before ``seq``), and what those streams had waited for
+        in turn. Streams may wait on each other both ways; each step moves a stream's ``done`` forward,
+        so the walk ends."""
+        todo = [(self, seq)]
+        while todo:
+            st, pos = todo.pop()
+            if st.done >= pos:
+                continue
+            st.done = pos
+            todo.extend((other, at) for own, other, at in st.waits if own <= pos)
 
     def synchronize(self):
         _no_capture("Stream.synchronize()")
         self._host_wait(self.seq)
 
     def wait_event(self, event: "_Event") -> None:
+        """Work enqueued from now on runs after the event's point in its stream (and after what that
+        stream had waited for when the event was recorded), as ``cudaStreamWaitEvent``."""
         if event.stream is not None:
+            self.waits.append((self.seq, event.stream, event.seq))
             self.after[event.stream] = max(self.after.get(event.stream, 0), event.seq)
             for st, pos in event.after.items():
                 self.after[st] = max(self.after.get(st, 0), pos)

@@ -253,3 +253,29 @@ def test_what_cupy_has_of_them_still_works(sd, a):
     b = sd.xp.zeros((6,), dtype=sd.xp.float32)
     sd.cp.add.at(b, sd.xp.asarray([0, 0]), 1.0)
     np.testing.assert_array_equal(b.get()[:2], [2, 0])
+
+
+@pytest.mark.parametrize("call,err", [
+    ("sd.cp.clip(a, np.zeros(6), 1.0)", TypeError),  # ndarray.clip -> the _clip ufunc: "Unsupported type"
+    ("a.clip(0.0, np.ones(6))", TypeError),
+    ("sd.cp.dot(a, np.ones(6, np.float32))", TypeError),  # _routines_linalg.pyx dot(_ndarray_base a, b)
+    ("a.dot(np.ones(6, np.float32))", TypeError),
+    ("sd.cp.searchsorted(a, np.ones(2))", NotImplementedError),  # _sorting/search.py _searchsorted
+    ("sd.cp.searchsorted(np.ones(2), a)", NotImplementedError),
+    ("sd.cp.full((6,), np.ones(6))", ValueError),  # _manipulation/basic.py copyto: non-scalar numpy.ndarray
+    ("sd.cp.copyto(a, np.ones(6, np.float32))", ValueError),
+    ("sd.cp.sum([1.0, 2.0])", AttributeError),  # sumprod.py sum(a) is a.sum(): a list has none
+])
+def test_host_operands_of_methods_and_copies_are_refused(sd, a, call, err):
+    with pytest.raises(err):
+        eval(call, {"a": a, "sd": sd, "np": np})
+
+
+def test_functions_that_call_a_host_arrays_method_answer_on_the_host(sd, a):
+    # cupy.sum(a) is a.sum() (sumprod.py, order.py, meanvar.py...): on a NumPy array, NumPy's result
+    host = np.arange(4, dtype=np.float32)
+    for got in (sd.cp.sum(host), sd.cp.max(host, axis=0), sd.cp.mean(host), sd.cp.clip(host, 1, 2)):
+        assert isinstance(got, (np.ndarray, np.generic)) and not isinstance(got, sd.ndarray)
+    np.testing.assert_array_equal(sd.cp.clip(host, 1, 2), [1, 1, 2, 2])
+    assert isinstance(sd.cp.sum(a), sd.ndarray)
+    np.testing.assert_array_equal(sd.cp.full((2,), np.asarray(3.0)).get(), [3, 3])  # a size-1 host array

@@ -82,3 +82,31 @@ def test_cuda_graph_replays_see_each_new_feed():
         (y,) = sess.run(None, {"x": x})
         np.testing.assert_allclose(y, expected_chain(x, 4), rtol=1e-6)
     assert sess.cuda_graph_status()["captured"]
+
+
+@pytest.mark.skipif(not STANDIN, reason="stream ordering checks are a stand-in feature")
+def test_streams_waiting_on_each_other_and_host_waits(sd):
+    """Two streams may wait on each other (each replay's inputs wait for the caller's stream, which
+    waits for the replay's outputs); a host wait on one reaches what it waited for, at the points
+    where it waited, and no further."""
+    xp = sd.xp
+    a, b = sd.cuda.Stream(non_blocking=True), sd.cuda.Stream(non_blocking=True)
+    for _ in range(3):  # mutual waits, as many times as a session replays
+        with a:
+            x = xp.ones((4,), dtype=xp.float32)
+        ea = a.record()
+        b.wait_event(ea)
+        with b:
+            y = x * 2
+        eb = b.record()
+        a.wait_event(eb)
+    with b:
+        z = xp.zeros((4,), dtype=xp.float32)  # after b's last wait: a host wait on a does not cover it
+    a.synchronize()
+    with sd.cuda.Stream(non_blocking=True):
+        np.testing.assert_array_equal(y.get(), np.full(4, 2.0))  # b's work up to the event a waited for
+        with pytest.raises(sd.StreamRaceError):
+            z.get()
+    b.synchronize()
+    with sd.cuda.Stream(non_blocking=True):
+        np.testing.assert_array_equal(z.get(), np.zeros(4))
