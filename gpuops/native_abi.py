@@ -85,6 +85,26 @@ DECLARATIONS: dict[str, str] = {
         int erf_f64(const double* x, double* y, int64_t n);
         int special_set_threads(int64_t n);
     """,
+    "tree_ensemble.c": """
+        int tree_leaves_f32(const float* x, const int32_t* feature, const float* threshold, const int8_t* mode,
+                            const int32_t* children, const uint8_t* missing, const int32_t* roots,
+                            const int32_t* tree_depth, const int32_t* leaf_slot, int64_t rows, int64_t n_features,
+                            int64_t n_trees, int64_t same_mode, int64_t tracks_missing, int32_t* out);
+        int tree_sum_f32(const float* x, const int32_t* feature, const float* threshold, const int8_t* mode,
+                         const int32_t* children, const uint8_t* missing, const int32_t* roots,
+                         const int32_t* tree_depth, const int32_t* leaf_slot, int64_t rows, int64_t n_features,
+                         int64_t n_trees, int64_t same_mode, int64_t tracks_missing, const double* weights,
+                         int64_t n_targets, double* y);
+        int tree_leaves_f64(const double* x, const int32_t* feature, const double* threshold, const int8_t* mode,
+                            const int32_t* children, const uint8_t* missing, const int32_t* roots,
+                            const int32_t* tree_depth, const int32_t* leaf_slot, int64_t rows, int64_t n_features,
+                            int64_t n_trees, int64_t same_mode, int64_t tracks_missing, int32_t* out);
+        int tree_sum_f64(const double* x, const int32_t* feature, const double* threshold, const int8_t* mode,
+                         const int32_t* children, const uint8_t* missing, const int32_t* roots,
+                         const int32_t* tree_depth, const int32_t* leaf_slot, int64_t rows, int64_t n_features,
+                         int64_t n_trees, int64_t same_mode, int64_t tracks_missing, const double* weights,
+                         int64_t n_targets, double* y);
+    """,
     "winograd.c": """
         int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph,
                                     int64_t pw, int64_t th, int64_t tw, int64_t i0, int64_t i1, int64_t ld,

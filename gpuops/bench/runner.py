@@ -147,6 +147,8 @@ def requirements(a) -> tuple[list[str], list[str]]:
         note("matplotlib", "the scenario plots are not drawn")
     elif a.corpus:
         need("onnxruntime", "--corpus")
+    elif a.forest:
+        need("onnxruntime", "--forest")
     elif a.peers:
         need("onnxruntime", "--peers")
         if a.conv_shapes:
@@ -231,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", action="store_true",
                     help="CPU: the corpus of real models (benchmarks/corpus/manifest.json) against onnxruntime, runs "
                          "alternating, at 1 and 2 threads (or --threads); needs onnxruntime")
+    ap.add_argument("--forest", action="store_true",
+                    help="a 500-tree, depth-8 tree ensemble on 100k rows against onnxruntime at equal threads "
+                         "(--threads, default 1; goal: <= 1x); needs onnxruntime")
     ap.add_argument("--conv-shapes", action="store_true",
                     help="--peers: GFLOP/s of every light-model Conv shape against np.matmul of the same GEMM")
     ap.add_argument("--cuda-graph", action="store_true",
@@ -259,6 +264,10 @@ def main(argv=None) -> int:
         from .scenarios import run as run_scenarios
 
         return run_scenarios(a, environment)
+    if a.forest:
+        from .ml import run as run_forest
+
+        return run_forest(a, environment)
     if a.corpus:
         from .corpus import run as run_corpus
 

@@ -42,6 +42,7 @@ class Forest:
     missing: np.ndarray  # bool [nodes]: NaN goes the true way
     roots: np.ndarray  # int32 [trees]
     depth: int  # steps from a root to the deepest leaf
+    tree_depth: np.ndarray  # int32 [trees]: the same per tree
     leaf_slot: np.ndarray  # int32 [nodes]: the row of ``weights`` of a leaf
     weights: np.ndarray  # float64 [leaves, targets]
     has: np.ndarray  # bool [leaves, targets]: the leaf carries a weight for the target
@@ -70,16 +71,24 @@ class Forest:
         return dev
 
 
-def _depth(children: np.ndarray, is_leaf: np.ndarray, roots: np.ndarray) -> int:
-    """Branch nodes on the longest root-to-leaf path, found level by level over every tree at once;
-    a cycle in the links is a NodeError."""
-    depth, frontier = 0, roots[~is_leaf[roots]]
-    while frontier.size:
-        depth += 1
-        if depth > is_leaf.size:
+def _depths(children: np.ndarray, is_leaf: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """Per tree, the branch nodes on its longest root-to-leaf path, found level by level over every
+    tree at once; a cycle in the links is a NodeError."""
+    T = roots.size
+    depth = np.zeros(T, dtype=np.int32)
+    keep = ~is_leaf[roots]
+    nodes, tree = roots[keep], np.arange(T, dtype=np.int64)[keep]
+    level = 0
+    while nodes.size:
+        level += 1
+        if level > is_leaf.size:
             raise NodeError("tree ensemble: the node links form a cycle")
-        nxt = np.concatenate([children[2 * frontier], children[2 * frontier + 1]])
-        frontier = np.unique(nxt[~is_leaf[nxt]])
+        depth[tree] = level
+        nxt = np.concatenate([children[2 * nodes], children[2 * nodes + 1]]).astype(np.int64)
+        tr = np.concatenate([tree, tree])
+        keep = ~is_leaf[nxt]
+        both = np.unique(nxt[keep] * T + tr[keep])  # a node reached twice is walked once
+        nodes, tree = both // T, both % T
     return depth
 
 
@@ -114,12 +123,13 @@ def _finish(feature, threshold, modes, true_ids, false_ids, missing, roots, leaf
             (np.minimum if combine == "min" else np.maximum).at(weights, (slots, tgt), w)
             weights[~np.isfinite(weights) & (weights == first)] = 0.0
         has[slots, tgt] = True
-    depth = _depth(children, is_leaf, np.asarray(roots, dtype=np.int64)) if n else 0
+    tree_depth = _depths(children, is_leaf, np.asarray(roots, dtype=np.int64)) if n else np.zeros(0, np.int32)
     present = tuple(sorted({int(m) for m in np.unique(modes[~is_leaf])}))
     walk_modes = np.where(is_leaf, present[0] if present else LEQ, modes).astype(np.int8)
     return Forest(feature=np.where(is_leaf, 0, feature).astype(np.int32), threshold=threshold,
                   mode=walk_modes, modes_present=present, children=children, missing=np.asarray(missing, bool),
-                  roots=np.asarray(roots, dtype=np.int32), depth=depth,
+                  roots=np.asarray(roots, dtype=np.int32), depth=int(tree_depth.max(initial=0)),
+                  tree_depth=tree_depth,
                   leaf_slot=np.where(is_leaf, leaf_slot, 0).astype(np.int32), weights=weights, has=has,
                   members=members)
 
@@ -194,6 +204,18 @@ def aggregate(xp, forest: Forest, slots, how: str):
         row = forest.has[0] if forest.has.shape[0] and T else np.zeros(C, dtype=bool)
         hit = xp.broadcast_to(xp.asarray(row), (N, C))
     return y, hit
+
+
+def scores(xp, forest: Forest, X, how: str, walk=leaves):
+    """:func:`aggregate` of ``walk``'s leaves; a sum is taken from ``walk.fused_sum`` (a traversal that
+    adds the weights as it goes) where it has one and every leaf has weights for the same targets."""
+    fused = getattr(walk, "fused_sum", None) if how == "sum" and forest.uniform else None
+    y = None if fused is None else fused(xp, forest, X)
+    if y is None:
+        return aggregate(xp, forest, walk(xp, forest, X), how)
+    N, C = int(X.shape[0]), forest.n_targets
+    row = forest.has[0] if forest.has.shape[0] and forest.roots.size else np.zeros(C, dtype=bool)
+    return y, xp.broadcast_to(xp.asarray(row), (N, C))
 
 
 # -- TreeEnsemble (5) ----------------------------------------------------------------------------
@@ -285,8 +307,8 @@ def _tree_ensemble_v5(walk=leaves):
             nodes_falseleafs=nodes_falseleafs, leaf_targetids=leaf_targetids, leaf_weights=leaf_weights,
             tree_roots=tree_roots, n_targets=n_targets, nodes_hitrates=nodes_hitrates,
             nodes_missing_value_tracks_true=nodes_missing_value_tracks_true, membership_values=membership_values))
-        slots = walk(xp, forest, rows_2d(xp, X, "TreeEnsemble"))
-        y, hit = aggregate(xp, forest, slots, {2: "min", 3: "max"}.get(aggregate_function, "sum"))
+        y, hit = scores(xp, forest, rows_2d(xp, X, "TreeEnsemble"), {2: "min", 3: "max"}.get(aggregate_function, "sum"),
+                        walk)
         if aggregate_function == 0:
             y = y / max(int(forest.roots.size), 1)
         ct = np.float64 if X.dtype == np.float64 else np.float32
@@ -382,8 +404,7 @@ def _prepare_classifier(constants, attrs):
 def _classify(xp, forest, X, base_values, post_transform, walk):
     """onnxruntime's TreeAggregatorClassifier over all rows: (label indices, scores [N, C], whether
     the labels are the literal values 0 / 1 rather than indices)."""
-    slots = walk(xp, forest, rows_2d(xp, X, "TreeEnsembleClassifier"))
-    s, hit = aggregate(xp, forest, slots, "sum")
+    s, hit = scores(xp, forest, rows_2d(xp, X, "TreeEnsembleClassifier"), "sum", walk)
     s = s.astype(np.float32)
     C = forest.n_targets
     base = np.asarray([] if base_values is None else base_values, np.float32).reshape(-1)
@@ -454,9 +475,8 @@ def _prepare_regressor(constants, attrs):
 
 def _regress(xp, forest, X, base_values, aggregate_function, post_transform, walk):
     """onnxruntime's TreeAggregator{Sum,Average,Min,Max} over all rows -> [N, targets] float32."""
-    slots = walk(xp, forest, rows_2d(xp, X, "TreeEnsembleRegressor"))
     how = {"MIN": "min", "MAX": "max"}.get(aggregate_function, "sum")
-    y, hit = aggregate(xp, forest, slots, how)
+    y, hit = scores(xp, forest, rows_2d(xp, X, "TreeEnsembleRegressor"), how, walk)
     y = y.astype(np.float32)
     C = forest.n_targets
     if aggregate_function == "AVERAGE":
