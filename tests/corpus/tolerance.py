@@ -33,7 +33,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gpuops.selftest import EXACT_OPS, NODE_ROUNDINGS, UNIT_ROUNDOFF, _terms
+from gpuops.selftest import EXACT_OPS, NODE_ROUNDINGS, UNIT_ROUNDOFF
+from gpuops.selftest import terms as selftest_terms
 
 SQUASH_OPS = ("Sigmoid", "Softmax", "HardSigmoid", "Tanh")
 SQUASH_ABS = 4 * UNIT_ROUNDOFF  # two results each within u of a value in [0, 1] (a sigmoid computed as 1 - q)
@@ -100,7 +101,7 @@ def observe(model: onnx.ModelProto, feeds: dict) -> tuple[onnx.ModelProto, dict]
 
 
 def _node_terms(node, shapes: dict) -> int:
-    """Terms summed per output element, for the ops the corpus holds beyond :func:`gpuops.selftest._terms`'s."""
+    """Terms summed per output element, for the ops the corpus holds beyond :func:`gpuops.selftest.terms`'s."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
     def shape(i):
@@ -131,7 +132,7 @@ def _node_terms(node, shapes: dict) -> int:
         return shape(0)[-1]
     if op in ("QLinearConv", "ConvInteger", "QLinearGlobalAveragePool", "QLinearAdd", "QLinearMul"):
         return 0  # integer sums are exact; the requantization's rounding is the output's step
-    return _terms(node, shapes)
+    return selftest_terms(node, shapes)
 
 
 def _unit_roundoff(value) -> float:
