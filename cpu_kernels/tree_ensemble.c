@@ -10,8 +10,10 @@
  *
  * tree_leaves_*: the leaf slot of every (row, tree) into out [rows, n_trees].
  * tree_sum_*: y[row, c] = the sum over the trees of weights[slot, c] (y [rows, n_targets], float64,
- * trees added in order). Both return 0. */
+ * trees added in order). Both return 0. The rows are split across the pool's threads
+ * (pool_threads.h) in blocks of TREE_ROWS; each row's result is the same for any split. */
 #include "common.h"
+#include "pool_threads.h"
 
 #define TREE_ROWS 256 /* rows walked per tree before the next tree */
 #define GROUP 8       /* rows walked in lockstep */
@@ -49,34 +51,94 @@ enum { LEQ = 0, LT = 1, GTE = 2, GT = 3, EQ = 4, NEQ = 5 };
         else WALK(T, -1, 0);                                                             \
     } while (0)
 
-/* for each block of rows, each tree, each group of rows: its walks, then EMIT(j) per row r + j */
-#define EACH_WALK(T, EMIT)                                                                \
-    for (int64_t r0 = 0; r0 < rows; r0 += TREE_ROWS) {                                   \
-        const int64_t r1 = r0 + TREE_ROWS < rows ? r0 + TREE_ROWS : rows;                 \
-        for (int64_t t = 0; t < n_trees; ++t) {                                           \
-            const int32_t root = roots[t], steps = tree_depth[t];                         \
-            for (int64_t r = r0; r < r1; r += GROUP) {                                    \
-                const int g = r1 - r < GROUP ? (int)(r1 - r) : GROUP;                     \
-                int32_t node[GROUP];                                                      \
-                WALK_ANY(T);                                                              \
-                for (int j = 0; j < g; ++j) EMIT(j);                                      \
-            }                                                                             \
-        }                                                                                 \
+/* What every part of a run needs: the forest, the rows, and where the results go. */
+typedef struct {
+    const void* x;
+    const int32_t *feature, *roots, *tree_depth, *leaf_slot, *children;
+    const void* threshold;
+    const int8_t* mode;
+    const uint8_t* missing;
+    int64_t rows, n_features, n_trees, same_mode, tracks_missing, n_targets;
+    int32_t* out;
+    const double* weights;
+    double* y;
+} Run;
+
+/* for each block of rows in [lo, hi), each tree, each group of rows: its walks, then EMIT(j) per row */
+#define EACH_WALK(T, EMIT)                                                                         \
+    const T* x = (const T*)a->x;                                                                   \
+    const T* threshold = (const T*)a->threshold;                                                   \
+    const int32_t *feature = a->feature, *children = a->children, *leaf_slot = a->leaf_slot;       \
+    const int8_t* mode = a->mode;                                                                  \
+    const uint8_t* missing = a->missing;                                                           \
+    const int64_t n_features = a->n_features, n_trees = a->n_trees, same_mode = a->same_mode;      \
+    const int64_t tracks_missing = a->tracks_missing, n_targets = a->n_targets;                    \
+    int32_t* out = a->out;                                                                         \
+    const double* weights = a->weights;                                                            \
+    double* y = a->y;                                                                              \
+    (void)out, (void)weights, (void)y, (void)n_targets;                                            \
+    int64_t lo, hi;                                                                                \
+    pool_range(a->rows, TREE_ROWS, part, parts, &lo, &hi);                                         \
+    for (int64_t r0 = lo; r0 < hi; r0 += TREE_ROWS) {                                              \
+        const int64_t r1 = r0 + TREE_ROWS < hi ? r0 + TREE_ROWS : hi;                              \
+        for (int64_t t = 0; t < n_trees; ++t) {                                                    \
+            const int32_t root = a->roots[t], steps = a->tree_depth[t];                            \
+            for (int64_t r = r0; r < r1; r += GROUP) {                                             \
+                const int g = r1 - r < GROUP ? (int)(r1 - r) : GROUP;                              \
+                int32_t node[GROUP];                                                               \
+                WALK_ANY(T);                                                                       \
+                for (int j = 0; j < g; ++j) EMIT(j);                                               \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 #define LEAF_OUT(j) (out[(r + (j)) * n_trees + t] = leaf_slot[node[j]])
 #define LEAF_ADD(j)                                                                                   \
     do {                                                                                              \
-        const double *w = weights + (int64_t)leaf_slot[node[j]] * n_targets;                          \
-        double *yr = y + (r + (j)) * n_targets;                                                       \
+        const double* w = weights + (int64_t)leaf_slot[node[j]] * n_targets;                          \
+        double* yr = y + (r + (j)) * n_targets;                                                       \
         for (int64_t c = 0; c < n_targets; ++c) yr[c] += w[c];                                        \
     } while (0)
+
+static void leaves_f32_part(void* ctx, int64_t part, int64_t parts) {
+    const Run* a = ctx;
+    EACH_WALK(float, LEAF_OUT)
+}
+
+static void leaves_f64_part(void* ctx, int64_t part, int64_t parts) {
+    const Run* a = ctx;
+    EACH_WALK(double, LEAF_OUT)
+}
+
+static void sum_f32_part(void* ctx, int64_t part, int64_t parts) {
+    const Run* a = ctx;
+    EACH_WALK(float, LEAF_ADD)
+}
+
+static void sum_f64_part(void* ctx, int64_t part, int64_t parts) {
+    const Run* a = ctx;
+    EACH_WALK(double, LEAF_ADD)
+}
+
+/* Parts of at least POOL_MIN_WORK node tests each. */
+static void run_parts(pool_fn fn, Run* a) {
+    int64_t steps = 0;
+    for (int64_t t = 0; t < a->n_trees; ++t) steps += a->tree_depth[t];
+    const int64_t per_block = (steps + 1) * TREE_ROWS, blocks = (a->rows + TREE_ROWS - 1) / TREE_ROWS;
+    pool_run(fn, a, pool_parts(blocks, (POOL_MIN_WORK + per_block - 1) / per_block));
+}
+
+#define RUN(T)                                                                                            \
+    Run a = {x, feature, roots, tree_depth, leaf_slot, children, threshold, mode, missing, rows, n_features, \
+             n_trees, same_mode, tracks_missing, 0, 0, 0, 0}
 
 int tree_leaves_f32(const float* x, const int32_t* feature, const float* threshold, const int8_t* mode,
                     const int32_t* children, const uint8_t* missing, const int32_t* roots, const int32_t* tree_depth,
                     const int32_t* leaf_slot, int64_t rows, int64_t n_features, int64_t n_trees, int64_t same_mode,
                     int64_t tracks_missing, int32_t* out) {
-    EACH_WALK(float, LEAF_OUT)
+    RUN(float);
+    a.out = out;
+    run_parts(leaves_f32_part, &a);
     return 0;
 }
 
@@ -84,8 +146,12 @@ int tree_sum_f32(const float* x, const int32_t* feature, const float* threshold,
                  const int32_t* children, const uint8_t* missing, const int32_t* roots, const int32_t* tree_depth,
                  const int32_t* leaf_slot, int64_t rows, int64_t n_features, int64_t n_trees, int64_t same_mode,
                  int64_t tracks_missing, const double* weights, int64_t n_targets, double* y) {
+    RUN(float);
+    a.weights = weights;
+    a.n_targets = n_targets;
+    a.y = y;
     memset(y, 0, (size_t)(rows * n_targets) * sizeof(double));
-    EACH_WALK(float, LEAF_ADD)
+    run_parts(sum_f32_part, &a);
     return 0;
 }
 
@@ -93,7 +159,9 @@ int tree_leaves_f64(const double* x, const int32_t* feature, const double* thres
                     const int32_t* children, const uint8_t* missing, const int32_t* roots, const int32_t* tree_depth,
                     const int32_t* leaf_slot, int64_t rows, int64_t n_features, int64_t n_trees, int64_t same_mode,
                     int64_t tracks_missing, int32_t* out) {
-    EACH_WALK(double, LEAF_OUT)
+    RUN(double);
+    a.out = out;
+    run_parts(leaves_f64_part, &a);
     return 0;
 }
 
@@ -101,7 +169,13 @@ int tree_sum_f64(const double* x, const int32_t* feature, const double* threshol
                  const int32_t* children, const uint8_t* missing, const int32_t* roots, const int32_t* tree_depth,
                  const int32_t* leaf_slot, int64_t rows, int64_t n_features, int64_t n_trees, int64_t same_mode,
                  int64_t tracks_missing, const double* weights, int64_t n_targets, double* y) {
+    RUN(double);
+    a.weights = weights;
+    a.n_targets = n_targets;
+    a.y = y;
     memset(y, 0, (size_t)(rows * n_targets) * sizeof(double));
-    EACH_WALK(double, LEAF_ADD)
+    run_parts(sum_f64_part, &a);
     return 0;
 }
+
+int tree_ensemble_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -104,6 +104,7 @@ DECLARATIONS: dict[str, str] = {
                          const int32_t* tree_depth, const int32_t* leaf_slot, int64_t rows, int64_t n_features,
                          int64_t n_trees, int64_t same_mode, int64_t tracks_missing, const double* weights,
                          int64_t n_targets, double* y);
+        int tree_ensemble_set_threads(int64_t n);
     """,
     "winograd.c": """
         int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph,

@@ -85,3 +85,20 @@ def test_without_native_kernels_the_numpy_traversal_runs():
     with native.disabled():
         assert cpu_ml.fused_sum(np, forest, x) is None
         np.testing.assert_array_equal(cpu_ml.leaves(np, forest, x), trees.leaves(np, forest, x))
+
+
+@needs_cc
+def test_same_bits_from_any_thread_count():
+    """Rows are split across threads in blocks; each row's leaves and sum do not depend on the split."""
+    forest = _forest(40, 6, 2, MODES[:2])
+    x = _rows(30_000)  # enough blocks of rows for three parts of the kernels' least work each
+    before = native._threads
+    try:
+        results = []
+        for n in (1, 3):
+            native.set_threads(n)
+            results.append((cpu_ml.leaves(np, forest, x), cpu_ml.fused_sum(np, forest, x)))
+    finally:
+        native.set_threads(before)
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])

@@ -307,3 +307,17 @@ def test_bad_trees_fail_at_session_creation(attrs, match):
     with pytest.raises(gpuops.GpuopsError, match=match):
         gpuops.InferenceSession(model, device="cpu")
 
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tree_input_with_too_few_features_is_a_node_error(device):
+    attrs = legacy_trees(2, 2, 3, 1, "target")
+    attrs["nodes_featureids"] = [2 if f else 0 for f in attrs["nodes_featureids"]]
+    model = make_model(ml("TreeEnsembleRegressor", ["x"], ["y"], n_targets=1, **attrs),
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])], opset=17,
+                       opsets={"ai.onnx.ml": 1})
+    sess = gpuops.InferenceSession(model, device=device)
+    with pytest.raises(gpuops.NodeError, match="feature 2, the input has 2 features"):
+        sess.run(None, {"x": np.zeros((4, 2), np.float32)})
+    (y,) = sess.run(None, {"x": np.zeros((0, 3), np.float32)})  # no rows: no scores
+    assert y.shape == (0, 1)

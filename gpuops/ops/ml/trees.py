@@ -209,6 +209,9 @@ def aggregate(xp, forest: Forest, slots, how: str):
 def scores(xp, forest: Forest, X, how: str, walk=leaves):
     """:func:`aggregate` of ``walk``'s leaves; a sum is taken from ``walk.fused_sum`` (a traversal that
     adds the weights as it goes) where it has one and every leaf has weights for the same targets."""
+    need = int(forest.feature.max(initial=-1)) + 1
+    if int(X.shape[1]) < need:  # the walks would read past a row
+        raise NodeError(f"tree ensemble: the trees test feature {need - 1}, the input has {int(X.shape[1])} features")
     fused = getattr(walk, "fused_sum", None) if how == "sum" and forest.uniform else None
     y = None if fused is None else fused(xp, forest, X)
     if y is None:
