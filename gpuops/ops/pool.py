@@ -17,8 +17,9 @@ import numpy as np
 
 from ..errors import NodeError
 from ..registry import op
-from .windows import pad_for_windows, pool_geometry, spatial_attrs, window_counts, window_taps
+from .checks import require
 from .elementwise import clamp
+from .windows import pad_for_windows, pool_geometry, spatial_attrs, window_counts, window_taps
 
 
 def lowest(dtype):
@@ -184,6 +185,18 @@ def MaxUnpool(xp, X, I, output_shape=None, *, kernel_shape=None, pads=None, stri
                                           for n, s, b, e, k in zip(X.shape[2:], strides, pb, pe, kernel))
     size = math.prod(inferred)
     flat_i = xp.reshape(I, (-1,)).astype(xp.int64)
+    if flat_i.size and size == 0:
+        raise NodeError(f"the unpooled tensor {list(inferred)} is empty but {flat_i.size} values are scattered into it")
+    if flat_i.size:  # an index outside the unpooled tensor is refused, as onnxruntime does
+
+        def check(lohi):
+            for v in lohi.tolist():
+                if not 0 <= v < size:
+                    raise NodeError(f"index {v} is out of range [0, {size - 1}] (the unpooled tensor "
+                                    f"{list(inferred)} has {size} elements)")
+
+        require(xp.stack([xp.min(flat_i), xp.max(flat_i)]), check)
+        flat_i = clamp(xp, flat_i, 0, max(size - 1, 0))  # a deferred check's run writes in range
     Y = xp.zeros((size,), dtype=X.dtype)
     Y[flat_i] = xp.reshape(X, (-1,))
     Y = xp.reshape(Y, inferred)

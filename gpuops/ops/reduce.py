@@ -82,7 +82,7 @@ def reduce_axes(xp, kind: str, data, axes, keepdims: int, noop_with_empty_axes: 
     else:
         cdt = _compute_dtype(dtype, float_only)
         out = fn(xp, data if cdt == dtype else data.astype(cdt), axes).astype(dtype)
-    if not keepdims:
+    if keepdims != 1:  # only 1 keeps the axes: 2 or 2**63-1 drop them, as in onnxruntime
         out = xp.reshape(out, tuple(d for i, d in enumerate(data.shape) if i not in axes))
     return out
 

@@ -18,6 +18,7 @@ from ..device import to_host
 from ..dtypes import np_dtype
 from ..errors import NodeError
 from ..registry import op
+from .checks import require
 from .elementwise import clamp
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -560,13 +561,24 @@ def ReverseSequence(xp, input, sequence_lens, *, batch_axis=1, time_axis=0):
         raise NodeError(f"batch_axis={batch_axis} and time_axis={time_axis} must be 0 and 1 "
                         f"(input rank {input.ndim} >= 2)")
     T, B = input.shape[time_axis], input.shape[batch_axis]
+    if tuple(sequence_lens.shape) != (B,):
+        raise NodeError(f"sequence_lens has shape {tuple(sequence_lens.shape)}, the batch axis has {B} entries")
+    lens = sequence_lens.astype(np.int64)
+    if B:  # a length outside [0, T] is refused, as onnxruntime does (the check may be deferred on a device)
+        require(xp.stack([xp.min(lens), xp.max(lens)]), lambda lohi: _check_lengths(lohi, T))
     t = xp.reshape(xp.arange(T, dtype=np.int64), (T, 1))
-    lens = xp.reshape(clamp(xp, sequence_lens.astype(np.int64), 0, T), (1, B))  # lengths past T mean T
+    lens = xp.reshape(clamp(xp, lens, 0, T), (1, B))  # clamped: a deferred check's run stays in range
     src = xp.where(t < lens, lens - 1 - t, t)  # (T, B): the time step each output step reads
     if time_axis == 1:
         src = src.T
     src = xp.reshape(src, tuple(src.shape) + (1,) * (input.ndim - 2))
     return xp.take_along_axis(input, xp.broadcast_to(src, tuple(input.shape)), axis=time_axis)
+
+
+def _check_lengths(lohi, T: int) -> None:
+    for v in lohi.tolist():
+        if not 0 <= v <= T:
+            raise NodeError(f"sequence length {v} is out of range [0, {T}] (the time axis has {T} steps)")
 
 
 # -- Compress, Unique, NonZero, Where, OneHot ---------------------------------------------------

@@ -48,7 +48,13 @@ def _dft(xp, input, dft_length, axis, inverse, onesided):
     x = _to_signal(xp, input)
     real = input.shape[-1] == 1
     if inverse and onesided:  # a one-sided spectrum back to its real signal
-        return xp.astype(xp.fft.irfft(x, n=n, axis=axis)[..., None], input.dtype)
+        y = xp.fft.irfft(x, n=n, axis=axis)
+        if not real:  # irfft drops the imaginary parts of the bins at 0 and n/2; onnxruntime multiplies
+            # them by 0, so a NaN or infinity there makes the whole signal NaN: so does gpuops
+            used = [k for k in sorted({0, n // 2 if n % 2 == 0 else 0}) if k < n_in]
+            dropped = xp.take(xp.imag(x), xp.asarray(np.array(used, np.int64)), axis=axis)
+            y = xp.where(xp.any(~xp.isfinite(dropped), axis=axis, keepdims=True), xp.asarray(np.nan, dtype=y.dtype), y)
+        return xp.astype(y[..., None], input.dtype)
     if inverse:
         y = xp.fft.ifft(x, n=n, axis=axis)
     elif onesided and real:
