@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("GPUOPS_CUDA_BACKEND", "gpuops.testing.cuda_standin")  # the CPU stand-in of CuPy
     cap = int(a.memory_gb * 2 ** 30)
     resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    faulthandler.enable()  # a crash in native code prints where it happened; the case is in $GPUOPS_FUZZ_DUMP
+    print(f"the case being checked is written to {os.environ['GPUOPS_FUZZ_DUMP']}", flush=True)
     from hypothesis import settings
 
     settings.load_profile("campaign")  # before the properties are decorated

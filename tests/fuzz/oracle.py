@@ -6,6 +6,8 @@ import contextlib
 import io
 import multiprocessing
 import os
+import threading
+import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, TimeoutError
 from concurrent.futures.process import BrokenProcessPool
@@ -49,7 +51,8 @@ def ort_outcome(model: onnx.ModelProto, feeds: dict, *, bound: bool = False):
     a tensor may be too large or a Loop may not end (see :func:`_bounded`)."""
     global _POOL
     if _POOL is None:
-        _POOL = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        _POOL = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_setup,
+                                    initargs=(os.getpid(),))
     try:
         answer = _POOL.submit(_oracle, model.SerializeToString(), feeds, bound).result(timeout=120)
     except (BrokenProcessPool, TimeoutError):  # the worker died or hangs: a new one next time
@@ -63,6 +66,23 @@ def ort_outcome(model: onnx.ModelProto, feeds: dict, *, bound: bool = False):
 
 
 _POOL = None
+
+
+def _worker_setup(parent: int) -> None:
+    """The oracle worker never outlives the fuzzing process (which a malformed model may kill) and
+    never holds its stdout or stderr: it writes to the null device, and a thread ends it once its
+    parent is gone."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _oracle(data: bytes, feeds: dict, bound: bool):
