@@ -43,11 +43,18 @@ def _pyarrow():
 
 
 def read_table(path: str | os.PathLike) -> Table:
-    """A Parquet file, or a folder of ``.npy`` columns / ``.npz`` shards -> columns."""
+    """A Parquet file, a single ``.npy`` file (one column, named after the file) or ``.npz`` file
+    (one column per array), or a folder of ``.npy`` columns / ``.npz`` shards -> columns."""
     path = Path(path)
+    if not path.exists():
+        raise GpuopsError(f"input {str(path)!r} does not exist")
+    if path.is_file() and path.suffix.lower() == ".npy":
+        return _same_rows({path.stem: _load(path)}, str(path))
+    if path.is_file() and path.suffix.lower() == ".npz":
+        return _load_npz(path)
     if _is_parquet(path):
         if not path.is_file():
-            raise GpuopsError(f"input {str(path)!r} does not exist")
+            raise GpuopsError(f"input {str(path)!r} is not a file")
         pa = _pyarrow()
         try:
             table = pa.parquet.read_table(path)
@@ -55,7 +62,7 @@ def read_table(path: str | os.PathLike) -> Table:
             raise GpuopsError(f"cannot read Parquet file {str(path)!r}: {e}") from None
         return {name: _column_to_numpy(table.column(name), name) for name in table.column_names}
     if not path.is_dir():
-        raise GpuopsError(f"input {str(path)!r} is neither a .parquet file nor a folder of .npy/.npz files")
+        raise GpuopsError(f"input {str(path)!r} is not a .parquet, .npy or .npz file, nor a folder of .npy/.npz files")
     npy, npz = sorted(path.glob("*.npy")), sorted(path.glob("*.npz"))
     if npy and npz:
         raise GpuopsError(f"{str(path)!r} mixes .npy columns and .npz shards; use one form")
@@ -63,15 +70,7 @@ def read_table(path: str | os.PathLike) -> Table:
         raise GpuopsError(f"{str(path)!r} holds no .npy or .npz files")
     if npy:
         return _same_rows({f.stem: _load(f) for f in npy}, str(path))
-    shards = []
-    for f in npz:
-        try:
-            with np.load(f, allow_pickle=False) as z:
-                shards.append(_same_rows({k: z[k] for k in z.files}, str(f)))
-        except GpuopsError:
-            raise
-        except Exception as e:
-            raise GpuopsError(f"cannot read {str(f)!r}: {e}") from None
+    shards = [_load_npz(f) for f in npz]
     names = list(shards[0])
     for f, s in zip(npz, shards):
         if sorted(s) != sorted(names):
@@ -81,7 +80,23 @@ def read_table(path: str | os.PathLike) -> Table:
 
 def _load(f: Path) -> np.ndarray:
     try:
-        return np.load(f, allow_pickle=False)
+        value = np.load(f, allow_pickle=False)
+    except Exception as e:
+        raise GpuopsError(f"cannot read {str(f)!r}: {e}") from None
+    if not isinstance(value, np.ndarray):
+        value.close()
+        raise GpuopsError(f"{str(f)!r} is an .npz archive, not a single .npy array")
+    return value
+
+
+def _load_npz(f: Path) -> Table:
+    try:
+        with np.load(f, allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise GpuopsError(f"{str(f)!r} is a single .npy array, not an .npz archive")
+            return _same_rows({k: z[k] for k in z.files}, str(f))
+    except GpuopsError:
+        raise
     except Exception as e:
         raise GpuopsError(f"cannot read {str(f)!r}: {e}") from None
 
@@ -112,9 +127,43 @@ def n_rows(table: Table) -> int:
     return next(iter(table.values())).shape[0] if table else 0
 
 
-def write_table(path: str | os.PathLike, table: Table) -> None:
-    """Columns -> a Parquet file (``*.parquet``) or a folder with one ``.npy`` per column."""
+def check_output(path: str | os.PathLike) -> None:
+    """Refuse, before any row runs, an output :func:`write_table` could not write: Parquet without
+    pyarrow, a single ``.npy`` file (a table has several columns), a folder that is a file."""
     path = Path(path)
+    if _is_parquet(path):
+        _pyarrow()
+    elif path.suffix.lower() == ".npy":
+        raise GpuopsError(f"output {str(path)!r}: a table is several columns; write a .npz file, a .parquet "
+                          "file or a folder (one .npy per column)")
+    elif path.suffix.lower() != ".npz" and path.exists() and not path.is_dir():
+        raise GpuopsError(f"output {str(path)!r} is a file; the output is a folder (one .npy per column), "
+                          "or name a .npz or .parquet file")
+    if path.suffix.lower() in (".npz", ".parquet", ".pq") and not path.parent.is_dir():
+        raise GpuopsError(f"output {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+
+
+def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """One ``.npy`` entry per array in an ``.npz`` archive, keyed by name as given (``np.load``
+    reads it back; strings are stored as NumPy unicode, never pickled)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, value in arrays.items():
+            value = np.asarray(value)
+            if value.dtype == object:
+                value = value.astype(str)
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, value, allow_pickle=False)
+
+
+def write_table(path: str | os.PathLike, table: Table) -> None:
+    """Columns -> a Parquet file (``*.parquet``), an ``.npz`` file, or a folder with one ``.npy`` per
+    column."""
+    path = Path(path)
+    if path.suffix.lower() == ".npz":
+        save_npz(path, table)
+        return
     if _is_parquet(path):
         pa = _pyarrow()
         cols = {}
@@ -151,14 +200,61 @@ def feeds_of(session, batch: Mapping[str, np.ndarray], input_columns: Mapping[st
         if value.dtype == object:
             raise FeedError(f"{where}: column {col!r} holds rows of different shapes or types; model input "
                             f"{arg.name!r} wants {arg.type} {arg.shape}")
-        if arg.dtype is not None and value.dtype != arg.dtype:
-            if np.can_cast(value.dtype, arg.dtype, "same_kind") and value.dtype.kind == arg.dtype.kind:
-                value = value.astype(arg.dtype)
-            else:
-                raise FeedError(f"{where}: column {col!r} is {value.dtype}, model input {arg.name!r} wants "
-                                f"{arg.type}")
+        if arg.dtype is not None and value.dtype != arg.dtype:  # never cast silently, as run() does not
+            raise FeedError(f"{where}: column {col!r} is {value.dtype}, model input {arg.name!r} wants "
+                            f"{arg.type}" + (" (gpuops batch --cast converts it)" if _castable(value.dtype, arg.dtype)
+                                             else ""))
         feeds[arg.name] = value
     return feeds
+
+
+def _castable(have: np.dtype, want: np.dtype) -> bool:
+    """A cast ``--cast`` makes: within a kind of number (float64 -> float32, int32 -> int64...)."""
+    return np.dtype(have).kind == np.dtype(want).kind and np.dtype(have).kind in "iuf"
+
+
+def model_inputs(model) -> dict[str, np.dtype | None]:
+    """The model's graph inputs a table must feed (initializers that are also inputs are optional, so
+    not listed) and their dtypes, from the model file without building a session."""
+    from .dtypes import np_dtype
+    from .onnx.model import load_model
+
+    graph = load_model(model).graph
+    inits = {t.name for t in graph.initializer}
+    out = {}
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        try:
+            out[vi.name] = np.dtype(np_dtype(t.elem_type)) if t is not None and t.elem_type else None
+        except Exception:  # a type NumPy has no dtype for: the session reports it
+            out[vi.name] = None
+    return out
+
+
+def prepare_columns(table: Table, inputs: Mapping[str, np.dtype | None], *, cast: bool = False) -> tuple[Table, dict]:
+    """Check the table against the model's inputs before any row runs: returns the table (with
+    ``cast``, columns of another width of the same kind converted to the input's dtype) and the
+    ``input_columns`` to use (a table of one column feeds a model of one input whatever its name).
+    A missing column or a dtype that differs is a :class:`FeedError`."""
+    columns = {}
+    if len(inputs) == 1 and len(table) == 1 and next(iter(inputs)) not in table:
+        columns = {next(iter(inputs)): next(iter(table))}
+    table = dict(table)
+    for name, dtype in inputs.items():
+        col = columns.get(name, name)
+        if col not in table:
+            raise FeedError(f"no column {col!r} for model input {name!r}; the table has {sorted(table)}")
+        have = table[col].dtype
+        if dtype is None or have == dtype:
+            continue
+        if cast and _castable(have, dtype):
+            table[col] = table[col].astype(dtype)
+        else:
+            hint = " (--cast converts it)" if _castable(have, dtype) and not cast else ""
+            raise FeedError(f"column {col!r} is {have}, model input {name!r} wants {dtype}{hint}")
+    return table, columns
 
 
 def describe_rows(session, batch: Mapping[str, np.ndarray], input_columns: Mapping[str, str],

@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +21,23 @@ from .models import random_feed, resolve_model_path  # resolve_model_path: the b
 
 class UsageError(Exception):
     """A bad command line (exit status 2, like argparse's own errors)."""
+
+
+def int_at_least(low: int):
+    """An argparse type: an integer >= ``low`` (argparse turns the ValueError into a one-line usage error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def load_input(item: str) -> tuple[str, np.ndarray]:
@@ -38,14 +56,48 @@ def load_input(item: str) -> tuple[str, np.ndarray]:
     return name, value
 
 
+def output_path(path: str | None, suffixes: tuple[str, ...], option: str) -> Path | None:
+    """Check before any work that ``path`` can be written: a known suffix, an existing folder."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.suffix.lower() not in suffixes:
+        raise UsageError(f"{option} {path!r}: the file name must end with {' or '.join(suffixes)}")
+    if not p.parent.is_dir():
+        raise UsageError(f"{option} {path!r}: the folder {str(p.parent)!r} does not exist")
+    return p
+
+
+def summary(value) -> str:
+    """Shape, dtype, min/max/mean (and NaN count), and for a classifier's scores ([batch, classes])
+    the arg max of each row."""
+    arr = np.asarray(value)
+    text = f"{arr.dtype}{list(arr.shape)}"
+    if arr.dtype.kind not in "biuf" or arr.size == 0:
+        return text
+    v = arr.astype(np.float64)
+    nan = np.isnan(v)
+    if nan.all():
+        return text + "  all NaN"
+    text += f"  min {np.nanmin(v):.6g}  max {np.nanmax(v):.6g}  mean {np.nanmean(v):.6g}"
+    if nan.any():
+        text += f"  ({int(nan.sum())} NaN)"
+    if arr.dtype.kind == "f" and arr.ndim >= 2 and arr.shape[1] > 1 and all(d == 1 for d in arr.shape[2:]):
+        top = np.argmax(np.where(nan, -np.inf, v).reshape(arr.shape[0], arr.shape[1]), axis=1)
+        shown = ", ".join(str(int(i)) for i in top[:8]) + (", ..." if len(top) > 8 else "")
+        text += f"  argmax [{shown}]"
+    return text
+
+
 def cmd_run(a) -> int:
     from .onnx import InferenceSession
 
+    out_path = output_path(a.output, (".npz",), "--output")
+    given = dict(load_input(item) for item in a.input)  # bad files are refused before the model loads
     a.model = resolve_model_path(a.model)
     t0 = time.perf_counter()
-    sess = InferenceSession(a.model, device=a.device, optimized_model_path=a.save_optimized)
+    sess = InferenceSession(a.model, device=a.device, optimized_model_path=a.save_optimized, threads=a.threads)
     t_load = time.perf_counter() - t0
-    given = dict(load_input(item) for item in a.input)
     rng = np.random.default_rng(a.seed)
     feeds = {arg.name: given.pop(arg.name) if arg.name in given else random_feed(arg, rng, a.batch)
              for arg in sess.get_inputs()}
@@ -56,16 +108,20 @@ def cmd_run(a) -> int:
         t = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t)
+    names = [arg.name for arg in sess.get_outputs()]
     print(f"model   {a.model}")
-    print(f"device  {sess.device}   load {t_load * 1e3:.1f} ms")
+    threads = f"   threads {sess.threads}" if sess.device.kind == "cpu" else ""
+    print(f"device  {sess.device}{threads}   load {t_load * 1e3:.1f} ms")
     for arg in sess.get_inputs():
         print(f"input   {arg.name}: {feeds[arg.name].dtype}{list(feeds[arg.name].shape)}")
-    for arg, out in zip(sess.get_outputs(), outs):
-        arr = np.asarray(out)
-        checksum = float(np.sum(arr.astype(np.float64))) if arr.dtype.kind in "biuf" else len(arr.ravel())
-        print(f"output  {arg.name}: {arr.dtype}{list(arr.shape)}  sum={checksum:.6g}")
-    if times:
-        print(f"latency median {np.median(times) * 1e3:.2f} ms over {len(times)} run(s)")
+    for name, out in zip(names, outs):
+        print(f"output  {name}: {summary(out)}")
+    print(f"latency median {np.median(times) * 1e3:.2f} ms over {len(times)} run(s) after one warm-up")
+    if out_path is not None:
+        from .batch import save_npz
+
+        save_npz(out_path, dict(zip(names, outs)))
+        print(f"wrote   {out_path} ({', '.join(names)})")
     return 0
 
 
@@ -148,21 +204,28 @@ def cmd_selftest(a) -> int:
 
 
 def cmd_batch(a) -> int:
-    from .batch import Progress, n_rows, read_table, write_table
+    from .batch import Progress, check_output, model_inputs, n_rows, prepare_columns, read_table, write_table
 
+    check_output(a.output)  # before any work: what the output needs (pyarrow...), where it goes
+    if a.ray is not None:
+        from .ray import _ray
+
+        _ray()
     model = resolve_model_path(a.model)
     table = read_table(a.input)
+    table, columns = prepare_columns(table, model_inputs(model), cast=a.cast)
     bar = Progress(n_rows(table))
     t0 = time.perf_counter()
     if a.ray is None:
         from .batch import run_table
 
-        out = run_table(model, table, batch_size=a.batch_size, device=a.device, progress=bar)
+        out = run_table(model, table, batch_size=a.batch_size, device=a.device, progress=bar,
+                        input_columns=columns)
     else:
         from .ray import run_table as ray_run_table
 
         out = ray_run_table(model, table, batch_size=a.batch_size, device=a.device, address=a.ray or None,
-                            workers=a.workers, progress=bar)
+                            workers=a.workers, progress=bar, input_columns=columns)
     bar.close()
     write_table(a.output, out)
     elapsed = time.perf_counter() - t0
@@ -176,21 +239,29 @@ def cmd_bench(args: list[str]) -> int:
     return bench_main(args)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``gpuops`` command line (``bench`` takes its own options: :mod:`gpuops.bench.runner`)."""
     ap = argparse.ArgumentParser(prog="gpuops", description=__doc__)
-    ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--version", action="version", version=f"gpuops {__version__}")
+    ap.add_argument("-v", "--verbose", action="store_true", help="log what gpuops does (and show tracebacks)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a model (random inputs of the declared shapes unless given)")
     r.add_argument("model", help="an .onnx path, or light:NAME for a model the onnx package ships")
-    r.add_argument("--device", default="auto")
-    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
-    r.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up")
-    r.add_argument("--batch", type=int, default=1, help="size of symbolic dimensions")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="feed input NAME from a .npy file (repeat for several inputs); inputs not given get "
+                        "random values of their declared shape and dtype")
+    r.add_argument("--output", metavar="FILE.npz", help="save the outputs there, one array per output name")
+    r.add_argument("--threads", type=positive_int, default=None,
+                   help="CPU: BLAS threads of the run (default: half the available CPUs)")
+    r.add_argument("--repeat", type=positive_int, default=3, help="timed runs after one warm-up (default 3)")
+    r.add_argument("--batch", type=positive_int, default=1,
+                   help="size given to symbolic dimensions (such as a batch axis) of random inputs (default 1)")
+    r.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the random inputs (default 0)")
     r.add_argument("--save-optimized", metavar="PATH", help="write the optimized model (valid ONNX) there")
     r.set_defaults(fn=cmd_run)
     i = sub.add_parser("info", help="version and devices")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--json", action="store_true", help="print it as JSON")
     i.set_defaults(fn=cmd_info)
     t = sub.add_parser("selftest", help="check the installation: versions, every kernel family, a model on "
                        "cpu and cuda (exits 1 on any mismatch)")
@@ -204,40 +275,69 @@ def main(argv=None) -> int:
                         "bound derived from the model)")
     t.add_argument("--atol", type=float, default=0.0, help="absolute slack added to the model tolerance")
     t.set_defaults(fn=cmd_selftest)
-    b = sub.add_parser("batch", help="run every row of a Parquet file or .npy/.npz folder through a model")
+    b = sub.add_parser("batch", help="run every row of a table (Parquet, .npy/.npz file or folder) through a model")
     b.add_argument("model", help="an .onnx path, or light:NAME")
-    b.add_argument("--input", required=True, help="a .parquet file, or a folder of .npy columns / .npz shards")
-    b.add_argument("--output", required=True, help="a .parquet file, or a folder (one .npy per column)")
-    b.add_argument("--batch-size", type=int, default=64)
-    b.add_argument("--device", default="auto")
+    b.add_argument("--input", required=True,
+                   help="a .parquet file; an .npz file (one column per array); an .npy file (one column, named "
+                        "after the file; it feeds a model of one input whatever its name); or a folder of .npy "
+                        "columns / .npz shards. The first axis of every column is the row")
+    b.add_argument("--output", required=True,
+                   help="a .parquet file, an .npz file, or a folder (one .npy per column): the input's columns "
+                        "and one per model output")
+    b.add_argument("--cast", action="store_true",
+                   help="convert a column of another width of the same kind (float64, int32...) to the model "
+                        "input's dtype; without it such a column is refused, as gpuops run refuses it")
+    b.add_argument("--batch-size", type=positive_int, default=64, help="rows per run (default 64)")
+    b.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     b.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run on Ray actors, one per GPU: a local Ray, or the cluster at ADDRESS")
-    b.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per GPU, or 1)")
+    b.add_argument("--workers", type=positive_int, default=None, help="Ray actors (default: one per GPU, or 1)")
     b.set_defaults(fn=cmd_batch)
     k = sub.add_parser("build-kernels", help="compile the native CPU kernels (and, with --emulator, the CUDA "
                        "kernels for the CPU emulator) into the cache ahead of time")
     k.add_argument("--emulator", action="store_true", help="also the CUDA kernels, for the CPU emulator (g++)")
     k.set_defaults(fn=cmd_build_kernels)
     sub.add_parser("bench", help="benchmark suite: gpuops bench --help", add_help=False)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its options belong to the benchmark runner
-        return cmd_bench(argv[1:])
+        return guarded(lambda: cmd_bench(argv[1:]), verbose=False)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose or a.cmd == "run" else logging.WARNING,
                         format="%(message)s")
+    return guarded(lambda: a.fn(a), verbose=a.verbose)
+
+
+def guarded(fn, verbose: bool) -> int:
+    """Run a command; what goes wrong is one line on stderr, never a traceback (but with --verbose, for
+    a failure gpuops did not expect)."""
     try:
-        return a.fn(a)
+        return fn()
     except GpuopsError as e:
         print(f"gpuops: error: {e}", file=sys.stderr)
         return 1
     except UsageError as e:
         print(f"gpuops: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gpuops: interrupted", file=sys.stderr)
+        return 130
     except ModuleNotFoundError as e:  # a runtime dependency missing: say which, and how to install it
         message = missing_dependency(e.name or "")
         if message is None:
-            raise
+            message = f"the package {e.name or ''} does not import (pip install {e.name or ''})"
         print(f"gpuops: error: {message} ({e})", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - a bug in gpuops: one line, the traceback on request
+        if verbose:
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"gpuops: internal error: {type(e).__name__}: {first[:300]} (rerun with -v for the traceback, "
+              f"and please report it)", file=sys.stderr)
         return 1
 
 

@@ -208,27 +208,62 @@ def git_commit() -> str | None:
     return head if Path(top).resolve() == root else None
 
 
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def _batches(text: str) -> str:
+    parse = _int_at_least(1)
+    for item in text.split(","):
+        parse(item)
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpuops bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto; comma-separated for several")
     ap.add_argument("--models", default="", help="comma-separated names (default: all)")
-    ap.add_argument("--batch", default="1", help="comma-separated batch sizes (light models run at 1)")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--budget", type=float, default=10.0, help="seconds of timed runs per model and runtime")
-    ap.add_argument("--rtol", type=float, default=1e-3)
-    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--batch", default="1", type=_batches,
+                    help="comma-separated batch sizes (light models run at 1)")
+    ap.add_argument("--warmup", type=_int_at_least(0), default=2, help="untimed runs before the timed ones (default 2)")
+    ap.add_argument("--repeat", type=_int_at_least(1), default=20,
+                    help="timed runs per model and runtime, at most (default 20; see --budget)")
+    ap.add_argument("--budget", type=_non_negative_float, default=10.0,
+                    help="seconds of timed runs per model and runtime, after at least 2 runs (default 10)")
+    ap.add_argument("--rtol", type=_non_negative_float, default=1e-3,
+                    help="outputs agree when max |diff| <= atol + rtol * max |peer output| (default 1e-3)")
+    ap.add_argument("--atol", type=_non_negative_float, default=1e-4, help="see --rtol (default 1e-4)")
     ap.add_argument("--quick", action="store_true", help="a few minutes on 2 CPU cores")
-    ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--out", default="bench-results", help="folder for the result files (default bench-results)")
     ap.add_argument("--no-mdf", action="store_true", help="skip the MDF models")
     ap.add_argument("--peers", action="store_true",
                     help="CPU: gpuops and onnxruntime alternate run for run with the same thread count; "
                          "adds float16 variants, the dispatch chain and the CPU goals (light models <= 1.5x "
                          "onnxruntime, geomean <= 1.2x; float16 <= 3x float32; quantized_mlp, lstm <= 2x; "
                          "dispatch <= 1.5 us/node); needs onnxruntime")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="--peers: threads of both runtimes (default: gpuops' default)")
+    ap.add_argument("--threads", type=_int_at_least(1), default=None,
+                    help="CPU threads of gpuops (BLAS) and of every CPU peer alike (onnxruntime's intra-op "
+                         "threads, torch's threads), in every mode (default: gpuops' default, half the "
+                         "available CPUs)")
     ap.add_argument("--no-float16", action="store_true", help="--peers: skip the float16 variants")
     ap.add_argument("--corpus", action="store_true",
                     help="CPU: the corpus of real models (benchmarks/corpus/manifest.json) against onnxruntime, runs "
@@ -243,9 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--scenario", default=None,
                     help="MLPerf-style scenarios instead of the suite: single-stream, offline, server, ray "
                          "(comma-separated) or all; --models picks the model (default transformer_encoder)")
-    ap.add_argument("--qps", type=float, default=None, help="--scenario server: target QPS (default: half capacity)")
-    ap.add_argument("--p99-bound-ms", type=float, default=50.0, help="--scenario server: p99 latency bound")
-    ap.add_argument("--seed", type=int, default=0, help="--scenario server: seed of the Poisson arrivals")
+    ap.add_argument("--qps", type=_non_negative_float, default=None,
+                    help="--scenario server: target QPS (default: half capacity)")
+    ap.add_argument("--p99-bound-ms", type=_non_negative_float, default=50.0,
+                    help="--scenario server: p99 latency bound")
+    ap.add_argument("--seed", type=_int_at_least(0), default=0, help="--scenario server: seed of the Poisson arrivals")
     return ap
 
 
