@@ -19,17 +19,22 @@ def test_quick_bench_writes_reports(tmp_path):
     from gpuops.bench import main
 
     rc = main(["--quick", "--no-mdf", "--models", "transformer_encoder,quantized_mlp", "--device", "cpu",
-               "--batch", "2", "--out", str(tmp_path)])
+               "--batch", "2", "--threads", "1", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "bench.json").read_text())
     assert [r["model"] for r in result["runs"]] == ["transformer_encoder", "quantized_mlp"]
     for r in result["runs"]:
         assert "error" not in r, r.get("error")
         assert r["agree"], r["peers"]
-        assert r["peers"]["onnxruntime-cpu"]["ratio"] > 0
-        assert r["gpuops"]["median_ms"] > 0 and r["memory"]["planned_peak_bytes"] > 0
+        ort = r["peers"]["onnxruntime-cpu"]
+        assert ort["ratio"] == r["gpuops"]["median_ms"] / ort["median_ms"]  # gpuops / peer, as --peers
+        assert r["threads"] == 1 and r["gpuops"]["median_ms"] > 0 and r["memory"]["planned_peak_bytes"] > 0
     assert rc == 0
+    machine = result["env"]["machine"]
+    assert machine["threads"] == result["env"]["threads"] == 1 and machine["cpu_model"]
+    assert machine["vector_extensions"] is not None and isinstance(machine["blas"], list)
     md = (tmp_path / "bench.md").read_text()
-    assert "ratio vs onnxruntime-cpu" in md and "transformer_encoder" in md
+    assert "gpuops / onnxruntime-cpu" in md and "transformer_encoder" in md
+    assert "every runtime ran 1 thread(s)" in md and machine["cpu_model"] in md
     pytest.importorskip("matplotlib")
     assert (tmp_path / "ratios.png").stat().st_size > 1000 and (tmp_path / "memory.png").stat().st_size > 1000
 
@@ -150,3 +155,33 @@ def test_optional_peers_that_are_missing_are_noted(monkeypatch):
     errors, notes = runner.requirements(runner.build_parser().parse_args(
         ["--device", "cpu", "--no-mdf", "--models", "squeezenet"]))
     assert errors == [] and not any(w in "\n".join(notes) for w in ("torch", "modeci", "nvidia-ml-py"))
+
+
+def test_the_bench_gives_onnxruntime_gpuops_thread_count(monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from gpuops.bench import peers
+    from tests.fuzz.models import relu_model
+
+    seen = []
+    import onnxruntime as ort
+
+    real = ort.InferenceSession
+
+    def spy(data, opts=None, **kw):
+        seen.append(opts.intra_op_num_threads)
+        return real(data, opts, **kw)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    peers.onnxruntime_sessions(relu_model(), "cpu", 3)
+    assert seen == [3]
+
+
+def test_the_mdf_bench_compares_engines_stepped_alike():
+    pytest.importorskip("modeci_mdf")
+    from gpuops.bench import mdf
+
+    r = mdf.bench(mdf.DEFAULT_EXAMPLES / "conditions/timeinterval_condition.json", "cpu", min_time=0.01, repeat=2)
+    # timing them apart once gave 9.7e+02; stepped alike, float64 on both sides, the few steps' values
+    # (at most ~1e3) agree to rounding: 1e3 * 5 steps * eps(float64) ~ 1e-12, bounded at 1e-9
+    assert r["max_abs_diff"] <= 1e-9, r
+    assert r["ratio"] == 1 / r["speedup"] and r["agreement_steps"] == mdf.AGREEMENT_STEPS

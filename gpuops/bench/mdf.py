@@ -8,8 +8,9 @@ FitzHugh-Nagumo, oscillator (``States``) and ``IAF_net`` examples (``name@batch=
 one parameter varied over the rows, one ``run(time_increment=...)`` per step; goal: the time per
 row <= 1/50 of an unbatched gpuops evaluate; ``instance_steps_per_s`` is the throughput).
 Both engines evaluate the same graph repeatedly in one process after warm-up (the reference's
-stdout chatter goes to a buffer); the outputs are checked to agree (batched: row 0, which keeps the
-model's own parameters). Prints one JSON document with the runs and the goal ``ratios``, and
+stdout chatter goes to a buffer); the outputs are checked to agree on fresh engines stepped alike,
+after each of ``AGREEMENT_STEPS`` evaluates (batched: row 0, which keeps the model's own parameters,
+over 20 steps). ``ratio`` is gpuops' time over modeci-mdf's (``speedup`` its inverse). Prints one JSON document with the runs and the goal ``ratios``, and
 writes mdf.json under --out. ``--device cpu,cuda`` runs both; ``--gpu-batch N`` adds FN with N
 instances on each CUDA device (default 10^5 FitzHugh-Nagumo instances).
 
@@ -134,7 +135,7 @@ def bench(path: Path, device: str, min_time: float, repeat: int) -> dict:
     if batch is not None:
         return bench_batched(path, batch, device, min_time, repeat)
     s = MDFSession(path, device=device)
-    ours = s.run()
+    s.run()
     sync = None
     if s.device.kind == "cuda":
         sync = s.device.lib.cuda.Device(s.device.index).synchronize
@@ -149,11 +150,31 @@ def bench(path: Path, device: str, min_time: float, repeat: int) -> dict:
     eg, ref_run = _reference(path)
     ref_run()
     rec["modeci_mdf"] = per_call_ms(ref_run, min_time, max(3, repeat // 2))
-    rec["max_abs_diff"] = _max_diff(eg, ours)
+    rec["agreement_steps"] = AGREEMENT_STEPS
+    rec["max_abs_diff"] = _agreement(path, device, AGREEMENT_STEPS)
     rec["speedup"] = rec["modeci_mdf"]["median_ms"] / rec["gpuops"]["median_ms"]
+    rec["ratio"] = 1 / rec["speedup"]  # gpuops / modeci-mdf, the direction of every gpuops benchmark ratio
     if "scheduling" in rec:
         rec["goal_speedup"] = GOALS["conditions"]
     return rec
+
+
+AGREEMENT_STEPS = 5
+
+
+def _agreement(path: Path, device: str, steps: int) -> float:
+    """Max |diff| between a fresh gpuops session and a fresh modeci-mdf engine, compared after each of
+    ``steps`` evaluates (the timed ones have advanced each engine a different number of steps)."""
+    from gpuops.mdf import MDFSession
+
+    s = MDFSession(path, device=device)
+    eg, ref_run = _reference(path)
+    worst = 0.0
+    for _ in range(steps):
+        ours = s.run()
+        ref_run()
+        worst = max(worst, _max_diff(eg, ours))
+    return worst
 
 
 def bench_batched(path: Path, n: int, device: str, min_time: float, repeat: int) -> dict:
@@ -181,6 +202,7 @@ def bench_batched(path: Path, n: int, device: str, min_time: float, repeat: int)
     rec["per_row_vs_unbatched"] = rec["gpuops_unbatched"]["median_ms"] / rec["gpuops"]["median_ms"]
     rec["goal_per_row_vs_unbatched"] = GOALS["batched_per_row"]
     rec["speedup"] = rec["modeci_mdf"]["median_ms"] / rec["gpuops"]["median_ms"]
+    rec["ratio"] = 1 / rec["speedup"]  # gpuops per row / modeci-mdf per evaluate
     # agreement: row 0 (the model's own parameters) against the reference after the same steps
     check = MDFSession(path, device=device, batch=min(n, 4))
     check.run(params={param: values[:4]})
@@ -238,7 +260,9 @@ def main(argv=None) -> int:
                 runs.append(bench(examples / m, dev, min_time, repeat))
             except gpuops.GpuopsError as e:
                 runs.append({"model": m, "device": dev, "error": str(e)})
-    doc = {"python": platform.python_version(), "gpuops": gpuops.__version__,
+    from .machine import describe
+
+    doc = {"python": platform.python_version(), "gpuops": gpuops.__version__, "machine": describe(),
            "modeci_mdf": getattr(modeci_mdf, "__version__", "?"), "goals": GOALS, "ratios": ratios(runs),
            "runs": runs}
     text = json.dumps(doc, indent=1)

@@ -17,8 +17,9 @@ class Unavailable:
         raise RuntimeError(self.why)
 
 
-def onnxruntime_sessions(model: onnx.ModelProto, device: str) -> dict[str, Callable]:
-    """onnxruntime's CPU EP, and its CUDA EP when onnxruntime-gpu is installed and gpuops runs on CUDA."""
+def onnxruntime_sessions(model: onnx.ModelProto, device: str, threads: int | None = None) -> dict[str, Callable]:
+    """onnxruntime's CPU EP, and its CUDA EP when onnxruntime-gpu is installed and gpuops runs on CUDA;
+    ``threads``: intra-op threads (the count gpuops runs with; None: onnxruntime's default, all cores)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -27,6 +28,9 @@ def onnxruntime_sessions(model: onnx.ModelProto, device: str) -> dict[str, Calla
     data = model.SerializeToString()
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
     providers = {"onnxruntime-cpu": "CPUExecutionProvider"}
     if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
         providers["onnxruntime-cuda"] = "CUDAExecutionProvider"

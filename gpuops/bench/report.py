@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .machine import one_line
+
 
 def write_all(result: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
@@ -18,9 +20,11 @@ def write_all(result: dict, out: Path) -> list[Path]:
 def markdown(result: dict) -> str:
     peers = sorted({p for r in result["runs"] for p in r.get("peers", {})})
     head = ["model", "batch", "device", "gpuops median ms", "p90 ms", "items/s"]
-    head += [f"ratio vs {p}" for p in peers] + ["outputs agree", "planned peak MB", "all intermediates MB"]
-    lines = [f"gpuops benchmark — {result['env'].get('gpu') or result['env']['cpu']} — {result['env']['date']}",
-             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head += [f"gpuops / {p}" for p in peers] + ["outputs agree", "planned peak MB", "all intermediates MB"]
+    env = result["env"]
+    machine = one_line(env["machine"]) if "machine" in env else env["cpu"]
+    lines = [f"gpuops benchmark — {env.get('gpu') or machine} — {env['date']}", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["runs"]:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['batch']} | {r['device']} | error: {r['error'][:80]} |")
@@ -36,16 +40,19 @@ def markdown(result: dict) -> str:
         mem = r.get("memory", {})
         row += [f"{mem.get('planned_peak_bytes', 0) / 1e6:.1f}", f"{mem.get('intermediates_total_bytes', 0) / 1e6:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "ratio = peer median latency / gpuops median latency (above 1: gpuops is faster)."]
+    threads = env.get("threads")
+    lines += ["", "gpuops / peer = gpuops median latency / peer median latency (below 1: gpuops is faster)"
+              + (f"; on the CPU every runtime ran {threads} thread(s)." if threads else ".")]
     if result.get("mdf"):
-        lines += ["", "| MDF model | device | gpuops per evaluate | modeci-mdf per evaluate | speed-up | max abs diff |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| MDF model | device | gpuops per evaluate | modeci-mdf per evaluate | gpuops / modeci-mdf | "
+                  "max abs diff |", "|---|---|---|---|---|---|"]
         for r in result["mdf"]:
             if "error" in r:
                 lines.append(f"| {r['model']} | {r['device']} | error: {r['error'][:80]} | | | |")
                 continue
             lines.append(f"| {r['model']} | {r['device']} | {r['gpuops']['median_ms'] * 1e3:.1f} µs | "
-                         f"{r['modeci_mdf']['median_ms'] * 1e3:.1f} µs | {r['speedup']:.0f}x | {r['max_abs_diff']:.1e} |")
+                         f"{r['modeci_mdf']['median_ms'] * 1e3:.1f} µs | {1 / r['speedup']:.2g}x | "
+                         f"{r['max_abs_diff']:.1e} |")
     return "\n".join(lines) + "\n"
 
 
@@ -71,7 +78,7 @@ def plots(result: dict, out: Path) -> list[Path]:
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")  # 2x faster and 2x slower look equally far from 1
     ax.set_xticks([j + w * (len(peers) - 1) / 2 for j in range(len(runs))], labels, fontsize=7, rotation=30)
-    ax.set_ylabel("peer latency / gpuops latency (log)")
+    ax.set_ylabel("gpuops latency / peer latency (log; below 1: gpuops is faster)")
     ax.set_title(f"gpuops speed ratio ({runs[0]['device']})")
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -4,9 +4,11 @@
 Each model runs through gpuops and, in the same process, through every installed peer
 (onnxruntime CPU, and its CUDA EP with onnxruntime-gpu; PyTorch for the generated models; the onnx
 ReferenceEvaluator for small graphs; modeci-mdf for the MDF models), with warm-up and repeated timed runs; the report gives median/p90 latency, throughput, the ratio of
-each peer's median to gpuops' (above 1 means gpuops is faster), whether outputs agree, gpuops'
-memory stats and, on a GPU, NVML telemetry. A peer that is not installed is named, with how to
-install it, before the run starts.
+gpuops' median to each peer's (``ratio``, gpuops / peer, in every mode: below 1 means gpuops is
+faster), whether outputs agree, gpuops' memory stats and, on a GPU, NVML telemetry. On the CPU every
+runtime gets the same thread count (``--threads``, default gpuops' own default). Result files record
+the machine (:mod:`gpuops.bench.machine`: CPU model, vector extensions, BLAS and its core type,
+threads). A peer that is not installed is named, with how to install it, before the run starts.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def bench_one(bm: M.BenchModel, batch: int, device: str, a) -> dict:
     rec = {"model": bm.name, "batch": batch, "device": device}
     model = bm.make(batch)
     feeds = bm.feeds(model, batch, np.random.default_rng(0))
-    sess = gpuops.InferenceSession(model, device=device, cuda_graph=a.cuda_graph)
+    sess = gpuops.InferenceSession(model, device=device, cuda_graph=a.cuda_graph, threads=a.threads)
     rec["cuda_graph"] = a.cuda_graph
     rec["device"] = str(sess.device)
     ours = sess.run(None, feeds)
@@ -66,7 +68,9 @@ def bench_one(bm: M.BenchModel, batch: int, device: str, a) -> dict:
     rec["memory"] = sess.memory_stats()
     if sess.device.kind == "cuda":
         rec["telemetry"] = sampler.summary()
-    peers = {**onnxruntime_sessions(model, rec["device"]), **torch_peers(bm.name, model, rec["device"]),
+    rec["threads"] = a.threads
+    peers = {**onnxruntime_sessions(model, rec["device"], a.threads),
+             **torch_peers(bm.name, model, rec["device"], a.threads),
              **reference_evaluator(model)}
     rec["peers"], rec["agree"] = {}, True
     for name, fn in peers.items():
@@ -80,7 +84,7 @@ def bench_one(bm: M.BenchModel, batch: int, device: str, a) -> dict:
         scale = max(float(np.max(np.abs(np.asarray(x, np.float64)))) if np.size(x) else 0.0 for x in theirs)
         ok = diff <= a.atol + a.rtol * scale
         rec["agree"] &= ok
-        rec["peers"][name] = {**t, "ratio": t["median_ms"] / g["median_ms"], "max_abs_diff": diff, "agree": ok}
+        rec["peers"][name] = {**t, "ratio": g["median_ms"] / t["median_ms"], "max_abs_diff": diff, "agree": ok}
     sess.close()
     return rec
 
@@ -180,10 +184,12 @@ def _uses_cuda(device: str) -> bool:
     return "auto" in devs and any(d["kind"] == "cuda" for d in gpuops.devices())
 
 
-def environment(device: str) -> dict:
+def environment(device: str, threads: int | None = None) -> dict:
+    from .machine import cpu_model, describe
+
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "python": platform.python_version(), "numpy": np.__version__, "gpuops": gpuops.__version__,
-           "cpu": platform.processor() or platform.machine(), "device": device}
+           "cpu": cpu_model(), "device": device, "threads": threads, "machine": describe(threads)}
     env["git_commit"] = git_commit()
     for mod in ("onnx", "onnxruntime", "cupy", "torch"):
         try:
@@ -261,9 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "onnxruntime, geomean <= 1.2x; float16 <= 3x float32; quantized_mlp, lstm <= 2x; "
                          "dispatch <= 1.5 us/node); needs onnxruntime")
     ap.add_argument("--threads", type=_int_at_least(1), default=None,
-                    help="CPU threads of gpuops (BLAS) and of every CPU peer alike (onnxruntime's intra-op "
-                         "threads, torch's threads), in every mode (default: gpuops' default, half the "
-                         "available CPUs)")
+                    help="CPU threads of gpuops and of every CPU peer alike (onnxruntime's intra-op threads, "
+                         "torch's threads), in every mode (default: gpuops' default, "
+                         "gpuops.threads.default_threads(); --forest: 1; --corpus: 1 and 2)")
     ap.add_argument("--no-float16", action="store_true", help="--peers: skip the float16 variants")
     ap.add_argument("--corpus", action="store_true",
                     help="CPU: the corpus of real models (benchmarks/corpus/manifest.json) against onnxruntime, runs "
@@ -297,18 +303,19 @@ def main(argv=None) -> int:
         print(f"gpuops bench: {line}", file=sys.stderr)
     if a.quick:
         a.warmup, a.repeat, a.budget = 1, 3, 1.0
-    if a.scenario:
-        from .scenarios import run as run_scenarios
-
-        return run_scenarios(a, environment)
     if a.forest:
         from .ml import run as run_forest
 
-        return run_forest(a, environment)
+        return run_forest(a, lambda device: environment(device, a.threads))
     if a.corpus:
         from .corpus import run as run_corpus
 
-        return run_corpus(a, environment)
+        return run_corpus(a, lambda device: environment(device, a.threads))
+    a.threads = a.threads or _default_threads()  # every runtime of the other modes gets this many
+    if a.scenario:
+        from .scenarios import run as run_scenarios
+
+        return run_scenarios(a, lambda device: environment(device, a.threads))
     if a.peers:
         return peers_main(a)
     names = [n for n in a.models.split(",") if n]
@@ -330,7 +337,7 @@ def main(argv=None) -> int:
             runs.append(bench_one(bm, b, dev, a))
         except gpuops.GpuopsError as e:
             runs.append({"model": bm.name, "batch": b, "device": dev, "error": str(e)})
-    result = {"env": environment(a.device), "settings": vars(a), "runs": runs,
+    result = {"env": environment(a.device, a.threads), "settings": vars(a), "runs": runs,
               "mdf": [] if a.no_mdf else mdf_runs(a)}
     paths = write_all(result, Path(a.out))
     print(paths[1].read_text())
@@ -338,17 +345,19 @@ def main(argv=None) -> int:
     return 0 if all("error" not in r and r["agree"] for r in runs) else 1
 
 
-def peers_main(a) -> int:
-    from . import cpu_peers
-
+def _default_threads() -> int:
     try:
         from gpuops.threads import default_threads
     except ImportError:  # a gpuops from before threads= (a baseline checkout)
-        def default_threads():
-            return max(1, (os.cpu_count() or 2) // 2)
-    a.threads = a.threads or default_threads()
+        return max(1, (os.cpu_count() or 2) // 2)
+    return default_threads()
+
+
+def peers_main(a) -> int:
+    from . import cpu_peers
+
     result = cpu_peers.run(a)
-    result = {"env": environment("cpu"), "settings": vars(a), **result}
+    result = {"env": environment("cpu", a.threads), "settings": vars(a), **result}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "peers.json", out / "peers.md"]

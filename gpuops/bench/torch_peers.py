@@ -64,13 +64,16 @@ def lstm(model: onnx.ModelProto, torch, dev) -> Callable:
 BUILDERS = {"transformer_encoder": transformer_encoder, "lstm": lstm}
 
 
-def torch_peers(name: str, model: onnx.ModelProto, device: str) -> dict[str, Callable]:
+def torch_peers(name: str, model: onnx.ModelProto, device: str, threads: int | None = None) -> dict[str, Callable]:
+    """``threads``: torch's intra-op CPU threads (the count gpuops runs with)."""
     if name not in BUILDERS:
         return {}
     try:
         import torch
     except ImportError:
         return {}
+    if threads:
+        torch.set_num_threads(threads)
     on_cuda = device.startswith("cuda") and torch.cuda.is_available()
     dev = torch.device("cuda" if on_cuda else "cpu")
     return {f"torch-{dev.type}": BUILDERS[name](model, torch, dev)}

@@ -1,0 +1,72 @@
+"""What a benchmark result must say about the machine it was measured on: the CPU model, its vector
+extensions, the BLAS library with the core type it picked (OpenBLAS chooses its kernels by CPU, or by
+``OPENBLAS_CORETYPE``), and the thread count both runtimes ran with. The same model on two x86
+machines can differ by 1.5x against onnxruntime; a result without these cannot be compared."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+# the extensions that decide which GEMM and conv kernels OpenBLAS, MLAS and the compiler use
+VECTOR_EXTENSIONS = ("SSE42", "AVX", "F16C", "FMA3", "AVX2", "AVX512F", "AVX512BW", "AVX512VL", "AVX512_VNNI",
+                     "AVX512_BF16", "AVX512FP16", "AVXVNNI", "AMX_TILE", "AMX_INT8", "AMX_BF16", "ASIMD", "SVE")
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux: /proc/cpuinfo's ``model name``), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def vector_extensions() -> list[str]:
+    """The vector extensions NumPy detected on this CPU (of :data:`VECTOR_EXTENSIONS`)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as features
+        except ImportError:
+            return []
+    return [name for name in VECTOR_EXTENSIONS if features.get(name)]
+
+
+def blas() -> list[dict]:
+    """threadpoolctl's view of the BLAS libraries loaded now: library, version, the core type it
+    runs (``architecture``) and its thread count; empty without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    keep = ("internal_api", "version", "architecture", "num_threads", "threading_layer")
+    return [{k: lib.get(k) for k in keep} for lib in threadpool_info() if lib.get("user_api") == "blas"]
+
+
+def describe(threads: int | None = None) -> dict:
+    """The machine section of a result file."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except AttributeError:
+        available = os.cpu_count()
+    return {"cpu_model": cpu_model(), "arch": platform.machine(), "cpus": os.cpu_count(), "cpus_available": available,
+            "vector_extensions": vector_extensions(), "blas": blas(),
+            "blas_env": {k: os.environ[k] for k in BLAS_ENV if k in os.environ}, "threads": threads}
+
+
+def one_line(machine: dict) -> str:
+    """``AMD EPYC 7763 64-Core Processor (AVX2, FMA3...; OpenBLAS 0.3.27 Zen, 1 thread)``."""
+    libs = ", ".join(f"{b.get('internal_api')} {b.get('version')} {b.get('architecture') or ''}".strip()
+                     for b in machine.get("blas", [])) or "BLAS unknown (no threadpoolctl)"
+    core = machine.get("blas_env", {}).get("OPENBLAS_CORETYPE")
+    threads = machine.get("threads")
+    return (f"{machine.get('cpu_model')} ({', '.join(machine.get('vector_extensions', [])) or 'no vector extensions found'}; "
+            f"{libs}{f', OPENBLAS_CORETYPE={core}' if core else ''}"
+            f"{f', {threads} thread(s)' if threads else ''})")
