@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "random values of their declared shape and dtype")
     r.add_argument("--output", metavar="FILE.npz", help="save the outputs there, one array per output name")
     r.add_argument("--threads", type=positive_int, default=None,
-                   help="CPU: BLAS threads of the run (default: half the available CPUs)")
+                   help="CPU: threads of the run (default: gpuops.threads.default_threads(), the physical cores)")
     r.add_argument("--repeat", type=positive_int, default=3, help="timed runs after one warm-up (default 3)")
     r.add_argument("--batch", type=positive_int, default=1,
                    help="size given to symbolic dimensions (such as a batch axis) of random inputs (default 1)")

@@ -212,7 +212,7 @@ def _load_external_data(tensors: list[onnx.TensorProto], base: Path | None) -> N
             raise ModelError(f"{where} path {location[:100]!r} cannot be opened: {e}") from e
         offset = offset or 0
         if offset > size:
-            raise ModelError(f"{where} {location!r}: offset {offset} is past the end of the file ({size} bytes)")
+            raise ModelError(f"{where} {location!r}: offset {offset} runs past the end of the file ({size} bytes)")
         length = size - offset if length is None else length
         if offset + length > size:
             raise ModelError(f"{where} {location!r}: offset {offset} + length {length} runs past the end "
