@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "gpuops"
 LAYERS = {
     "model": ("gpuops.onnx.model",),
     "optimizer": ("gpuops.optimizer",),
-    "plan": ("gpuops.onnx.plan", "gpuops.onnx.specialize"),
+    "plan": ("gpuops.onnx.plan", "gpuops.onnx.specialize", "gpuops.onnx.shape_plans"),
     "executor": ("gpuops.executor",),
     "device": ("gpuops.device", "gpuops.dtypes", "gpuops.memory", "gpuops.threads"),
     "ops": ("gpuops.ops", "gpuops.registry"),

@@ -46,6 +46,7 @@ class Step:
     host_consts: dict[int, np.ndarray] = field(default_factory=dict)
     release: list[str] = field(default_factory=list)
     prepared: Any = None  # impl.prepare's result for this session's weights (also attrs["prepared"])
+    prepared_from: dict | None = None  # the constant inputs it was prepared from, by name
 
     def describe(self) -> str:
         return f"node {self.name!r} ({self.domain + '::' if self.domain else ''}{self.op_type})"
@@ -64,12 +65,23 @@ class Plan:
     fed: set[str] = field(default_factory=set)  # graph inputs a run feeds (the top-level plan's)
     output_info: list[onnx.ValueInfoProto] = field(default_factory=list)
 
-    def upload(self, device, outer: dict[str, Any] | None = None) -> None:
+    def upload(self, device, outer: dict[str, Any] | None = None, like: "Plan | None" = None) -> None:
         """Copy initializers (this plan's and its subgraphs') to ``device`` once. Host-resident ones
         are made read-only: an op that wrote into a weight would change every later run. Then each
         step whose op has a ``prepare`` hook gets ``prepared`` from its constant inputs: initializers
-        that no feed may replace, this plan's or (``outer``) an enclosing graph's."""
-        self.weights = {k: device.asarray(v) for k, v in self.initializers.items()}
+        that no feed may replace, this plan's or (``outer``) an enclosing graph's.
+
+        ``like``: an uploaded plan of the same model (a shape-specialized plan's base) whose equal
+        weights and same steps' ``prepared`` are taken as they are (held once)."""
+        from .shape_plans import same_array, same_step  # (sharing with a base plan)
+
+        base = like.weights if like is not None else {}
+        self.weights = {}
+        for k, v in self.initializers.items():
+            same = same_array(base.get(k), v)
+            self.weights[k] = base[k] if same else device.asarray(v)
+            if same:
+                self.initializers[k] = like.initializers.get(k, v)
         for w in self.weights.values():
             if isinstance(w, np.ndarray):
                 w.flags.writeable = False
@@ -77,8 +89,13 @@ class Plan:
         for vi in self.inputs:
             constants.pop(vi.name, None)  # a subgraph's own input hides an outer value of its name
         constants.update((k, v) for k, v in self.weights.items() if k not in self.optional_inputs)
+        same_steps = {s.name: s for s in like.steps} if like is not None else {}
         for step in self.steps:
-            _set_prepared(step, _prepare(step, constants))
+            old = same_steps.get(step.name)
+            if old is not None and old.prepared is not None and same_step(step, old, constants):
+                _set_prepared(step, old.prepared)
+            else:
+                _set_prepared(step, _prepare(step, constants))
             for sub in step.subgraphs.values():
                 sub.upload(device, constants)
 
@@ -87,6 +104,7 @@ class Plan:
         self.__dict__.pop("_code", None)  # the executor's bound steps hold the prepared values too
         for step in self.steps:
             _set_prepared(step, None)
+            step.prepared_from = None
             for sub in step.subgraphs.values():
                 sub.drop_weights()
 
@@ -109,6 +127,7 @@ def _prepare(step: Step, constants: dict[str, Any]):
     if prepare is None:
         return None
     given = {i: constants[n] for i, n in enumerate(step.inputs) if n and n in constants}
+    step.prepared_from = {n: constants[n] for n in step.inputs if n and n in constants}
     attrs = {k: v for k, v in step.attrs.items() if k != "prepared"}
     try:
         return prepare(given, attrs)

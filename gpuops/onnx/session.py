@@ -29,6 +29,8 @@ from ..threads import resolve as resolve_threads
 from . import specialize
 from .model import load_model
 from .plan import Plan, PlanBuilder
+from .shape_plans import DEFAULT_CACHE as DEFAULT_SHAPE_PLANS
+from .shape_plans import ShapePlans, owned_bytes
 
 
 @dataclass(frozen=True)
@@ -75,15 +77,21 @@ class InferenceSession:
     race with running calls.
     ``optimize`` is the graph optimizer's level, ``"all"`` (default), ``"basic"`` or ``"none"``
     (see :mod:`gpuops.optimizer`); ``optimized_model_path`` saves the optimized model there.
+    ``shape_plans`` (CPU): how many feed-shape signatures get a plan of their own, the model specialized
+    to those shapes and optimized again, once a signature has run twice (0: none; see
+    :mod:`gpuops.onnx.shape_plans`; :meth:`shape_plan_status` says what each did).
     ``threads``: threads of the CPU ops (the BLAS and the native kernels) during :meth:`run` (default:
     ``GPUOPS_NUM_THREADS``, else the physical cores up to 16, as onnxruntime's; see :mod:`gpuops.threads`).
     """
 
     def __init__(self, model, device: str | Device = "auto", *, memory_limit: int | float | None = None,
                  cuda_graph: bool = False, cuda_graph_cache: int = DEFAULT_CACHE, optimize: str = "all",
-                 optimized_model_path=None, threads: int | None = None):
+                 optimized_model_path=None, threads: int | None = None, shape_plans: int = DEFAULT_SHAPE_PLANS):
         self.device = get_device(device)
         self.threads = resolve_threads(threads)
+        if isinstance(shape_plans, bool) or not isinstance(shape_plans, int) or shape_plans < 0:
+            raise GpuopsError(f"shape_plans must be a non-negative integer, not {shape_plans!r}")
+        self._optimize = optimize
         self.model = optimize_model(load_model(model), optimize, device=self.device.kind)
         if optimized_model_path is not None:
             save_model(self.model, optimized_model_path)
@@ -117,6 +125,9 @@ class InferenceSession:
         self._graphs = (CudaGraphs(self, cuda_graph_cache, specializer=specialize)
                         if cuda_graph and self.device.kind == "cuda" else None)
         self._host_nodes: set = set()  # (op, dtypes) already logged as running on the host
+        self._shape_plans = (ShapePlans(self._specialized_plan, shape_plans)
+                             if self.device.kind == "cpu" and shape_plans and optimize != "none"
+                             and self._shapes_vary() else None)
         self._closed = False
 
     # -- introspection -------------------------------------------------------------------------
@@ -170,20 +181,34 @@ class InferenceSession:
                 feeds = self._check_feeds(input_feed)
                 outs = self._graphs.run(feeds, names) if self._graphs is not None and not profile else None
                 if outs is None:
-                    env = dict(self.plan.weights)
+                    plan, key, record = self.plan, None, False
+                    if self._shape_plans is not None:
+                        key = ShapePlans.key(feeds)
+                        if key is not None:
+                            plan, record = self._shape_plans.lookup(key)
+                            plan = plan or self.plan
+                    env = specialize.ShapeRecorder(plan.weights) if record else dict(plan.weights)
                     env.update(feeds)
-                    fed = self.plan.fed
+                    shapes_of = {k: (v.shape, v.dtype) for k, v in feeds.items()} if record else None
+                    fed = plan.fed
                     ctx.live.hold(sum(nbytes(v) for k, v in feeds.items() if k in fed))
                     feeds = None  # env's alone: a feed is freed after its last use
                     if profile:
                         counts = _profile.counters(self.device)
                     if self.device.kind == "cpu":  # NumPy checks run at once (checks.require)
                         pending = None
-                        run_plan(self.plan, env, ctx)
+                        try:
+                            run_plan(plan, env, ctx)
+                        except BaseException:
+                            if record:
+                                self._shape_plans.add(key, None, None)  # the session's plan, from now on
+                            raise
                     else:
                         with checks.deferred() as pending:  # index checks, read once the run is done
-                            run_plan(self.plan, env, ctx)
+                            run_plan(plan, env, ctx)
                     outs = [env[n] for n in names]
+                    if record:
+                        self._shape_plans.add(key, shapes_of, env.shapes)
                     del env
                     self.memory.note_run(ctx.live)
                     if profile:
@@ -234,8 +259,58 @@ class InferenceSession:
         with g.lock:
             return g.status(per_signature)
 
+    def shape_plan_status(self) -> dict:
+        """The CPU session's shape-specialized plans (``shape_plans``): per signature kept, its feed
+        ``shapes``, whether it has a plan of its own (``specialized``; else why not, ``reason``), its
+        ``nodes`` against the session plan's ``base_nodes``, the nodes folded away (``folded``), the
+        ``bytes`` it holds alone and its ``runs``; and the cache's ``bytes``, ``builds`` and ``evictions``."""
+        if self._shape_plans is None:
+            return {"signatures": [], "bytes": 0, "builds": 0, "evictions": 0}
+        return self._shape_plans.status()
+
+    def specialized_model(self, feeds: Mapping[str, Any]) -> onnx.ModelProto:
+        """The ONNX model a shape-specialized plan for ``feeds``' shapes is built from (after the
+        optimizer's second pass): for inspection, or ``optimized_model_path``-style saving."""
+        feeds = self._check_feeds(feeds)
+        env = specialize.ShapeRecorder(self.plan.weights)
+        env.update(feeds)
+        with blas_threads(self.threads):
+            run_plan(self.plan, env, RunContext(self.device, self.memory))
+        model, _ = self._specialize(feeds, env.shapes)
+        return model
+
+    def _shapes_vary(self) -> bool:
+        """Whether a signature could teach the optimizer anything: a feed has a dimension that is not
+        static, or the plan computes shapes (``Shape``/``Size`` left). Else it already knew them all."""
+        if any(st.domain == "" and st.op_type in ("Shape", "Size") for st in self.plan.steps):
+            return True
+        return any(a.shape is None or not all(type(d) is int and d > 0 for d in a.shape)
+                   for a in self._feed_args.values())
+
+    def _specialize(self, feeds, shapes):
+        return specialize.specialize_model(
+            self.model, self.plan, feeds, shapes=shapes, opsets=self.opsets,
+            optimizer=lambda m: optimize_model(m, self._optimize, device=self.device.kind))
+
+    def _specialized_plan(self, feeds, shapes):
+        """(the plan for ``feeds``' shapes or None when it saves nothing, the bytes it holds alone, what it
+        did): for :class:`ShapePlans`."""
+        if feeds is None:  # the recording run failed: the session's plan runs this signature
+            return None, 0, {"reason": "the run that recorded the shapes failed"}
+        model, spec = self._specialize(feeds, shapes)
+        opsets = {canonical_domain(imp.domain): imp.version for imp in model.opset_import} or {"": 1}
+        functions = {(canonical_domain(f.domain), f.name): f for f in model.functions}
+        plan = PlanBuilder(opsets, self.device.kind, functions, model).build(model.graph)
+        info = {"nodes": len(plan.steps), "base_nodes": len(self.plan.steps), "folded": len(spec.folded)}
+        if len(plan.steps) >= len(self.plan.steps):
+            return None, 0, {**info, "reason": "specializing saves no node"}
+        plan.upload(self.device, like=self.plan)
+        return plan, owned_bytes(plan, self.plan), info
+
     def close(self) -> None:
         """Release every device buffer this session holds (weights and CUDA graphs included)."""
+        if self._shape_plans is not None:
+            self._shape_plans.clear()
         if self._graphs is not None:
             with self._graphs.lock:
                 self._graphs.release()

@@ -347,3 +347,64 @@ def _build(plan: Plan, steps: list[Step], consts: dict, new_consts: dict, device
                output_info=list(plan.output_info))
     _plan_liveness(new, keep=set(plan.outputs) | set(inits) | keep)
     return new
+
+
+# -- a specialized ONNX model, for the optimizer to run on again -----------------------------------
+
+def specialize_model(model: onnx.ModelProto, plan: Plan, feeds, *, shapes: Mapping[str, tuple] | None = None,
+                     opsets: Mapping[str, int] | None = None, optimizer=None,
+                     max_elements: int = MAX_ELEMENTS) -> tuple[onnx.ModelProto, Specialized]:
+    """``model`` (whose plan is ``plan``) specialized to the feed shapes ``feeds``, as an ONNX model:
+    the graph inputs fed get the signature's static dimensions, overridable initializers the
+    signature does not feed are plain constants, the nodes :func:`specialize` folds are gone (their
+    values are initializers: Reshape / Expand / Slice targets are static), and every value's shape
+    that is known (``shapes``: what a run observed) is in ``value_info``. Then ``optimizer(model)``
+    (e.g. :func:`gpuops.optimizer.optimize` at the session's level) runs on it, so that rewrites that
+    need static shapes fire. Returns (the model, :class:`Specialized` of the plan-level folding)."""
+    spec = specialize(plan, feeds, opsets=opsets, shapes=shapes, max_elements=max_elements)
+    sig = _shapes_of(feeds)
+    consts = spec.constants
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    inits = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
+    inputs = []
+    for vi in g.input:
+        if vi.name in sig:
+            vi.type.tensor_type.shape.Clear()
+            for d in sig[vi.name][0]:
+                vi.type.tensor_type.shape.dim.add().dim_value = d
+            inputs.append(vi)
+        elif vi.name not in inits:
+            inputs.append(vi)  # (a required input: the signature has them all)
+    del g.input[:]
+    g.input.extend(inputs)
+    nodes = [n for n in g.node if not (any(n.output) and all(o in consts for o in n.output if o))]
+    needed = {o.name for o in g.output}
+    for n in nodes:
+        needed.update(_names_read(n))
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in needed)
+    produced = {o for n in nodes for o in n.output if o}
+    del g.value_info[:]
+    for name in sorted(produced - {o.name for o in g.output}):
+        info = spec.shapes.get(name)
+        if info is None:
+            continue
+        try:
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(info[1]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        g.value_info.append(helper.make_tensor_value_info(name, elem, list(info[0])))
+    return (optimizer(m) if optimizer is not None else m), spec
+
+
+def _names_read(node: onnx.NodeProto) -> set[str]:
+    """Values a node reads: its inputs and every input of its subgraphs' nodes (at any depth)."""
+    out = {i for i in node.input if i}
+    for a in node.attribute:
+        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            for n in sub.node:
+                out |= _names_read(n)
+    return out
