@@ -7,7 +7,8 @@
  *   beyond:          +-1 (erf(4) is 1 - 1.5e-8, which rounds to 1 in float32)
  * with x^2 exact in double, and exp by 2^k times a degree-11 polynomial on |r| <= ln2 / 2.
  * gelu_f32: x * (1 + erf(x / sqrt(2))) / 2 with the same erf, in double.
- * erf_f64: the C library's erf, one call per element (within an ulp). */
+ * erf_f64: the C library's erf, one call per element (within an ulp).
+ * sigmoid_f32: 1 / (1 + e^-x) in double with the same exp (within an ulp of float32). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -67,10 +68,17 @@ static inline double erf_of(double v) {
     return v != v ? v : r;
 }
 
+/* 1 / (1 + e^-v) of a float32 value v, in double: e^-|v| (|v| clamped to 104, past which the float32
+ * result is 0 or 1 either way), then 1 / (1 + e) or e / (1 + e) by v's sign. */
+static inline double sigmoid_of(double v) {
+    const double a = fabs(v), e = exp_nonpositive(-(a < 104.0 ? a : 104.0)), r = (v >= 0 ? 1.0 : e) / (1.0 + e);
+    return v != v ? v : r;
+}
+
 typedef struct {
     const void* x;
     void* y;
-    int64_t n, kind;  /* 0: erf_f32, 1: gelu_f32, 2: erf_f64 */
+    int64_t n, kind;  /* 0: erf_f32, 1: gelu_f32, 2: erf_f64, 3: sigmoid_f32 */
 } SpecialArgs;
 
 static void special_part(void* ctx, int64_t part, int64_t parts) {
@@ -88,6 +96,10 @@ static void special_part(void* ctx, int64_t part, int64_t parts) {
             const double v = x[i];
             y[i] = (float)(0.5 * v * (1.0 + erf_of(v * 0.70710678118654752440)));  /* Gelu */
         }
+    } else if (a->kind == 3) {
+        const float* restrict x = a->x;
+        float* restrict y = a->y;
+        for (int64_t i = lo; i < hi; ++i) y[i] = (float)sigmoid_of(x[i]);
     } else {
         const double* restrict x = a->x;
         double* restrict y = a->y;
@@ -108,5 +120,8 @@ int erf_f32(const float* restrict x, float* restrict y, int64_t n) { return spec
 int gelu_f32(const float* restrict x, float* restrict y, int64_t n) { return special(x, y, n, 1); }
 
 int erf_f64(const double* restrict x, double* restrict y, int64_t n) { return special(x, y, n, 2); }
+
+/* Sigmoid, 1 / (1 + e^-x), in one pass (where NumPy makes five, each with an array of its own). */
+int sigmoid_f32(const float* restrict x, float* restrict y, int64_t n) { return special(x, y, n, 3); }
 
 int special_set_threads(int64_t n) { return pool_threads_set(n); }

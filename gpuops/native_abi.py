@@ -83,6 +83,7 @@ DECLARATIONS: dict[str, str] = {
         int erf_f32(const float* x, float* y, int64_t n);
         int gelu_f32(const float* x, float* y, int64_t n);
         int erf_f64(const double* x, double* y, int64_t n);
+        int sigmoid_f32(const float* x, float* y, int64_t n);
         int special_set_threads(int64_t n);
     """,
     "tree_ensemble.c": """

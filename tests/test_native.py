@@ -385,6 +385,32 @@ def test_native_gelu():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
+@needs_cc
+def test_native_sigmoid():
+    """Sigmoid (float32) in one native pass: within 1 ulp of 1 / (1 + e^-x) computed in float64, the
+    saturated ends (e^-104 and beyond round to 0), NaN, infinities, signed zeros and subnormals
+    included, on strided inputs too; the NumPy formula (the fallback) agrees to its few ulp."""
+    from gpuops.ops.cpu.elementwise import Sigmoid
+
+    rng = np.random.default_rng(44)
+    x = np.concatenate([rng.standard_normal(5000) * 8, [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40],
+                        [16.6, -16.6, 87.0, -87.0, 88.8, -88.8, 103.9, -103.9, 104.0, -104.0, 200.0, -200.0],
+                        np.linspace(-110, 110, 20001)]).astype(np.float32)
+    got = Sigmoid(xp, x)
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-x.astype(np.float64)))
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    ok = ~np.isnan(x)
+    ulp = np.spacing(want[ok].astype(np.float32)).astype(np.float64)
+    assert (np.abs(got[ok] - want[ok]) <= ulp).all()
+    assert got[x == np.inf].tolist() == [1.0] and got[x == -np.inf].tolist() == [0.0]
+    np.testing.assert_array_equal(Sigmoid(xp, x.reshape(-1, 1)[::3]).ravel(), got[::3])
+    with native.disabled():
+        ref = Sigmoid(xp, x)
+    np.testing.assert_allclose(got, ref, rtol=4 * np.finfo(np.float32).eps, atol=1e-44, equal_nan=True)
+
+
 def test_compiler_flags_suit_gcc_and_clang(monkeypatch):
     """GCC-only flags go to GCC alone (clang rejects them: every kernel would fall back to NumPy), and
     the user's flags come last."""

@@ -18,7 +18,7 @@ import gpuops
 from gpuops import native, threads
 from gpuops.ops.cpu import conv, native_gemm, pool, softmax
 from gpuops.ops.cpu.activation import Gelu
-from gpuops.ops.cpu.elementwise import erf
+from gpuops.ops.cpu.elementwise import Sigmoid, erf
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 
@@ -71,6 +71,7 @@ def _cases():
         "erf": lambda: erf(xp, wide),
         "gelu": lambda: Gelu(xp, wide),
         "erf float64": lambda: erf(xp, wide.astype(np.float64)),
+        "sigmoid": lambda: Sigmoid(xp, wide),
         "softmax": lambda: softmax.Softmax(xp, wide, axis=-1),
     }
 
