@@ -182,6 +182,25 @@ def test_linear_svm_and_one_class_regressor(device, post):
           ml_opset=1)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("proba", [False, True])
+def test_svm_classifier_with_string_labels(device, kernel, classes, proba):
+    """libsvm's one-against-one SVC with string labels, every kernel, with and without Platt's
+    probabilities (the converter models cover int64 labels)."""
+    per_class = [3, 2, 4][:classes]
+    V, pairs = sum(per_class), classes * (classes - 1) // 2
+    attrs = dict(kernel_type=kernel, kernel_params=[0.3, 0.5, 3.0], vectors_per_class=per_class,
+                 support_vectors=RNG.normal(size=V * 3).round(3).tolist(),
+                 coefficients=RNG.normal(size=(classes - 1) * V).round(3).tolist(),
+                 rho=RNG.normal(size=pairs).round(3).tolist(), classlabels_strings=["ant", "bee", "cat"][:classes])
+    if proba:
+        attrs.update(prob_a=(-1 - RNG.random(pairs)).round(3).tolist(), prob_b=RNG.normal(size=pairs).round(3).tolist())
+    x = RNG.normal(size=(12, 3)).astype(np.float32)
+    check(ml("SVMClassifier", ["x"], ["label", "scores"], **attrs), {"x": x}, device, ml_opset=1)
+
+
 # -- legacy tree ensembles -----------------------------------------------------------------------
 
 

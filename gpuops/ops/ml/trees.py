@@ -115,14 +115,13 @@ def _finish(feature, threshold, modes, true_ids, false_ids, missing, roots, leaf
             raise NodeError(f"tree ensemble: a target or class id is outside 0..{n_targets - 1}")
         keep = is_leaf[leaf_nodes]  # weights on a branch node are never reached (as onnxruntime)
         slots, tgt, w = leaf_slot[leaf_nodes[keep]], leaf_targets[keep], np.asarray(leaf_weights, np.float64)[keep]
+        has[slots, tgt] = True
         if combine == "sum":
             np.add.at(weights, (slots, tgt), w)
         else:
-            first = np.where(combine == "min", np.inf, -np.inf)
-            weights[:] = first
+            weights[:] = np.inf if combine == "min" else -np.inf
             (np.minimum if combine == "min" else np.maximum).at(weights, (slots, tgt), w)
-            weights[~np.isfinite(weights) & (weights == first)] = 0.0
-        has[slots, tgt] = True
+            weights[~has] = 0.0
     tree_depth = _depths(children, is_leaf, np.asarray(roots, dtype=np.int64)) if n else np.zeros(0, np.int32)
     present = tuple(sorted({int(m) for m in np.unique(modes[~is_leaf])}))
     walk_modes = np.where(is_leaf, present[0] if present else LEQ, modes).astype(np.int8)
