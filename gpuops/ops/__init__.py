@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     cast,
     contrib,  # com.microsoft and com.microsoft.nchwc
     control,
+    constants,  # Shape, Size, Identity, Constant, ConstantOfShape, Range, EyeLike
     conv,
     cpu,  # CPU overrides: native kernels, NumPy-only paths, weights prepared per session
     cuda,  # kernel-backed CUDA overrides of conv, quantization and detection ops
@@ -22,6 +23,7 @@ from . import (  # noqa: F401
     reduce,
     resize,
     rnn,
+    selection,  # Compress, Unique, NonZero, Where, OneHot
     sequence,
     shape,
     signal,

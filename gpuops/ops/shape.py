@@ -1,6 +1,7 @@
 """Shape and tensor-manipulation ops: Reshape, Transpose, (Un)Squeeze, Concat, Split, Slice, Expand,
-Tile, Pad, Shape, Size, Flatten, Identity, Constant, ConstantOfShape, Range, EyeLike, DepthToSpace,
-SpaceToDepth, CenterCropPad, Trilu, ReverseSequence, Compress, Unique, NonZero, Where, OneHot.
+Tile, Pad, Flatten, DepthToSpace, SpaceToDepth, CenterCropPad, Trilu, ReverseSequence. (Shape, Size,
+Identity and the constant-making ops are :mod:`.constants`; the ops that select by value,
+:mod:`.selection`.)
 
 Shape-like inputs (shape, axes, pads, repeats, split, starts/ends, k, depth...) are host inputs:
 the output shape is worked out in Python and only the data moves on the device. Ops whose output
@@ -14,23 +15,21 @@ import math
 
 import numpy as np
 
-from ..device import to_host
-from ..dtypes import np_dtype
 from ..errors import NodeError
 from ..registry import op
 from .checks import require
 from .elementwise import clamp
 
-# -- helpers -------------------------------------------------------------------------------------
+# -- helpers, shared with .constants and .selection ----------------------------------------------
 
 
-def _ints(values) -> list[int]:
+def host_ints(values) -> list[int]:
     """A host array / list / scalar of integers -> a list of Python ints."""
     a = np.asarray(values).reshape(-1)
     return a.tolist() if a.dtype.kind in "iu" else [int(v) for v in a]
 
 
-def _axis(axis: int, rank: int, what: str = "axis") -> int:
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     """``axis`` normalised to [0, rank); negative counts from the back."""
     axis = int(axis)
     if not -rank <= axis < rank:
@@ -38,14 +37,14 @@ def _axis(axis: int, rank: int, what: str = "axis") -> int:
     return axis % rank
 
 
-def _axes(axes, rank: int, what: str = "axes") -> list[int]:
-    out = [_axis(a, rank, what) for a in axes]
+def normalize_axes(axes, rank: int, what: str = "axes") -> list[int]:
+    out = [normalize_axis(a, rank, what) for a in axes]
     if len(set(out)) != len(out):
         raise NodeError(f"{what} {list(axes)} repeat an axis")
     return out
 
 
-def _scalar(value):
+def host_scalar(value):
     """A host scalar (0-d or 1-element array) -> its NumPy scalar."""
     return np.asarray(value).reshape(-1)[0]
 
@@ -85,12 +84,12 @@ def Reshape_1(xp, data, *, shape=None, consumed_inputs=None):
 
 @op("Reshape", since=5, host_inputs=(1,))
 def Reshape_5(xp, data, shape):
-    return xp.reshape(data, _reshape_target(tuple(data.shape), _ints(shape), 0))
+    return xp.reshape(data, _reshape_target(tuple(data.shape), host_ints(shape), 0))
 
 
 @op("Reshape", since=14, host_inputs=(1,))
 def Reshape(xp, data, shape, *, allowzero=0):
-    shape = _ints(shape)
+    shape = host_ints(shape)
     if allowzero and 0 in shape and -1 in shape:
         raise NodeError(f"shape {shape} has both 0 and -1 while allowzero=1")
     return xp.reshape(data, _reshape_target(tuple(data.shape), shape, allowzero))
@@ -109,7 +108,7 @@ def Flatten(xp, input, *, axis=1):
 def _squeeze(xp, data, axes):
     if axes is None:
         axes = [i for i, d in enumerate(data.shape) if d == 1]
-    axes = _axes(axes, data.ndim)
+    axes = normalize_axes(axes, data.ndim)
     for a in axes:
         if data.shape[a] != 1:
             raise NodeError(f"cannot squeeze axis {a} of shape {tuple(data.shape)}: its size is not 1")
@@ -118,7 +117,7 @@ def _squeeze(xp, data, axes):
 
 def _unsqueeze(xp, data, axes):
     rank = data.ndim + len(axes)
-    axes = _axes(axes, rank)
+    axes = normalize_axes(axes, rank)
     dims = iter(data.shape)
     return xp.reshape(data, tuple(1 if i in axes else next(dims) for i in range(rank)))
 
@@ -130,7 +129,7 @@ def Squeeze_1(xp, data, *, axes=None):
 
 @op("Squeeze", since=13, host_inputs=(1,))
 def Squeeze(xp, data, axes=None):
-    return _squeeze(xp, data, None if axes is None else _ints(axes))
+    return _squeeze(xp, data, None if axes is None else host_ints(axes))
 
 
 @op("Unsqueeze", since=1)
@@ -140,13 +139,13 @@ def Unsqueeze_1(xp, data, *, axes):
 
 @op("Unsqueeze", since=13, host_inputs=(1,))
 def Unsqueeze(xp, data, axes):
-    return _unsqueeze(xp, data, _ints(axes))
+    return _unsqueeze(xp, data, host_ints(axes))
 
 
 @op("Transpose", since=1)
 def Transpose(xp, data, *, perm=None):
     rank = data.ndim
-    perm = list(range(rank))[::-1] if perm is None else _axes(perm, rank, "perm")
+    perm = list(range(rank))[::-1] if perm is None else normalize_axes(perm, rank, "perm")
     if len(perm) != rank:
         raise NodeError(f"perm {perm} does not name every axis of a rank-{rank} input")
     return xp.permute_dims(data, tuple(perm))
@@ -166,12 +165,12 @@ def Concat(xp, *inputs, axis=None):
         raise NodeError("Concat needs the 'axis' attribute")
     if not inputs:
         raise NodeError("Concat needs at least one input")
-    axis = _axis(axis, inputs[0].ndim)
+    axis = normalize_axis(axis, inputs[0].ndim)
     return xp.concat(list(inputs), axis=axis)
 
 
 def _split(xp, input, axis: int, sizes: list[int] | None, n_outputs: int):
-    axis = _axis(axis, input.ndim)
+    axis = normalize_axis(axis, input.ndim)
     dim = input.shape[axis]
     if sizes is None:
         if n_outputs < 1 or dim % n_outputs:
@@ -193,7 +192,7 @@ def _split(xp, input, axis: int, sizes: list[int] | None, n_outputs: int):
 @op("Split", since=1, host_inputs=(1,), n_outputs=True)
 def Split_1(xp, input, split_input=None, *, axis=0, split=None, n_outputs):
     # Split-1 takes the sizes from its optional second input or from the ``split`` attribute.
-    sizes = _ints(split_input) if split_input is not None else (None if split is None else list(split))
+    sizes = host_ints(split_input) if split_input is not None else (None if split is None else list(split))
     return _split(xp, input, axis, sizes, n_outputs)
 
 
@@ -204,7 +203,7 @@ def Split_2(xp, input, *, axis=0, split=None, n_outputs):
 
 @op("Split", since=13, host_inputs=(1,), n_outputs=True)
 def Split_13(xp, input, split=None, *, axis=0, n_outputs):
-    return _split(xp, input, axis, None if split is None else _ints(split), n_outputs)
+    return _split(xp, input, axis, None if split is None else host_ints(split), n_outputs)
 
 
 @op("Split", since=18, host_inputs=(1,), n_outputs=True)
@@ -214,11 +213,11 @@ def Split(xp, input, split=None, *, axis=0, num_outputs=None, n_outputs):
     if num_outputs is not None:
         if num_outputs != n_outputs:
             raise NodeError(f"num_outputs={num_outputs} but the node has {n_outputs} outputs")
-        dim = input.shape[_axis(axis, input.ndim)]
+        dim = input.shape[normalize_axis(axis, input.ndim)]
         chunk = -(-dim // num_outputs)  # ceil: the last part is the smaller one
         sizes = [max(0, min(chunk, dim - i * chunk)) for i in range(num_outputs)]
         return _split(xp, input, axis, sizes, n_outputs)
-    return _split(xp, input, axis, None if split is None else _ints(split), n_outputs)
+    return _split(xp, input, axis, None if split is None else host_ints(split), n_outputs)
 
 
 # -- Slice ---------------------------------------------------------------------------------------
@@ -231,7 +230,7 @@ def _slice(data, starts: list[int], ends: list[int], axes: list[int] | None, ste
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise NodeError(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length")
     index = [slice(None)] * rank
-    for a, s, e, st in zip(_axes(axes, rank), starts, ends, steps):
+    for a, s, e, st in zip(normalize_axes(axes, rank), starts, ends, steps):
         n = data.shape[a]
         if st == 0:
             raise NodeError(f"slice step on axis {a} is 0")
@@ -252,8 +251,8 @@ def Slice_1(xp, data, *, starts, ends, axes=None):
 
 @op("Slice", since=10, host_inputs=(1, 2, 3, 4))
 def Slice(xp, data, starts, ends, axes=None, steps=None):
-    return _slice(data, _ints(starts), _ints(ends), None if axes is None else _ints(axes),
-                  None if steps is None else _ints(steps))
+    return _slice(data, host_ints(starts), host_ints(ends), None if axes is None else host_ints(axes),
+                  None if steps is None else host_ints(steps))
 
 
 # -- Expand, Tile, Pad, CenterCropPad ----------------------------------------------------------
@@ -272,19 +271,19 @@ def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 @op("Expand", since=8, host_inputs=(1,))
 def Expand(xp, input, shape):
-    return xp.broadcast_to(input, _broadcast_shape(tuple(input.shape), tuple(_ints(shape))))
+    return xp.broadcast_to(input, _broadcast_shape(tuple(input.shape), tuple(host_ints(shape))))
 
 
 @op("Tile", since=1, host_inputs=(1, 2))
 def Tile_1(xp, input, tiles, axis):
     reps = [1] * input.ndim
-    reps[_axis(int(_scalar(axis)), input.ndim)] = int(_scalar(tiles))
+    reps[normalize_axis(int(host_scalar(axis)), input.ndim)] = int(host_scalar(tiles))
     return xp.tile(input, tuple(reps))
 
 
 @op("Tile", since=6, host_inputs=(1,))
 def Tile(xp, input, repeats):
-    reps = _ints(repeats)
+    reps = host_ints(repeats)
     if len(reps) != input.ndim or any(r < 0 for r in reps):
         raise NodeError(f"repeats {reps} must be {input.ndim} non-negative numbers (input rank {input.ndim})")
     return xp.tile(input, tuple(reps))
@@ -294,7 +293,7 @@ def _pad(xp, data, pads: list[int], mode: str, value, axes: list[int] | None, mo
     if mode not in modes:
         raise NodeError(f"unsupported pad mode {mode!r}; this opset accepts {list(modes)}")
     rank = data.ndim
-    axes = list(range(rank)) if axes is None else _axes(axes, rank)
+    axes = list(range(rank)) if axes is None else normalize_axes(axes, rank)
     if len(pads) != 2 * len(axes):
         raise NodeError(f"pads {pads} must hold 2 values per padded axis ({len(axes)} axes)")
     width = [[0, 0] for _ in range(rank)]
@@ -332,29 +331,29 @@ def Pad_2(xp, data, *, pads, mode="constant", value=0.0):
 
 @op("Pad", since=11, host_inputs=(1, 2))
 def Pad_11(xp, data, pads, constant_value=None, *, mode="constant"):
-    value = None if constant_value is None or constant_value.size == 0 else _scalar(constant_value)
-    return _pad(xp, data, _ints(pads), mode, value, None, ("constant", "reflect", "edge"))
+    value = None if constant_value is None or constant_value.size == 0 else host_scalar(constant_value)
+    return _pad(xp, data, host_ints(pads), mode, value, None, ("constant", "reflect", "edge"))
 
 
 @op("Pad", since=18, host_inputs=(1, 2, 3))
 def Pad_18(xp, data, pads, constant_value=None, axes=None, *, mode="constant"):
-    value = None if constant_value is None or constant_value.size == 0 else _scalar(constant_value)
-    return _pad(xp, data, _ints(pads), mode, value, None if axes is None else _ints(axes),
+    value = None if constant_value is None or constant_value.size == 0 else host_scalar(constant_value)
+    return _pad(xp, data, host_ints(pads), mode, value, None if axes is None else host_ints(axes),
                 ("constant", "reflect", "edge"))
 
 
 @op("Pad", since=19, host_inputs=(1, 2, 3))
 def Pad(xp, data, pads, constant_value=None, axes=None, *, mode="constant"):
-    value = None if constant_value is None or constant_value.size == 0 else _scalar(constant_value)
-    return _pad(xp, data, _ints(pads), mode, value, None if axes is None else _ints(axes),
+    value = None if constant_value is None or constant_value.size == 0 else host_scalar(constant_value)
+    return _pad(xp, data, host_ints(pads), mode, value, None if axes is None else host_ints(axes),
                 ("constant", "reflect", "edge", "wrap"))
 
 
 @op("CenterCropPad", since=18, host_inputs=(1,))
 def CenterCropPad(xp, input_data, shape, *, axes=None):
     rank = input_data.ndim
-    axes = list(range(rank)) if axes is None else _axes(axes, rank)
-    shape = _ints(shape)
+    axes = list(range(rank)) if axes is None else normalize_axes(axes, rank)
+    shape = host_ints(shape)
     if len(shape) != len(axes):
         raise NodeError(f"shape {shape} must have one size per axis {axes}")
     crop = [slice(None)] * rank
@@ -371,115 +370,6 @@ def CenterCropPad(xp, input_data, shape, *, axes=None):
     if any(b or e for b, e in width):
         out = xp.pad(out, tuple(width), mode="constant")
     return out
-
-
-# -- Shape, Size, Identity, Constant, ConstantOfShape, Range, EyeLike --------------------------
-
-
-@op("Shape", since=1)
-def Shape_1(xp, data):
-    return xp.asarray(np.asarray(data.shape, dtype=np.int64).reshape(-1))
-
-
-@op("Shape", since=15)
-def Shape(xp, data, *, start=0, end=None):
-    rank = data.ndim
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = rank if end is None else min(max(end + rank if end < 0 else end, 0), rank)
-    return xp.asarray(np.asarray(data.shape[start:end], dtype=np.int64).reshape(-1))
-
-
-@op("Size", since=1)
-def Size(xp, data):
-    return xp.asarray(np.int64(math.prod(data.shape)))
-
-
-@op("Identity", since=1)
-def Identity(xp, input=None):
-    return input  # tensors, sequences (lists) and optionals (None when empty) pass through
-
-
-def _constant(xp, **attrs):
-    given = {k: v for k, v in attrs.items() if v is not None}
-    if len(given) != 1:
-        raise NodeError(f"Constant needs exactly one value attribute, got {sorted(given) or 'none'}")
-    (name, v), = given.items()
-    if name in ("value", "sparse_value"):
-        return v if isinstance(v, np.ndarray) and v.dtype == object else xp.asarray(v)
-    if name in ("value_string", "value_strings"):  # strings stay host object arrays
-        return np.array(v, dtype=object)
-    dtype = np.float32 if name.startswith("value_float") else np.int64
-    return xp.asarray(np.asarray(v, dtype=dtype))
-
-
-@op("Constant", since=1)
-def Constant_1(xp, *, value):
-    return _constant(xp, value=value)
-
-
-@op("Constant", since=11)
-def Constant_11(xp, *, value=None, sparse_value=None):
-    return _constant(xp, value=value, sparse_value=sparse_value)
-
-
-@op("Constant", since=12)
-def Constant(xp, *, value=None, sparse_value=None, value_float=None, value_floats=None, value_int=None,
-             value_ints=None, value_string=None, value_strings=None):
-    return _constant(xp, value=value, sparse_value=sparse_value, value_float=value_float,
-                     value_floats=value_floats, value_int=value_int, value_ints=value_ints,
-                     value_string=value_string, value_strings=value_strings)
-
-
-@op("ConstantOfShape", since=9, host_inputs=(0,))
-def ConstantOfShape(xp, input, *, value=None):
-    value = np.zeros(1, dtype=np.float32) if value is None else np.asarray(value)
-    if value.size != 1:
-        raise NodeError(f"value must hold exactly one element, got shape {value.shape}")
-    shape = tuple(_ints(input))
-    if any(d < 0 for d in shape):
-        raise NodeError(f"shape {list(shape)} has a negative dimension")
-    return xp.full(shape, _scalar(value), dtype=value.dtype)
-
-
-def range_values(xp, start, limit, delta, compute=None):
-    dtype = np.asarray(start).dtype
-    s, l, d = (_scalar(v) for v in (start, limit, delta))
-    if dtype.kind in "iu":
-        s, l, d = int(s), int(l), int(d)
-        if d == 0:
-            raise NodeError("Range delta is 0")
-        n = max(-((s - l) // d), 0)  # ceil((l - s) / d) in exact integer arithmetic
-    else:
-        ct = np.dtype(compute or dtype)
-        s, l, d = (np.asarray(v).astype(ct) for v in (s, l, d))
-        if d == 0:
-            raise NodeError("Range delta is 0")
-        n = max(math.ceil((float(l) - float(s)) / float(d)), 0)
-        out = xp.arange(n, dtype=ct) * d[()] + s[()]  # NumPy scalars of ct: no host->device copy
-        return out.astype(dtype)
-    return xp.arange(n, dtype=dtype) * d + s if n else xp.zeros((0,), dtype=dtype)
-
-
-@op("Range", since=11, host_inputs=(0, 1, 2))
-def Range_11(xp, start, limit, delta):
-    return range_values(xp, start, limit, delta)
-
-
-@op("Range", since=27, host_inputs=(0, 1, 2))
-def Range(xp, start, limit, delta, *, stash_type=1):
-    if np.asarray(start).dtype not in (np.dtype(np.float16), np_dtype(16)):  # float16, bfloat16
-        return range_values(xp, start, limit, delta)
-    if stash_type not in (1, 11):
-        raise NodeError(f"stash_type {stash_type} is not float (1) or double (11)")
-    return range_values(xp, start, limit, delta, np_dtype(stash_type))
-
-
-@op("EyeLike", since=9)
-def EyeLike(xp, input, *, dtype=None, k=0):
-    if input.ndim != 2:
-        raise NodeError(f"EyeLike needs a 2-D input, got shape {tuple(input.shape)}")
-    out = np_dtype(dtype) if dtype is not None else input.dtype
-    return xp.eye(input.shape[0], input.shape[1], k=k, dtype=out)
 
 
 # -- DepthToSpace, SpaceToDepth ---------------------------------------------------------------
@@ -549,7 +439,7 @@ def SpaceToDepth(xp, input, *, blocksize, mode="DCR"):
 def Trilu(xp, input, k=None, *, upper=1):
     if input.ndim < 2:
         raise NodeError(f"Trilu needs an input of rank >= 2, got shape {tuple(input.shape)}")
-    k = 0 if k is None else int(_scalar(k))
+    k = 0 if k is None else int(host_scalar(k))
     # any int64 k is valid: past the matrix's diagonals it keeps all or nothing (no overflow at -2**63)
     k = min(max(k, -int(input.shape[-2])), int(input.shape[-1]))
     return xp.triu(input, k=k) if upper else xp.tril(input, k=k)
@@ -579,102 +469,3 @@ def _check_lengths(lohi, T: int) -> None:
     for v in lohi.tolist():
         if not 0 <= v <= T:
             raise NodeError(f"sequence length {v} is out of range [0, {T}] (the time axis has {T} steps)")
-
-
-# -- Compress, Unique, NonZero, Where, OneHot ---------------------------------------------------
-
-
-@op("Compress", since=9, syncs="the output's size depends on the data")
-def Compress(xp, input, condition, *, axis=None):
-    if axis is None:
-        input = xp.reshape(input, (-1,))
-        axis = 0
-    axis = _axis(axis, input.ndim)
-    if condition.ndim != 1:
-        raise NodeError(f"condition must be 1-D, got shape {tuple(condition.shape)}")
-    n = input.shape[axis]
-    if condition.shape[0] > n:  # a shorter condition drops the tail; a longer one may not select past it
-        if to_host(xp.any(condition[n:])):
-            raise NodeError(f"condition of length {condition.shape[0]} selects past the end of an axis "
-                            f"of length {n}")
-        condition = condition[:n]
-    return xp.take(input, xp.nonzero(condition)[0], axis=axis)
-
-
-def _sort_keys(a):
-    """``a`` in a type every sort takes: CuPy's sorts (Thrust) refuse bfloat16, which float32 holds
-    exactly, in the same order."""
-    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
-
-
-@op("Unique", since=11, syncs="the output's size depends on the data")
-def Unique(xp, X, *, axis=None, sorted=1):  # noqa: A002 - the spec's attribute name
-    if axis is None:
-        rows = xp.reshape(X, (-1,))
-        order = xp.argsort(_sort_keys(rows), stable=True)
-        s = rows[order]
-        change = s[1:] != s[:-1]
-    else:
-        axis = _axis(axis, X.ndim)
-        moved = xp.moveaxis(X, axis, 0)
-        rows = xp.reshape(moved, (X.shape[axis], -1))
-        # lexsort's last key is the primary one: sort the rows by their first column first
-        order = xp.lexsort(_sort_keys(rows)[:, ::-1].T) if rows.shape[1] else xp.arange(rows.shape[0])
-        s = rows[order]
-        change = xp.any(s[1:] != s[:-1], axis=1)
-    n = rows.shape[0]
-    first = xp.concat([xp.ones((min(n, 1),), dtype=bool), change])  # starts a new value (sorted order)
-    starts = xp.nonzero(first)[0]
-    group = xp.cumsum(first.astype(np.int64)) - 1  # value number of each sorted position
-    indices = order[starts].astype(np.int64)  # stable sort: the first occurrence heads its run
-    counts = xp.diff(xp.concat([starts, xp.asarray([n], dtype=starts.dtype)])).astype(np.int64)
-    inverse = xp.empty((n,), dtype=np.int64)
-    inverse[order] = group
-    if not sorted:  # number the values by first occurrence instead
-        perm = xp.argsort(indices, stable=True)
-        rank = xp.empty_like(perm)
-        rank[perm] = xp.arange(perm.shape[0], dtype=perm.dtype)
-        indices, counts, inverse = indices[perm], counts[perm], rank[inverse].astype(np.int64)
-    Y = xp.take(X, indices, axis=axis) if axis is not None else rows[indices]
-    return Y, indices, inverse, counts
-
-
-@op("NonZero", since=9, syncs="the output's size depends on the data")
-def NonZero(xp, X):
-    if X.ndim == 0:  # a scalar has no coordinates: shape (0, 1) if it is non-zero, else (0, 0)
-        n = xp.nonzero(xp.reshape(X, (1,)))[0].shape[0]
-        return xp.zeros((0, n), dtype=np.int64)
-    return xp.stack(xp.nonzero(X), axis=0).astype(np.int64)
-
-
-@op("Where", since=9)
-def Where(xp, condition, X, Y):
-    return xp.where(condition, X, Y)
-
-
-def _one_hot(xp, indices, depth, values, axis: int, wrap_negative: bool):
-    depth = int(_scalar(depth))
-    if depth < 1:
-        raise NodeError(f"depth must be positive, got {depth}")
-    rank = indices.ndim + 1
-    axis = _axis(axis, rank)
-    if values.ndim != 1 or values.shape[0] != 2:
-        raise NodeError(f"values must be [off_value, on_value], got shape {tuple(values.shape)}")
-    ind = indices.astype(np.int64) if indices.dtype.kind != "i" else indices
-    if wrap_negative:
-        ind = xp.where(ind < 0, ind + depth, ind)
-    ind = xp.expand_dims(ind, axis=axis)
-    shape = [1] * rank
-    shape[axis] = depth
-    hot = ind == xp.reshape(xp.arange(depth, dtype=ind.dtype), tuple(shape))
-    return xp.where(hot, values[1], values[0])
-
-
-@op("OneHot", since=9, host_inputs=(1,))
-def OneHot_9(xp, indices, depth, values, *, axis=-1):
-    return _one_hot(xp, indices, depth, values, axis, wrap_negative=False)
-
-
-@op("OneHot", since=11, host_inputs=(1,))
-def OneHot(xp, indices, depth, values, *, axis=-1):
-    return _one_hot(xp, indices, depth, values, axis, wrap_negative=True)

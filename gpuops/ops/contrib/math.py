@@ -26,8 +26,8 @@ from ..elementwise import clamp
 from ..indexing import GatherND_11 as _gather_nd
 from ..shape import Pad_11 as _pad
 from ..shape import Trilu as _trilu
-from ..shape import Unique as _unique
-from ..shape import range_values
+from ..selection import Unique as _unique
+from ..constants import range_values
 
 MS = "com.microsoft"
 
