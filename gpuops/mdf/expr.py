@@ -18,6 +18,9 @@ Values are kept where they belong: Python numbers stay host scalars (on CUDA the
 arguments), arrays stay arrays of the session's device (``xp``), and dicts, strings and lists (the
 values of ACT-R models) are host objects. Ids that are not Python names (``/A/Add``, ``x.3``) work
 as plain references: they are renamed before parsing.
+
+One module, past 500 lines: the whitelist, the compiler and the bounds are one security boundary,
+reviewed together.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ without its bookkeeping. When no condition reads values or state kept across run
 steps are computed once at session creation and replayed (a static execution sequence); otherwise
 the machine runs step by step. Graphs with a condition it does not know (TimeInterval, absolute
 time, WhenFinished...) are scheduled by graph-scheduler itself.
+
+One module, past 500 lines: the condition types mirror graph-scheduler's one to one and are read
+beside it; the static sequence and the step machine share them.
 """
 
 from __future__ import annotations

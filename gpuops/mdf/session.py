@@ -21,6 +21,8 @@ A batched session (``batch=N``) runs the same program on :class:`~gpuops.mdf.bat
 scheduler state (:class:`~gpuops.mdf.schedule.RowMachine`): a step names the rows where a node runs,
 the node is evaluated for all rows and keeps its new parameters, function values and outputs only
 in those rows; input ports track per row whether a value is pending (``_Port.received``).
+
+One module, past 500 lines: the evaluation order above is one algorithm, unbatched and batched.
 """
 
 from __future__ import annotations

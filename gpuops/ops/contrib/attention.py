@@ -7,6 +7,9 @@ Everything is scaled dot-product attention on (batch, heads, sequence, head_size
 float32 for float16 inputs. Masks follow onnxruntime's CPU kernels: key-padding masks and causal masks
 add ``mask_filter_value`` (default -10000) to the scores; GroupQueryAttention and the packed ops leave
 the keys outside a sequence out of the softmax altogether.
+
+One module, past 500 lines: the ops share the mask, past/present and packing conventions, which
+must change together.
 """
 
 from __future__ import annotations

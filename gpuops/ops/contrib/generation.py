@@ -51,6 +51,9 @@ The semantics follow onnxruntime's CPU kernels:
 The scores stay on the device; each step reads the chosen tokens (and, for the beam search, the
 ``2 * num_beams`` candidates per batch entry) on the host to update the sequences and to decide
 whether to stop: the ops declare those host syncs.
+
+One module, past 500 lines: the three searches share one decoding loop (prompt, pasts, score
+processing, beam bookkeeping), whose state would otherwise be split across files.
 """
 
 from __future__ import annotations
