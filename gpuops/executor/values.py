@@ -45,3 +45,14 @@ def nbytes(value) -> int:
         return value.nbytes
     except AttributeError:
         return sum(nbytes(v) for v in value) if isinstance(value, list) else 0
+
+
+def string_feed(arr: np.ndarray) -> np.ndarray:
+    """A NumPy str (``U``) or UTF-8 bytes (``S``) array as the object array of ``str`` that string
+    tensors are."""
+    if arr.dtype.kind == "S":
+        try:
+            return np.char.decode(arr, "utf-8").astype(object)
+        except UnicodeDecodeError as e:
+            raise FeedError(f"a bytes string feed is not UTF-8: {e}") from None
+    return arr.astype(object)

@@ -18,7 +18,7 @@ from ..errors import FeedError, GpuopsError, NodeError, OutOfMemoryError
 from ..executor import profile as _profile
 from ..executor.cuda_graphs import DEFAULT_CACHE, CudaGraphs
 from ..executor.run import RunContext, oom_or, run_plan
-from ..executor.values import check_map, host_value, nbytes
+from ..executor.values import check_map, host_value, nbytes, string_feed
 from ..memory import MemoryManager, is_out_of_memory
 from ..ops import checks
 from ..registry import canonical_domain
@@ -356,6 +356,8 @@ class InferenceSession:
                     raise
                 raise OutOfMemoryError(f"uploading input {name!r} ({nbytes(value):,} bytes) ran out of memory on "
                                        f"{self.device}") from e
+            if arr.dtype != arg.dtype and arg.dtype == object and arr.dtype.kind in "US":
+                arr = string_feed(arr)  # NumPy strings (or a list of str) feed a string input, as in onnxruntime
             if arr.dtype != arg.dtype:
                 raise FeedError(f"input {name!r}: expected dtype {arg.type} ({arg.dtype}), got {arr.dtype}")
             if arg.shape is not None:

@@ -340,3 +340,16 @@ def test_tree_input_with_too_few_features_is_a_node_error(device):
         sess.run(None, {"x": np.zeros((4, 2), np.float32)})
     (y,) = sess.run(None, {"x": np.zeros((0, 3), np.float32)})  # no rows: no scores
     assert y.shape == (0, 1)
+
+
+@pytest.mark.parametrize("feed", [np.array(["dog", "x"]), np.array([b"dog", b"x"]), ["dog", "x"],
+                                  np.array(["dog", "x"], dtype=object)])
+def test_string_feeds_as_onnxruntime_takes_them(feed):
+    """A string input takes NumPy str or bytes arrays and lists of str, as onnxruntime's does."""
+    node = ml("CategoryMapper", ["x"], ["y"], cats_strings=["cat", "dog"], cats_int64s=[1, 2])
+    model = make_model(node, [helper.make_tensor_value_info("x", TensorProto.STRING, [None])], opset=17,
+                       opsets={"ai.onnx.ml": 1})
+    (y,) = gpuops.InferenceSession(model, device="cpu").run(None, {"x": feed})
+    np.testing.assert_array_equal(y, [2, -1])
+    with pytest.raises(gpuops.FeedError, match="expected dtype tensor.string"):
+        gpuops.InferenceSession(model, device="cpu").run(None, {"x": np.zeros(2, np.float32)})
