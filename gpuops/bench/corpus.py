@@ -10,8 +10,10 @@ benchmarks/corpus/fetch.py`` (a model whose file is absent is skipped, and said 
 The bench runs every model present through gpuops (``device="cpu"``, default options) and onnxruntime's
 CPU provider in one process, their timed runs alternating (:func:`gpuops.bench.cpu_peers.alternate`), at
 the same thread count, 1 and 2 unless ``--threads`` is given; it reports ``gpuops / onnxruntime`` per
-model and the geomean, with the machine's CPU model, vector extensions, BLAS core type and threads, so
-that a number can be reproduced. A model gpuops cannot run with its default options is reported with the
+model and the geomean, with the machine's CPU model, vector extensions, BLAS core type, threads and load
+average, so that a number can be reproduced. At 1 thread both runtimes run on the calling thread, so
+the ratio of their thread CPU times (``cpu_ratio``) is also reported: it moves less with other
+processes' load than the wall-clock ratio. A model gpuops cannot run with its default options is reported with the
 error, and timed with ``optimize="none"`` as well (marked; not in the geomean).
 """
 
@@ -125,6 +127,14 @@ def machine() -> dict:
     return info
 
 
+def _loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages: other processes' load moves wall-clock ratios."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def _geomean(values) -> float | None:
     values = [v for v in values if v]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
@@ -154,6 +164,8 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
         agree, diff = _agree(got, want, a.rtol, a.atol)
         rec.update(optimize=optimize, gpuops=t["gpuops"], onnxruntime=t["onnxruntime"], agree=agree,
                    max_abs_diff=diff, ratio=t["gpuops"]["median_ms"] / t["onnxruntime"]["median_ms"])
+        if threads == 1:  # both run on the calling thread: their CPU times are what a run costs, load aside
+            rec["cpu_ratio"] = t["gpuops"]["cpu_median_ms"] / max(t["onnxruntime"]["cpu_median_ms"], 1e-9)
         break
     return rec
 
@@ -181,6 +193,7 @@ def run(a, environment) -> int:
     if absent:
         print(f"gpuops bench --corpus: {len(absent)} model(s) not fetched ({FETCH_COMMAND}): {', '.join(absent)}")
     thread_counts = [a.threads] if a.threads else [1, 2]
+    load = {"before": _loadavg()}
     runs = []
     for threads in thread_counts:
         for e in present:
@@ -193,10 +206,12 @@ def run(a, environment) -> int:
             print(f"{r['model']:>36} {threads} thread(s): "
                   + (f"{r['ratio']:.2f}x" + (" (optimize='none')" if r["optimize"] == "none" else "")
                      if "ratio" in r else r["error"][:120]), flush=True)
+    load["after"] = _loadavg()
     geomean = {t: _geomean(r["ratio"] for r in runs if r["threads"] == t and r.get("optimize") == "all")
                for t in thread_counts}
-    result = {"env": {**environment("cpu"), "machine": machine()}, "settings": vars(a), "absent": absent,
-              "runs": runs, "geomean": geomean}
+    cpu_geomean = _geomean(r["cpu_ratio"] for r in runs if "cpu_ratio" in r and r["optimize"] == "all")
+    result = {"env": {**environment("cpu"), "machine": machine(), "load_average": load}, "settings": vars(a),
+              "absent": absent, "runs": runs, "geomean": geomean, "cpu_time_geomean_1_thread": cpu_geomean}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "corpus.json").write_text(json.dumps(result, indent=1, default=str))
@@ -214,20 +229,26 @@ def markdown(result: dict) -> str:
              "", f"- CPU: {m['cpu_model']}, {m['logical_cpus']} logical CPUs; vector extensions: "
              f"{' '.join(m['vector_extensions']) or 'unknown'}",
              f"- BLAS: {blas}; OPENBLAS_CORETYPE={m['openblas_coretype_env'] or '(unset)'}",
-             f"- commit {result['env'].get('git_commit')}, onnxruntime {result['env'].get('onnxruntime')}", "",
-             "| model | kind | threads | gpuops ms | onnxruntime ms | gpuops / onnxruntime | outputs agree |",
-             "|---|---|---|---|---|---|---|"]
+             f"- commit {result['env'].get('git_commit')}, onnxruntime {result['env'].get('onnxruntime')}; load "
+             f"average (1, 5, 15 min) {result['env']['load_average']['before']} before, "
+             f"{result['env']['load_average']['after']} after", "",
+             "| model | kind | threads | gpuops ms | onnxruntime ms | gpuops / onnxruntime | CPU time ratio "
+             "| outputs agree |", "|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
         if "ratio" not in r:
-            lines.append(f"| {r['model']} | {r['kind']} | {r['threads']} | error: {r['error'][:100]} | | | |")
+            lines.append(f"| {r['model']} | {r['kind']} | {r['threads']} | error: {r['error'][:100]} | | | | |")
             continue
         mark = f" (optimize='none'; the default fails: {r['error'].split(': ', 1)[1][:90]})" if r["optimize"] == "none" else ""
         lines.append(f"| {r['model']}{mark} | {r['kind']} | {r['threads']} | {r['gpuops']['median_ms']:.3f} | "
                      f"{r['onnxruntime']['median_ms']:.3f} | {r['ratio']:.2f}x | "
+                     + (f"{r['cpu_ratio']:.2f}x | " if "cpu_ratio" in r else "– | ") +
                      f"{'yes' if r['agree'] else 'NO'} ({r['max_abs_diff']:.1e}) |")
     lines.append("")
     for t, g in result["geomean"].items():
         lines.append(f"- geomean at {t} thread(s), default options: " + (f"{g:.2f}x" if g else "–"))
+    if result["cpu_time_geomean_1_thread"]:
+        lines.append(f"- geomean of the CPU time ratios at 1 thread (the calling thread's CPU time; less "
+                     f"sensitive to other processes' load): {result['cpu_time_geomean_1_thread']:.2f}x")
     if result["absent"]:
         lines.append(f"- not fetched ({FETCH_COMMAND}): {', '.join(result['absent'])}")
     return "\n".join(lines) + "\n"
