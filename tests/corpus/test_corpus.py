@@ -3,7 +3,7 @@
 Every model runs in gpuops on ``cpu`` and on ``cuda`` (the CPU stand-in of CuPy without a GPU, under its
 no-implicit-transfer guard), with the graph optimizer (``optimize="all"``, the default) and without it
 (``optimize="none"``), on the manifest's feeds, and is compared with onnxruntime's CPU provider running
-the same file. Tolerances are float32 error bounds derived from each model's sums
+the same file; on the CPU with the optimizer, the shape-specialized plan (the third run) is compared too. Tolerances are float32 error bounds derived from each model's sums
 (tests/corpus/tolerance.py); integer outputs (labels) must be equal.
 
 Vendored models always run. Fetched ones (benchmarks/corpus/fetch.py) are skipped only when their file
@@ -81,10 +81,19 @@ def oracle(name: str):
 
 
 def run_gpuops(model, feeds, device, optimize):
+    """The outputs of each run that uses a different plan: the first run, and on the CPU with the
+    optimizer the third (a feed-shape signature run twice gets a shape-specialized plan; a build that
+    fails falls back to the session's plan, which fails here)."""
     sess = gpuops.InferenceSession(model, device=device, optimize=optimize)
     feeds = dict(feeds)
+    runs = 3 if device == "cpu" and optimize != "none" else 1
     with device_guard(device), unchanged(feeds):
-        return sess.run(None, feeds)
+        outputs = [sess.run(None, feeds) for _ in range(runs)]
+    if runs == 3:
+        failed = [sig["reason"] for sig in sess.shape_plan_status()["signatures"]
+                  if "specialization failed" in sig.get("reason", "")]
+        assert not failed, failed
+    return [outputs[0], outputs[-1]] if runs == 3 else outputs
 
 
 @pytest.mark.parametrize("optimize", ["all", "none"])
@@ -99,7 +108,11 @@ def test_matches_onnxruntime(name, device, optimize):
             run_gpuops(model, feeds, device, optimize)
         assert text in str(info.value), f"{name} fails differently now ({info.value}); listed as: {cause}"
         return
-    got = run_gpuops(model, feeds, device, optimize)
+    for got in run_gpuops(model, feeds, device, optimize):
+        check(model, got, want, tols)
+
+
+def check(model, got, want, tols):
     assert len(got) == len(want)
     for o, g, w in zip(model.graph.output, got, want):
         g = np.asarray(g)
