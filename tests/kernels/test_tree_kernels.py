@@ -7,9 +7,9 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from gpuops.ops.cuda import ml as cuda_ml
-from gpuops.ops.ml import trees
+from gpuops.ops.ml import legacy_trees, trees
 
-from tests.ml.test_ops import legacy_trees
+from tests.ml.test_ops import legacy_attrs
 
 RNG = np.random.default_rng(7)
 MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ")
@@ -30,9 +30,9 @@ def _rows(n, f, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("modes", [MODES[:1], MODES])
 def test_leaves_match_the_generic_traversal(dev, dtype, modes):
-    attrs = legacy_trees(9, 5, 4, 3, "target", modes=modes,
+    attrs = legacy_attrs(9, 5, 4, 3, "target", modes=modes,
                          as_tensor=TensorProto.DOUBLE if dtype == np.float64 else None)
-    forest = trees._prepare_regressor({}, _plan_attrs(dict(n_targets=3, **attrs)))
+    forest = legacy_trees._prepare_regressor({}, _plan_attrs(dict(n_targets=3, **attrs)))
     x = _rows(70, 4, dtype)
     got = dev.get(cuda_ml.leaves(dev.xp, forest, dev.put(x)))
     want = trees.leaves(np, forest, x)
@@ -49,7 +49,7 @@ def test_uneven_trees_and_a_single_leaf_tree(dev):
                  nodes_missing_value_tracks_true=[1, 0, 0, 0, 0, 0],
                  target_treeids=[0, 0, 0, 1], target_nodeids=[2, 3, 4, 0], target_ids=[0, 0, 0, 0],
                  target_weights=[1.0, 2.0, 3.0, 4.0])
-    forest = trees._prepare_regressor({}, dict(n_targets=1, **attrs))
+    forest = legacy_trees._prepare_regressor({}, dict(n_targets=1, **attrs))
     x = _rows(33, 2, np.float32)
     np.testing.assert_array_equal(dev.get(cuda_ml.leaves(dev.xp, forest, dev.put(x))), trees.leaves(np, forest, x))
 

@@ -8,7 +8,8 @@ tests run it on). Only the models and their inputs are kept; the tests compute o
 when they run. Needs (test-time only, not runtime dependencies): scikit-learn, skl2onnx, and for the
 LightGBM/XGBoost cases lightgbm, xgboost and onnxmltools; a case whose package is missing is left
 out with a message. The data and the training are seeded, so a rerun with the same package versions
-writes the same models.
+trains the same models (the files may still differ in the graph names and opset lists the
+converters generate).
 """
 
 from __future__ import annotations
@@ -49,16 +50,14 @@ def _skl(model, X, zipmap=True, **options):
 
 def sklearn_cases():
     from sklearn import svm
-    from sklearn.compose import ColumnTransformer
     from sklearn.ensemble import (ExtraTreesClassifier, GradientBoostingClassifier, GradientBoostingRegressor,
                                   RandomForestClassifier, RandomForestRegressor)
     from sklearn.decomposition import PCA
-    from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
     from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import Binarizer, Normalizer, OneHotEncoder, StandardScaler
+    from sklearn.preprocessing import Binarizer, Normalizer, StandardScaler
     from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
     Xb, yb = _data(n_classes=2)

@@ -9,9 +9,9 @@ from onnx import TensorProto, numpy_helper
 
 from gpuops import native
 from gpuops.ops.cpu import ml as cpu_ml
-from gpuops.ops.ml import trees
+from gpuops.ops.ml import legacy_trees, trees
 
-from tests.ml.test_ops import legacy_trees
+from tests.ml.test_ops import legacy_attrs
 
 needs_cc = pytest.mark.skipif(native.compiler() is None or not native.enabled(),
                               reason="no C compiler or native kernels off: the NumPy traversal runs")
@@ -20,10 +20,10 @@ MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRA
 
 
 def _forest(n_trees, depth, n_targets, modes, missing=True, double=False, per_leaf=1):
-    attrs = legacy_trees(n_trees, depth, 4, n_targets, "target", modes=modes, missing=missing,
+    attrs = legacy_attrs(n_trees, depth, 4, n_targets, "target", modes=modes, missing=missing,
                          weights_per_leaf=per_leaf, as_tensor=TensorProto.DOUBLE if double else None)
     attrs = {k: numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for k, v in attrs.items()}
-    return trees._prepare_regressor({}, dict(n_targets=n_targets, **attrs))
+    return legacy_trees._prepare_regressor({}, dict(n_targets=n_targets, **attrs))
 
 
 def _rows(n, dtype=np.float32):
@@ -52,10 +52,10 @@ def test_leaves_and_sums_match_numpy(modes, missing, double):
 def test_trees_of_different_depths():
     """Each tree is walked its own depth: a forest of deep and one-split trees (leaves loop on
     themselves, so a shallow tree's walk ends on its leaf)."""
-    deep = legacy_trees(3, 6, 4, 1, "target", modes=MODES[:1])
-    shallow = legacy_trees(4, 1, 4, 1, "target", modes=MODES[:1])
+    deep = legacy_attrs(3, 6, 4, 1, "target", modes=MODES[:1])
+    shallow = legacy_attrs(4, 1, 4, 1, "target", modes=MODES[:1])
     attrs = {k: deep[k] + ([t + 3 for t in shallow[k]] if k.endswith("treeids") else shallow[k]) for k in deep}
-    forest = trees._prepare_regressor({}, dict(n_targets=1, **attrs))
+    forest = legacy_trees._prepare_regressor({}, dict(n_targets=1, **attrs))
     assert list(forest.tree_depth) == [6, 6, 6, 1, 1, 1, 1]
     x = _rows(50)
     np.testing.assert_array_equal(cpu_ml.leaves(np, forest, x), trees.leaves(np, forest, x))

@@ -204,7 +204,7 @@ def test_svm_classifier_with_string_labels(device, kernel, classes, proba):
 # -- legacy tree ensembles -----------------------------------------------------------------------
 
 
-def legacy_trees(n_trees, depth, n_features, n_targets, prefix, weights_per_leaf=1, modes=("BRANCH_LEQ",),
+def legacy_attrs(n_trees, depth, n_features, n_targets, prefix, weights_per_leaf=1, modes=("BRANCH_LEQ",),
                  signed=True, as_tensor=None, missing=True):
     """Random complete trees in the legacy attribute form; nodes listed tree by tree, leaves last."""
     a = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
@@ -247,7 +247,7 @@ def _x(n=40, f=3):
 @pytest.mark.parametrize("agg", ["SUM", "AVERAGE", "MIN", "MAX"])
 @pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
 def test_tree_regressor(device, agg, post):
-    attrs = legacy_trees(4, 3, 3, 3, "target", modes=("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"))
+    attrs = legacy_attrs(4, 3, 3, 3, "target", modes=("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"))
     check(ml("TreeEnsembleRegressor", ["x"], ["y"], n_targets=3, aggregate_function=agg, post_transform=post,
              base_values=[0.5, -0.25, 1.0], **attrs), {"x": _x()}, device, ml_opset=1)
 
@@ -256,7 +256,7 @@ def test_tree_regressor(device, agg, post):
 @pytest.mark.parametrize("base", [[], [0.75]])
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "PROBIT"])
 def test_tree_regressor_one_target(device, base, post):
-    attrs = legacy_trees(5, 2, 3, 1, "target", signed=post != "PROBIT", modes=("BRANCH_EQ", "BRANCH_NEQ", "BRANCH_LT"))
+    attrs = legacy_attrs(5, 2, 3, 1, "target", signed=post != "PROBIT", modes=("BRANCH_EQ", "BRANCH_NEQ", "BRANCH_LT"))
     x = _x()
     x[::3, 1] = np.round(x[::3, 1])
     if post == "PROBIT":  # scores in (0, 1): the average of weights in [0, 1)
@@ -271,7 +271,7 @@ def test_tree_regressor_one_target(device, base, post):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_tree_regressor_v3_double_tensors(device):
-    attrs = legacy_trees(3, 3, 3, 2, "target", as_tensor=TensorProto.DOUBLE)
+    attrs = legacy_attrs(3, 3, 3, 2, "target", as_tensor=TensorProto.DOUBLE)
     base = helper.make_tensor("b", TensorProto.DOUBLE, (2,), [0.5, 1.5])
     check(ml("TreeEnsembleRegressor", ["x"], ["y"], n_targets=2, base_values_as_tensor=base, **attrs),
           {"x": _x().astype(np.float64)}, device, ml_opset=3)
@@ -281,7 +281,7 @@ def test_tree_regressor_v3_double_tensors(device):
 @pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
 @pytest.mark.parametrize("labels", [{"classlabels_int64s": [5, 6, 7, 8]}, {"classlabels_strings": list("abcd")}])
 def test_tree_classifier_multiclass(device, post, labels):
-    attrs = legacy_trees(4, 3, 3, 4, "class", weights_per_leaf=2)
+    attrs = legacy_attrs(4, 3, 3, 4, "class", weights_per_leaf=2)
     check(ml("TreeEnsembleClassifier", ["x"], ["label", "scores"], post_transform=post, base_values=[0.1, 0.0, 0.2, 0.0],
              **labels, **attrs), {"x": _x()}, device, ml_opset=1)
 
@@ -292,7 +292,7 @@ def test_tree_classifier_multiclass(device, post, labels):
 @pytest.mark.parametrize("post", ["NONE", "LOGISTIC"])
 def test_tree_classifier_binary_one_class_weights(device, signed, base, post):
     """The converters' binary form: every weight names one class; the other's score is derived."""
-    attrs = legacy_trees(3, 2, 3, 1, "class", signed=signed)
+    attrs = legacy_attrs(3, 2, 3, 1, "class", signed=signed)
     if base:
         attrs["base_values"] = base
     check(ml("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_int64s=[0, 1], post_transform=post,
@@ -301,7 +301,7 @@ def test_tree_classifier_binary_one_class_weights(device, signed, base, post):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_tree_classifier_binary_both_classes_v3(device):
-    attrs = legacy_trees(3, 2, 3, 2, "class", weights_per_leaf=2, as_tensor=TensorProto.FLOAT)
+    attrs = legacy_attrs(3, 2, 3, 2, "class", weights_per_leaf=2, as_tensor=TensorProto.FLOAT)
     check(ml("TreeEnsembleClassifier", ["x"], ["label", "scores"], classlabels_strings=["no", "yes"],
              post_transform="SOFTMAX", **attrs), {"x": _x()}, device, ml_opset=3)
 
@@ -330,7 +330,7 @@ def test_bad_trees_fail_at_session_creation(attrs, match):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_tree_input_with_too_few_features_is_a_node_error(device):
-    attrs = legacy_trees(2, 2, 3, 1, "target")
+    attrs = legacy_attrs(2, 2, 3, 1, "target")
     attrs["nodes_featureids"] = [2 if f else 0 for f in attrs["nodes_featureids"]]
     model = make_model(ml("TreeEnsembleRegressor", ["x"], ["y"], n_targets=1, **attrs),
                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])], opset=17,

@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import native
 from ...registry import op
-from ..ml import trees
+from ..ml import legacy_trees, trees
 from ..ml._common import ML
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -70,7 +70,7 @@ leaves.fused_sum = fused_sum
 
 op("TreeEnsemble", domain=ML, since=5, device="cpu", prepare=trees._prepare_v5)(trees._tree_ensemble_v5(walk=leaves))
 for _v in (1, 3):
-    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cpu", prepare=trees._prepare_classifier)(
-        trees._tree_classifier(_v, walk=leaves))
-    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cpu", prepare=trees._prepare_regressor)(
-        trees._tree_regressor(_v, walk=leaves))
+    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cpu", prepare=legacy_trees._prepare_classifier)(
+        legacy_trees._tree_classifier(_v, walk=leaves))
+    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cpu", prepare=legacy_trees._prepare_regressor)(
+        legacy_trees._tree_regressor(_v, walk=leaves))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import op
-from ..ml import trees
+from ..ml import legacy_trees, trees
 from ..ml._common import ML
 from ._launch import contiguous, i32, i64, launch, on_device
 
@@ -37,7 +37,7 @@ def leaves(xp, forest: trees.Forest, X):
 
 op("TreeEnsemble", domain=ML, since=5, device="cuda", prepare=trees._prepare_v5)(trees._tree_ensemble_v5(walk=leaves))
 for _v in (1, 3):
-    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cuda", prepare=trees._prepare_classifier)(
-        trees._tree_classifier(_v, walk=leaves))
-    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cuda", prepare=trees._prepare_regressor)(
-        trees._tree_regressor(_v, walk=leaves))
+    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cuda", prepare=legacy_trees._prepare_classifier)(
+        legacy_trees._tree_classifier(_v, walk=leaves))
+    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cuda", prepare=legacy_trees._prepare_regressor)(
+        legacy_trees._tree_regressor(_v, walk=leaves))
