@@ -51,7 +51,7 @@ NAME_EXPRESSIONS: dict[str, tuple[str, ...]] = {
     ),
     "roi_align.cu": tuple(f"roi_align<{t}>" for t in _FLOATS),
     "nms.cu": (*(f"{k}<{t}>" for k in ("nms_mask", "nms_select") for t in _FLOATS), "nms_gather"),
-    "tree_ensemble.cu": ("tree_leaves<float>", "tree_leaves<double>"),
+    "tree_ensemble.cu": tuple(f"{k}<{t}>" for k in ("tree_leaves", "tree_sum") for t in ("float", "double")),
 }
 
 # Fixed block sizes some kernels are written for (their shared-memory arrays have this size).

@@ -61,3 +61,17 @@ def test_membership_forests_take_the_generic_traversal(dev):
     forest = trees._prepare_v5({}, _plan_attrs(attrs))
     x = RNG.integers(-2, 3, size=(9, 2)).astype(np.float32)
     np.testing.assert_array_equal(dev.get(cuda_ml.leaves(dev.xp, forest, dev.put(x))), trees.leaves(np, forest, x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_sums_match_the_generic_aggregation(dev, dtype):
+    """tree_sum adds the trees in order in float64; NumPy sums the same float64 values in another
+    order: within trees x 2**-53 of the sum of the weights' magnitudes."""
+    attrs = legacy_attrs(9, 4, 4, 3, "target", modes=MODES, weights_per_leaf=2,
+                         as_tensor=TensorProto.DOUBLE if dtype == np.float64 else None)
+    forest = legacy_trees._prepare_regressor({}, _plan_attrs(dict(n_targets=3, **attrs)))
+    x = _rows(45, 4, dtype)
+    got = dev.get(cuda_ml.fused_sum(dev.xp, forest, dev.put(x)))
+    want, _ = trees.aggregate(np, forest, trees.leaves(np, forest, x), "sum")
+    assert got.dtype == np.float64 and got.shape == (45, 3)
+    np.testing.assert_allclose(got, want, rtol=0, atol=9 * 2.0 ** -53 * 9 * np.abs(forest.weights).max())
