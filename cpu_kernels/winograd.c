@@ -13,18 +13,26 @@
  * blocks share one GEMM). The caller gives Mo VL floats of slack past its end. */
 #include <stdlib.h>
 #include "common.h"
+#include "pool_threads.h"
 
-int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
-                            int64_t th, int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0) {
-    const Windows g = windows(H, W, th, tw, 4, 4, 2, 2, ph, pw, 1, 1);
+typedef struct {
+    const float* x;
+    float* V;
+    int64_t C, H, W, ph, pw, th, tw, i0, i1, ld, col0;
+    int status;
+} InputArgs;
+
+/* Input channels [c0, c1) of winograd_f2k3_input_f32. */
+static int input_channels(const InputArgs* a, int64_t c0, int64_t c1) {
+    const Windows g = windows(a->H, a->W, a->th, a->tw, 4, 4, 2, 2, a->ph, a->pw, 1, 1);
     int64_t* offs = malloc(sizeof(int64_t) * 16 + sizeof(float) * planes_size(&g));  /* offsets, then planes */
     if (!offs) return 1;
     float* buf = (float*)(offs + 16);
     tap_offsets(&g, offs);
-    const int64_t n = tw < VL ? tw : VL;
-    for (int64_t c = 0; c < C; ++c) {
-        fill_plane_rows(&g, x + c * H * W, 0.0f, buf, i0, i1 + 1);
-        for (int64_t i = i0; i < i1; ++i)
+    const int64_t tw = a->tw, n = tw < VL ? tw : VL, C = a->C, ld = a->ld;
+    for (int64_t c = c0; c < c1; ++c) {
+        fill_plane_rows(&g, a->x + c * a->H * a->W, 0.0f, buf, a->i0, a->i1 + 1);
+        for (int64_t i = a->i0; i < a->i1; ++i)
             for (int64_t j = 0; j >= 0; j = next_vector(j, tw)) {
                 const float* src = buf + i * g.Qw + j;
                 vfloat t[4][4];  /* B^T d, row by row */
@@ -36,7 +44,7 @@ int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int6
                     t[2][col] = d2 - d1;
                     t[3][col] = d1 - d3;
                 }
-                float* out = V + c * ld + col0 + (i - i0) * tw + j;
+                float* out = a->V + c * ld + a->col0 + (i - a->i0) * tw + j;
                 const int64_t k_stride = C * ld;
                 for (int u = 0; u < 4; ++u) {  /* ... B */
                     vstore(out + (4 * u + 0) * k_stride, t[u][0] - t[u][2], n, 0);
@@ -50,10 +58,37 @@ int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int6
     return 0;
 }
 
-int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64_t M, int64_t OH, int64_t OW,
-                             int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0, float lo, float hi) {
+static void input_part(void* ctx, int64_t part, int64_t parts) {
+    InputArgs* a = ctx;
+    int64_t c0, c1;
+    pool_range(a->C, 1, part, parts, &c0, &c1);
+    if (c0 < c1 && input_channels(a, c0, c1)) a->status = 1;
+}
+
+/* The channels are split across the pool's threads (pool_threads.h), 16 stores per tile each. */
+int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                            int64_t th, int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0) {
+    InputArgs a = {x, V, C, H, W, ph, pw, th, tw, i0, i1, ld, col0, 0};
+    const int64_t per_channel = 64 * (i1 - i0) * (tw + VL) + 1;
+    pool_run(input_part, &a, pool_parts(C, (POOL_MIN_WORK + per_channel - 1) / per_channel));
+    return a.status;
+}
+
+typedef struct {
+    const float *Mo, *bias;
+    float* y;
+    int64_t M, OH, OW, tw, i0, i1, ld, col0;
+    float lo, hi;
+} OutputArgs;
+
+/* Output channels [m_lo, m_hi) of winograd_f2k3_output_f32. */
+static void output_channels(const OutputArgs* p, int64_t m_lo, int64_t m_hi) {
+    const float *Mo = p->Mo, *bias = p->bias;
+    float* y = p->y;
+    const int64_t M = p->M, OH = p->OH, OW = p->OW, tw = p->tw, i0 = p->i0, i1 = p->i1, ld = p->ld, col0 = p->col0;
+    const float lo = p->lo, hi = p->hi;
     const int64_t k_stride = M * ld;
-    for (int64_t m = 0; m < M; ++m) {
+    for (int64_t m = m_lo; m < m_hi; ++m) {
         const float b = bias ? bias[m] : 0.0f;
         float* ym = y + m * OH * OW;
         for (int64_t i = i0; i < i1; ++i)
@@ -82,5 +117,22 @@ int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64
                 }
             }
     }
+}
+
+static void output_part(void* ctx, int64_t part, int64_t parts) {
+    const OutputArgs* a = ctx;
+    int64_t m_lo, m_hi;
+    pool_range(a->M, 1, part, parts, &m_lo, &m_hi);
+    output_channels(a, m_lo, m_hi);
+}
+
+/* The output channels are split across the pool's threads (pool_threads.h). */
+int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64_t M, int64_t OH, int64_t OW,
+                             int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0, float lo, float hi) {
+    OutputArgs a = {Mo, bias, y, M, OH, OW, tw, i0, i1, ld, col0, lo, hi};
+    const int64_t per_channel = 64 * (i1 - i0) * (tw + VL) + 1;
+    pool_run(output_part, &a, pool_parts(M, (POOL_MIN_WORK + per_channel - 1) / per_channel));
     return 0;
 }
+
+int winograd_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -403,6 +403,15 @@ def _cpu_id() -> str:
     return platform.machine() + platform.processor() + features
 
 
+def vector_lanes() -> int:
+    """float32 lanes of the widest vectors the kernels are compiled for: 16 where the CPU has AVX-512F
+    (and ``$GPUOPS_NATIVE_CFLAGS`` does not target an older x86-64 level), else 8 (AVX2; other CPUs).
+    Kernel-choice thresholds that depend on how a tile fills the lanes use it."""
+    extra = os.environ.get("GPUOPS_NATIVE_CFLAGS", "")
+    older = any(f in extra for f in ("x86-64-v2", "x86-64-v3", "haswell", "no-avx512"))
+    return 16 if " avx512f" in _cpu_id() and not older else 8
+
+
 def native_build(file: str) -> Build:
     """How ``cpu_kernels/<file>`` is built (raises :class:`BuildError` without a compiler)."""
     cc = compiler()
@@ -487,6 +496,11 @@ def _library(file: str) -> ctypes.CDLL | None:
 
 _threads = 1  # the native kernels' thread count (set_threads)
 _setters: list = []  # each loaded file's <stem>_set_threads
+
+
+def threads() -> int:
+    """The native kernels' thread count now (:func:`set_threads`)."""
+    return _threads
 
 
 def set_threads(n: int) -> None:

@@ -158,3 +158,19 @@ def test_bad_operands_are_refused():
         native_gemm.gemm(p, np.ones((4, 3), np.float32), out=np.empty((8, 4), np.float32))
     with pytest.raises(ValueError):
         native_gemm.packed(np.ones((8, 4), np.float32), np.ones(7, np.float32))
+
+
+def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
+    """The choice between the kernel and OpenBLAS: lane fill by the CPU's vector width, the cells-on-lanes
+    layout for poorly filled channels, and OpenBLAS where the kernel's column tiles cannot feed every
+    thread."""
+    pays = native_gemm.gemm_pays
+    monkeypatch.setattr(native, "vector_lanes", lambda: 16)
+    assert not pays(8, 64, 784, threads=1)  # fewer channels than lanes
+    assert pays(24, 64, 784, threads=1) and pays(17, 147, 3025, threads=1)  # the cells take the lanes
+    assert not pays(40, 240, 784, threads=1)  # channels on 16 lanes, half of the last vector empty
+    assert pays(64, 576, 49, threads=1) and pays(64, 576, 49, threads=2)  # 7 tiles of 7 cells: 2 threads fed
+    assert not pays(64, 576, 49, threads=4)  # ... 4 are not
+    monkeypatch.setattr(native, "vector_lanes", lambda: 8)  # AVX2: 8 lanes, tiles of 6 cells
+    assert pays(8, 64, 784, threads=1) and pays(40, 240, 784, threads=1)
+    assert pays(64, 576, 49, threads=4) == (-(-49 // 6) >= 8)

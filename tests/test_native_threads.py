@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import gpuops
 from gpuops import native, threads
-from gpuops.ops.cpu import conv, native_gemm, pool, softmax
+from gpuops.ops.cpu import conv, native_gemm, pool, softmax, winograd
 from gpuops.ops.cpu.activation import Gelu
 from gpuops.ops.cpu.elementwise import Sigmoid, erf
 
@@ -58,11 +58,14 @@ def _cases():
     A = rng.standard_normal((70, 300)).astype(np.float32)
     cols = image(300, 777)
     wide = image(5, 40000)
+    wino_x, wino_w = image(1, 64, 28, 27), rng.standard_normal((48, 64, 3, 3)).astype(np.float32)
+    wino_b = rng.standard_normal(48).astype(np.float32)
     return {
         "depthwise planes": lambda: conv.Conv(xp, X, dw, B, group=24, pads=[1, 1, 1, 1]),
         "depthwise blocks": lambda: conv.Conv(xp, Xb, dwb, None, group=40, strides=[2, 2], pads=[1, 1, 1, 1]),
         "depthwise affine": lambda: conv.Conv(xp, Xa, bn, None, group=24),
         "direct conv": lambda: conv.Conv(xp, img, first, None, strides=[2, 2], pads=[3, 3, 3, 3]),
+        "winograd conv": lambda: conv.Conv(xp, wino_x, wino_w, wino_b, pads=[1, 1, 1, 1]),
         "max pool planes": lambda: pool.MaxPool(xp, Xa, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         "average pool blocks": lambda: pool.AveragePool(xp, Xb, kernel_shape=[3, 3], strides=[2, 2],
                                                         pads=[1, 1, 1, 1]),
@@ -83,6 +86,8 @@ CASES = _cases()
 @pytest.mark.parametrize("case", CASES)
 def test_same_bits_from_any_thread_count(case, native_threads):
     f = CASES[case]
+    if case == "winograd conv":
+        assert winograd.pays(64, 48, 1, (28, 27))  # the conv takes the Winograd path
     one = _with(native_threads, 1, f)
     for n in (2, 3, 8):
         got = _with(native_threads, n, f)

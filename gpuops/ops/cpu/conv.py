@@ -89,8 +89,10 @@ def prepare_conv(constants: dict, attrs: dict, gemm: bool = True) -> ConvWeights
             and native.enabled():
         Mg, K = W.shape[0] // group, math.prod(W.shape[1:])
         rows = native_gemm.rows_layout(Mg, K, None)
-        # the same layout and a profitable GEMM for maps of any size
-        if rows == native_gemm.rows_layout(Mg, K, 1) and all(native_gemm.gemm_pays(Mg, K, n) for n in (1, 96, 784)):
+        # the same layout and a profitable GEMM for maps of any size (at one thread: more may defer a
+        # small map to OpenBLAS at run time, which then packs nothing)
+        pays = all(native_gemm.gemm_pays(Mg, K, n, threads=1) for n in (1, 96, 784))
+        if rows == native_gemm.rows_layout(Mg, K, 1) and pays:
             kept.packs(Wc, Bc, group, rows)
     return kept
 

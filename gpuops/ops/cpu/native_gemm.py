@@ -48,8 +48,10 @@ def _pack(A: np.ndarray, bias, rows: bool) -> Packed:
 def rows_layout(M: int, K: int, N: int | None = None) -> bool:
     """Whether the cells-on-lanes layout beats the channels-on-lanes one for products with N cells
     (None: large maps), as measured (AVX-512): short K, where the transposed store costs as much as
-    the sums, or channels that fill the lanes poorly; never on small maps (7x7), whose cells would."""
-    return (N is None or N >= 96) and (K < 96 or M / (-(-M // 16) * 16) < 0.8)
+    the sums, or channels that fill the lanes poorly; never on small maps (7x7), whose cells would.
+    Lanes: :func:`gpuops.native.vector_lanes` (16 with AVX-512, 8 with AVX2)."""
+    lanes = native.vector_lanes()
+    return (N is None or N >= 96) and (K < 96 or M / (-(-M // lanes) * lanes) < 0.8)
 
 
 def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int | None = None,
@@ -133,14 +135,34 @@ def gemm_into(p: Packed, b: int, ldb: int, y: int, ldy: int, N: int, lo: float, 
     return True
 
 
-def gemm_pays(M: int, K: int, N: int) -> bool:
+MR = {16: 7, 8: 6}  # cells per tile of the channels layout, by vector lanes (cpu_kernels/gemm.c)
+
+
+def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
     """Whether :func:`gemm` beats ``np.matmul`` plus the native bias-and-clamp pass on an M x K x N
-    product, as measured on one thread (AVX-512): it wins by 1.2-2x with cold caches almost everywhere,
-    so this asks for no loss with warm ones. Not for fewer than 16 channels (a vector's lanes), nor
-    for short K where channels leave lanes empty (M % 16) or small maps have many channels."""
-    if M < 16:
+    product at ``threads`` threads (None: the native kernels' count now).
+
+    One thread, AVX-512 (first measured on another machine; re-measured 2026-11-27 on an Intel Xeon
+    KVM guest, CPUID family 6 model 167, AVX-512 with VNNI, 2 cores, warm caches, against OpenBLAS):
+    it wins by 1.2-2x with cold caches almost everywhere, so this asks for no loss with warm ones. Not
+    for fewer channels than a vector's lanes, nor for short K where channels leave lanes empty
+    (M % lanes) -- unless the cells take the lanes (:func:`rows_layout`: 0.71-0.90x of OpenBLAS at
+    17-24 channels, K 64-147, 784-3025 cells, re-measured) -- or small maps have many channels.
+    Lanes follow the CPU (:func:`gpuops.native.vector_lanes`: the same rules with 8 on AVX2).
+
+    More threads: the kernel splits the cells (columns) in tiles of MR across them, where OpenBLAS
+    splits rows too; with fewer than two tiles per thread (a 7x7 map at 4 threads) OpenBLAS keeps
+    every thread busy and the kernel cannot, so OpenBLAS runs. (The split is the reason, not a
+    measurement: a 2-core machine other processes load gives no stable multi-thread timings.)"""
+    lanes = native.vector_lanes()
+    threads = native.threads() if threads is None else threads
+    if threads > 1 and -(-N // MR.get(lanes, 6)) < 2 * threads:
         return False
-    if M % 16:
+    if M < lanes:
+        return False
+    if M % lanes:
+        if rows_layout(M, K, N) and N >= 96:
+            return K >= 32
         return K >= (256 if N >= 96 else 1152)
     if N < 96 and M >= 256:
         return K >= 96
