@@ -41,13 +41,25 @@ def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scal
           alpha=1.0, transA=0, transB=0):
     """alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C), C an int32 bias in that scale.
     Float32 output without ``y_scale``; else requantized to y_zero_point's type (uint8 without one)."""
+    return qgemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point, alpha=alpha,
+                 transA=transA, transB=transB)
+
+
+def qgemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None, y_zero_point=None, *,
+          alpha=1.0, transA=0, transB=0, matmul_integer=None):
+    """QGemm; ``matmul_integer(xp, a, b, a_zp, b_zp)``, when given, computes the integer product of A (as
+    transposed) and B (as transposed), given B's zero point as the node has it (a device override's,
+    which keeps B's centred copy per session)."""
     check_8bit(A, B)
     if A.ndim != 2 or B.ndim != 2:
         raise NodeError(f"A and B must be 2-D, got {tuple(A.shape)} and {tuple(B.shape)}")
     a = xp.swapaxes(A, 0, 1) if transA else A
     b = xp.swapaxes(B, 0, 1) if transB else B
     n = b.shape[1]
-    acc = _matmul_integer(xp, a, b, xp.reshape(a_zero_point, ()), _per_column(xp, b_zero_point, n))
+    if matmul_integer is not None:
+        acc = matmul_integer(xp, a, b, xp.reshape(a_zero_point, ()), b_zero_point)
+    else:
+        acc = _matmul_integer(xp, a, b, xp.reshape(a_zero_point, ()), _per_column(xp, b_zero_point, n))
     if C is not None:
         acc = acc + C.astype(np.int32)
     multiplier = scalar_f32(xp, a_scale) * _per_column(xp, b_scale, n).astype(_F32) * _F32(alpha)

@@ -380,11 +380,23 @@ def QAttention(xp, input, weight, bias, input_scale, weight_scale, mask_index=No
                weight_zero_point=None, past=None, *, num_heads, unidirectional=0, scale=None,
                mask_filter_value=-10000.0, do_rotary=0, past_present_share_buffer=0, n_outputs=1):
     """Attention on (input - izp) @ (weight - wzp) * input_scale * weight_scale + bias (int32 accumulation)."""
+    return qattention(xp, input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point,
+                      weight_zero_point, past, num_heads=num_heads, unidirectional=unidirectional, scale=scale,
+                      mask_filter_value=mask_filter_value, do_rotary=do_rotary,
+                      past_present_share_buffer=past_present_share_buffer, n_outputs=n_outputs)
+
+
+def qattention(xp, input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,  # noqa: A002
+               weight_zero_point=None, past=None, *, num_heads, unidirectional=0, scale=None,
+               mask_filter_value=-10000.0, do_rotary=0, past_present_share_buffer=0, n_outputs=1,
+               matmul_integer=_matmul_integer):
+    """QAttention with its integer product by ``matmul_integer`` (ai.onnx MatMulInteger: a device
+    override's own, which keeps the weight's centred copy per session)."""
     _unsupported(do_rotary=do_rotary, past_present_share_buffer=past_present_share_buffer)
     if bias is None:
         raise NodeError("QAttention needs its bias input (input 2, required by the spec; onnxruntime "
                         "refuses the node too)")
-    acc = _matmul_integer(xp, input, weight, input_zero_point, weight_zero_point)
+    acc = matmul_integer(xp, input, weight, input_zero_point, weight_zero_point)
     dtype = np.dtype(bias.dtype)
     multiplier = (xp.reshape(input_scale, ()).astype(np.float32) *
                   xp.reshape(weight_scale, (-1,)).astype(np.float32))  # weight_scale may be per column

@@ -21,6 +21,8 @@ from ...dtypes import np_dtype
 from ...registry import op
 from .. import quantize as _quantize
 from ..contrib import quantized as _ms_quantized
+from ..contrib import quantized_ort as _ms_quantized_ort
+from ..contrib import transformer as _ms_transformer
 from ..quantize import centered, integer_product, max_centered, exact_dtype, wrap_int32
 from . import conv as _conv
 from ._common import Kept, frozen, on_host
@@ -461,3 +463,35 @@ def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_p
 @op("DynamicQuantizeMatMul", domain=MS, since=1, device="cpu", prepare=_prepare(1, 3, _eager_pack))
 def DynamicQuantizeMatMul(xp, A, B, b_scale, b_zero_point=None, bias=None, *, prepared=None):
     return _ms_quantized.dynamic_quantize_matmul(xp, A, B, b_scale, b_zero_point, bias, _matmul_integer(prepared))
+
+
+def _prepare_qgemm(constants, attrs):
+    """QGemm's weight as MatMulInteger takes it: B, or B transposed (``transB``) into a contiguous copy."""
+    B, z = constants.get(3), constants.get(5)
+    if type(B) is not np.ndarray or B.ndim != 2 or not B.size:
+        return None
+    kept = QuantWeights(np.ascontiguousarray(B.T) if attrs.get("transB") else B, z if type(z) is np.ndarray else None)
+    kept.source = B
+    _eager_pack(kept)
+    return kept
+
+
+@op("QGemm", domain=MS, since=1, device="cpu", prepare=_prepare_qgemm)
+def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None, y_zero_point=None, *,
+          alpha=1.0, transA=0, transB=0, prepared=None):
+    kept = prepared if prepared is not None and prepared.source is B and prepared.zero_point is b_zero_point else None
+    matmul_integer = None if kept is None else (
+        lambda xp, a, b, a_zp, b_zp: MatMulInteger(xp, a, kept.B, a_zp, kept.zero_point, prepared=kept))
+    return _ms_quantized_ort.qgemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point,
+                                   alpha=alpha, transA=transA, transB=transB, matmul_integer=matmul_integer)
+
+
+@op("QAttention", domain=MS, since=1, n_outputs=True, device="cpu", prepare=_prepare(1, 7, _eager_pack))
+def QAttention(xp, input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,  # noqa: A002
+               weight_zero_point=None, past=None, *, num_heads, unidirectional=0, scale=None,
+               mask_filter_value=-10000.0, do_rotary=0, past_present_share_buffer=0, n_outputs=1, prepared=None):
+    return _ms_transformer.qattention(
+        xp, input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past,
+        num_heads=num_heads, unidirectional=unidirectional, scale=scale, mask_filter_value=mask_filter_value,
+        do_rotary=do_rotary, past_present_share_buffer=past_present_share_buffer, n_outputs=n_outputs,
+        matmul_integer=_matmul_integer(prepared))

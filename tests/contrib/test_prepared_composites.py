@@ -1,0 +1,65 @@
+"""Composite quantized contrib ops on the CPU with constant weights: QGemm and QAttention take the
+weight's centred copy (and the native GEMM's pack) made once per session by the cpu MatMulInteger,
+as MatMulIntegerToFloat does. Checked against onnxruntime with the weights as initializers, and
+checked that the session kept the weight (the path the feeds-only tests never reach)."""
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+import gpuops
+
+from .helpers import f32, make_model, ms_node, q8, rand, randint, run_ort
+
+U8, I8 = np.uint8, np.int8
+
+
+def _with_initializers(node, feeds, constant):
+    model = make_model(node, {k: v for k, v in feeds.items() if k not in constant})
+    model.graph.initializer.extend(numpy_helper.from_array(feeds[k], k) for k in constant)
+    return model
+
+
+def _run_cpu(model, feeds, op_type):
+    sess = gpuops.InferenceSession(model, device="cpu")
+    steps = [s for s in sess.plan.steps if s.op_type == op_type]
+    assert len(steps) == 1 and steps[0].prepared is not None, f"{op_type} kept no weight"
+    return sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("a_type,b_type", [(U8, U8), (U8, I8), (I8, I8)])
+@pytest.mark.parametrize("transB", [0, 1])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("output", ["float", "quantized"])
+def test_qgemm_with_a_constant_weight_matches_onnxruntime(a_type, b_type, transB, per_column, output):
+    M, K, N = 4, 40, 24
+    feeds = {"a": q8(a_type, M, K), "sa": f32(0.04), "za": np.array(7 if a_type == U8 else -3, a_type),
+             "b": q8(b_type, *((N, K) if transB else (K, N))),
+             "sb": (rand(N) ** 2 * 0.01 + 0.001) if per_column else f32(0.02),
+             "zb": q8(b_type, N) if per_column else np.array(5, b_type), "c": randint(-500, 500, N)}
+    if output == "quantized":
+        feeds |= {"sy": f32(1.5), "zy": np.array(120 if a_type == U8 else 5, a_type)}
+    node = ms_node("QGemm", list(feeds), ["y"], transB=transB, alpha=0.75)
+    model = _with_initializers(node, feeds, ("b", "zb"))
+    run_feeds = {k: v for k, v in feeds.items() if k not in ("b", "zb")}
+    want = run_ort(model, run_feeds)[0]
+    got = _run_cpu(model, run_feeds, "QGemm")[0]
+    if output == "quantized":  # the same float32 product rounded: at most one step apart at a tie
+        assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+    else:  # exact int32 accumulation times float32 scales: a few float32 roundings
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_qattention_with_a_constant_weight_matches_onnxruntime(signed):
+    B, S, D = 2, 5, 16
+    wt = np.int8 if signed else np.uint8
+    feeds = {"x": randint(0, 255, B, S, D, dtype=np.uint8), "w": q8(wt, D, 3 * D), "bias": rand(3 * D),
+             "xs": f32(0.02), "ws": f32(0.01), "xzp": np.array(120, np.uint8), "wzp": np.array(3 if signed else 128, wt)}
+    node = ms_node("QAttention", ["x", "w", "bias", "xs", "ws", "", "xzp", "wzp"], ["y"], num_heads=2)
+    model = _with_initializers(node, feeds, ("w", "bias", "ws", "wzp"))
+    run_feeds = {k: feeds[k] for k in ("x", "xs", "xzp")}
+    want = run_ort(model, run_feeds)[0]
+    got = _run_cpu(model, run_feeds, "QAttention")[0]
+    # exact integer products scaled in float32, then a float32 softmax and weighted sum of D terms
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
