@@ -10,6 +10,7 @@ features) differ by order of summation by at most n x 2**-24 of the terms' magni
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -312,6 +313,9 @@ def test_tree_classifier_binary_both_classes_v3(device):
      "unknown node mode"),
     (dict(nodes_truenodeids=[1, 2, 0], nodes_falsenodeids=[2, 0, 0], nodes_modes=["BRANCH_LEQ"] * 2 + ["LEAF"]),
      "node links to|cycle"),
+    (dict(nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], nodes_featureids=[-1, 0, 0]),
+     "negative feature id"),
+    (dict(nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], target_ids=[0, 3]), "outside 0..0"),
 ])
 def test_bad_trees_fail_at_session_creation(attrs, match):
     base = dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
@@ -353,3 +357,32 @@ def test_string_feeds_as_onnxruntime_takes_them(feed):
     np.testing.assert_array_equal(y, [2, -1])
     with pytest.raises(gpuops.FeedError, match="expected dtype tensor.string"):
         gpuops.InferenceSession(model, device="cpu").run(None, {"x": np.zeros(2, np.float32)})
+
+
+def test_scrambled_trees_give_gpuops_errors_or_results_never_a_crash():
+    """Random node links, feature ids and weight targets: the session refuses the model or runs it
+    (the native walk reads only within the forest and the row)."""
+    rng = np.random.default_rng(5)
+    x = _x(16)
+    for case in range(60):
+        attrs = legacy_attrs(2, 2, 3, 2, "target")
+        n = len(attrs["nodes_nodeids"])
+        key, hi = [("nodes_truenodeids", n + 1), ("nodes_falsenodeids", n + 1), ("nodes_featureids", 5),
+                   ("target_ids", 3)][case % 4]
+        values = list(attrs[key])
+        values[int(rng.integers(len(values)))] = int(rng.integers(-1, hi))  # one value changed
+        attrs[key] = values
+        model = make_model(ml("TreeEnsembleRegressor", ["x"], ["y"], n_targets=2, **attrs),
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])], opset=17,
+                           opsets={"ai.onnx.ml": 1})
+        try:
+            (y,) = gpuops.InferenceSession(model, device="cpu").run(None, {"x": x})
+        except gpuops.GpuopsError:
+            continue
+        assert y.shape == (16, 2), case
+        try:  # where onnxruntime runs it too, the results agree
+            (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+                None, {"x": x})
+        except Exception:  # noqa: BLE001 (onnxruntime refuses some of what it cannot walk)
+            continue
+        np.testing.assert_allclose(y, want, rtol=TOL, atol=TOL, err_msg=f"case {case}")

@@ -147,6 +147,8 @@ def SVMClassifier(xp, X, *, classlabels_ints=None, classlabels_strings=None, coe
         raise NodeError("SVMClassifier: coefficients and rho are required; prob_a and prob_b go together")
     x = _floats(xp, X, "SVMClassifier")
     per_class = [int(v) for v in vectors_per_class or []]
+    if any(v < 0 for v in per_class):
+        raise NodeError(f"SVMClassifier: vectors_per_class must not be negative, got {per_class}")
     V = sum(per_class)
     all_positive = bool((coef >= 0).all())
     if V == 0:  # linear SVM: one row of coefficients per class

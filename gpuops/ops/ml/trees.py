@@ -98,6 +98,8 @@ def _finish(feature, threshold, modes, true_ids, false_ids, missing, roots, leaf
     children[1::2] = np.where(is_leaf, idx, false_ids)
     if n and ((children < 0) | (children >= n)).any():
         raise NodeError("tree ensemble: a node links to a node that does not exist")
+    if n and (np.asarray(feature)[~is_leaf] < 0).any():
+        raise NodeError("tree ensemble: a node tests a negative feature id")
     leaf_slot = np.cumsum(is_leaf, dtype=np.int64) - 1
     n_leaves = int(is_leaf.sum())
     weights = np.zeros((n_leaves, n_targets), dtype=np.float64)
