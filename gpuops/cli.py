@@ -116,7 +116,10 @@ def cmd_run(a) -> int:
         print(f"input   {arg.name}: {feeds[arg.name].dtype}{list(feeds[arg.name].shape)}")
     for name, out in zip(names, outs):
         print(f"output  {name}: {summary(out)}")
-    print(f"latency median {np.median(times) * 1e3:.2f} ms over {len(times)} run(s) after one warm-up")
+    if times:
+        print(f"latency median {np.median(times) * 1e3:.2f} ms over {len(times)} run(s) after one warm-up")
+    else:
+        print("latency not timed (--repeat 0: the outputs are those of the one warm-up run)")
     if out_path is not None:
         from .batch import save_npz
 
@@ -254,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output", metavar="FILE.npz", help="save the outputs there, one array per output name")
     r.add_argument("--threads", type=positive_int, default=None,
                    help="CPU: threads of the run (default: gpuops.threads.default_threads(), the physical cores)")
-    r.add_argument("--repeat", type=positive_int, default=3, help="timed runs after one warm-up (default 3)")
+    r.add_argument("--repeat", type=int_at_least(0), default=3,
+                   help="timed runs after one warm-up (default 3; 0: the one untimed run only)")
     r.add_argument("--batch", type=positive_int, default=1,
                    help="size given to symbolic dimensions (such as a batch axis) of random inputs (default 1)")
     r.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the random inputs (default 0)")

@@ -96,6 +96,12 @@ def test_every_option_has_help():
                 assert action.help, f"{parser.prog} {'/'.join(action.option_strings) or action.dest} has no help"
 
 
+def test_run_without_timed_runs_says_so(tmp_path, capsys):
+    assert main(["run", str(_relu(tmp_path)), "--device", "cpu", "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "latency not timed (--repeat 0" in out and "output  y: float32[1, 4]" in out
+
+
 def test_run_saves_outputs_and_sets_threads(tmp_path, capsys):
     path = _relu(tmp_path)
     x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
@@ -112,7 +118,7 @@ def test_run_saves_outputs_and_sets_threads(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, why", [
     (["--batch", "-2"], "argument --batch: must be at least 1, got -2"),
-    (["--repeat", "0"], "argument --repeat: must be at least 1, got 0"),
+    (["--repeat", "-1"], "argument --repeat: must be at least 0, got -1"),
     (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
     (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
     (["--batch", "two"], "argument --batch: 'two' is not an integer"),
