@@ -63,3 +63,31 @@ def test_qattention_with_a_constant_weight_matches_onnxruntime(signed):
     got = _run_cpu(model, run_feeds, "QAttention")[0]
     # exact integer products scaled in float32, then a float32 softmax and weighted sum of D terms
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("w_t", [U8, I8])
+def test_dynamic_quantize_lstm_with_constant_weights_matches_onnxruntime(direction, per_channel, w_t):
+    from .test_quantized import _lstm_activation_rounding_bound
+
+    T, B, I, H = 5, 2, 6, 8
+    D = 2 if direction == "bidirectional" else 1
+    shape = (D, 4 * H) if per_channel else (D,)
+    z = 128 if w_t == U8 else (0 if per_channel else -5)  # what onnxruntime accepts (see test_quantized)
+    feeds = {"x": rand(T, B, I), "w": q8(w_t, D, I, 4 * H), "r": q8(w_t, D, H, 4 * H), "b": rand(D, 8 * H, scale=0.1),
+             "ws": (np.abs(rand(*shape)) * 0.005 + 0.002), "wz": np.full(shape, z, w_t),
+             "rs": (np.abs(rand(*shape)) * 0.005 + 0.002), "rz": np.full(shape, z, w_t)}
+    node = ms_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"], ["y", "yh", "yc"],
+                   direction=direction, hidden_size=H)
+    model = _with_initializers(node, feeds, ("w", "r", "b", "ws", "wz", "rs", "rz"))
+    want = run_ort(model, {"x": feeds["x"]})
+    got = _run_cpu(model, {"x": feeds["x"]}, "DynamicQuantizeLSTM")
+    bound = _lstm_activation_rounding_bound(feeds)  # onnxruntime also quantizes X and H at every step
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=bound)
+    # and the generic op (the weights fed, so nothing is kept): the same float32 LSTM, its dot products
+    # of I + H terms summed in another order (BLAS against the native loop), T steps: well inside 1e-5
+    generic = gpuops.InferenceSession(make_model(node, feeds), device="cpu").run(None, feeds)
+    for g, w in zip(got, generic):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

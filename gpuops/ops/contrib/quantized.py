@@ -289,7 +289,7 @@ def dynamic_quantize_matmul(xp, A, B, b_scale, b_zero_point=None, bias=None, mat
 
 # -- DynamicQuantizeLSTM ------------------------------------------------------------------------
 
-def _dequant_weights(xp, W, scale, zero_point):
+def dequantize_lstm_weights(xp, W, scale, zero_point):
     """[D, K, 4H] 8-bit weights with [D] or [D, 4H] parameters -> float [D, 4H, K] (ai.onnx layout)."""
     D = W.shape[0]
     shape = (D, 1, 1) if scale.size == D else (D, 1, W.shape[2])
@@ -307,8 +307,8 @@ def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None,
     check_8bit(W, R)
     if W_scale is None or R_scale is None:
         raise NodeError("DynamicQuantizeLSTM needs W_scale and R_scale")
-    Wf = _dequant_weights(xp, W, W_scale, W_zero_point)
-    Rf = _dequant_weights(xp, R, R_scale, R_zero_point)
+    Wf = dequantize_lstm_weights(xp, W, W_scale, W_zero_point)
+    Rf = dequantize_lstm_weights(xp, R, R_scale, R_zero_point)
     return _lstm(xp, X, Wf, Rf, B, sequence_lens, initial_h, initial_c, P, activation_alpha=activation_alpha,
                  activation_beta=activation_beta, activations=activations, clip=clip, direction=direction,
                  hidden_size=hidden_size, input_forget=input_forget)

@@ -12,6 +12,7 @@ import numpy as np
 from ... import native
 from ...registry import op
 from .. import rnn as _rnn
+from ..contrib import quantized as _ms_quantized
 from ._common import Kept, frozen, on_host
 
 
@@ -186,3 +187,53 @@ def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
         return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw)
     return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw,
                      derive=_derive(prepared, W, R, B), loop=_lstm_loop)
+
+
+# -- com.microsoft DynamicQuantizeLSTM -----------------------------------------------------------
+
+class DequantizedLstmWeights:
+    """DynamicQuantizeLSTM's constant 8-bit W and R with their scales and zero points, dequantized once
+    into the float layout of ai.onnx LSTM (contiguous), and the :class:`RnnWeights` of that LSTM."""
+
+    def __init__(self, params, W, R, B):
+        self.params = params  # (W, R, W_scale, W_zero_point, R_scale, R_zero_point) as the node has them
+        self.rnn = RnnWeights(W, R, B)
+
+    def fits(self, params, B) -> bool:
+        return all(a is b for a, b in zip(params, self.params)) and B is self.rnn.B
+
+
+def _prepare_dynamic_quantize_lstm(constants, attrs):
+    params = tuple(constants.get(i) for i in (1, 2, 8, 9, 10, 11))
+    W, R, ws, wz, rs, rz = params
+    if any(type(a) is not np.ndarray for a in (W, R, ws, rs)) or W.ndim != 3 or R.ndim != 3:
+        return None
+    B = constants.get(3)
+    B = B if type(B) is np.ndarray else None
+    try:
+        Wf, Rf = (frozen(np.ascontiguousarray(_ms_quantized.dequantize_lstm_weights(np, *a)))
+                  for a in ((W, ws, wz), (R, rs, rz)))
+    except Exception:  # left to fail at run time, where the error names the node
+        return None
+    kept = DequantizedLstmWeights(params, Wf, Rf, B)
+    try:
+        _run_lstm(kept.rnn, Wf, Rf, B, attrs)
+    except Exception:
+        pass
+    return kept
+
+
+@op("DynamicQuantizeLSTM", domain="com.microsoft", since=1, device="cpu", prepare=_prepare_dynamic_quantize_lstm)
+def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None,
+                        W_scale=None, W_zero_point=None, R_scale=None, R_zero_point=None, *, activation_alpha=None,
+                        activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+                        input_forget=0, prepared=None):
+    """The ai.onnx LSTM (this module's, native where it pays) on the weights dequantized once per session."""
+    kw = dict(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations, clip=clip,
+              direction=direction, hidden_size=hidden_size, input_forget=input_forget)
+    if prepared is not None and prepared.fits((W, R, W_scale, W_zero_point, R_scale, R_zero_point), B):
+        _ms_quantized.check_8bit(W, R)
+        return LSTM(xp, X, prepared.rnn.W, prepared.rnn.R, B, sequence_lens, initial_h, initial_c, P, **kw,
+                    prepared=prepared.rnn)
+    return _ms_quantized.DynamicQuantizeLSTM(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, W_scale,
+                                             W_zero_point, R_scale, R_zero_point, **kw)
