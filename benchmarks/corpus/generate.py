@@ -8,12 +8,19 @@ entries, sha256 included, replace the ``"kind": "exported"`` entries of ``manife
 
 Needs torch (``pip install torch``; measured with 2.13.0, CPU build), onnxscript, scikit-learn and
 skl2onnx. The exporters' output changes with their versions: the manifest records the versions used.
+The TorchScript exporter's files are the same byte for byte on a rerun; the dynamo exporter's are not
+(their value names differ), so ``--only`` rebuilds just the entries named.
 
 - ``resnet_small``: ResNet-18's layout (BasicBlocks 2-2-2-2, BatchNorm, max pool, average pool) at
   widths 8-16-32-64, 64x64 RGB.
 - ``effnet_small``: EfficientNet-B0-like MBConv blocks (1x1 expand, depthwise 3x3 / 5x5, squeeze and
   excitation, SiLU everywhere, residuals).
 - ``mobilenetv3_small``: MobileNetV3-like blocks (HardSwish, HardSigmoid squeeze-excitation, ReLU).
+- ``mobilenetv2_small``: MobileNetV2's inverted residuals (ReLU6, no squeeze-excitation), half width.
+- ``convnext_small``: ConvNeXt blocks (depthwise 7x7, LayerNorm over channels through permutes, 4x
+  MLP with erf GELU, layer scale), patchify stem, 3 stages at widths 16-32-64.
+- ``vit_tiny``: a ViT (8x8 patch embedding, class token, learned positions, torch's
+  nn.TransformerEncoder with pre-LayerNorm and GELU, 2 layers, 4 heads, hidden 32).
 - ``bert_tiny``: a BERT encoder (word, position and token-type embeddings, 2 layers, 4 heads, hidden
   32, erf GELU, post-LayerNorm, additive attention mask), dynamic batch and sequence.
 - ``gpt2_tiny``: a GPT-2 decoder with past keys and values (2 layers, 4 heads, hidden 32, pre-LayerNorm,
@@ -223,7 +230,72 @@ def _torch_models():
                 presents.append(present)
             return (torch.matmul(self.ln(x), self.words.weight.t()), *presents)
 
+    class MobileNetV2Small(nn.Module):
+        # (expand, channels, stride) per inverted residual, MobileNetV2's first stages at half width
+        CFG = [(1, 8, 1), (6, 12, 2), (6, 12, 1), (6, 16, 2), (6, 16, 1), (6, 32, 2), (6, 32, 1), (6, 48, 1)]
+
+        def __init__(self, classes=10):
+            super().__init__()
+            blocks, cin = [nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6()], 16
+            for e, c, s in self.CFG:
+                blocks.append(MBConv(cin, c, e, 3, s, nn.ReLU6, None, se=False))
+                cin = c
+            blocks += [nn.Conv2d(cin, 320, 1, bias=False), nn.BatchNorm2d(320), nn.ReLU6()]
+            self.features = nn.Sequential(*blocks)
+            self.head = nn.Linear(320, classes)
+
+        def forward(self, x):
+            return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+    class ChannelsLayerNorm(nn.LayerNorm):  # ConvNeXt's LayerNorm over the channels of NCHW
+        def forward(self, x):
+            return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    class ConvNeXtBlock(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.dw = nn.Conv2d(c, c, 7, 1, 3, groups=c)
+            self.norm = nn.LayerNorm(c, eps=1e-6)
+            self.up, self.down = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+            self.gamma = nn.Parameter(torch.full((c,), 0.5))
+
+        def forward(self, x):
+            y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+            y = self.gamma * self.down(nn.functional.gelu(self.up(y)))
+            return x + y.permute(0, 3, 1, 2)
+
+    class ConvNeXtSmall(nn.Module):
+        def __init__(self, widths=(16, 32, 64), depths=(1, 1, 2), classes=10):
+            super().__init__()
+            layers = [nn.Conv2d(3, widths[0], 4, 4), ChannelsLayerNorm(widths[0], eps=1e-6)]
+            for i, (w, d) in enumerate(zip(widths, depths)):
+                if i:
+                    layers += [ChannelsLayerNorm(widths[i - 1], eps=1e-6), nn.Conv2d(widths[i - 1], w, 2, 2)]
+                layers += [ConvNeXtBlock(w) for _ in range(d)]
+            self.features = nn.Sequential(*layers)
+            self.norm, self.head = nn.LayerNorm(widths[-1], eps=1e-6), nn.Linear(widths[-1], classes)
+
+        def forward(self, x):
+            return self.head(self.norm(self.features(x).mean((2, 3))))
+
+    class ViTTiny(nn.Module):
+        def __init__(self, patch=8, hidden=32, heads=4, layers=2, classes=10, size=64):
+            super().__init__()
+            self.embed = nn.Conv2d(3, hidden, patch, patch)
+            self.cls = nn.Parameter(torch.randn(1, 1, hidden) * 0.02)
+            self.pos = nn.Parameter(torch.randn(1, (size // patch) ** 2 + 1, hidden) * 0.02)
+            layer = nn.TransformerEncoderLayer(hidden, heads, 2 * hidden, dropout=0.0, activation="gelu",
+                                               batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.norm, self.head = nn.LayerNorm(hidden), nn.Linear(hidden, classes)
+
+        def forward(self, x):
+            x = self.embed(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+            return self.head(self.norm(self.encoder(x))[:, 0])
+
     return {"resnet_small": ResNetSmall, "effnet_small": EffNetSmall, "mobilenetv3_small": MobileNetV3Small,
+            "mobilenetv2_small": MobileNetV2Small, "convnext_small": ConvNeXtSmall, "vit_tiny": ViTTiny,
             "bert_tiny": BertTiny, "gpt2_tiny": Gpt2Tiny}
 
 
@@ -257,6 +329,9 @@ TORCH_IO = {
     "resnet_small": (["x"], ["logits"], {"x": {0: "batch"}}, IMAGE),
     "effnet_small": (["x"], ["logits"], {"x": {0: "batch"}}, IMAGE),
     "mobilenetv3_small": (["x"], ["logits"], {"x": {0: "batch"}}, IMAGE),
+    "mobilenetv2_small": (["x"], ["logits"], {"x": {0: "batch"}}, IMAGE),
+    "convnext_small": (["x"], ["logits"], {"x": {0: "batch"}}, IMAGE),
+    "vit_tiny": (["x"], ["logits"], {"x": {0: "batch"}}, IMAGE),
     "bert_tiny": (["input_ids", "attention_mask", "token_type_ids"], ["last_hidden_state", "pooler_output"],
                   {k: {0: "batch", 1: "sequence"} for k in TOKENS}, TOKENS),
     "gpt2_tiny": (["input_ids", "past_0", "past_1"], ["logits", "present_0", "present_1"],
