@@ -236,7 +236,8 @@ def test_selftest_on_the_cpu_checks_every_native_kernel(capsys, monkeypatch):
     rc, report = _selftest(capsys, "--device", "cpu", "--model", "none")
     assert rc == 0 and report["ok"]
     assert {c["file"] for c in report["native"]} == {"conv.c", "direct_conv.c", "gemm.c", "pool.c", "winograd.c",
-                                                     "rnn.c", "rows.c", "quantize.c", "special.c"}
+                                                     "rnn.c", "rows.c", "quantize.c", "special.c",
+                                                     "tree_ensemble.c"}
     assert all(c["ok"] and c["max_abs_diff"] <= 1e-5 for c in report["native"])
     cases = len(report["native"])
     monkeypatch.setattr(native, "function", lambda *args: None)

@@ -79,6 +79,34 @@ class KernelCase:
     rtol: float = 1e-5
 
 
+def _forest(trees: int, depth: int, targets: int, prefix: str, modes=("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE")):
+    """The attributes of a legacy tree ensemble (TreeEnsembleRegressor/Classifier) of complete trees
+    over 4 features, seeded: random modes, thresholds, NaN tracking and (target, weight) leaves."""
+    rng = np.random.default_rng(trees * 100 + depth)
+    inner, n = 2 ** depth - 1, 2 ** (depth + 1) - 1
+    ids = np.arange(n)
+    leaf = ids >= inner
+    a = {"nodes_treeids": np.repeat(np.arange(trees), n).tolist(), "nodes_nodeids": np.tile(ids, trees).tolist(),
+         "nodes_featureids": np.where(np.tile(leaf, trees), 0, rng.integers(4, size=trees * n)).tolist(),
+         "nodes_modes": np.where(np.tile(leaf, trees), "LEAF", rng.choice(modes, trees * n)).tolist(),
+         "nodes_values": rng.normal(size=trees * n).astype(np.float32).tolist(),
+         "nodes_truenodeids": np.tile(np.where(leaf, 0, 2 * ids + 1), trees).tolist(),
+         "nodes_falsenodeids": np.tile(np.where(leaf, 0, 2 * ids + 2), trees).tolist(),
+         "nodes_missing_value_tracks_true": rng.integers(2, size=trees * n).tolist()}
+    leaves = trees * (inner + 1)
+    a.update({f"{prefix}_treeids": np.repeat(np.arange(trees), inner + 1).tolist(),
+              f"{prefix}_nodeids": np.tile(ids[leaf], trees).tolist(),
+              f"{prefix}_ids": rng.integers(targets, size=leaves).tolist(),
+              f"{prefix}_weights": rng.normal(size=leaves).astype(np.float32).tolist()})
+    return a
+
+
+def _tree_rows(rng, dtype=np.float32):
+    x = rng.standard_normal((300, 4)).astype(dtype)
+    x[::7, 1] = np.nan
+    return [x]
+
+
 def _floats(*shapes, dtype=np.float32):
     return lambda rng: [rng.standard_normal(s).astype(dtype) for s in shapes]
 
@@ -142,6 +170,16 @@ KERNEL_CASES: list[KernelCase] = [
     KernelCase("nms-no-boxes", "nms", "NonMaxSuppression", 11,
                lambda rng: [np.zeros((1, 0, 4), np.float32), np.zeros((1, 2, 0), np.float32),
                             np.array([5], np.int64), np.array([0.5], np.float32)], host=(2, 3), rtol=0),
+    KernelCase("tree-regressor-sum-nan-tracking", "tree_ensemble", "TreeEnsembleRegressor", 3, _tree_rows,
+               dict(n_targets=3, base_values=[0.5, 0.0, -1.0], **_forest(12, 5, 3, "target")), domain="ai.onnx.ml"),
+    KernelCase("tree-regressor-max", "tree_ensemble", "TreeEnsembleRegressor", 3, _tree_rows,
+               dict(n_targets=2, aggregate_function="MAX", **_forest(7, 4, 2, "target")), domain="ai.onnx.ml"),
+    KernelCase("tree-classifier-softmax", "tree_ensemble", "TreeEnsembleClassifier", 3, _tree_rows,
+               dict(classlabels_int64s=[3, 5, 7], post_transform="SOFTMAX", **_forest(9, 4, 3, "class")),
+               domain="ai.onnx.ml"),
+    KernelCase("tree-regressor-float64", "tree_ensemble", "TreeEnsembleRegressor", 3,
+               lambda rng: _tree_rows(rng, np.float64), dict(n_targets=1, **_forest(6, 6, 1, "target")),
+               domain="ai.onnx.ml"),
 ]
 
 
@@ -248,6 +286,8 @@ def _native_cases(rng) -> list[tuple[str, str, Callable]]:
         ("average pool", "pool.c", _cpu_op("AveragePool", x, kernel_shape=[3, 2], pads=[1, 0, 1, 1])),
         ("lstm", "rnn.c", _cpu_op("LSTM", seq, W, R, const=(1, 2), hidden_size=16, direction="bidirectional")),
         ("qlinear matmul", "quantize.c", _cpu_op("QLinearMatMul", a8, s, z, w8, s, z, s, z, const=(1, 2, 3, 4, 5, 6, 7))),
+        ("tree ensemble", "tree_ensemble.c", _cpu_op("TreeEnsembleRegressor", *_tree_rows(rng), domain="ai.onnx.ml",
+                                                     n_targets=3, **_forest(12, 5, 3, "target"))),
     ]
 
 
