@@ -164,41 +164,93 @@ int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, floa
  * blocked im2col + GEMM: cols[(c * KH + ky) * KW + kx][(oy - oy0) * OW + ox] is the input cell that
  * tap (ky, kx) of output cell (oy, ox) reads in channel c, 0 in the padding. From the phase planes
  * each row is one contiguous copy, where a strided view copies an element at a time. */
-int im2col2d_f32(const float* x, float* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,
-                 int64_t OH, int64_t OW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-                 int64_t oy0, int64_t oy1) {
-    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-    const int64_t K = KH * KW, L = (oy1 - oy0) * OW, last = oy1 + (KH - 1) * dh / sh;
-    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(&g));  /* offsets, then planes */
-    if (!offs) return 1;
+typedef struct {
+    const Windows* g;
+    const float* x;
+    float* cols;
+    int64_t C, oy0, oy1;
+    int status;
+} Im2colArgs;
+
+/* Input channels [c0, c1) of im2col2d_f32: rows (c * KH + ky) * KW + kx of the columns. */
+static void im2col_part(void* ctx, int64_t part, int64_t parts) {
+    Im2colArgs* a = ctx;
+    const Windows* g = a->g;
+    int64_t c0, c1;
+    pool_range(a->C, 1, part, parts, &c0, &c1);
+    if (c0 >= c1) return;
+    const int64_t K = g->KH * g->KW, OW = g->OW, oy0 = a->oy0, oy1 = a->oy1, L = (oy1 - oy0) * OW;
+    const int64_t last = oy1 + (g->KH - 1) * g->dh / g->sh;
+    int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(g));  /* offsets, then planes */
+    if (!offs) {
+        a->status = 1;
+        return;
+    }
     float* buf = (float*)(offs + K);
-    tap_offsets(&g, offs);
-    for (int64_t c = 0; c < C; ++c) {
-        fill_plane_rows(&g, x + c * H * W, 0.0f, buf, oy0, last < g.Qh ? last : g.Qh);
+    tap_offsets(g, offs);
+    for (int64_t c = c0; c < c1; ++c) {
+        fill_plane_rows(g, a->x + c * g->H * g->W, 0.0f, buf, oy0, last < g->Qh ? last : g->Qh);
         for (int64_t t = 0; t < K; ++t) {
-            float* restrict dst = cols + (c * K + t) * L;
+            float* restrict dst = a->cols + (c * K + t) * L;
             for (int64_t oy = oy0; oy < oy1; ++oy) {
-                const float* restrict src = buf + offs[t] + oy * g.Qw;
+                const float* restrict src = buf + offs[t] + oy * g->Qw;
                 for (int64_t ox = 0; ox < OW; ++ox) dst[(oy - oy0) * OW + ox] = src[ox];
             }
         }
     }
     free(offs);
-    return 0;
+}
+
+/* Channels split across the pool's threads (pool_threads.h) from POOL_MIN_WORK copied cells per part. */
+int im2col2d_f32(const float* x, float* cols, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,
+                 int64_t OH, int64_t OW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                 int64_t oy0, int64_t oy1) {
+    const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+    Im2colArgs a = {&g, x, cols, C, oy0, oy1, 0};
+    const int64_t per_channel = KH * KW * (oy1 - oy0) * OW + H * W + 1;
+    pool_run(im2col_part, &a, pool_parts(C, (POOL_MIN_WORK + per_channel - 1) / per_channel));
+    return a.status;
+}
+
+typedef struct {
+    float* y;
+    const float *bias, *z;
+    int64_t rows, M, L, ld;
+    float lo, hi;
+} EpilogueArgs;
+
+/* Rows [r0, r1) of the epilogues below: + bias[r % M] (+ z's row when z), clamped. */
+static void epilogue_part(void* ctx, int64_t part, int64_t parts) {
+    const EpilogueArgs* a = ctx;
+    int64_t r0, r1;
+    pool_range(a->rows, 1, part, parts, &r0, &r1);
+    const float lo = a->lo, hi = a->hi;
+    for (int64_t r = r0; r < r1; ++r) {
+        float* restrict row = a->y + r * a->ld;
+        const float b = a->bias ? a->bias[r % a->M] : 0.0f;
+        if (a->z) {
+            const float* restrict zr = a->z + r * a->L;
+            for (int64_t l = 0; l < a->L; ++l) {
+                const float v = (row[l] + b) + zr[l];
+                const float u = v < lo ? lo : v;  /* NaN stays */
+                row[l] = u > hi ? hi : u;
+            }
+        } else {
+            for (int64_t l = 0; l < a->L; ++l) {
+                const float v = row[l] + b;
+                const float u = v < lo ? lo : v;  /* NaN stays */
+                row[l] = u > hi ? hi : u;
+            }
+        }
+    }
 }
 
 /* The epilogue of a conv computed as a GEMM, in place over y (M rows of L, ld apart): + bias[m] (bias
- * may be NULL), clamped to [lo, hi] (a fused Relu or Clip), in one pass. */
+ * may be NULL), clamped to [lo, hi] (a fused Relu or Clip), in one pass; rows split across the pool's
+ * threads from POOL_MIN_WORK cells per part. */
 int bias_clamp_f32(float* y, const float* bias, int64_t M, int64_t L, int64_t ld, float lo, float hi) {
-    for (int64_t m = 0; m < M; ++m) {
-        float* restrict row = y + m * ld;
-        const float b = bias ? bias[m] : 0.0f;
-        for (int64_t l = 0; l < L; ++l) {
-            const float v = row[l] + b;
-            const float u = v < lo ? lo : v;  /* NaN stays */
-            row[l] = u > hi ? hi : u;
-        }
-    }
+    EpilogueArgs a = {y, bias, NULL, M, M > 0 ? M : 1, L, ld, lo, hi};
+    pool_run(epilogue_part, &a, pool_parts(M, (POOL_MIN_WORK + L) / (L + 1)));
     return 0;
 }
 
@@ -207,16 +259,9 @@ int bias_clamp_f32(float* y, const float* bias, int64_t M, int64_t L, int64_t ld
  * order as the separate passes would. */
 int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t N, int64_t M, int64_t L,
                             float lo, float hi) {
-    for (int64_t r = 0; r < N * M; ++r) {
-        float* restrict row = y + r * L;
-        const float* restrict zr = z + r * L;
-        const float b = bias ? bias[r % M] : 0.0f;
-        for (int64_t l = 0; l < L; ++l) {
-            const float v = (row[l] + b) + zr[l];
-            const float u = v < lo ? lo : v;  /* NaN stays */
-            row[l] = u > hi ? hi : u;
-        }
-    }
+    EpilogueArgs a = {y, bias, z, N * M, M > 0 ? M : 1, L, L, lo, hi};
+    pool_run(epilogue_part, &a, pool_parts(N * M, (POOL_MIN_WORK + L) / (L + 1)));
     return 0;
 }
+
 int conv_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -60,12 +60,16 @@ def _cases():
     wide = image(5, 40000)
     wino_x, wino_w = image(1, 64, 28, 27), rng.standard_normal((48, 64, 3, 3)).astype(np.float32)
     wino_b = rng.standard_normal(48).astype(np.float32)
+    im2col_x, strided_w = image(1, 96, 64, 64), rng.standard_normal((48, 96, 3, 3)).astype(np.float32)
+    pointwise = rng.standard_normal((24, 24, 1, 1)).astype(np.float32)
     return {
         "depthwise planes": lambda: conv.Conv(xp, X, dw, B, group=24, pads=[1, 1, 1, 1]),
         "depthwise blocks": lambda: conv.Conv(xp, Xb, dwb, None, group=40, strides=[2, 2], pads=[1, 1, 1, 1]),
         "depthwise affine": lambda: conv.Conv(xp, Xa, bn, None, group=24),
         "direct conv": lambda: conv.Conv(xp, img, first, None, strides=[2, 2], pads=[3, 3, 3, 3]),
         "winograd conv": lambda: conv.Conv(xp, wino_x, wino_w, wino_b, pads=[1, 1, 1, 1]),
+        "im2col conv": lambda: conv.Conv(xp, im2col_x, strided_w, B, strides=[2, 2], pads=[1, 1, 1, 1]),
+        "residual epilogue": lambda: conv.FusedConv(xp, Xa, pointwise, B[:24], Xa, activation="Relu"),
         "max pool planes": lambda: pool.MaxPool(xp, Xa, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         "average pool blocks": lambda: pool.AveragePool(xp, Xb, kernel_shape=[3, 3], strides=[2, 2],
                                                         pads=[1, 1, 1, 1]),
