@@ -11,11 +11,13 @@ Levels (as onnxruntime's graph_optimization_level):
   common subexpressions (:mod:`.cse`), BatchNormalization into Conv/ConvTranspose/Gemm
   (:mod:`.fold_batchnorm`), Mul/Add by constants into Conv (:mod:`.fold_mul_add_into_conv`),
   MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
-  an If with a constant condition inlined (:mod:`.inline_if`), dead nodes (:mod:`.dead_code`).
+  ReduceMean over the spatial axes -> GlobalAveragePool (:mod:`.reduce_mean_to_pool`), an If with a
+  constant condition inlined (:mod:`.inline_if`), dead nodes (:mod:`.dead_code`).
 * ``"all"``: also the com.microsoft fusions: a BatchNormalization left over becomes a 1x1
   depthwise Conv (:mod:`.batchnorm_to_conv`), Conv + Add + activation -> FusedConv
   (:mod:`.conv_fusion`), Gemm + activation -> FusedGemm (:mod:`.gemm_activation`), Transposes into
-  MatMul -> FusedMatMul, and the transformer patterns
+  MatMul -> FusedMatMul, SiLU / Swish -> QuickGelu (:mod:`.silu`), HardSigmoid and HardSwish
+  written out -> the ops (:mod:`.hard_activations`), and the transformer patterns
   (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`).
 
 With ``device="cpu"`` and level ``"all"``, a float16 graph first computes in float32
@@ -43,8 +45,9 @@ import onnx
 
 from ..errors import GpuopsError
 from . import (attention, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code, eliminate_noops,
-               float16_compute, fold_batchnorm, fold_mul_add_into_conv, gelu, gemm_activation, inline_if, layernorm,
-               matmul_add_to_gemm, shape_to_constant, transpose_into_matmul)
+               float16_compute, fold_batchnorm, fold_mul_add_into_conv, gelu, gemm_activation, hard_activations,
+               inline_if, layernorm, matmul_add_to_gemm, reduce_mean_to_pool, shape_to_constant, silu,
+               transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 
@@ -64,11 +67,13 @@ def _passes(level: str, fold_limit: int):
              ("shape_to_constant", shape_to_constant.apply), ("inline_if", inline_if.apply),
              ("eliminate_noops", eliminate_noops.apply), ("cse", cse.apply), ("fold_batchnorm", fold_batchnorm.apply),
              ("fold_mul_add_into_conv", fold_mul_add_into_conv.apply),
+             ("reduce_mean_to_pool", reduce_mean_to_pool.apply),
              ("matmul_add_to_gemm", matmul_add_to_gemm.apply), ("transpose_into_matmul", transpose_into_matmul.apply),
              ("dead_code", dead_code.apply)]
     if level == "basic":
         return basic
-    return basic + [("attention", attention.apply), ("gelu", gelu.apply), ("layernorm", layernorm.apply),
+    return basic + [("attention", attention.apply), ("gelu", gelu.apply), ("silu", silu.apply),
+                    ("hard_activations", hard_activations.apply), ("layernorm", layernorm.apply),
                     ("batchnorm_to_conv", batchnorm_to_conv.apply), ("conv_fusion", conv_fusion.apply),
                     ("gemm_activation", gemm_activation.apply),
                     ("transpose_into_fused_matmul", partial(transpose_into_matmul.apply, fused_matmul=True)),

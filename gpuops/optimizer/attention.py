@@ -16,6 +16,14 @@ from the Attention's present output; the two pasts are stacked into its (2, B, N
 
 Q, K and V must read the same 3-D x with constant weights and biases. The padding mask becomes
 ``mask_index`` (cast to int32, as onnxruntime takes it) with ``mask_filter_value`` = filter.
+
+Dynamic batch and sequence axes: a Reshape target may be computed, ``Concat`` of the batch and
+sequence sizes read off a tensor (``Unsqueeze(Gather(Shape(t), i))`` as TorchScript writes it,
+``Shape(t, start=i, end=i + 1)`` as the dynamo exporter does) and the constant head sizes. Each
+read size must be provably x's size on that axis: the same axis of x or of a value of the
+pattern, or an axis of the same symbolic dim (``dim_param``); 0 (copy) and one -1 also do. The
+Shape nodes that read values of the pattern are then made to read x. Without past key/values
+and causal masks only (their checks need static sizes).
 """
 
 from __future__ import annotations
@@ -44,16 +52,115 @@ def _scalar(graph: Graph, name: str):
     return None if v is None or v.size != 1 else float(np.asarray(v, np.float64).reshape(()))
 
 
-def _heads(graph: Graph, name: str, nodes: list, perm):
-    """(x, W, b, reshape shape) of Transpose(perm) <- Reshape(4-D) <- Add(MatMul(x, W), b)."""
+def _dim_readers(graph: Graph, name: str, inside: list):
+    """The Shape nodes reading ``name`` outside the pattern (``inside``) when they are its only
+    readers there and expose only its axes 0 and 1 (batch and sequence), else None."""
+    readers = []
+    for c in graph.consumers.get(name, ()):
+        if c in inside:
+            continue
+        if c.op_type != "Shape" or c.domain not in ("", "ai.onnx") or c.output[0] in graph.protected:
+            return None
+        start, end = attr(c, "start", 0), attr(c, "end")
+        if start < 0 or (end is not None and not start < end <= 2):
+            return None
+        if end is None:  # the whole shape: only Gathers of axes 0 and 1 may read it
+            for g in graph.consumers.get(c.output[0], ()):
+                i = graph.const_value(g.input[1]) if g.op_type == "Gather" and len(g.input) > 1 else None
+                if i is None or i.size != 1 or attr(g, "axis", 0) != 0 or int(i.reshape(())) + start not in (0, 1):
+                    return None
+        readers.append(c)
+    return readers
+
+
+def _one_node_and_readers(graph: Graph, name: str, op: str, nodes: list, readers: list):
+    """As :func:`_node`, but ``name`` may also be read by Shape nodes exposing its batch and
+    sequence sizes (recorded in ``readers``: they read x instead once fused)."""
+    n = graph.producer_of(name, op)
+    if n is None or name in graph.protected:
+        return None
+    others = [c for c in graph.consumers.get(name, ()) if c.op_type != "Shape"]
+    dims = _dim_readers(graph, name, others)
+    if len(others) != 1 or dims is None:
+        return None
+    nodes.append(n)
+    readers += dims
+    return n
+
+
+def _target(graph: Graph, name: str):
+    """The entries of a Reshape target: ints, or (tensor, axis) for a size read off a tensor."""
+    v = graph.const_value(name)
+    if v is not None:
+        return [int(d) for d in np.asarray(v).reshape(-1)]
+    cat = graph.producer_of(name, "Concat")
+    if cat is None or attr(cat, "axis", 0) not in (0, -1):
+        return None
+    out = []
+    for x in cat.input:
+        v = graph.const_value(x)
+        if v is not None:
+            out += [int(d) for d in np.asarray(v).reshape(-1)]
+            continue
+        dim = _size_of(graph, x)
+        if dim is None:
+            return None
+        out.append(dim)
+    return out
+
+
+def _size_of(graph: Graph, name: str):
+    """(t, axis) when ``name`` is the 1-element size of t's axis: Shape(t, start=i, end=i + 1) or
+    Unsqueeze(Gather(Shape(t), i), 0)."""
+    sh = graph.producer_of(name, "Shape")
+    if sh is not None:
+        start, end = attr(sh, "start", 0), attr(sh, "end")
+        return (sh.input[0], start) if start >= 0 and end == start + 1 else None
+    u = graph.producer_of(name, "Unsqueeze")
+    if u is None:
+        return None
+    axes = attr(u, "axes")
+    if axes is None and len(u.input) > 1:
+        axes = graph.const_value(u.input[1])
+    g = graph.producer_of(u.input[0], "Gather")
+    if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] != [0] or g is None or attr(g, "axis", 0) != 0:
+        return None
+    i, sh = graph.const_value(g.input[1]), graph.producer_of(g.input[0], "Shape")
+    if i is None or i.size != 1 or sh is None or attr(sh, "end") is not None or int(i.reshape(())) < 0:
+        return None
+    return sh.input[0], attr(sh, "start", 0) + int(i.reshape(()))
+
+
+def _leading(graph: Graph, target, x: str, same: set) -> bool:
+    """The first two entries of ``target`` are x's batch and sequence sizes (the Reshape's input
+    has them as its leading axes; ``same``: values whose axes 0 and 1 are x's)."""
+    lead = target[:2]
+    if sum(1 for e in lead if e == -1) + sum(1 for e in target[2:] if e == -1) > 1:
+        return False
+    xs = graph.symbolic_shape(x) or (graph.info(x) or (None, None))[1]
+    for i, e in enumerate(lead):
+        if e in (0, -1):  # copies the input's axis; one -1 is the rest of the size
+            continue
+        if isinstance(e, int):
+            if xs is None or xs[i] != e:
+                return False
+        elif not (e[1] == i and e[0] in same):
+            ts = graph.symbolic_shape(e[0])
+            if ts is None or xs is None or len(ts) <= e[1] or xs[i] is None or ts[e[1]] != xs[i]:
+                return False
+    return True
+
+
+def _heads(graph: Graph, name: str, nodes: list, perm, readers: list):
+    """(x, W, b, reshape target) of Transpose(perm) <- Reshape(4-D) <- Add(MatMul(x, W), b)."""
     t = _node(graph, name, "Transpose", nodes)
     if t is None or list(attr(t, "perm", [])) != perm:
         return None
     r = _node(graph, t.input[0], "Reshape", nodes)
-    shape = graph.const_value(r.input[1]) if r is not None else None
-    if shape is None or shape.shape != (4,):
+    shape = _target(graph, r.input[1]) if r is not None else None
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[2:]):
         return None
-    add = _node(graph, r.input[0], "Add", nodes)
+    add = _one_node_and_readers(graph, r.input[0], "Add", nodes, readers)
     if add is None:
         return None
     for mm_out, b in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
@@ -62,7 +169,7 @@ def _heads(graph: Graph, name: str, nodes: list, perm):
             W, B = graph.const_value(mm.input[1]), graph.const_value(b)
             if W is not None and B is not None and W.ndim == 2 and B.shape == (W.shape[1],):
                 nodes.append(mm)
-                return mm.input[0], W, B, [int(d) for d in shape]
+                return mm.input[0], W, B, shape, add.output[0]
     return None
 
 
@@ -76,12 +183,12 @@ def _with_past(graph: Graph, name: str, nodes: list, pasts: list):
     return cat.input[1]
 
 
-def _key_heads(graph: Graph, name: str, nodes: list, pasts: list):
+def _key_heads(graph: Graph, name: str, nodes: list, pasts: list, readers: list):
     t = graph.producer_of(name, "Transpose")
     if t is not None and list(attr(t, "perm", [])) == [0, 1, 3, 2] and graph.single_use(name):
         nodes.append(t)
-        return _heads(graph, _with_past(graph, t.input[0], nodes, pasts), nodes, [0, 2, 1, 3])
-    return _heads(graph, name, nodes, [0, 2, 3, 1])
+        return _heads(graph, _with_past(graph, t.input[0], nodes, pasts), nodes, [0, 2, 1, 3], readers)
+    return _heads(graph, name, nodes, [0, 2, 3, 1], readers)
 
 
 def _scaled(graph: Graph, name: str, nodes: list):
@@ -162,13 +269,18 @@ def _match(graph: Graph, sm):
     if ctx_t is None or list(attr(ctx_t, "perm", [])) != [0, 2, 1, 3]:
         return None
     nodes.append(ctx_t)
-    final = graph.only_consumer(ctx_t.output[0], "Reshape")
-    if final is None:
+    readers: list = []  # Shape nodes reading batch and sequence sizes off the pattern's values
+    finals = [c for c in graph.consumers.get(ctx_t.output[0], ()) if c.op_type != "Shape"]
+    final = finals[0] if len(finals) == 1 and finals[0].op_type == "Reshape" and \
+        finals[0].domain in ("", "ai.onnx") and finals[0].input[0] == ctx_t.output[0] else None
+    dims = _dim_readers(graph, ctx_t.output[0], finals) if final is not None else None
+    if final is None or dims is None or ctx_t.output[0] in graph.protected:
         return None
+    readers += dims
     nodes.append(final)
     pasts: list = []  # (past, present) of K, then V
     v_pasts: list = []
-    v = _heads(graph, _with_past(graph, pv.input[1], nodes, v_pasts), nodes, [0, 2, 1, 3])
+    v = _heads(graph, _with_past(graph, pv.input[1], nodes, v_pasts), nodes, [0, 2, 1, 3], readers)
     # before the softmax: masks, scale, scores
     s, causal, fill, mask, bias = sm.input[0], False, None, None, None
     for _ in range(3):
@@ -203,25 +315,34 @@ def _match(graph: Graph, sm):
         return None
     qa, qs = _scaled(graph, qk.input[0], nodes)
     ka, ks = _scaled(graph, qk.input[1], nodes)
-    q = _heads(graph, qa, nodes, [0, 2, 1, 3])
-    k = _key_heads(graph, ka, nodes, pasts)
+    q = _heads(graph, qa, nodes, [0, 2, 1, 3], readers)
+    k = _key_heads(graph, ka, nodes, pasts, readers)
     pasts += v_pasts
     if len(pasts) not in (0, 2):
         return None
     if q is None or k is None:
         return None
-    (x, Wq, bq, sq), (xk, Wk, bk, sk), (xv, Wv, bv, sv) = q, k, v
-    info = graph.shape(x)
+    (x, Wq, bq, sq, pq), (xk, Wk, bk, sk, pk), (xv, Wv, bv, sv, pv_) = q, k, v
+    info = graph.symbolic_shape(x)  # ints, or symbols for dynamic batch and sequence axes
     if xk != x or xv != x or info is None or len(info) != 3 or graph.elem_type(x) != TensorProto.FLOAT:
         return None
     Bn, S, D = info
+    if not isinstance(D, int):
+        return None
     N = sq[2]
     if Wq.shape != Wk.shape or Wv.shape[0] != D or Wq.shape[0] != D or N <= 0 or sk[2] != N or sv[2] != N:
         return None
     hidden, hv = Wq.shape[1], Wv.shape[1]
     if hidden % N or hv % N or sq[3] not in (-1, hidden // N) or sv[3] not in (-1, hv // N):
         return None
-    if graph.shape(final.output[0]) != (Bn, S, hv):
+    same = {x, pq, pk, pv_, ctx_t.output[0]}  # values whose axes 0 and 1 are x's
+    if not all(_leading(graph, t, x, same) for t in (sq, sk, sv)):
+        return None
+    out = _target(graph, final.input[1])
+    if out is None or len(out) != 3 or out[2] not in (-1, hv) or not _leading(graph, out, x, same):
+        return None
+    static = all(isinstance(d, int) for d in info)
+    if not static and (pasts or causal is not False):
         return None
     T = S
     if pasts:
@@ -234,8 +355,8 @@ def _match(graph: Graph, sm):
     if causal is not False and not _is_causal(causal, S, T, masked):
         return None
     if bias is not None:
-        b = graph.shape(bias)
-        if b is None or len(b) != 4 or b[0] not in (1, Bn) or b[1] not in (1, N) or b[2:] != (S, T):
+        b = graph.symbolic_shape(bias)
+        if b is None or len(b) != 4 or b[0] not in (1, Bn) or b[1] not in (1, N) or tuple(b[2:]) != (S, T):
             return None
     presents = {c for _, c in pasts}  # remade from the Attention's present output, after it
     if any(c not in nodes for p in presents for c in graph.consumers.get(p, ())):
@@ -245,7 +366,7 @@ def _match(graph: Graph, sm):
     return dict(nodes=nodes, final=final, x=x, W=np.concatenate([Wq, Wk, Wv], axis=1),
                 b=np.concatenate([bq, bk, bv]), N=N, scale=scale * qs * ks, head=hidden // N,
                 causal=causal is not False, mask=mask, bias=bias, sizes=None if hv == hidden else [hidden, hidden, hv],
-                pasts=pasts)
+                pasts=pasts, readers=readers)
 
 
 def apply(graph: Graph) -> bool:
@@ -288,6 +409,8 @@ def apply(graph: Graph) -> bool:
         graph.nodes[at:at + 1] = [n for n in extra if n.op_type != "Gather"] + [node] + \
             [n for n in extra if n.op_type == "Gather"]
         removed.extend(n for n in m["nodes"] if n is not final)
+        for r in m["readers"]:  # batch and sequence sizes: read off x now
+            r.input[0] = m["x"]
         graph.use_domain(MS)
     return graph.remove(*removed)
 

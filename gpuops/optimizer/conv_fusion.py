@@ -1,5 +1,6 @@
 """Conv [+ Add(residual)] [+ activation] -> com.microsoft FusedConv (float32 Convs only: the op
-onnxruntime runs). The residual Z must have exactly the Conv output's static shape; the activation
+onnxruntime runs). The residual Z must have exactly the Conv output's shape (static, or the same
+symbolic dims, as a dynamic batch axis gives both); the activation
 is one of Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, or Clip with constant bounds. On
 CUDA, FusedConv runs the conv kernel's bias + residual + activation epilogue."""
 
@@ -56,8 +57,8 @@ def apply(graph: Graph) -> bool:
         add = _next(graph, y, ("Add", "Sum"))
         if add is not None and len(add.input) == 2 and add not in removed:
             other = add.input[1] if add.input[0] == y else add.input[0]
-            shape = graph.shape(y)
-            if other != y and shape is not None and graph.shape(other) == shape and \
+            shape = graph.symbolic_shape(y)  # (a dynamic batch: the same symbol on both sides)
+            if other != y and shape is not None and graph.symbolic_shape(other) == shape and \
                     graph.elem_type(other) == TensorProto.FLOAT:
                 last, z = add, other
         act = _next(graph, last.output[0], _ACTIVATIONS)

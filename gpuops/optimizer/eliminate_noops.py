@@ -1,6 +1,6 @@
 """Nodes that pass their input through unchanged are removed: Identity, inference-mode Dropout
 (its mask unused), Reshape to the same static shape, Cast to the same type, Transpose with the
-identity permutation. Graph output names are kept: when the removed node makes a graph output, the
+identity permutation, Flatten of a 2-D value at axis 1. Graph output names are kept: when the removed node makes a graph output, the
 producer of its input is renamed to make that output instead (if nothing else reads it)."""
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ def _noop(graph: Graph, node) -> bool:
     if op == "Cast":
         t = graph.elem_type(node.input[0])
         return t is not None and t == attr(node, "to")
+    if op == "Flatten":  # of a 2-D value at axis 1 (or -1)
+        i = graph.info(node.input[0])
+        return i is not None and i[1] is not None and len(i[1]) == 2 and attr(node, "axis", 1) in (1, -1)
     if op == "Transpose":
         perm = attr(node, "perm")
         return perm is not None and list(perm) == list(range(len(perm)))

@@ -3,7 +3,8 @@ added just before goes into the op (BiasGelu, FastGelu's bias).
 
 TorchScript emits ``x * (1 + Erf(x / sqrt 2)) * 0.5`` (Div, Erf, Add, Mul, Mul); the dynamo exporter
 (onnxscript) emits ``x * (0.5 * (1 + Erf(x * (1 / sqrt 2))))``; the factor 0.5 may also multiply x
-first (as GPT-2's tanh form does: ``0.5 x (1 + Tanh(sqrt(2 / pi) (x + 0.044715 Pow(x, 3))))``).
+first (as GPT-2's tanh form does: ``0.5 x (1 + Tanh(sqrt(2 / pi) (x + 0.044715 Pow(x, 3))))``);
+TorchScript below opset 15 writes the cube as ``x * (x * x)``.
 Every order of the two products, and of each Mul's and Add's operands, is matched."""
 
 from __future__ import annotations
@@ -80,10 +81,27 @@ def _tanh_input(graph: Graph, tanh):
         return None, None
     for x, cube in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
         p, m2 = _mul_by(graph, cube, 0.044715)
-        pw = graph.producer_of(p, "Pow") if p else None
-        if pw is not None and graph.single_use(p) and pw.input[0] == x and _scalar(graph, pw.input[1], 3.0, 1e-6):
-            return x, [m1, add, m2, pw]
+        powers = _cube(graph, p, x) if p else None
+        if powers is not None:
+            return x, [m1, add, m2, *powers]
     return None, None
+
+
+def _cube(graph: Graph, p: str, x: str):
+    """The nodes making ``p`` = x ** 3 (single use): Pow(x, 3), or x * (x * x) as TorchScript
+    writes it below opset 15, either operand first."""
+    if not graph.single_use(p):
+        return None
+    pw = graph.producer_of(p, "Pow")
+    if pw is not None:
+        return [pw] if pw.input[0] == x and _scalar(graph, pw.input[1], 3.0, 1e-6) else None
+    outer = graph.producer_of(p, "Mul")
+    if outer is None or x not in outer.input:
+        return None
+    square = graph.producer_of(_other(outer, x), "Mul")
+    if square is None or list(square.input) != [x, x] or not graph.single_use(square.output[0]):
+        return None
+    return [outer, square]
 
 
 def apply(graph: Graph) -> bool:
@@ -125,8 +143,10 @@ def _bias(graph: Graph) -> bool:
         if add is None or not graph.single_use(node.input[0]):
             continue
         for a, b in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
-            bias, shape = graph.const_value(b), graph.shape(a)
-            if bias is not None and shape and bias.shape == (shape[-1],) and graph.elem_type(a) == TensorProto.FLOAT:
+            bias, info = graph.const_value(b), graph.info(a)
+            shape = info[1] if info else None  # the last axis static (a dynamic batch and sequence)
+            if bias is not None and shape and shape[-1] is not None and bias.shape == (shape[-1],) and \
+                    info[0] == TensorProto.FLOAT:
                 node.op_type = "BiasGelu" if node.op_type == "Gelu" else "FastGelu"
                 node.input[:] = [a, b]
                 removed.append(add)

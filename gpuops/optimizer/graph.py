@@ -17,14 +17,18 @@ constant here too (read-only: it stays the outer graph's). New names are unique 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from ..dtypes import onnx_dtype, tensor_to_numpy
 from ..registry import canonical_domain
+from .standins import standin
 
 MS = "com.microsoft"
+_FRESH = re.compile(r"unk__\d+$")  # the dims onnx's shape inference names
 # values that shape inference sees with their data (shape vectors, axes, scalars); larger
 # constants are declared as typed inputs so inference stays cheap
 _INFER_CONST_ELEMENTS = 4096
@@ -118,6 +122,8 @@ class Graph:
                 _subgraph_reads(n, reads)
             self.captured = reads - defined_names(g)
         self._shapes: dict[str, tuple] | None = None
+        self._known: dict[str, tuple] = {}  # every (elem_type, symbolic shape) inference has found so far
+        self._runs = 0
         self.refresh_protected()
         self.index()
 
@@ -272,6 +278,19 @@ class Graph:
             self._shapes = self._infer()
         return self._shapes.get(name)
 
+    def symbolic_shape(self, name: str):
+        """The shape of a value with each dim an int or a symbol (dim_param: dims of the same
+        symbol are equal), or None when a dim or the rank is unknown. Two values of the same
+        symbolic shape have the same shape at run time."""
+        if self.is_const(name):
+            return self.shape(name)
+        if self._shapes is None:
+            self._shapes = self._infer()
+        i = self._known.get(name) if name in self._shapes else None
+        if i is None or i[1] is None or any(d is None for d in i[1]):
+            return None
+        return i[1]
+
     def shape(self, name: str):
         """The fully static shape of a value, or None."""
         i = self.info(name)
@@ -289,7 +308,16 @@ class Graph:
         m.opset_import.extend(self.model.opset_import)
         m.functions.extend(self.model.functions)
         g = m.graph
-        g.node.extend(self.nodes)
+        restore = []  # outputs of com.microsoft nodes without a stand-in: typed as found before
+        for n in self.nodes:
+            nodes = standin(n, self.opsets.get("", 0)) if canonical_domain(n.domain) == MS else None
+            if nodes:
+                g.node.extend(nodes)
+                restore += n.output[1:]
+            else:
+                g.node.append(n)
+                if canonical_domain(n.domain) != "":
+                    restore += n.output
         g.input.extend(self.proto.input)
         declared = set(self.input_names)
         for name in sorted(self.captured):  # typed as the outer graph knows them
@@ -310,22 +338,39 @@ class Graph:
             except Exception:  # a dtype ONNX cannot hold: inference goes on without the value
                 pass
         g.value_info.extend(self.proto.value_info)
+        # a fused node's outputs keep the name and value of the node's they replaced, and so the type
+        typed = {vi.name for vi in g.value_info} | set(declared)
+        for o in restore:
+            if o and o in self._known and o not in typed:
+                elem, shape = self._known[o]
+                g.value_info.append(helper.make_tensor_value_info(o, elem, None if shape is None else list(shape)))
+                typed.add(o)
         g.output.extend(self.proto.output)
         try:
             inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True).graph
         except Exception:
             inferred = g
-        out = {}
+        out, symbolic = {}, {}
         for vi in [*inferred.input, *inferred.value_info, *inferred.output]:
             t = vi.type
             if not t.HasField("tensor_type") or not t.tensor_type.elem_type:
                 continue
             tt = t.tensor_type
-            shape = None
+            shape = sym = None
             if tt.HasField("shape"):
                 shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+                sym = tuple(d.dim_value if d.HasField("dim_value") else self._symbol(d.dim_param)
+                            if d.HasField("dim_param") else None for d in tt.shape.dim)
             out[vi.name] = (tt.elem_type, shape)
+            symbolic[vi.name] = (tt.elem_type, sym)
+        self._known.update(symbolic)
+        self._runs += 1
         return out
+
+    def _symbol(self, name: str) -> str:
+        """A dim_param as kept across inference runs: onnx names the unknown dims it meets
+        ``unk__N`` afresh in every run, so those get the run's number (the model's own stay)."""
+        return f"{name}@{self._runs}" if _FRESH.match(name) else name
 
     # -- output --------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 TorchScript (opset < 17) emits ``d = x - ReduceMean(x); y = d / Sqrt(ReduceMean(Pow(d, 2)) + eps)``,
 then ``y * gamma + beta``, all over the last axis. With ai.onnx opset >= 17 this becomes
 ai.onnx LayerNormalization(x, gamma, beta, axis=-1). Below opset 17, when x is the sum of two
-3-D tensors of the same static shape (a residual connection, as in BERT), it becomes
+3-D tensors of the same shape (static, or the same symbolic dims: a residual connection, as in
+BERT, with dynamic batch and sequence axes), it becomes
 com.microsoft SkipLayerNormalization(a, b, gamma, beta). (The dynamo exporter and TorchScript at
 opset >= 17 emit LayerNormalization itself.)"""
 
@@ -41,8 +42,10 @@ def _consumer(graph: Graph, name: str, op: str, nodes):
 def _match(graph: Graph, rm1):
     """(x, gamma, beta, epsilon, nodes, output) of the pattern rooted at the first ReduceMean."""
     x = rm1.input[0]
-    shape = graph.shape(x)
-    if shape is None or graph.elem_type(x) not in _FLOATS or not _last_axis(graph, rm1, len(shape)):
+    info = graph.info(x)
+    shape = info[1] if info else None  # the rank and the last (normalized) axis must be known
+    if shape is None or shape[-1:] in ((), (None,)) or info[0] not in _FLOATS or \
+            not _last_axis(graph, rm1, len(shape)):
         return None
     nodes = [rm1]
     sub = graph.only_consumer(rm1.output[0], "Sub")
@@ -113,8 +116,9 @@ def apply(graph: Graph) -> bool:
             last.attribute.extend(graph.make_node("X", [], [], axis=-1, epsilon=eps).attribute)
         else:
             res = graph.producer_of(x, "Add")
-            shape = graph.shape(x)
-            if res is None or len(shape) != 3 or [graph.shape(i) for i in res.input] != [shape, shape] or \
+            shape = graph.symbolic_shape(x)  # dynamic axes: both operands of the same symbolic shape
+            if res is None or shape is None or len(shape) != 3 or \
+                    [graph.symbolic_shape(i) for i in res.input] != [shape, shape] or \
                     any(c not in nodes for c in graph.consumers.get(x, ())) or x in graph.protected:
                 continue
             last.op_type, last.domain = "SkipLayerNormalization", MS

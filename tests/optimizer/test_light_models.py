@@ -57,7 +57,7 @@ def test_saved_optimized_model_runs_in_onnxruntime(name, tmp_path):
 
 def test_cli_save_optimized(tmp_path):
     path = tmp_path / "squeezenet.opt.onnx"
-    r = subprocess.run([sys.executable, "-m", "gpuops", "run", "light:squeezenet", "--device", "cpu", "--repeat", "0",
+    r = subprocess.run([sys.executable, "-m", "gpuops", "run", "light:squeezenet", "--device", "cpu", "--repeat", "1",
                         "--save-optimized", str(path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     saved = onnx.load(str(path))
