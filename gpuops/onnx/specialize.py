@@ -43,6 +43,7 @@ from onnx import helper, numpy_helper
 
 from .. import registry
 from ..executor.evaluate import is_tensor as _tensor, nondeterministic
+from ..executor.run import call_op
 from .plan import Plan, Step, _host_xp, _plan_liveness
 
 MAX_ELEMENTS = 4096
@@ -182,7 +183,7 @@ def _fold(step: Step, consts, pure, known, xp, opsets, max_elements, max_constan
         attrs.pop("n_outputs", None)
     try:
         with np.errstate(all="ignore"):
-            result = impl.fn(xp, *args, **attrs)
+            result = call_op(impl, xp, args, attrs, where=step.describe())
     except Exception:  # left for run time, where the error names the node
         return None, False
     result = result if isinstance(result, tuple) else (result,)
@@ -308,7 +309,7 @@ def _probe(step: Step, consts, known) -> list | None:
         attrs.pop("n_outputs", None)
     try:
         with np.errstate(all="ignore"):
-            result = impl.fn(_host_xp(), *args, **attrs)
+            result = call_op(impl, _host_xp(), args, attrs, where=step.describe())
     except Exception:
         return None
     result = result if isinstance(result, tuple) else (result,)
