@@ -211,9 +211,9 @@ def cmd_batch(a) -> int:
 
     check_output(a.output)  # before any work: what the output needs (pyarrow...), where it goes
     if a.ray is not None:
-        from .ray import _ray
+        from .ray import import_ray
 
-        _ray()
+        import_ray()
     model = resolve_model_path(a.model)
     table = read_table(a.input)
     table, columns = prepare_columns(table, model_inputs(model), cast=a.cast)

@@ -24,7 +24,7 @@ from .batch import Table, concat, load_model_bytes, n_rows, run_batch
 from .errors import FeedError, GpuopsError
 
 
-def _ray():
+def import_ray():
     try:
         import ray
     except ImportError:
@@ -34,7 +34,7 @@ def _ray():
 
 def _resolve(model: Any) -> Any:
     """A model passed through the object store arrives as an ObjectRef inside constructor kwargs."""
-    ray = _ray()
+    ray = import_ray()
     return ray.get(model) if isinstance(model, ray.ObjectRef) else model
 
 
@@ -114,7 +114,7 @@ def run_table(model, table: Table, *, batch_size: int = 64, device: str = "auto"
               **session_options) -> Table:
     """Every row of ``table`` through ``model`` on Ray actors (one per GPU, or ``workers``), in row order.
     Connects to the cluster at ``address`` (``"auto"`` or ``ray://...``), or starts a local Ray."""
-    ray = _ray()
+    ray = import_ray()
     import pyarrow as pa
     import ray.data as rd
 

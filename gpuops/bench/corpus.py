@@ -145,7 +145,7 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
     fail) against onnxruntime, runs alternating."""
     import gpuops
 
-    from .cpu_peers import _agree, alternate, ort_session
+    from .cpu_peers import outputs_agree, alternate, ort_session
 
     path = model_path(entry)
     feeds = make_feeds(entry["feeds"], np.random.default_rng(0))
@@ -161,7 +161,7 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
             continue
         t = alternate({"gpuops": lambda f: sess.run(None, f), "onnxruntime": ort}, feeds, a.warmup, a.repeat,
                       a.budget)
-        agree, diff = _agree(got, want, a.rtol, a.atol)
+        agree, diff = outputs_agree(got, want, a.rtol, a.atol)
         rec.update(optimize=optimize, gpuops=t["gpuops"], onnxruntime=t["onnxruntime"], agree=agree,
                    max_abs_diff=diff, ratio=t["gpuops"]["median_ms"] / t["onnxruntime"]["median_ms"])
         if threads == 1:  # both run on the calling thread: their CPU times are what a run costs, load aside

@@ -83,7 +83,7 @@ def alternate(fns: dict, feeds, warmup: int, repeat: int, budget_s: float) -> di
                 "cpu_median_ms": float(np.median(cpu[k]) * 1e3), "runs": len(v)} for k, v in times.items()}
 
 
-def _agree(a, b, rtol, atol) -> tuple[bool, float]:
+def outputs_agree(a, b, rtol, atol) -> tuple[bool, float]:
     """Outputs within ``atol + rtol * max|b|``; equal infinities and NaN in both count as equal (a
     float16 variant may overflow, in both runtimes alike)."""
     diff, ok = 0.0, True
@@ -156,7 +156,7 @@ def bench_model(name: str, model, feeds, a, variant: str = "float32") -> dict:
         rec["onnxruntime"] = t["onnxruntime"]
         rec["ratio"] = t["gpuops"]["median_ms"] / t["onnxruntime"]["median_ms"]
         tol = (1e-2, 1e-2) if variant == "float16" else (a.rtol, a.atol)
-        rec["agree"], rec["max_abs_diff"] = _agree(got, want, *tol)
+        rec["agree"], rec["max_abs_diff"] = outputs_agree(got, want, *tol)
     return rec
 
 

@@ -201,7 +201,7 @@ def overridable(graph: onnx.GraphProto, ir_version: int | None = None) -> set[st
     return {i.name for i in graph.input if i.name in inits}
 
 
-def _host_xp():
+def host_xp():
     from ..device import get_device
 
     return get_device("cpu").xp
@@ -283,7 +283,7 @@ class PlanBuilder:
                 raise ModelError(f"graph output {o!r} is not produced by any node, input or initializer")
         plan = Plan(graph.input, outputs, inits, steps, free,
                     optional_inputs=over, output_info=list(graph.output), fed=fed if top else set())
-        _plan_liveness(plan, keep=set(outputs) | set(inits))
+        plan_liveness(plan, keep=set(outputs) | set(inits))
         return plan
 
     # -- nodes ---------------------------------------------------------------------------------
@@ -406,7 +406,7 @@ class PlanBuilder:
 
 def _fold_constant(step: Step) -> np.ndarray:
     try:
-        return np.asarray(step.impl.fn(_host_xp(), **step.attrs))
+        return np.asarray(step.impl.fn(host_xp(), **step.attrs))
     except GpuopsError:
         raise
     except Exception as e:  # a bad attribute value
@@ -494,7 +494,7 @@ def _bind_graph(a: AttributeProto, name_of, given, defaults, tag: str) -> Attrib
     return b
 
 
-def _plan_liveness(plan: Plan, keep: set[str]) -> None:
+def plan_liveness(plan: Plan, keep: set[str]) -> None:
     plan.produced = {o for step in plan.steps for o in step.outputs if o}
     last: dict[str, int] = {}
     for i, step in enumerate(plan.steps):

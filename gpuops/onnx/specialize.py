@@ -44,7 +44,7 @@ from onnx import helper, numpy_helper
 from .. import registry
 from ..executor.evaluate import is_tensor as _tensor, nondeterministic
 from ..executor.run import call_op
-from .plan import Plan, Step, _host_xp, _plan_liveness
+from .plan import Plan, Step, host_xp, plan_liveness
 
 MAX_ELEMENTS = 4096
 """Largest value (elements) that depends on the feeds' shapes and is folded."""
@@ -124,7 +124,7 @@ def specialize(plan: Plan, feeds, *, device=None, opsets: Mapping[str, int] | No
     values the new plan's liveness never releases besides the outputs (a CUDA graph keeps its feeds)."""
     sig = _shapes_of(feeds)
     hints = dict(shapes or {})
-    xp = _host_xp()
+    xp = host_xp()
     consts: dict[str, np.ndarray] = {k: v for k, v in plan.initializers.items() if k not in sig}
     pure = set(consts)  # values made from constants only
     known: dict[str, tuple] = {k: (tuple(v.shape), v.dtype) for k, v in consts.items() if hasattr(v, "shape")}
@@ -309,7 +309,7 @@ def _probe(step: Step, consts, known) -> list | None:
         attrs.pop("n_outputs", None)
     try:
         with np.errstate(all="ignore"):
-            result = call_op(impl, _host_xp(), args, attrs, where=step.describe())
+            result = call_op(impl, host_xp(), args, attrs, where=step.describe())
     except Exception:
         return None
     result = result if isinstance(result, tuple) else (result,)
@@ -346,7 +346,7 @@ def _build(plan: Plan, steps: list[Step], consts: dict, new_consts: dict, device
     new = Plan(plan.inputs, list(plan.outputs), inits, out_steps, set(plan.free_names),
                optional_inputs=set(plan.optional_inputs), weights=weights, fed=set(plan.fed),
                output_info=list(plan.output_info))
-    _plan_liveness(new, keep=set(plan.outputs) | set(inits) | keep)
+    plan_liveness(new, keep=set(plan.outputs) | set(inits) | keep)
     return new
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from .fold_batchnorm import _bn_params
+from .fold_batchnorm import bn_params
 from .graph import Graph
 
 
@@ -23,7 +23,7 @@ def apply(graph: Graph) -> bool:
         info = graph.info(x)
         if info is None or info[0] != TensorProto.FLOAT or info[1] is None or len(info[1]) < 3:
             continue
-        params = _bn_params(graph, bn)
+        params = bn_params(graph, bn)
         if params is None or (info[1][1] is not None and info[1][1] != params[0].shape[0]):
             continue
         s, shift = params

@@ -19,7 +19,7 @@ def inference_batchnorm(graph: Graph, bn) -> bool:
     return graph.opset() >= 7 or attr(bn, "is_test", 0) != 0
 
 
-def _bn_params(graph: Graph, bn):
+def bn_params(graph: Graph, bn):
     if not inference_batchnorm(graph, bn):
         return None
     vals = [graph.const_value(x) for x in bn.input[1:5]]
@@ -84,7 +84,7 @@ def apply(graph: Graph) -> bool:
         bn = graph.only_consumer(y, "BatchNormalization")
         if bn is None or bn.input[0] != y:
             continue
-        params = _bn_params(graph, bn)
+        params = bn_params(graph, bn)
         if params is None or not _fold(graph, node, *params):
             continue
         node.output[0] = bn.output[0]

@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ._common import ML, apply_transform, binary_scores, class_labels, labels_of, pick, rows_2d, transform_name
-from .trees import LEAF, MODES, Forest, _finish, leaves, scores
+from .trees import LEAF, MODES, Forest, build_forest, leaves, scores
 
 
 # -- TreeEnsembleClassifier / TreeEnsembleRegressor (1, 3) ----------------------------------------
@@ -68,7 +68,7 @@ def forest_legacy(op_type, *, nodes_treeids, nodes_nodeids, nodes_featureids, no
     if nodes_missing_value_tracks_true:
         m = np.asarray(nodes_missing_value_tracks_true, np.int64)
         missing[:m.size] = m[:n] == 1
-    return _finish(np.asarray(nodes_featureids, np.int64), values.astype(tdt), modes, true_ids, false_ids, missing,
+    return build_forest(np.asarray(nodes_featureids, np.int64), values.astype(tdt), modes, true_ids, false_ids, missing,
                    roots, target_ids, leaf_nodes, np.asarray(target_weights).reshape(-1), n_targets, combine)
 
 

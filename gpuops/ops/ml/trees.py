@@ -86,7 +86,7 @@ def _depths(children: np.ndarray, is_leaf: np.ndarray, roots: np.ndarray) -> np.
     return depth
 
 
-def _finish(feature, threshold, modes, true_ids, false_ids, missing, roots, leaf_targets, leaf_nodes, leaf_weights,
+def build_forest(feature, threshold, modes, true_ids, false_ids, missing, roots, leaf_targets, leaf_nodes, leaf_weights,
             n_targets, combine="sum", members=None) -> Forest:
     """A :class:`Forest` from global node links (leaves are nodes of mode LEAF) and the (leaf node,
     target, weight) triples; several weights of one leaf and target are combined by ``combine``."""
@@ -264,7 +264,7 @@ def forest_v5(*, nodes_featureids, nodes_modes, nodes_splits, nodes_truenodeids,
         members = np.full((nb + nl, max(1, max(len(s) - 1 for s in sets))), np.nan)
         for node, s in zip(np.flatnonzero(is_member), sets):
             members[node, :len(s) - 1] = s[:-1]
-    return _finish(np.concatenate([np.asarray(nodes_featureids, np.int64), np.zeros(nl, np.int64)]), threshold,
+    return build_forest(np.concatenate([np.asarray(nodes_featureids, np.int64), np.zeros(nl, np.int64)]), threshold,
                    modes, true_ids.astype(np.int64), false_ids.astype(np.int64), missing, roots,
                    leaf_targetids, nb + np.arange(nl), np.asarray(leaf_weights).reshape(-1), n_targets,
                    members=members)
