@@ -77,7 +77,7 @@ def Imputer(xp, X, *, imputed_value_floats=None, imputed_value_int64s=None, repl
         if not imputed_value_floats:
             raise NodeError("Imputer: a float input needs imputed_value_floats")
         fill = xp.asarray(_per_column(imputed_value_floats, n, "Imputer", "imputed_value_floats").astype(X.dtype))
-        hit = xp.isnan(X) if np.isnan(replaced_value_float) else X == np.asarray(replaced_value_float, X.dtype)
+        hit = xp.isnan(X) if np.isnan(replaced_value_float) else X == np.dtype(X.dtype).type(replaced_value_float)
     else:
         if not imputed_value_int64s:
             raise NodeError("Imputer: an integer input needs imputed_value_int64s")
