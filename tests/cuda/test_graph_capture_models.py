@@ -6,7 +6,8 @@ keys / values) run on ``device="cuda", cuda_graph=True`` as one captured CUDA gr
 sync between the feed upload and the output download, and give the cpu path's results.
 
 The stand-in counts every sync CuPy would make (``run(profile=True)``) and refuses them, and
-host->device copies, during a capture, as CuPy does. A capture costs three runs of the emulated
+host->device copies, during a capture, as CuPy does; on real CuPy the outputs are compared all the
+same (and a capture that syncs fails there too), the sync counts only on the stand-in. A capture costs three runs of the emulated
 kernels (warm-up, capture, replay): the nine captures take about a minute on 2 cores.
 """
 
@@ -25,7 +26,8 @@ from tests.conformance.harness import assert_close
 from tests.conformance.random_light import MODELS, check_random_outputs, random_case
 from tests.zoo.models import BUILDERS, Graph
 
-pytestmark = pytest.mark.skipif(not _device.uses_standin(), reason="sync accounting is a stand-in feature")
+STANDIN = _device.uses_standin()
+NO_SYNCS = {"count": 0, "nodes": []}
 
 CAPTURED = {"captured": True, "blocking_node": None, "reason": None}
 
@@ -45,7 +47,8 @@ def test_light_model_runs_without_host_syncs(name):
     sess = gpuops.InferenceSession(model, device="cuda")
     got = sess.run(None, feeds, profile=True)
     check_random_outputs(name, model, got, oracle)
-    assert sess.last_profile["host_syncs"] == {"count": 0, "nodes": []}
+    if STANDIN:  # CuPy counts only gpuops' own transfers
+        assert sess.last_profile["host_syncs"] == NO_SYNCS
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -98,7 +101,8 @@ def test_architecture_runs_as_one_captured_graph_without_host_syncs(name):
     want = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
     prof = gpuops.InferenceSession(model, device="cuda")
     node_by_node = prof.run(None, feeds, profile=True)
-    assert prof.last_profile["host_syncs"] == {"count": 0, "nodes": []}
+    if STANDIN:
+        assert prof.last_profile["host_syncs"] == NO_SYNCS
     sess, got = _captured_run(model, feeds)
     again = sess.run(None, feeds)  # a replay
     for out, w, a, b, c in zip(model.graph.output, want, node_by_node, got, again):

@@ -3,9 +3,6 @@ folded on the host), one captured graph per signature in an LRU cache, a failed 
 graph memory at the liveness minimum, replays from many threads, and decoding with a past by length
 buckets. The specialize() tests run on the cpu device; the graph tests on CuPy, or its CPU stand-in."""
 
-import sys
-import threading
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -19,6 +16,8 @@ from tests.conformance.harness import assert_close
 from tests.ops.common import make_model
 from tests.test_cuda_path import chain_model, expected_chain
 from tests.zoo.models import BUILDERS
+
+from .both import run_in_threads
 
 STANDIN = _device.uses_standin()
 io = helper.make_tensor_value_info
@@ -314,36 +313,24 @@ def test_a_graph_holds_no_more_than_its_run_needs():
 
 
 def test_threads_replaying_concurrently_get_their_own_outputs():
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        sess = gpuops.InferenceSession(chain_model(n=4), device="cuda", cuda_graph=True)
-        lib = sess.device.lib
-        rng = np.random.default_rng(5)
-        feeds = [rng.standard_normal((2 + i % 3, 256)).astype(np.float32) for i in range(12)]
-        for x in feeds[:3]:
-            sess.run(None, {"x": x})  # three signatures captured
-        got, errors = {}, []
+    sess = gpuops.InferenceSession(chain_model(n=4), device="cuda", cuda_graph=True)
+    lib = sess.device.lib
+    rng = np.random.default_rng(5)
+    feeds = [rng.standard_normal((2 + i % 3, 256)).astype(np.float32) for i in range(12)]
+    for x in feeds[:3]:
+        sess.run(None, {"x": x})  # three signatures captured
+    got = {}
 
-        def worker(t):
-            try:
-                # half the threads on a non-blocking stream of their own, which nothing orders implicitly
-                ctx = lib.cuda.Stream(non_blocking=True) if t % 2 else lib.cuda.Stream.null
-                with ctx:
-                    for r in range(8):
-                        i = (t * 7 + r) % len(feeds)
-                        y = sess.run(None, {"x": feeds[i]}, output_device="device" if r % 2 else "cpu")[0]
-                        got[(t, r)] = (i, sess.device.to_host(y))
-            except Exception as e:  # noqa: BLE001 — reported below
-                errors.append(e)
+    def worker(t):
+        # half the threads on a non-blocking stream of their own, which nothing orders implicitly
+        ctx = lib.cuda.Stream(non_blocking=True) if t % 2 else lib.cuda.Stream.null
+        with ctx:
+            for r in range(8):
+                i = (t * 7 + r) % len(feeds)
+                y = sess.run(None, {"x": feeds[i]}, output_device="device" if r % 2 else "cpu")[0]
+                got[(t, r)] = (i, sess.device.to_host(y))
 
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-    finally:
-        sys.setswitchinterval(interval)
+    errors = run_in_threads(worker)
     assert not errors, errors[:3]
     assert len(got) == 64
     for i, y in got.values():

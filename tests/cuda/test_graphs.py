@@ -1,8 +1,7 @@
 """CUDA graphs and device memory failures: graph memory lifetime, capture failures naming their node,
-out-of-memory in its CUDA forms, and one session run from many threads."""
+out-of-memory in its CUDA forms, and one session run from many threads. They run on real CuPy as on
+the stand-in, but for the failures injected into the stand-in's CUDA."""
 
-import sys
-import threading
 import weakref
 
 import numpy as np
@@ -10,12 +9,13 @@ import pytest
 from onnx import TensorProto, helper
 
 import gpuops
-from gpuops import device as _device
 
 from tests.ops.common import make_model
 from tests.test_cuda_path import chain_model, expected_chain
 
-pytestmark = pytest.mark.skipif(not _device.uses_standin(), reason="checks against the stand-in's CUDA model")
+from .both import STANDIN, run_in_threads
+
+injected = pytest.mark.skipif(not STANDIN, reason="injects failures into the stand-in's CUDA")
 
 
 @pytest.fixture
@@ -81,6 +81,7 @@ def test_a_capture_failure_names_the_node_and_op_not_the_invalidated_capture():
     assert "Invalidated" not in st["reason"]  # end_capture's own error must not replace the cause
 
 
+@injected
 @pytest.mark.parametrize("error", ["OutOfMemoryError", "cudaErrorMemoryAllocation", "CUBLAS_STATUS_ALLOC_FAILED"])
 def test_device_out_of_memory_in_every_cuda_form_is_a_gpuops_error_naming_the_node(sd, monkeypatch, error):
     raise_it = {
@@ -106,6 +107,7 @@ def test_device_out_of_memory_in_every_cuda_form_is_a_gpuops_error_naming_the_no
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], softmax_expected(x, w), rtol=1e-5)  # still usable
 
 
+@injected
 def test_a_cuda_error_that_is_not_out_of_memory_stays_a_node_error(sd, monkeypatch):
     model, _ = softmax_model()
     sess = gpuops.InferenceSession(model, device="cuda")
@@ -115,6 +117,7 @@ def test_a_cuda_error_that_is_not_out_of_memory_stays_a_node_error(sd, monkeypat
     assert not isinstance(info.value, gpuops.OutOfMemoryError)
 
 
+@injected
 def test_running_out_of_host_memory_copying_outputs_is_a_gpuops_error(sd, monkeypatch):
     sess = gpuops.InferenceSession(chain_model(n=2), device="cuda")
     real = sd.ndarray.get
@@ -132,31 +135,19 @@ def test_running_out_of_host_memory_copying_outputs_is_a_gpuops_error(sd, monkey
 
 @pytest.mark.parametrize("device, cuda_graph", [("cpu", False), ("cuda", False), ("cuda", True)])
 def test_one_session_run_from_eight_threads_gives_the_single_thread_results(device, cuda_graph):
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible: shared buffers show up as wrong results
-    try:
-        model, w = softmax_model()
-        sess = gpuops.InferenceSession(model, device=device, cuda_graph=cuda_graph)
-        rng = np.random.default_rng(1)
-        feeds = [rng.standard_normal((4 + i % 2, 64)).astype(np.float32) for i in range(16)]
-        want = [sess.run(None, {"x": x})[0] for x in feeds]
-        got, errors = {}, []
+    model, w = softmax_model()
+    sess = gpuops.InferenceSession(model, device=device, cuda_graph=cuda_graph)
+    rng = np.random.default_rng(1)
+    feeds = [rng.standard_normal((4 + i % 2, 64)).astype(np.float32) for i in range(16)]
+    want = [sess.run(None, {"x": x})[0] for x in feeds]
+    got = {}
 
-        def worker(t):
-            try:
-                for r in range(6):
-                    i = (t * 5 + r) % len(feeds)
-                    got[(t, r)] = (i, sess.run(None, {"x": feeds[i]})[0])
-            except Exception as e:  # noqa: BLE001 — reported below
-                errors.append(e)
+    def worker(t):
+        for r in range(6):
+            i = (t * 5 + r) % len(feeds)
+            got[(t, r)] = (i, sess.run(None, {"x": feeds[i]})[0])
 
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-    finally:
-        sys.setswitchinterval(interval)
+    errors = run_in_threads(worker)
     assert not errors, errors[:3]
     assert len(got) == 48
     for i, y in got.values():
