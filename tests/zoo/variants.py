@@ -42,6 +42,10 @@ class Variant:
     apply: Callable  # (model, zoo entry, workdir) -> model
     tol: float  # relative tolerance (of the output's magnitude) against onnxruntime
     applies: Callable = field(default=lambda zoo: True)
+    model_tol: dict = field(default_factory=dict)  # model name -> its own tolerance (explained where set)
+
+    def tol_for(self, model_name: str) -> float:
+        return self.model_tol.get(model_name, self.tol)
 
 
 def _save(model, workdir, name):
@@ -237,9 +241,37 @@ def _bert(zoo):
     return zoo.model_type == "bert"
 
 
-# quantized outputs agree exactly in most cases; where a float intermediate lands on a rounding boundary
-# one quantization step flips, and that step propagates
-F32_TOL, Q_TOL, F16_TOL = 1e-4, 5e-2, 1e-2
+# Tolerances of |gpuops - onnxruntime| relative to max(1, |output|), per variant. Measured worst on
+# 2026-11-27 (x86-64, onnxruntime 1.32; every model, both shape forms, batches 1 and 3, cpu and the
+# stand-in), and what sets each:
+# - float32 graphs (the optimizer's outputs; 4-bit and bnb4 weights, which both runtimes dequantize to
+#   the same float32 values): measured <= 4.8e-7. The zoo's dot products have at most a few hundred
+#   terms, each layer's float32 sum off by ~sqrt(K) u of its magnitude (u = 6e-8) in another order,
+#   over a dozen layers: ~1e-6; 1e-5 leaves a margin of 20 over the measurement.
+F32_TOL = 1e-5
+# - integer pipelines (QOperator; quantize_dynamic, against onnxruntime running the graph as written,
+#   as its fused kernels round differently): the integer parts agree exactly and the float parts to
+#   float32 rounding: measured <= 7.2e-7.
+EXACT_Q_TOL = F32_TOL
+# - QDQ with 8-bit activations: the float ops between a DequantizeLinear and the next QuantizeLinear
+#   sum in another order than onnxruntime's, so a value within a float32 ulp of a rounding boundary
+#   lands one 8-bit step away (cnn: 4 of the AveragePool's quantized outputs, one step of 0.019
+#   each), and the output moves by that step times the layers' gains: measured 5.6e-3.
+QDQ8_TOL = 2e-2
+# - QDQ with 16-bit activations: the same flips, with steps 256 times smaller: measured 1.5e-4.
+QDQ16_TOL = 1e-3
+# - float16 graphs: float16 rounding (u = 4.9e-4) of each op's output where the two runtimes compute
+#   some ops (LayerNormalization, Softmax, attention) in float32 and others not: measured 2.6e-3
+#   (t5_decoder, opt-fp16-gpu), about five float16 roundings; 1e-2 is twenty.
+F16_TOL = 1e-2
+# - vit, static QOperator with uint8 weights: one QLinearAdd (the residual after the class token) has an
+#   element whose exact value is 138.500004: MLAS computes its fixed part zc - (ra za + rb zb) with a
+#   contracted multiply-add and gets 138.50002 (-> 139); gpuops' float32 a ra + b rb + zc is 138.5 (-> 138,
+#   half to even). The one step (0.058 after the last DequantizeLinear) is 2.3e-2 of the output.
+QLINEAR_ADD_TIE_TOL = 3e-2
+# - t5_decoder after the optimizer, quantize_dynamic: onnxruntime runs RelativePositionBias on CUDA only,
+#   so the oracle is the float32 source and the error is the dynamic quantization itself: 2.5e-2.
+QUANTIZED_VS_FLOAT_TOL = 5e-2
 
 VARIANTS = [
     Variant("f32", original, F32_TOL),
@@ -250,24 +282,29 @@ VARIANTS = [
     Variant("opt-bart-mha-gpu", optimizer("bart", 0, True, use_multi_head_attention=True), F32_TOL,
             lambda z: z.model_type == "bart"),
     Variant("opt-clip", optimizer("clip", 0), F32_TOL, lambda z: z.name == "vit"),
-    Variant("qdyn-s8", qdyn(), Q_TOL),
-    Variant("qdyn-u8-perchannel-reducerange", qdyn(weight="QUInt8", per_channel=True, reduce_range=True), Q_TOL),
-    Variant("qdyn-optimized", qdyn(optimized_first=True), Q_TOL, _transformer),
-    Variant("qstatic-QOperator-u8s8", qstatic("QOperator", "QUInt8", "QInt8"), Q_TOL),
-    Variant("qstatic-QOperator-u8u8-perchannel", qstatic("QOperator", "QUInt8", "QUInt8", per_channel=True), Q_TOL),
-    Variant("qstatic-QOperator-s8s8-reducerange", qstatic("QOperator", "QInt8", "QInt8", reduce_range=True), Q_TOL),
-    Variant("qstatic-QDQ-u8s8", qstatic("QDQ", "QUInt8", "QInt8"), Q_TOL),
-    Variant("qstatic-QDQ-s8s8-perchannel", qstatic("QDQ", "QInt8", "QInt8", per_channel=True), Q_TOL),
-    Variant("qstatic-QDQ-u16s8", qstatic("QDQ", "QUInt16", "QInt8"), Q_TOL),
-    Variant("qstatic-QDQ-s16s16", qstatic("QDQ", "QInt16", "QInt16"), Q_TOL),
-    Variant("qstatic-QDQ-u16u16", qstatic("QDQ", "QUInt16", "QUInt16"), Q_TOL),
+    Variant("qdyn-s8", qdyn(), EXACT_Q_TOL),
+    Variant("qdyn-u8-perchannel-reducerange", qdyn(weight="QUInt8", per_channel=True, reduce_range=True),
+            EXACT_Q_TOL),
+    Variant("qdyn-optimized", qdyn(optimized_first=True), EXACT_Q_TOL, _transformer,
+            {"t5_decoder": QUANTIZED_VS_FLOAT_TOL}),
+    Variant("qstatic-QOperator-u8s8", qstatic("QOperator", "QUInt8", "QInt8"), EXACT_Q_TOL,
+            model_tol={"vit": QLINEAR_ADD_TIE_TOL}),
+    Variant("qstatic-QOperator-u8u8-perchannel", qstatic("QOperator", "QUInt8", "QUInt8", per_channel=True),
+            EXACT_Q_TOL, model_tol={"vit": QLINEAR_ADD_TIE_TOL}),
+    Variant("qstatic-QOperator-s8s8-reducerange", qstatic("QOperator", "QInt8", "QInt8", reduce_range=True),
+            EXACT_Q_TOL),
+    Variant("qstatic-QDQ-u8s8", qstatic("QDQ", "QUInt8", "QInt8"), QDQ8_TOL),
+    Variant("qstatic-QDQ-s8s8-perchannel", qstatic("QDQ", "QInt8", "QInt8", per_channel=True), QDQ8_TOL),
+    Variant("qstatic-QDQ-u16s8", qstatic("QDQ", "QUInt16", "QInt8"), QDQ16_TOL),
+    Variant("qstatic-QDQ-s16s16", qstatic("QDQ", "QInt16", "QInt16"), QDQ16_TOL),
+    Variant("qstatic-QDQ-u16u16", qstatic("QDQ", "QUInt16", "QUInt16"), QDQ16_TOL),
     Variant("fp16", fp16, F16_TOL),
     Variant("fp16-converter", fp16_converter, F16_TOL),
     Variant("opt-fp16-gpu", optimized_fp16, F16_TOL),
-    Variant("nbits-QOperator-sym", nbits("QOperator", True), Q_TOL, _nbits_applies),
-    Variant("nbits-QOperator-asym", nbits("QOperator", False), Q_TOL, _nbits_applies),
-    Variant("nbits-QDQ-asym", nbits("QDQ", False), Q_TOL, _nbits_applies),
-    Variant("nbits-QOperator-sym-matmul", nbits("QOperator", True, gather=False), Q_TOL, _nbits_matmul_applies),
-    Variant("bnb4-fp4", bnb4(0), Q_TOL, _transformer),
-    Variant("bnb4-nf4", bnb4(1), Q_TOL, _transformer),
+    Variant("nbits-QOperator-sym", nbits("QOperator", True), F32_TOL, _nbits_applies),
+    Variant("nbits-QOperator-asym", nbits("QOperator", False), F32_TOL, _nbits_applies),
+    Variant("nbits-QDQ-asym", nbits("QDQ", False), F32_TOL, _nbits_applies),
+    Variant("nbits-QOperator-sym-matmul", nbits("QOperator", True, gather=False), F32_TOL, _nbits_matmul_applies),
+    Variant("bnb4-fp4", bnb4(0), F32_TOL, _transformer),
+    Variant("bnb4-nf4", bnb4(1), F32_TOL, _transformer),
 ]
