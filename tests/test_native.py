@@ -286,7 +286,7 @@ def test_fused_conv_clamps_in_the_conv_epilogue(activation):
     rng = np.random.default_rng(23)
     params = [-0.5, 0.75] if activation == "Clip" else None
     for C, M, k, group, s in [(8, 6, 1, 1, 1), (3, 5, 3, 1, 2), (32, 16, 3, 1, 1), (6, 6, 3, 6, 1), (64, 8, 3, 1, 1),
-                              (4, 6, 1, 2, 1)]:
+                              (4, 6, 1, 2, 1), (6, 12, 1, 6, 1)]:
         X = rng.standard_normal((2, C, 15, 13)).astype(np.float32)
         X[0, 0, 3, 3] = np.nan
         W = (rng.standard_normal((M, C // group, k, k)) / 3).astype(np.float32)

@@ -65,8 +65,9 @@ def main(argv=None) -> int:
         keep = {k: v for k, v in old.items() if (k in fails and v.explains(errors[k])) or k not in ran}
         keep.update({k: ExpectedFailure.of(errors[k], v) for k, v in fails.items() if k not in keep})
         lines = [keep[k].line(k) for k in sorted(keep)]
-        EXPECTED.write_text('# onnx node cases gpuops does not pass yet, one per line: name  # ExceptionType "text in its message" '
-                            "-- reason\n" + "\n".join(lines) + "\n")
+        head = ('# onnx node cases gpuops does not pass yet, one per line: '
+                'name  # ExceptionType "text in its message" -- ')
+        EXPECTED.write_text(head + "reason\n" + "\n".join(lines) + "\n")
     return 0
 
 

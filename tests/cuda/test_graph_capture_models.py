@@ -7,8 +7,9 @@ sync between the feed upload and the output download, and give the cpu path's re
 
 The stand-in counts every sync CuPy would make (``run(profile=True)``) and refuses them, and
 host->device copies, during a capture, as CuPy does; on real CuPy the outputs are compared all the
-same (and a capture that syncs fails there too), the sync counts only on the stand-in. A capture costs three runs of the emulated
-kernels (warm-up, capture, replay): the nine captures take about a minute on 2 cores.
+same (and a capture that syncs fails there too), the sync counts only on the stand-in. A capture
+costs three runs of the emulated kernels (warm-up, capture, replay): the nine captures take about a
+minute on 2 cores.
 """
 
 import math

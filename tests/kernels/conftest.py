@@ -35,7 +35,8 @@ class Dev:
         return a.get()
 
 
-@pytest.fixture(scope="session", params=["emulator", "emulator-gpu-shapes", pytest.param("cupy", marks=pytest.mark.cuda)])
+@pytest.fixture(scope="session",
+                params=["emulator", "emulator-gpu-shapes", pytest.param("cupy", marks=pytest.mark.cuda)])
 def dev(request):
     """Where the kernels run: the emulator with its own launch shapes (a few blocks of at most 128
     threads, NMS's select block of 32, at most 4 grid layers), the emulator with a GPU's launch shapes
