@@ -33,7 +33,7 @@ MUTANTS = [
        "s = xp.sum(e, axis=axes, keepdims=True)", "s = xp.sum(e, axis=None, keepdims=True)",
        NODE_OF + "softmax]"),
     _m("reduce-keepdims-ignored", "gpuops/ops/reduce.py",
-       "    if not keepdims:\n        out = xp.reshape(", "    if False:\n        out = xp.reshape(",
+       "    if keepdims != 1:  # only 1 keeps", "    if False:  # only 1 keeps",
        NODE_OF + "reducemean]"),
     _m("cumsum-exclusive-off-by-one", "gpuops/ops/reduce.py",
        "body = y[tuple(slice(0, max(n - 1, 0))", "body = y[tuple(slice(1, max(n, 1))",
@@ -85,10 +85,8 @@ MUTANTS = [
        "tests/contrib/test_transformer.py", "-k", "attention and not multi and not packed"),
     # -- native C kernels (cpu_kernels/, through the CPU overrides) --------------------------------
     _m("c-conv-epilogue-bias-sign", "cpu_kernels/conv.c",
-       "        const float b = bias ? bias[m] : 0.0f;\n        for (int64_t l = 0; l < L; ++l) {\n"
-       "            const float v = row[l] + b;",
-       "        const float b = bias ? bias[m] : 0.0f;\n        for (int64_t l = 0; l < L; ++l) {\n"
-       "            const float v = row[l] - b;",
+       "            for (int64_t l = 0; l < a->L; ++l) {\n                const float v = row[l] + b;",
+       "            for (int64_t l = 0; l < a->L; ++l) {\n                const float v = row[l] - b;",
        "tests/test_conv_epilogue.py"),
     _m("c-depthwise-relu-bound", "cpu_kernels/conv.c",
        "            const float v = xc[i] * wk + b;\n            const float u = v < lo ? lo : v;",
