@@ -358,8 +358,10 @@ class Graph:
             tt = t.tensor_type
             shape = sym = None
             if tt.HasField("shape"):
-                shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-                sym = tuple(d.dim_value if d.HasField("dim_value") else self._symbol(d.dim_param)
+                # (a negative dim_value, as Paddle2ONNX writes for a dynamic batch, is unknown too)
+                shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                              for d in tt.shape.dim)
+                sym = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else self._symbol(d.dim_param)
                             if d.HasField("dim_param") else None for d in tt.shape.dim)
             out[vi.name] = (tt.elem_type, shape)
             symbolic[vi.name] = (tt.elem_type, sym)

@@ -96,3 +96,19 @@ def test_a_model_a_rewrite_cannot_read_still_gets_a_gpuops_error(monkeypatch):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.warns(OptimizerWarning, match="eliminate_noops"), pytest.raises(gpuops.GpuopsError, match="bad"):
         gpuops.InferenceSession(model, device="cpu").run(None, {"x": np.zeros((2, 3), np.float32)})
+
+
+def test_negative_dims_are_unknown_not_equal():
+    """Paddle2ONNX declares a dynamic batch as dim_value -1: two such values are not known to have
+    the same shape, so a residual Z of another input stays an Add (FusedConv needs Z of Y's shape),
+    while one of the same symbolic dims fuses."""
+    X, W = _f32(2, 3, 5, 5), _f32(3, 3, 1, 1)
+    nodes = [helper.make_node("Conv", ["X", "W"], ["c"]), helper.make_node("Add", ["c", "Z"], ["Y"])]
+    for dims, fused in (([-1, 3, 5, 5], False), (["n", 3, 5, 5], True)):
+        inputs = [helper.make_tensor_value_info(name, F, dims) for name in ("X", "Z")]
+        m = make_model(nodes, inputs, [helper.make_tensor_value_info("Y", F, None)], inits=[("W", W)])
+        for z in (X, X[:1]):  # a Z of batch 1 broadcasts: only the unfused model may take it
+            if fused and z is not X:
+                continue
+            opt = check(m, {"X": X, "Z": z}, atol=1e-5)
+            assert (dict(ops(opt)) == {"FusedConv": 1}) == fused, dict(ops(opt))
