@@ -79,3 +79,30 @@ def test_gemm_activation_fused(act, attrs):
     opt = check(m, {"A": A}, gone=["Gemm", act], present=["FusedGemm"])
     assert len(opt.graph.node) == 1
     assert ops(optimize(m, "basic")) == {"Gemm": 1, act: 1}
+
+
+@pytest.mark.parametrize("c_shape", [(), (6,), (1, 1, 6)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_scale_mul_folds_into_matmul(c_shape, bias):
+    """ConvNeXt's layer scale: gamma * (x W + b), channels last -> x (W gamma) + b gamma."""
+    r = np.random.default_rng(1)
+    X = r.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    inits = [("W", r.standard_normal((5, 6)).astype(np.float32)), ("g", r.standard_normal(c_shape).astype(np.float32)),
+             ("b", r.standard_normal(6).astype(np.float32))]
+    nodes = [helper.make_node("MatMul", ["X", "W"], ["m"])]
+    if bias:
+        nodes.append(helper.make_node("Add", ["b", "m"], ["a"]))
+    nodes.append(helper.make_node("Mul", ["g", "a" if bias else "m"], ["Y"]))
+    m = make_model(nodes, {"X": X}, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits=inits)
+    opt = check(m, {"X": X}, gone=["Mul"], level="basic", atol=1e-5)
+    assert dict(ops(opt)) == ({"MatMul": 1, "Add": 1} if bias else {"MatMul": 1})
+
+
+def test_mul_that_widens_or_varies_by_row_is_kept():
+    r = np.random.default_rng(2)
+    X = r.standard_normal((3, 5)).astype(np.float32)
+    for g in (r.standard_normal((3, 1)).astype(np.float32), r.standard_normal((2, 3, 6)).astype(np.float32)):
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["m"]), helper.make_node("Mul", ["m", "g"], ["Y"])]
+        m = make_model(nodes, {"X": X}, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                       inits=[("W", r.standard_normal((5, 6)).astype(np.float32)), ("g", g)])
+        check(m, {"X": X}, kept=["Mul"], level="basic", atol=1e-5)
