@@ -23,10 +23,13 @@ import pytest
 import gpuops
 
 from tests.conformance.harness import device_guard
+from tests.ort_versions import ort_older_than
 
 MODELS = pathlib.Path(__file__).parent / "models"
 NAMES = sorted(p.stem for p in MODELS.glob("*.onnx"))
 TOL = 1e-5  # relative to the output's largest magnitude; see the module docstring
+# onnxruntime 1.25-1.27 write a binary forest's probabilities as [-p, p] (fixed in 1.28)
+BINARY_FORESTS = {"decision_tree_binary", "extra_trees_binary", "random_forest_binary", "random_forest_binary_zipmap"}
 
 
 def _load(name):
@@ -99,6 +102,8 @@ def _class_order(labels, scores):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("name", NAMES)
 def test_converted_model_matches_onnxruntime(name, device):
+    if name in BINARY_FORESTS and not ort_older_than("1.25") and ort_older_than("1.28"):
+        pytest.skip("onnxruntime 1.25-1.27 write a binary forest's probabilities as [-p, p] (fixed in 1.28)")
     model, feeds = _load(name)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     sess = gpuops.InferenceSession(model, device=device)
