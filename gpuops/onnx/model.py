@@ -1,8 +1,10 @@
 """Loading ONNX models: path, bytes or ModelProto; external data confined to the model's folder.
 
 Everything a model file says is checked here before planning: strings are text, graph input and
-output element types are known, and external-data metadata is well formed and stays inside the
-model's folder and within :data:`MAX_EXTERNAL_DATA_BYTES`.
+output element types are known, nodes keep their operator schema's arity and attribute types
+(:mod:`gpuops.onnx.validate`: onnx's C++ shape inference may crash on nodes that do not), and
+external-data metadata is well formed and stays inside the model's folder and within
+:data:`MAX_EXTERNAL_DATA_BYTES`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from ..errors import ModelError
+from .validate import check_nodes
 
 MAX_EXTERNAL_DATA_BYTES = 256 << 30
 """Cap on the total external data one model may load (bytes); raise it for larger models."""
@@ -43,6 +46,7 @@ def load_model(model) -> onnx.ModelProto:
     else:
         raise ModelError(f"model must be a path, bytes or onnx.ModelProto, not {type(model).__name__}")
     tensors = _check(proto, where)
+    check_nodes(proto)  # before anything calls onnx's C++ on the model
     external = [t for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL]
     if external:
         _load_external_data(external, base)
@@ -132,9 +136,7 @@ def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
     while stack:
         msg = stack.pop()
         fields = msg.ListFields()
-        if isinstance(msg, onnx.NodeProto):
-            _check_node(msg)
-        elif isinstance(msg, onnx.TensorProto):  # (ListFields would copy the weights: only the text)
+        if isinstance(msg, onnx.TensorProto):  # (ListFields would copy the weights: only the text)
             tensors.append(msg)
             fields = [(fd, getattr(msg, fd.name)) for fd in _TENSOR_TEXT]
         for fd, value in fields:
@@ -159,16 +161,6 @@ def _check(proto: onnx.ModelProto, where: str) -> list[onnx.TensorProto]:
             if t.HasField("tensor_type") and t.tensor_type.elem_type not in _ELEM_TYPES:
                 raise ModelError(f"graph {kind} {vi.name!r} has unknown element type {t.tensor_type.elem_type}")
     return tensors
-
-
-def _check_node(node: onnx.NodeProto) -> None:
-    """What onnx's own shape inference (which the optimizer and function expansion run) does not
-    survive: a Split whose ``num_outputs`` differs from its outputs aborts the process (onnx 1.23)."""
-    if node.op_type == "Split" and node.domain in ("", "ai.onnx"):
-        for a in node.attribute:
-            if a.name == "num_outputs" and a.i != len(node.output):
-                raise ModelError(f"node {node.name or 'Split'!r} (Split): num_outputs={a.i} but the node has "
-                                 f"{len(node.output)} output(s)")
 
 
 def _check_size(t: onnx.TensorProto) -> None:
