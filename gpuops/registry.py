@@ -116,10 +116,9 @@ def resolve(domain: str, op_type: str, opset: int, device: str | None = "cpu", n
     where = f"node {node!r}: " if node else ""
     if not generic:
         have = versions(domain, op_type)
-        what = f"versions {have}" if have else "no versions"
-        raise UnsupportedOpError(
-            f"{where}op {domain or 'ai.onnx'}::{op_type} at opset {opset} is not supported "
-            f"(gpuops has {what})")
+        why = (f"gpuops implements it from opset {have[0]} (versions {have})" if have else
+               f"gpuops does not implement {op_type} in domain {domain or 'ai.onnx'!r} at any opset")
+        raise UnsupportedOpError(f"{where}op {domain or 'ai.onnx'}::{op_type} at opset {opset} is not supported: {why}")
     best = generic[-1]
     override = [i for i in impls if i.device == device and best.since <= i.since <= opset]
     return override[-1] if override else best
