@@ -184,7 +184,73 @@ def roi_align(draw):
             {"x": x, "rois": rois, "b": b}, {"b": np.zeros(1, np.int64)})
 
 
+flag = st.sampled_from([0, 1])
+keepdims = st.one_of(flag, st.sampled_from(EDGE_INTS))  # only 1 keeps the axes (onnxruntime)
+
+
+def reduce(draw):
+    op = draw(st.sampled_from(["ReduceSum", "ReduceProd", "ReduceMax", "ReduceMean", "ReduceL2", "ReduceLogSumExp"]))
+    axes = _i64(draw, (draw(st.integers(0, 2)),), axis)
+    node = helper.make_node(op, ["data", "a"], ["y"], keepdims=draw(keepdims), noop_with_empty_axes=draw(flag))
+    return node, {"data": DATA, "a": axes}, {"a": np.array([0], np.int64)}
+
+
+def arg_max(draw):
+    op = draw(st.sampled_from(["ArgMax", "ArgMin"]))
+    node = helper.make_node(op, ["data"], ["y"], axis=draw(axis), keepdims=draw(keepdims), select_last_index=draw(flag))
+    return node, {"data": DATA}, None
+
+
+def dft(draw):
+    # dft_length stays small: a length of 2**31 is a legitimate 16 GB transform, not an index error
+    node = helper.make_node("DFT", ["data", "n"], ["y"], axis=draw(st.integers(-4, 3)), inverse=draw(flag),
+                            onesided=draw(flag))
+    data = DATA.reshape(3, 4, 1) if draw(st.booleans()) else np.stack([DATA, -DATA], axis=-1)
+    return node, {"data": data, "n": np.array(draw(st.integers(-2, 9)), np.int64)}, {"n": np.array(4, np.int64)}
+
+
+def axis_ops(draw):
+    op = draw(st.sampled_from(["Concat", "Flatten", "Softmax", "LogSoftmax", "Hardmax", "LpNormalization"]))
+    node = helper.make_node(op, ["data", "data"] if op == "Concat" else ["data"], ["y"], axis=draw(axis))
+    return node, {"data": DATA}, None
+
+
+def eye_like(draw):
+    return helper.make_node("EyeLike", ["data"], ["y"], k=draw(index)), {"data": DATA}, None
+
+
+def split_to_sequence(draw):
+    split = draw(st.one_of(st.integers(-2, 5).map(lambda v: np.array(v, np.int64)),
+                           st.lists(st.integers(-1, 4), min_size=1, max_size=3).map(lambda v: np.array(v, np.int64))))
+    nodes = [helper.make_node("SplitToSequence", ["data", "s"], ["seq"], axis=draw(axis), keepdims=draw(flag)),
+             helper.make_node("SequenceLength", ["seq"], ["y"])]
+    return nodes, {"data": DATA, "s": split}, {"s": np.array(1, np.int64)}
+
+
+def sequence_insert(draw):
+    nodes = [helper.make_node("SequenceConstruct", ["data", "data"], ["seq"]),
+             helper.make_node("SequenceInsert", ["seq", "data", "p"], ["s2"]),
+             helper.make_node("SequenceAt", ["s2", "p"], ["y"])]
+    return nodes, {"data": DATA, "p": np.array(draw(index), np.int64)}, {"p": np.array(0, np.int64)}
+
+
+def scatter_elements_plain(draw):
+    idx = _i64(draw, draw(st.sampled_from([(3, 4), (2, 4), (1, 2)])))
+    node = helper.make_node("ScatterElements", ["data", "i", "u"], ["y"], axis=draw(axis))
+    return node, {"data": DATA, "i": idx, "u": np.ones(idx.shape, np.float32)}, {"i": 0 * idx}
+
+
+def center_crop_pad(draw):
+    k = draw(st.integers(1, 2))
+    node = helper.make_node("CenterCropPad", ["data", "s"], ["y"])
+    node.attribute.append(helper.make_attribute("axes", draw(st.lists(axis, min_size=k, max_size=k)),
+                                                attr_type=AttributeProto.INTS))
+    shape = _i64(draw, (k,), st.integers(-1, 6))
+    return node, {"data": DATA, "s": shape}, {"s": np.full(k, 2, np.int64)}
+
+
 CASES = {f.__name__.rstrip("_"): f for f in [
     gather, gather_elements, gather_nd, scatter_elements, scatter_nd, one_hot, slice_, compress, top_k, split, cumsum,
     reverse_sequence, tile, pad, unsqueeze, squeeze, transpose, reshape, expand, sequence_at, sequence_erase,
-    depth_to_space, max_unpool, trilu, roi_align]}
+    depth_to_space, max_unpool, trilu, roi_align, reduce, arg_max, dft, axis_ops, eye_like, split_to_sequence,
+    sequence_insert, scatter_elements_plain, center_crop_pad]}
