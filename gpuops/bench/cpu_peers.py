@@ -279,9 +279,12 @@ def run(a) -> dict:
 
 
 def markdown(result: dict) -> str:
+    from .machine import one_line
+
     env = result["env"]
+    machine = one_line(env["machine"]) if "machine" in env else env["cpu"]
     lines = [f"gpuops vs onnxruntime (CPU, {result['settings']['threads']} thread(s), runs alternating) — "
-             f"{env['cpu']} — {env['date']}", "",
+             f"{machine} — {env['date']}", "",
              "| model | variant | gpuops ms | onnxruntime ms | gpuops / onnxruntime | outputs agree |",
              "|---|---|---|---|---|---|"]
     for r in result["runs"]:

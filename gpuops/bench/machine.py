@@ -41,12 +41,13 @@ def vector_extensions() -> list[str]:
 
 def blas() -> list[dict]:
     """threadpoolctl's view of the BLAS libraries loaded now: library, version, the core type it
-    runs (``architecture``) and its thread count; empty without threadpoolctl."""
+    runs (``architecture``) and its threading layer; empty without threadpoolctl. (Its thread count
+    outside a run is not recorded: sessions set ``threads`` during their runs.)"""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
         return []
-    keep = ("internal_api", "version", "architecture", "num_threads", "threading_layer")
+    keep = ("internal_api", "version", "architecture", "threading_layer")
     return [{k: lib.get(k) for k in keep} for lib in threadpool_info() if lib.get("user_api") == "blas"]
 
 
@@ -56,17 +57,29 @@ def describe(threads: int | None = None) -> dict:
         available = len(os.sched_getaffinity(0))
     except AttributeError:
         available = os.cpu_count()
+    try:
+        load = [round(v, 2) for v in os.getloadavg()]  # other processes' load: how far to trust wall times
+    except (AttributeError, OSError):
+        load = None
     return {"cpu_model": cpu_model(), "arch": platform.machine(), "cpus": os.cpu_count(), "cpus_available": available,
             "vector_extensions": vector_extensions(), "blas": blas(),
-            "blas_env": {k: os.environ[k] for k in BLAS_ENV if k in os.environ}, "threads": threads}
+            "blas_env": {k: os.environ[k] for k in BLAS_ENV if k in os.environ}, "threads": threads,
+            "load_average_1_5_15_min": load}
 
 
 def one_line(machine: dict) -> str:
-    """``AMD EPYC 7763 64-Core Processor (AVX2, FMA3...; OpenBLAS 0.3.27 Zen, 1 thread)``."""
+    """The machine in a line: ``CPU (extensions; BLAS and core type, threads; load average)``."""
     libs = ", ".join(f"{b.get('internal_api')} {b.get('version')} {b.get('architecture') or ''}".strip()
                      for b in machine.get("blas", [])) or "BLAS unknown (no threadpoolctl)"
     core = machine.get("blas_env", {}).get("OPENBLAS_CORETYPE")
     threads = machine.get("threads")
-    return (f"{machine.get('cpu_model')} ({', '.join(machine.get('vector_extensions', [])) or 'no vector extensions found'}; "
-            f"{libs}{f', OPENBLAS_CORETYPE={core}' if core else ''}"
-            f"{f', {threads} thread(s)' if threads else ''})")
+    load = machine.get("load_average_1_5_15_min")
+    extensions = ", ".join(machine.get("vector_extensions", [])) or "no vector extensions found"
+    text = f"{machine.get('cpu_model')} ({extensions}; {libs}"
+    if core:
+        text += f", OPENBLAS_CORETYPE={core}"
+    if threads:
+        text += f", {threads} thread(s)"
+    if load:
+        text += f"; load average {load[0]} on {machine.get('cpus')} CPUs"
+    return text + ")"

@@ -232,19 +232,24 @@ def ratios(runs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--examples", type=Path, default=DEFAULT_EXAMPLES)
-    p.add_argument("--out", type=Path)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N; comma-separated for several")
+    p.add_argument("--examples", type=Path, default=DEFAULT_EXAMPLES,
+                   help="the MDF examples folder (default: the repository's tests/mdf/examples)")
+    p.add_argument("--out", type=Path, help="also write mdf.json into this folder")
     p.add_argument("--quick", action="store_true", help="shorter timing and fewer models (a smoke test)")
     p.add_argument("--gpu-batch", type=int, default=100_000, help="FN instances on CUDA devices (0: none)")
     a = p.parse_args(argv)
     try:
         import modeci_mdf  # noqa: F401
     except ImportError:
-        print("python -m gpuops.bench.mdf needs modeci-mdf: pip install 'gpuops[mdf]' (nothing to compare with)")
-        return 0
+        print("python -m gpuops.bench.mdf needs modeci-mdf: pip install 'gpuops[mdf]' (nothing to compare with)",
+              file=sys.stderr)
+        return 2
+    if a.gpu_batch < 0:
+        p.error(f"--gpu-batch must be at least 0, got {a.gpu_batch}")
     if not a.examples.is_dir():
-        print(f"no MDF examples at {a.examples}: they are the repository's tests/mdf/examples; pass --examples DIR")
+        print(f"no MDF examples at {a.examples}: they are the repository's tests/mdf/examples; pass --examples DIR",
+              file=sys.stderr)
         return 1
     examples = examples_dir(a.examples)
     min_time, repeat = (0.05, 3) if a.quick else (0.5, 7)
