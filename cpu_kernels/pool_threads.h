@@ -1,20 +1,23 @@
 /* A small persistent thread pool for the native CPU kernels (one per library: each C file that
  * includes this header has its own). A kernel splits its work into parts -- independent outputs,
- * so that the result is the same bits for any number of parts -- and pool_run() runs part 0 on the
- * calling thread and the others on workers. Workers are started on first need and sleep on a
- * condition variable between calls (no spinning: a busy machine loses nothing to idle workers); the
- * caller sleeps the same way until the last part is done. The thread count is set from Python
- * (gpuops.native.set_threads, through each file's <file>_set_threads). A second caller while the
- * pool is busy (another Python thread in another session's run) runs all its parts itself.
- * After fork() the child starts with no workers. */
+ * so that the result is the same bits for any number of parts and whichever thread computes one --
+ * and pool_run() hands them out: the calling thread and the workers each take the next part not
+ * taken yet until none is left, so a worker that the OS does not schedule in time (cores loaded by
+ * other processes, or by a BLAS's spinning threads) costs nothing: the caller takes its parts. Parts
+ * are several per thread for the same reason. Workers are started on first need and sleep on a
+ * condition variable between calls (no spinning); the caller sleeps the same way until the parts
+ * taken by workers are done. The thread count is set from Python (gpuops.native.set_threads, through
+ * each file's <file>_set_threads). A second caller while the pool is busy (another Python thread in
+ * another session's run) runs all its parts itself. After fork() the child starts with no workers. */
 #pragma once
 #include <pthread.h>
 #include <stdint.h>
 
 #define POOL_MAX 256  /* workers at most */
-/* The least work per part, in multiply-adds or window cells (vectorised: about 10 us on one core),
- * against the 5-20 us of waking a worker and waiting for it. */
+/* The least work worth splitting, in multiply-adds or window cells (vectorised: about 10 us on one
+ * core), against the 5-20 us of waking a worker and waiting for it; a part gets a quarter of it. */
 #define POOL_MIN_WORK 262144
+#define POOL_PARTS_PER_THREAD 4
 
 typedef void (*pool_fn)(void* ctx, int64_t part, int64_t parts);
 
@@ -22,17 +25,16 @@ static struct {
     pthread_mutex_t busy;  /* held by the caller of a parallel run */
     pthread_mutex_t lock;  /* guards the fields below */
     pthread_cond_t wake, done;
-    int64_t started;  /* workers running: ids 1..started */
+    int64_t started;  /* workers running */
     uint64_t round;  /* incremented per parallel run */
-    int64_t parts, pending;
+    int64_t parts, next, finished, active;  /* this run's parts, the next to take, those done; workers in it */
     pool_fn fn;
     void* ctx;
     int forked;  /* pthread_atfork registered */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          0, 0, 0, 0, 0, 0, 0};
+          0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 static int64_t pool_threads = 1;  /* the count the next runs use (read and written atomically) */
-static uint64_t pool_first_round[POOL_MAX + 1];  /* worker id -> the round it was started in */
 
 static inline int64_t pool_get_threads(void) { return __atomic_load_n(&pool_threads, __ATOMIC_RELAXED); }
 
@@ -41,22 +43,30 @@ static inline int pool_threads_set(int64_t n) {
     return 0;
 }
 
+/* Take and compute parts of the current run until none is left (called with pool.lock held; returns
+ * with it held). */
+static void pool_take_parts(void) {
+    const pool_fn fn = pool.fn;
+    void* ctx = pool.ctx;
+    const int64_t parts = pool.parts;
+    while (pool.next < parts) {
+        const int64_t part = pool.next++;
+        pthread_mutex_unlock(&pool.lock);
+        fn(ctx, part, parts);
+        pthread_mutex_lock(&pool.lock);
+        ++pool.finished;
+    }
+}
+
 static void* pool_worker(void* arg) {
-    const int64_t id = (int64_t)(intptr_t)arg;
+    uint64_t seen = (uint64_t)(uintptr_t)arg;  /* the round it was started in */
     pthread_mutex_lock(&pool.lock);
-    uint64_t seen = pool_first_round[id];
     for (;;) {
         while (pool.round == seen) pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.round;
-        if (id < pool.parts) {
-            const pool_fn fn = pool.fn;
-            void* ctx = pool.ctx;
-            const int64_t parts = pool.parts;
-            pthread_mutex_unlock(&pool.lock);
-            fn(ctx, id, parts);
-            pthread_mutex_lock(&pool.lock);
-            if (--pool.pending == 0) pthread_cond_signal(&pool.done);
-        }
+        ++pool.active;
+        pool_take_parts();
+        if (--pool.active == 0 && pool.finished == pool.parts) pthread_cond_signal(&pool.done);
     }
     return NULL;
 }
@@ -66,57 +76,52 @@ static void pool_after_fork(void) {  /* the child: the parent's workers do not e
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
     pthread_cond_init(&pool.done, NULL);
-    pool.started = 0;
-    pool.pending = 0;
+    pool.started = pool.active = 0;
+    pool.next = pool.parts = pool.finished = 0;
 }
 
-/* How many parts to split work of `units` (independent outputs) into when each part should have at
- * least `min_units` of them: at most the thread count, at least 1. */
+/* How many parts to split work of `units` (independent outputs) into, where `min_units` of them are
+ * worth a thread: 1 below two threads' worth or at one thread, else up to POOL_PARTS_PER_THREAD per
+ * thread, each of at least a quarter of min_units. */
 static inline int64_t pool_parts(int64_t units, int64_t min_units) {
     const int64_t t = pool_get_threads();
+    if (min_units < 1) min_units = 1;
     if (t <= 1 || units < 2 * min_units) return 1;
-    const int64_t p = units / (min_units > 0 ? min_units : 1);
-    return p < t ? p : t;
+    const int64_t quarter = min_units / 4 > 0 ? min_units / 4 : 1, p = units / quarter;
+    return p < POOL_PARTS_PER_THREAD * t ? p : POOL_PARTS_PER_THREAD * t;
 }
 
-/* fn(ctx, part, parts) for part in [0, parts), on parts threads when the pool is free. */
+/* fn(ctx, part, parts) for part in [0, parts), on up to the thread count's threads when the pool is free. */
 static void pool_run(pool_fn fn, void* ctx, int64_t parts) {
-    if (parts > 1 && pthread_mutex_trylock(&pool.busy) == 0) {
+    const int64_t threads = pool_get_threads(), want = (parts < threads ? parts : threads) - 1;
+    if (want > 0 && pthread_mutex_trylock(&pool.busy) == 0) {
         pthread_mutex_lock(&pool.lock);
         if (!pool.forked) {
             pthread_atfork(NULL, NULL, pool_after_fork);
             pool.forked = 1;
         }
-        while (pool.started < parts - 1 && pool.started < POOL_MAX) {
+        while (pool.started < want && pool.started < POOL_MAX) {
             pthread_t t;
             pthread_attr_t attr;
-            const int64_t id = pool.started + 1;
-            pool_first_round[id] = pool.round;
             pthread_attr_init(&attr);
             pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            const int failed = pthread_create(&t, &attr, pool_worker, (void*)(intptr_t)id);
+            const int failed = pthread_create(&t, &attr, pool_worker, (void*)(uintptr_t)pool.round);
             pthread_attr_destroy(&attr);
-            if (failed) break;
-            pool.started = id;
+            if (failed) break;  /* fewer threads: the caller takes more parts */
+            ++pool.started;
         }
-        if (parts > pool.started + 1) parts = pool.started + 1;  /* fewer threads could be started */
-        if (parts > 1) {
-            pool.fn = fn;
-            pool.ctx = ctx;
-            pool.parts = parts;
-            pool.pending = parts - 1;
-            ++pool.round;
-            pthread_cond_broadcast(&pool.wake);
-            pthread_mutex_unlock(&pool.lock);
-            fn(ctx, 0, parts);
-            pthread_mutex_lock(&pool.lock);
-            while (pool.pending) pthread_cond_wait(&pool.done, &pool.lock);
-            pthread_mutex_unlock(&pool.lock);
-            pthread_mutex_unlock(&pool.busy);
-            return;
-        }
+        pool.fn = fn;
+        pool.ctx = ctx;
+        pool.parts = parts;
+        pool.next = pool.finished = 0;
+        ++pool.round;
+        pthread_cond_broadcast(&pool.wake);
+        pool_take_parts();
+        while (pool.finished < parts || pool.active) pthread_cond_wait(&pool.done, &pool.lock);
+        pool.fn = NULL;
         pthread_mutex_unlock(&pool.lock);
         pthread_mutex_unlock(&pool.busy);
+        return;
     }
     for (int64_t p = 0; p < parts; ++p) fn(ctx, p, parts);
 }

@@ -17,6 +17,8 @@
 #include <string.h>
 #include <stdint.h>
 
+#include "pool_threads.h"
+
 #define KCHUNK 32768 /* 32768 * 255 * 128 < 2**31: one chunk's dot product fits int32 */
 
 static inline int32_t dot1(const uint8_t* restrict u, const int8_t* restrict s, int64_t n) {
@@ -76,16 +78,51 @@ int pack_weight_8(const uint8_t* B, int64_t b_signed, int64_t K, int64_t N, int3
     return 0;
 }
 
+typedef struct {
+    const int8_t* S;
+    const uint8_t* U;
+    const uint32_t *zs, *T, *usum, *zu;
+    uint32_t* C;
+    int64_t M, K, N;
+} ProductArgs;
+
+/* Columns [n0, n1) of product's C (n0 a multiple of 4): the sums, then the zero points' terms. */
+static void product_part(void* ctx, int64_t part, int64_t parts) {
+    const ProductArgs* a = ctx;
+    const int64_t M = a->M, K = a->K, N = a->N;
+    int64_t n0, n1;
+    pool_range(N, 4, part, parts, &n0, &n1);
+    uint32_t* C = a->C;
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = n0; n < n1; ++n) C[m * N + n] = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += KCHUNK) {
+        const int64_t nk = K - k0 < KCHUNK ? K - k0 : KCHUNK;
+        int64_t n = n0;
+        for (; n + 4 <= n1; n += 4) {
+            const int8_t* s = a->S + n * K + k0;
+            for (int64_t m = 0; m < M; ++m)
+                dot4(a->U + m * K + k0, s, s + K, s + 2 * K, s + 3 * K, nk, C + m * N + n);
+        }
+        for (; n < n1; ++n)
+            for (int64_t m = 0; m < M; ++m) C[m * N + n] += (uint32_t)dot1(a->U + m * K + k0, a->S + n * K + k0, nk);
+    }
+    for (int64_t m = 0; m < M; ++m) {
+        uint32_t* restrict c = C + m * N;
+        for (int64_t n = n0; n < n1; ++n) c[n] -= a->zs[n] * a->usum[m] + a->zu[m] * a->T[n];
+    }
+}
+
 /* C (M x N, uint32 bits of the int32 result). Zero points: za_rows (one per row, of A's type) else
- * za; zb_cols (one per column, of B's type) else zb. */
+ * za; zb_cols (one per column, of B's type) else zb. Columns split across the pool's threads
+ * (pool_threads.h) in groups of 4, from POOL_MIN_WORK multiply-adds per part. */
 static int product(const int32_t* pack, const void* A, int64_t M, int64_t a_signed, const void* za_rows,
                    int64_t za, const void* zb_cols, int64_t zb, uint32_t* restrict C) {
     const int64_t K = pack[0], N = pack[1], b_signed = pack[2];
     const int32_t* Bsum = pack + HEADER;
     const int8_t* S = (const int8_t*)(pack + HEADER + N);
-    uint32_t* zs = malloc(sizeof(uint32_t) * (size_t)(2 * N) + (a_signed ? (size_t)(M * K) : 0));
+    uint32_t* zs = malloc(sizeof(uint32_t) * (size_t)(2 * N + 2 * M) + (a_signed ? (size_t)(M * K) : 0));
     if (!zs) return 1;
-    uint32_t* T = zs + N;
+    uint32_t *T = zs + N, *usum = T + N, *zu = usum + M;
     for (int64_t n = 0; n < N; ++n) {
         int64_t z = zb;
         if (zb_cols) z = b_signed ? ((const int8_t*)zb_cols)[n] : ((const uint8_t*)zb_cols)[n];
@@ -94,32 +131,22 @@ static int product(const int32_t* pack, const void* A, int64_t M, int64_t a_sign
     }
     const uint8_t* U = A;
     if (a_signed) {
-        uint8_t* shifted = (uint8_t*)(zs + 2 * N);
+        uint8_t* shifted = (uint8_t*)(zu + M);
         for (int64_t i = 0; i < M * K; ++i) shifted[i] = ((const uint8_t*)A)[i] ^ 0x80;
         U = shifted;
     }
-    memset(C, 0, sizeof(uint32_t) * (size_t)(M * N));
-    for (int64_t k0 = 0; k0 < K; k0 += KCHUNK) {
-        const int64_t nk = K - k0 < KCHUNK ? K - k0 : KCHUNK;
-        int64_t n = 0;
-        for (; n + 4 <= N; n += 4) {
-            const int8_t* s = S + n * K + k0;
-            for (int64_t m = 0; m < M; ++m)
-                dot4(U + m * K + k0, s, s + K, s + 2 * K, s + 3 * K, nk, C + m * N + n);
-        }
-        for (; n < N; ++n)
-            for (int64_t m = 0; m < M; ++m) C[m * N + n] += (uint32_t)dot1(U + m * K + k0, S + n * K + k0, nk);
-    }
     for (int64_t m = 0; m < M; ++m) {
         const uint8_t* u = U + m * K;
-        uint32_t usum = 0;
-        for (int64_t k = 0; k < K; ++k) usum += u[k];
+        uint32_t s = 0;
+        for (int64_t k = 0; k < K; ++k) s += u[k];
+        usum[m] = s;
         int64_t z = za;
         if (za_rows) z = a_signed ? ((const int8_t*)za_rows)[m] : ((const uint8_t*)za_rows)[m];
-        const uint32_t zu = (uint32_t)(a_signed ? z + 128 : z);
-        uint32_t* restrict c = C + m * N;
-        for (int64_t n = 0; n < N; ++n) c[n] -= zs[n] * usum + zu * T[n];
+        zu[m] = (uint32_t)(a_signed ? z + 128 : z);
     }
+    ProductArgs args = {S, U, zs, T, usum, zu, C, M, K, N};
+    const int64_t per_group = 4 * M * K + 1;
+    pool_run(product_part, &args, pool_parts((N + 3) / 4, (POOL_MIN_WORK + per_group - 1) / per_group));
     free(zs);
     return 0;
 }
@@ -211,3 +238,5 @@ int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp
         for (int64_t i = 0; i < n; ++i) y[i] = ((float)((const uint8_t*)x)[i] - z) * scale;
     return 0;
 }
+
+int quantize_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -67,6 +67,7 @@ DECLARATIONS: dict[str, str] = {
         int qlinear_matmul_u8_planned(const struct qlinear_args* p, const void* A, void* Y);
         int quantize_linear_f32(const float* x, int64_t n, float scale, int64_t zp, int64_t y_signed, void* y);
         int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp, float scale, float* y);
+        int quantize_set_threads(int64_t n);
     """,
     "rnn.c": """
         int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n,

@@ -62,6 +62,7 @@ def _cases():
     wino_b = rng.standard_normal(48).astype(np.float32)
     im2col_x, strided_w = image(1, 96, 64, 64), rng.standard_normal((48, 96, 3, 3)).astype(np.float32)
     pointwise = rng.standard_normal((24, 24, 1, 1)).astype(np.float32)
+
     return {
         "depthwise planes": lambda: conv.Conv(xp, X, dw, B, group=24, pads=[1, 1, 1, 1]),
         "depthwise blocks": lambda: conv.Conv(xp, Xb, dwb, None, group=40, strides=[2, 2], pads=[1, 1, 1, 1]),
@@ -97,6 +98,44 @@ def test_same_bits_from_any_thread_count(case, native_threads):
         got = _with(native_threads, n, f)
         assert got.shape == one.shape and got.dtype == one.dtype
         np.testing.assert_array_equal(got, one, err_msg=f"{case}: {n} threads")
+
+
+def _int8_models():
+    """MatMulInteger and QLinearMatMul of 4 rows by a 1024 x 1030 int8 weight (a last group of 2 columns):
+    the native 8-bit GEMM a session runs with its weight packed."""
+    rng = np.random.default_rng(9)
+    B = onnx.numpy_helper.from_array(rng.integers(-128, 128, (1024, 1030), dtype=np.int8), "B")
+    consts = [onnx.numpy_helper.from_array(np.array(v, dtype), n) for v, dtype, n in
+              [(3, np.uint8, "za"), (-2, np.int8, "zb"), (0.02, np.float32, "sa"), (0.01, np.float32, "sb"),
+               (0.5, np.float32, "sy"), (128, np.uint8, "zy")]]
+    a = helper.make_tensor_value_info("A", TensorProto.UINT8, [4, 1024])
+    models = []
+    for node, elem in ((helper.make_node("MatMulInteger", ["A", "B", "za", "zb"], ["Y"]), TensorProto.INT32),
+                       (helper.make_node("QLinearMatMul", ["A", "sa", "za", "B", "sb", "zb", "sy", "zy"], ["Y"]),
+                        TensorProto.UINT8)):
+        y = helper.make_tensor_value_info("Y", elem, [4, 1030])
+        g = helper.make_graph([node], "g", [a], [y], initializer=[B, *consts])
+        models.append(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    return models, {"A": rng.integers(0, 256, (4, 1024), dtype=np.uint8)}
+
+
+@needs_cc
+def test_8bit_gemms_same_bits_from_any_thread_count(native_threads):
+    models, feeds = _int8_models()
+    calls, real = [], native.call
+
+    def spy(fn, *args):
+        calls.append(fn.__name__)
+        return real(fn, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "call", spy)
+        for model in models:
+            one = gpuops.InferenceSession(model, device="cpu", threads=1).run(None, feeds)[0]
+            for n in (2, 3, 8):
+                np.testing.assert_array_equal(gpuops.InferenceSession(model, device="cpu", threads=n)
+                                              .run(None, feeds)[0], one)
+    assert {"matmul_integer_u8", "qlinear_matmul_u8_planned"} <= set(calls)
 
 
 @needs_cc
