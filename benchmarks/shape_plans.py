@@ -5,7 +5,8 @@
 (the zoo's tiny one, where dispatch dominates, and hidden 256 / sequence 64), and times, alternating
 run for run in one process: gpuops with ``shape_plans=0`` (before), gpuops with its specialized plan
 (after), and onnxruntime (``intra_op_num_threads`` = ``inter_op_num_threads``'s 1 and ``--threads``).
-Prints nodes, median milliseconds and the ratios gpuops / onnxruntime, and writes them as JSON
+Prints nodes, median milliseconds, the ratios gpuops / onnxruntime and, from ``profile=True``, the
+time of the shape arithmetic before and after, and writes them as JSON
 (``--out``), with the machine's CPU model, its vector extensions and the thread count.
 """
 
@@ -50,6 +51,23 @@ def _models(wide: bool):
     return out
 
 
+SHAPE_OPS = {"Shape", "Size", "Unsqueeze", "Squeeze", "Concat", "Slice", "Range", "ConstantOfShape", "Gather",
+             "Cast", "Equal", "Sub", "Add", "Mul", "Div"}
+
+
+def _profile(sess, feeds, runs: int = 20) -> dict:
+    """Per run: the plan's node time (``profile=True``) and the part of it spent on shape arithmetic
+    (the ops above on outputs of at most 64 bytes: shapes and indices, not activations)."""
+    total = shape = 0.0
+    for _ in range(runs):
+        sess.run(None, feeds, profile=True)
+        for n in sess.last_profile["nodes"]:
+            total += n["wall_ms"]
+            if n["op"] in SHAPE_OPS and n["output_bytes"] <= 64:
+                shape += n["wall_ms"]
+    return {"node_ms": total / runs, "shape_ms": shape / runs}
+
+
 def _time(runners: dict, seconds: float) -> dict:
     for f in runners.values():
         for _ in range(3):
@@ -88,11 +106,14 @@ def main(argv=None) -> dict:
             ms = _time({"before": lambda: before.run(None, feeds), "after": lambda: after.run(None, feeds),
                         "onnxruntime": lambda: o.run(None, feeds)}, a.seconds)
             row = {"nodes_before": sig["base_nodes"], "nodes_after": sig["nodes"], "ms": ms,
+                   "profile_before": _profile(before, feeds), "profile_after": _profile(after, feeds),
                    "ratio_before": ms["before"] / ms["onnxruntime"], "ratio_after": ms["after"] / ms["onnxruntime"]}
             results["models"][name] = row
             print(f"{name:18s} nodes {row['nodes_before']:4d} -> {row['nodes_after']:4d}  "
                   f"gpuops/onnxruntime {row['ratio_before']:.2f}x -> {row['ratio_after']:.2f}x  "
-                  f"(ms: {ms['before']:.3f} -> {ms['after']:.3f}, onnxruntime {ms['onnxruntime']:.3f})", flush=True)
+                  f"(ms: {ms['before']:.3f} -> {ms['after']:.3f}, onnxruntime {ms['onnxruntime']:.3f}; shape arithmetic "
+                  f"{row['profile_before']['shape_ms']:.3f} of {row['profile_before']['node_ms']:.3f} ms -> "
+                  f"{row['profile_after']['shape_ms']:.3f} of {row['profile_after']['node_ms']:.3f})", flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=1)
