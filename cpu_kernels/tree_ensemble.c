@@ -23,15 +23,20 @@ enum { LEQ = 0, LT = 1, GTE = 2, GT = 3, EQ = 4, NEQ = 5 };
 #define BRANCH(v, t, m) ((m) == LEQ ? (v) <= (t) : (m) == LT ? (v) < (t) : (m) == GTE ? (v) >= (t) \
                          : (m) == GT ? (v) > (t) : (m) == EQ ? (v) == (t) : (v) != (t))
 
-/* node[j] <- the leaf of row r + j in the tree rooted at root, for j < g. MODE < 0: each node's own
- * mode, else every node's. */
+/* node[j] <- the leaf of row r + j in the tree rooted at root, for j < g (a short last group walks
+ * row r again in the spare lanes: the loops keep their constant trip count, which the compiler
+ * unrolls with node[] in registers). MODE < 0: each node's own mode, else every node's. */
 #define WALK(T, MODE, TRACKS)                                                                       \
     do {                                                                                            \
-        for (int j = 0; j < g; ++j) node[j] = root;                                                 \
+        const T* xr[GROUP];                                                                         \
+        for (int j = 0; j < GROUP; ++j) {                                                           \
+            xr[j] = x + (r + (j < g ? j : 0)) * n_features;                                         \
+            node[j] = root;                                                                         \
+        }                                                                                           \
         for (int32_t d = 0; d < steps; ++d) {                                                       \
-            for (int j = 0; j < g; ++j) {                                                           \
+            for (int j = 0; j < GROUP; ++j) {                                                       \
                 const int32_t n = node[j];                                                          \
-                const T v = x[(r + j) * n_features + feature[n]], thr = threshold[n];               \
+                const T v = xr[j][feature[n]], thr = threshold[n];                                  \
                 int go = BRANCH(v, thr, (MODE) < 0 ? mode[n] : (MODE));                             \
                 if (TRACKS) go |= (v != v) & missing[n];                                            \
                 node[j] = children[2 * (int64_t)n + 1 - go];                                        \
