@@ -10,8 +10,8 @@ benchmarks/corpus/fetch.py`` (a model whose file is absent is skipped, and said 
 The bench runs every model present through gpuops (``device="cpu"``, default options) and onnxruntime's
 CPU provider in one process, their timed runs alternating (:func:`gpuops.bench.cpu_peers.alternate`), at
 the same thread count, 1 and 2 unless ``--threads`` is given; it reports ``gpuops / onnxruntime`` per
-model and the geomean, with the machine's CPU model, vector extensions, BLAS core type, threads and load
-average, so that a number can be reproduced. At 1 thread both runtimes run on the calling thread, so
+model and the geomean, with the machine (:mod:`gpuops.bench.machine`: CPU model, vector extensions, BLAS
+core type, threads) and the load average before and after, so that a number can be reproduced. At 1 thread both runtimes run on the calling thread, so
 the ratio of their thread CPU times (``cpu_ratio``) is also reported: it moves less with other
 processes' load than the wall-clock ratio. A model gpuops cannot run with its default options is reported with the
 error, and timed with ``optimize="none"`` as well (marked; not in the geomean).
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +31,6 @@ MANIFEST = ROOT / "benchmarks" / "corpus" / "manifest.json"
 VENDORED = ROOT / "tests" / "corpus" / "models"
 CACHE_ENV = "GPUOPS_CORPUS_DIR"
 FETCH_COMMAND = "python benchmarks/corpus/fetch.py"
-# CPU flags worth recording: the vector extensions the kernels (gpuops', OpenBLAS's, MLAS's) choose by
-VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-                "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
 
 
 def cache_dir() -> Path:
@@ -98,33 +94,6 @@ def make_feeds(spec: dict, rng: np.random.Generator) -> dict:
             raise ValueError(f"input {name!r}: unknown feed distribution {dist!r}")
         out[name] = np.asarray(v).astype(dtype)
     return out
-
-
-def machine() -> dict:
-    """What a corpus number depends on: the CPU model and its vector extensions, the BLAS library, its
-    core type (OpenBLAS's kernel family; ``OPENBLAS_CORETYPE`` forces one) and threading."""
-    info = {"cpu_model": platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(),
-            "vector_extensions": [], "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE")}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}
-        info["cpu_model"] = fields.get("model name", info["cpu_model"])
-        flags = set(fields.get("flags", "").split())
-        info["vector_extensions"] = [f for f in VECTOR_FLAGS if f in flags]
-        cores = {(ln.split(":")[1].strip()) for ln in text.splitlines() if ln.startswith("core id")}
-        info["physical_cores_per_socket"] = len(cores) or None
-    except OSError:
-        pass
-    try:
-        from threadpoolctl import threadpool_info
-
-        info["blas"] = [{k: p.get(k) for k in ("internal_api", "version", "architecture", "threading_layer",
-                                                 "num_threads", "filepath")} for p in threadpool_info()
-                        if p.get("user_api") == "blas"]
-    except ImportError:
-        info["blas"] = None
-    return info
 
 
 def _loadavg() -> list[float] | None:
@@ -210,7 +179,7 @@ def run(a, environment) -> int:
     geomean = {t: _geomean(r["ratio"] for r in runs if r["threads"] == t and r.get("optimize") == "all")
                for t in thread_counts}
     cpu_geomean = _geomean(r["cpu_ratio"] for r in runs if "cpu_ratio" in r and r["optimize"] == "all")
-    result = {"env": {**environment("cpu"), "machine": machine(), "load_average": load}, "settings": vars(a),
+    result = {"env": {**environment("cpu"), "load_average": load}, "settings": vars(a),
               "absent": absent, "runs": runs, "geomean": geomean, "cpu_time_geomean_1_thread": cpu_geomean}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -222,16 +191,13 @@ def run(a, environment) -> int:
 
 
 def markdown(result: dict) -> str:
-    m = result["env"]["machine"]
-    blas = ", ".join(f"{b['internal_api']} {b['version']} {b['architecture']} ({b['threading_layer']})"
-                     for b in m.get("blas") or []) or "unknown"
-    lines = [f"gpuops / onnxruntime on the corpus (CPU, runs alternating, equal threads) — {result['env']['date']}",
-             "", f"- CPU: {m['cpu_model']}, {m['logical_cpus']} logical CPUs; vector extensions: "
-             f"{' '.join(m['vector_extensions']) or 'unknown'}",
-             f"- BLAS: {blas}; OPENBLAS_CORETYPE={m['openblas_coretype_env'] or '(unset)'}",
-             f"- commit {result['env'].get('git_commit')}, onnxruntime {result['env'].get('onnxruntime')}; load "
-             f"average (1, 5, 15 min) {result['env']['load_average']['before']} before, "
-             f"{result['env']['load_average']['after']} after", "",
+    from .machine import one_line
+
+    env = result["env"]
+    lines = [f"gpuops / onnxruntime on the corpus (CPU, runs alternating, equal threads) — {env['date']}", "",
+             f"- {one_line(env['machine'])}",
+             f"- commit {env.get('git_commit')}, onnxruntime {env.get('onnxruntime')}; load average (1, 5, 15 min) "
+             f"{env['load_average']['before']} before, {env['load_average']['after']} after", "",
              "| model | kind | threads | gpuops ms | onnxruntime ms | gpuops / onnxruntime | CPU time ratio "
              "| outputs agree |", "|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
