@@ -14,7 +14,9 @@ inputs), extended to what real models hold:
 - the contrib ops the transformer optimizer writes count their chained sums (Attention: the QKV
   projection, a head's dot product, the softmax and the weighted sum over the keys);
 - float16 values round with float16's unit roundoff; quantized values add one rounding step
-  (:func:`error_bounds`).
+  (:func:`error_bounds`), and DynamicQuantizeLSTM one per time step (it quantizes its input and hidden
+  state to 8 bits at each step: onnxruntime's kernel does, and an implementation computing in float
+  differs from it by that much).
 
 Two implementations then differ by at most ``2 r max |exact|`` on an output (``r`` its bound). An output
 made by a squashing function (Sigmoid, Softmax, HardSigmoid, Tanh) carries its argument's error as an
@@ -115,6 +117,8 @@ def _node_terms(node, shapes: dict) -> int:
         x, w, r = shape(0), shape(1), shape(2)
         steps = x[1] if attrs.get("layout", 0) else x[0]
         return steps * (w[2] + r[2] + 2 + NODE_ROUNDINGS)
+    if op == "DynamicQuantizeLSTM":  # W [directions, input, 4 hidden], R [directions, hidden, 4 hidden]
+        return shape(0)[0] * (shape(1)[1] + shape(2)[1] + 2 + NODE_ROUNDINGS)
     if op == "Attention":  # QKV projection, Q.K over a head, softmax and weighted sum over the keys
         total = shape(0)[1] + (shape(4)[3] if len(node.input) > 4 and node.input[4] else 0)
         return shape(1)[0] + 1 + shape(1)[1] // 3 // attrs["num_heads"] + 2 * total
@@ -169,6 +173,8 @@ def error_bounds(flat: onnx.ModelProto, values: dict) -> dict[str, float]:
         add = 0.0 if exact else terms * u / (1 - terms * u) if terms * u < 1 else float("inf")
         if not exact and y0 is not None and np.asarray(y0).dtype.kind in "iu" and np.asarray(y0).dtype.itemsize <= 2:
             add += _step(y0)
+        if node.op_type == "DynamicQuantizeLSTM":  # X and h quantized to 8 bits inside, at every step
+            add += shapes[node.input[0]][0] * 2 / 255
         for y in node.output:
             bound[y] = before + add
     return bound
