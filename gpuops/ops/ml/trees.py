@@ -11,6 +11,7 @@ device overrides (:mod:`gpuops.ops.cpu.ml`, :mod:`gpuops.ops.cuda.ml`) pass thei
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +49,7 @@ class Forest:
     def n_targets(self) -> int:
         return int(self.weights.shape[1])
 
-    @property
+    @functools.cached_property
     def uniform(self) -> bool:
         """Every leaf has weights for the same targets (then "has a score" does not depend on the row)."""
         return bool(self.has.shape[0] == 0 or (self.has == self.has[:1]).all())
