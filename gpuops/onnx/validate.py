@@ -8,7 +8,11 @@ refuses such nodes while checking the graph, with the same rules checked here:
 
 - the number of inputs and outputs lies within the schema's bounds;
 - every attribute the schema declares has the schema's type;
-- a Split's ``num_outputs`` equals its number of outputs.
+- a Split's ``num_outputs`` equals its number of outputs;
+- a convolution's or pooling's ``kernel_shape``, ``strides`` and ``dilations`` are positive and its
+  ``pads`` non-negative (onnx's shape inference says so in strict mode; onnxruntime refuses the model),
+  each at most :data:`MAX_WINDOW` (the native CPU kernels take 32-bit sizes: a stride of 2**62 made
+  one read out of bounds).
 
 Nodes of domains or versions onnx has no schema for (custom ops, com.microsoft) are left to the plan,
 which names what it does not support.
@@ -26,6 +30,11 @@ from ..errors import ModelError
 _ONNX_DOMAINS = {"": "", "ai.onnx": "", "ai.onnx.ml": "ai.onnx.ml", "ai.onnx.preview.training":
                  "ai.onnx.preview.training"}
 _TYPE_NAMES = {v: k for k, v in onnx.AttributeProto.AttributeType.items()}
+_WINDOW_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv", "MaxPool",
+                         "AveragePool", "LpPool", "MaxUnpool"})
+_WINDOW_LOW = {"kernel_shape": 1, "strides": 1, "dilations": 1, "pads": 0}
+MAX_WINDOW = 2 ** 31 - 1
+"""Largest kernel size, stride, dilation or pad a convolution or pooling node may declare."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -78,3 +87,7 @@ def _check_node(node: onnx.NodeProto, opsets: dict[str, int], where: str) -> Non
                              f"wants {spec.type.name}")
         if node.op_type == "Split" and domain == "" and a.name == "num_outputs" and a.i != len(node.output):
             raise ModelError(f"{name}: num_outputs={a.i} but the node has {len(node.output)} output(s)")
+        low = _WINDOW_LOW.get(a.name) if node.op_type in _WINDOW_OPS and domain == "" else None
+        if low is not None and any(not low <= v <= MAX_WINDOW for v in a.ints):
+            bound = "positive" if low else "non-negative"
+            raise ModelError(f"{name}: {a.name} {list(a.ints)[:8]} must be {bound} and at most {MAX_WINDOW:,}")

@@ -5,6 +5,10 @@ each is loaded in a child process, which must survive and get a ``ModelError``.
   1.23's shape inference aborts on it (a failed bounds assertion).
 - ``conv_strides_tensor.onnx``: a Conv whose ``strides`` is a TENSOR attribute holding [0, 4]; read as
   a stride of 0, it reached the native conv kernel, which died of an integer division by zero.
+- ``maxpool_kernel_zero.onnx``: a MaxPool of ``kernel_shape`` [0, 2]; the native pooling kernel read
+  out of bounds (onnxruntime refuses non-positive kernel sizes, strides and dilations).
+- ``conv_stride_huge.onnx``: a Conv of stride 2**62; the native direct conv kernel read out of bounds
+  (its sizes are 32-bit: gpuops.onnx.validate.MAX_WINDOW).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ else:
 
 
 def test_the_crashers_are_here():
-    assert {p.name for p in CRASHERS} >= {"split_num_outputs.onnx", "conv_strides_tensor.onnx"}
+    assert {p.name for p in CRASHERS} >= {"split_num_outputs.onnx", "conv_strides_tensor.onnx",
+                                          "maxpool_kernel_zero.onnx", "conv_stride_huge.onnx"}
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
