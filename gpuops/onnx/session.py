@@ -201,7 +201,7 @@ class InferenceSession:
                             run_plan(plan, env, ctx)
                         except BaseException:
                             if record:
-                                self._shape_plans.add(key, None, None)  # the session's plan, from now on
+                                self._shape_plans.abandon(key)  # the next run of these shapes records them
                             raise
                     else:
                         with checks.deferred() as pending:  # index checks, read once the run is done
@@ -295,8 +295,6 @@ class InferenceSession:
     def _specialized_plan(self, feeds, shapes):
         """(the plan for ``feeds``' shapes or None when it saves nothing, the bytes it holds alone, what it
         did): for :class:`ShapePlans`."""
-        if feeds is None:  # the recording run failed: the session's plan runs this signature
-            return None, 0, {"reason": "the run that recorded the shapes failed"}
         model, spec = self._specialize(feeds, shapes)
         opsets = {canonical_domain(imp.domain): imp.version for imp in model.opset_import} or {"": 1}
         functions = {(canonical_domain(f.domain), f.name): f for f in model.functions}

@@ -8,13 +8,15 @@ shapes (:func:`gpuops.onnx.specialize.specialize_model`: every value that depend
 folded, from the shapes the second run recorded), passed through the session's optimizer again, and
 planned. Later runs of that signature run it. A signature seen once (a decoder's growing past) costs
 one dictionary lookup; its second run pays the recording (a dict subclass over the run's values) and
-the build (tens of milliseconds on small transformers).
+the build, which copies the model once (0.07-0.26 s for tests/zoo's two-layer BERT and GPT-2 at
+hidden 16 and 256, measured 2026-11-27 on a loaded 2-core machine).
 
 The specialized plan takes the session's weights and prepared operands as they are wherever they did
 not change (:meth:`gpuops.onnx.plan.Plan.upload` with ``like``), so it holds only what the optimizer
 made anew. The cache is bounded in signatures (``capacity``) and in those bytes (``max_bytes``): the
 least recently used plans go first. A plan that would not save a node, or whose build fails (said once,
-in the log), is remembered as "run the session's plan" for its signature. Thread-safe: lookups and
+in the log), is remembered as "run the session's plan" for its signature; a recording run that fails
+(bad feeds) leaves the signature to be recorded by its next run. Thread-safe: lookups and
 insertions are under a lock; a build runs outside it, once per signature (concurrent runs of a
 signature being built run the session's plan).
 """
@@ -112,6 +114,12 @@ class ShapePlans:
                 _, old = self.entries.popitem(last=False)
                 self.bytes -= old.bytes
                 self.evictions += 1
+
+    def abandon(self, key: tuple) -> None:
+        """The run that was to record ``key``'s shapes failed: the next run of ``key`` records them."""
+        with self.lock:
+            self.building.discard(key)
+            self.seen[key] = 1
 
     def status(self) -> dict:
         """``{"signatures": [{"shapes", "specialized", "nodes", "base_nodes", "folded", "bytes", "runs",
