@@ -9,11 +9,14 @@
  *   y   (T, D, batch, H): h of every step, in step order (the caller flips a reverse direction)
  * Per step, direction and batch row: g = xw + h @ rt, then c = f * c + i * tanh(c~), h = o * tanh(c),
  * with the products and sums in the order the NumPy loop uses. Directions are independent; each
- * runs all its steps in turn so that its rt stays in cache. Returns 0, or 1 when out of memory. */
+ * runs all its steps in turn so that its rt stays in cache (the two of a bidirectional layer on
+ * threads of their own: pool_threads.h). Returns 0, or 1 when out of memory. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+
+#include "pool_threads.h"
 
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define MADD(a, b, c) fmaf(a, b, c)
@@ -77,34 +80,72 @@ static void load_gates(float* acc, const float* xw, int64_t t, int64_t d, int64_
             memcpy(acc + (b * G + g) * H, xw + (((t * G + g) * D + d) * batch + b) * H, sizeof(float) * H);
 }
 
+/* Direction d of lstm_f32 (acc: batch * 4H floats of its own). */
+static void lstm_direction(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n,
+                           float* c_n, int64_t T, int64_t D, int64_t batch, int64_t H, int64_t d, float* acc) {
+    const int64_t G = 4 * H, BH = batch * H;
+    const float* r = rt + d * H * G;
+    float* c = c_n + d * BH;
+    memcpy(c, c0 + d * BH, sizeof(float) * BH);
+    for (int64_t t = 0; t < T; ++t) {
+        const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
+        load_gates(acc, xw, t, d, 4, D, batch, H, 4);
+        gemm_acc(acc, G, h, r, G, batch, H, G);
+        for (int64_t b = 0; b < batch; ++b) {
+            float* restrict a = acc + b * G;
+            float* restrict cb = c + b * H;
+            float* restrict yb = y + (t * D + d) * BH + b * H;
+            for (int64_t j = 0; j < G; ++j) a[j] = tanh_f32(a[j]);
+            for (int64_t j = H; j < G; ++j) a[j] = a[j] * 0.5f + 0.5f;
+            const float *ct = a, *o = a + H, *f = a + 2 * H, *i = a + 3 * H;
+            for (int64_t j = 0; j < H; ++j) cb[j] = f[j] * cb[j] + i[j] * ct[j];
+            for (int64_t j = 0; j < H; ++j) yb[j] = o[j] * tanh_f32(cb[j]);
+        }
+    }
+    memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);
+}
+
+typedef struct {
+    const float *xw, *rt, *rbh, *h0, *c0;
+    float *y, *h_n, *c_n;
+    int64_t T, D, batch, H, lbr, gru;
+    int status;
+} RnnArgs;
+
+static void gru_direction(const RnnArgs* a, int64_t d, float* acc);
+
+/* Directions [d0, d1): each has its own scratch. */
+static void rnn_part(void* ctx, int64_t part, int64_t parts) {
+    RnnArgs* a = ctx;
+    int64_t d0, d1;
+    pool_range(a->D, 1, part, parts, &d0, &d1);
+    if (d0 >= d1) return;
+    const int64_t G = (a->gru ? 3 : 4) * a->H;
+    float* acc = malloc(sizeof(float) * (a->batch * G + a->batch * a->H + 1));
+    if (!acc) {
+        a->status = 1;
+        return;
+    }
+    for (int64_t d = d0; d < d1; ++d)
+        if (a->gru)
+            gru_direction(a, d, acc);
+        else
+            lstm_direction(a->xw, a->rt, a->h0, a->c0, a->y, a->h_n, a->c_n, a->T, a->D, a->batch, a->H, d, acc);
+    free(acc);
+}
+
+/* The directions (independent) are split across the pool's threads (pool_threads.h) when each is
+ * POOL_MIN_WORK multiply-adds or more. */
+static int rnn(RnnArgs* a) {
+    const int64_t per_direction = a->T * a->batch * a->H * (a->gru ? 3 : 4) * a->H;
+    pool_run(rnn_part, a, pool_parts(a->D, per_direction >= POOL_MIN_WORK ? 1 : a->D + 1));
+    return a->status;
+}
+
 int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n, float* c_n,
              int64_t T, int64_t D, int64_t batch, int64_t H) {
-    const int64_t G = 4 * H, BH = batch * H;
-    float* acc = malloc(sizeof(float) * (batch * G + 1));
-    if (!acc) return 1;
-    for (int64_t d = 0; d < D; ++d) {
-        const float* r = rt + d * H * G;
-        float* c = c_n + d * BH;
-        memcpy(c, c0 + d * BH, sizeof(float) * BH);
-        for (int64_t t = 0; t < T; ++t) {
-            const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
-            load_gates(acc, xw, t, d, 4, D, batch, H, 4);
-            gemm_acc(acc, G, h, r, G, batch, H, G);
-            for (int64_t b = 0; b < batch; ++b) {
-                float* restrict a = acc + b * G;
-                float* restrict cb = c + b * H;
-                float* restrict yb = y + (t * D + d) * BH + b * H;
-                for (int64_t j = 0; j < G; ++j) a[j] = tanh_f32(a[j]);
-                for (int64_t j = H; j < G; ++j) a[j] = a[j] * 0.5f + 0.5f;
-                const float *ct = a, *o = a + H, *f = a + 2 * H, *i = a + 3 * H;
-                for (int64_t j = 0; j < H; ++j) cb[j] = f[j] * cb[j] + i[j] * ct[j];
-                for (int64_t j = 0; j < H; ++j) yb[j] = o[j] * tanh_f32(cb[j]);
-            }
-        }
-        memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);
-    }
-    free(acc);
-    return 0;
+    RnnArgs a = {xw, rt, NULL, h0, c0, y, h_n, c_n, T, D, batch, H, 0, 0, 0};
+    return rnn(&a);
 }
 
 /* The GRU of _fused_gru (activations sigmoid, tanh; no clip or sequence_lens), float32. Gates in the
@@ -115,51 +156,56 @@ int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0,
  *   h0, h_n (D, batch, H);  y (T, D, batch, H) in step order
  * Per step: z, r = sigmoid(xw + h @ rt); h~ = tanh(xw_h + r * (h @ rt_h + rbh)) with lbr, else
  * tanh(xw_h + (r * h) @ rt_h); h = h~ + z * (h - h~). */
+/* Direction d of gru_f32 (acc: batch * 3H + batch * H floats of its own). */
+static void gru_direction(const RnnArgs* args, int64_t d, float* acc) {
+    const float *xw = args->xw, *rt = args->rt, *rbh = args->rbh, *h0 = args->h0;
+    float *y = args->y, *h_n = args->h_n;
+    const int64_t T = args->T, D = args->D, batch = args->batch, H = args->H, lbr = args->lbr;
+    const int64_t G = 3 * H, BH = batch * H;
+    float* rh = acc + batch * G;  /* r * h, without lbr */
+    const float* r = rt + d * H * G;
+    for (int64_t t = 0; t < T; ++t) {
+        const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
+        load_gates(acc, xw, t, d, 3, D, batch, H, 2);
+        for (int64_t b = 0; b < batch && lbr; ++b) {  /* h @ rt_h + rbh, apart from xw_h */
+            if (rbh) memcpy(acc + b * G + 2 * H, rbh + d * H, sizeof(float) * H);
+            else memset(acc + b * G + 2 * H, 0, sizeof(float) * H);
+        }
+        gemm_acc(acc, G, h, r, G, batch, H, lbr ? G : 2 * H);
+        for (int64_t b = 0; b < batch; ++b) {
+            float* restrict a = acc + b * G;
+            for (int64_t j = 0; j < 2 * H; ++j) a[j] = tanh_f32(a[j]) * 0.5f + 0.5f;
+        }
+        if (!lbr) {
+            for (int64_t b = 0; b < batch; ++b) {
+                const float* restrict rb = acc + b * G + H;
+                const float* restrict hb = h + b * H;
+                float* restrict out = rh + b * H;
+                for (int64_t j = 0; j < H; ++j) out[j] = rb[j] * hb[j];
+                memcpy(acc + b * G + 2 * H, xw + (((t * 3 + 2) * D + d) * batch + b) * H, sizeof(float) * H);
+            }
+            gemm_acc(acc + 2 * H, G, rh, r + 2 * H, G, batch, H, H);
+        }
+        for (int64_t b = 0; b < batch; ++b) {
+            float* restrict a = acc + b * G;
+            const float *z = a, *rg = a + H, *hb = h + b * H;
+            float* restrict hh = a + 2 * H;
+            float* restrict yb = y + (t * D + d) * BH + b * H;
+            if (lbr) {
+                const float* restrict x = xw + (((t * 3 + 2) * D + d) * batch + b) * H;
+                for (int64_t j = 0; j < H; ++j) hh[j] = rg[j] * hh[j] + x[j];
+            }
+            for (int64_t j = 0; j < H; ++j) hh[j] = tanh_f32(hh[j]);
+            for (int64_t j = 0; j < H; ++j) yb[j] = hh[j] + z[j] * (hb[j] - hh[j]);
+        }
+    }
+    memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);
+}
+
 int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0, float* y, float* h_n, int64_t T,
             int64_t D, int64_t batch, int64_t H, int64_t lbr) {
-    const int64_t G = 3 * H, BH = batch * H;
-    float* acc = malloc(sizeof(float) * (batch * G + BH + 1));
-    if (!acc) return 1;
-    float* rh = acc + batch * G;  /* r * h, without lbr */
-    for (int64_t d = 0; d < D; ++d) {
-        const float* r = rt + d * H * G;
-        for (int64_t t = 0; t < T; ++t) {
-            const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
-            load_gates(acc, xw, t, d, 3, D, batch, H, 2);
-            for (int64_t b = 0; b < batch && lbr; ++b) {  /* h @ rt_h + rbh, apart from xw_h */
-                if (rbh) memcpy(acc + b * G + 2 * H, rbh + d * H, sizeof(float) * H);
-                else memset(acc + b * G + 2 * H, 0, sizeof(float) * H);
-            }
-            gemm_acc(acc, G, h, r, G, batch, H, lbr ? G : 2 * H);
-            for (int64_t b = 0; b < batch; ++b) {
-                float* restrict a = acc + b * G;
-                for (int64_t j = 0; j < 2 * H; ++j) a[j] = tanh_f32(a[j]) * 0.5f + 0.5f;
-            }
-            if (!lbr) {
-                for (int64_t b = 0; b < batch; ++b) {
-                    const float* restrict rb = acc + b * G + H;
-                    const float* restrict hb = h + b * H;
-                    float* restrict out = rh + b * H;
-                    for (int64_t j = 0; j < H; ++j) out[j] = rb[j] * hb[j];
-                    memcpy(acc + b * G + 2 * H, xw + (((t * 3 + 2) * D + d) * batch + b) * H, sizeof(float) * H);
-                }
-                gemm_acc(acc + 2 * H, G, rh, r + 2 * H, G, batch, H, H);
-            }
-            for (int64_t b = 0; b < batch; ++b) {
-                float* restrict a = acc + b * G;
-                const float *z = a, *rg = a + H, *hb = h + b * H;
-                float* restrict hh = a + 2 * H;
-                float* restrict yb = y + (t * D + d) * BH + b * H;
-                if (lbr) {
-                    const float* restrict x = xw + (((t * 3 + 2) * D + d) * batch + b) * H;
-                    for (int64_t j = 0; j < H; ++j) hh[j] = rg[j] * hh[j] + x[j];
-                }
-                for (int64_t j = 0; j < H; ++j) hh[j] = tanh_f32(hh[j]);
-                for (int64_t j = 0; j < H; ++j) yb[j] = hh[j] + z[j] * (hb[j] - hh[j]);
-            }
-        }
-        memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);
-    }
-    free(acc);
-    return 0;
+    RnnArgs a = {xw, rt, rbh, h0, NULL, y, h_n, NULL, T, D, batch, H, lbr, 1, 0};
+    return rnn(&a);
 }
+
+int rnn_set_threads(int64_t n) { return pool_threads_set(n); }

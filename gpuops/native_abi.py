@@ -74,6 +74,7 @@ DECLARATIONS: dict[str, str] = {
                      float* c_n, int64_t T, int64_t D, int64_t batch, int64_t H);
         int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0, float* y, float* h_n,
                     int64_t T, int64_t D, int64_t batch, int64_t H, int64_t lbr);
+        int rnn_set_threads(int64_t n);
     """,
     "rows.c": """
         int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n);

@@ -139,6 +139,22 @@ def test_8bit_gemms_same_bits_from_any_thread_count(native_threads):
 
 
 @needs_cc
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_bidirectional_recurrences_same_bits_on_two_threads(op, native_threads):
+    """A bidirectional layer's two directions on threads of their own (each 16 x 2 x 64 x 4 x 64
+    multiply-adds, past POOL_MIN_WORK), its outputs the same bits as on one."""
+    from gpuops.ops.cpu import rnn
+    from tests.test_native_rnn import _inputs
+
+    args = _inputs(np.random.default_rng(10), 16, 2, 24, 64, 2, 0, True, True, op=op)
+    f = getattr(rnn, op)
+    one = _with(native_threads, 1, lambda: f(xp, *args, direction="bidirectional", hidden_size=64))
+    two = _with(native_threads, 2, lambda: f(xp, *args, direction="bidirectional", hidden_size=64))
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_cc
 def test_concurrent_callers_share_a_pool(native_threads):
     """Callers in several Python threads (sessions run concurrently): one uses the pool, the others run
     their parts themselves; every result is right."""
