@@ -121,6 +121,8 @@ def _coupling(xp, r, C: int):
         Qp = xp.sum(Q * p[:, None, :], axis=2)
         pQp = xp.sum(p * Qp, axis=1)
         active = xp.max(xp.abs(Qp - pQp[:, None]), axis=1) >= eps
+        if isinstance(active, np.ndarray) and not active.any():  # every row has converged (read on the host only)
+            break
         for i in range(C):
             Qii = Q[:, i, i]
             diff = (-Qp[:, i] + pQp) / Qii
