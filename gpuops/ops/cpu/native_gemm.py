@@ -142,13 +142,18 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
     """Whether :func:`gemm` beats ``np.matmul`` plus the native bias-and-clamp pass on an M x K x N
     product at ``threads`` threads (None: the native kernels' count now).
 
-    One thread, AVX-512 (first measured on another machine; re-measured 2026-11-27 on an Intel Xeon
-    KVM guest, CPUID family 6 model 167, AVX-512 with VNNI, 2 cores, warm caches, against OpenBLAS):
-    it wins by 1.2-2x with cold caches almost everywhere, so this asks for no loss with warm ones. Not
-    for fewer channels than a vector's lanes, nor for short K where channels leave lanes empty
-    (M % lanes) -- unless the cells take the lanes (:func:`rows_layout`: 0.71-0.90x of OpenBLAS at
-    17-24 channels, K 64-147, 784-3025 cells, re-measured) -- or small maps have many channels.
-    Lanes follow the CPU (:func:`gpuops.native.vector_lanes`: the same rules with 8 on AVX2).
+    One thread, AVX-512 (first measured on another machine): it wins by 1.2-2x with cold caches almost
+    everywhere, so this asks for no loss with warm ones. Not for fewer channels than a vector's lanes,
+    nor for short K where channels leave lanes empty (M % lanes) -- unless the cells take the lanes
+    (:func:`rows_layout`) -- or small maps have many channels. Re-measured 2026-11-27 on an Intel Xeon
+    KVM guest (CPUID family 6 model 167, AVX-512 with VNNI, 2 cores), warm caches, against OpenBLAS:
+    the cells-on-lanes layout at 17-24 channels, K 64-147, 784-3025 cells runs at 0.71-0.90x (now
+    taken); 7x7 maps at 0.76-0.97x; channels on the lanes with K >= 96 and 196 or more cells at
+    1.05-1.4x (kept: the cold-cache gain is larger).
+
+    AVX2 (:func:`gpuops.native.vector_lanes` 8; the same machine with the kernels built for x86-64-v3
+    and ``OPENBLAS_CORETYPE=Haswell``): only the cells-on-lanes layout pays (0.86-0.95x); channels on
+    8 lanes ran at 1.02-1.45x on every shape measured, so OpenBLAS runs those.
 
     More threads: the kernel splits the cells (columns) in tiles of MR across them, where OpenBLAS
     splits rows too; with fewer than two tiles per thread (a 7x7 map at 4 threads) OpenBLAS keeps
@@ -160,8 +165,11 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
         return False
     if M < lanes:
         return False
+    cells = rows_layout(M, K, N) and N >= 96
+    if lanes < 16:
+        return cells and K >= 16
     if M % lanes:
-        if rows_layout(M, K, N) and N >= 96:
+        if cells:
             return K >= 32
         return K >= (256 if N >= 96 else 1152)
     if N < 96 and M >= 256:
