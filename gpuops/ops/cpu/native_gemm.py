@@ -153,7 +153,11 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
 
     AVX2 (:func:`gpuops.native.vector_lanes` 8; the same machine with the kernels built for x86-64-v3
     and ``OPENBLAS_CORETYPE=Haswell``): only the cells-on-lanes layout pays (0.86-0.95x); channels on
-    8 lanes ran at 1.02-1.45x on every shape measured, so OpenBLAS runs those.
+    8 lanes ran at 1.02-1.45x on every shape measured, so OpenBLAS runs those. End to end (light
+    models, one thread, against the AVX-512 rules with 8 lanes): resnet50 0.96x, densenet121 0.90x,
+    inception_v1 0.98x, squeezenet and shufflenet 1.00x of their time. (Winograd's :func:`.winograd.pays`
+    was checked the same way and kept: raising its tile threshold, which single convs favoured, made
+    resnet50, vgg19, densenet121 and inception_v1 1.04-1.24x slower end to end.)
 
     More threads: the kernel splits the cells (columns) in tiles of MR across them, where OpenBLAS
     splits rows too; with fewer than two tiles per thread (a 7x7 map at 4 threads) OpenBLAS keeps
