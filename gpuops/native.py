@@ -392,8 +392,10 @@ def load(so: Path, error=BuildError) -> ctypes.CDLL:
 # -- the native kernels -----------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def _cpu_id() -> str:
-    """What ``-march=native`` depends on: the machine and, on Linux, the CPU's feature flags."""
+    """What ``-march=native`` depends on: the machine and, on Linux, the CPU's feature flags (read
+    once: kernel choices ask on every call)."""
     features = ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -407,7 +409,11 @@ def vector_lanes() -> int:
     """float32 lanes of the widest vectors the kernels are compiled for: 16 where the CPU has AVX-512F
     (and ``$GPUOPS_NATIVE_CFLAGS`` does not target an older x86-64 level), else 8 (AVX2; other CPUs).
     Kernel-choice thresholds that depend on how a tile fills the lanes use it."""
-    extra = os.environ.get("GPUOPS_NATIVE_CFLAGS", "")
+    return _lanes(os.environ.get("GPUOPS_NATIVE_CFLAGS", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _lanes(extra: str) -> int:
     older = any(f in extra for f in ("x86-64-v2", "x86-64-v3", "haswell", "no-avx512"))
     return 16 if " avx512f" in _cpu_id() and not older else 8
 
