@@ -21,7 +21,7 @@ from ..errors import NodeError
 from ..registry import op
 from .linalg import up
 from .elementwise import clamp
-from .windows import (check_conv_shapes, col2im, conv_geometry, conv_shape_geometry, im2col, spatial_attrs,
+from .windows import (check_bias, check_conv_shapes, col2im, conv_geometry, conv_shape_geometry, im2col, spatial_attrs,
                       window_extent)
 
 def grouped_matmul(xp, W, cols, group):
@@ -75,6 +75,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     channels beats a multiply-add per tap); direct GEMM for unpadded stride-1 1x1 kernels.
     ``clamp_to``: ``(lo, hi)`` of a fused Relu or Clip, applied with the bias (float32 only: see
     FusedConv)."""
+    check_bias(B, W.shape[0])
     ct = compute_dtype(X.dtype)
     if ct is not None:
         check_conv_shapes(X, W, group, kernel_shape)
@@ -112,6 +113,7 @@ def Conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
 def _conv_transpose(xp, X, W, B, auto_pad, dilations, group, kernel_shape, output_padding,
                     output_shape, pads, strides, same_upper_head_small):
     check_conv_shapes(X, W, group, kernel_shape, transpose=True)
+    check_bias(B, W.shape[1] * group)
     nd = X.ndim - 2
     kernel, strides, dilations, pb, pe = spatial_attrs(nd, W.shape[2:], strides, dilations, pads)
     output_padding = list(output_padding) if output_padding else [0] * nd
@@ -175,6 +177,7 @@ def DeformConv(xp, X, W, offset, B=None, mask=None, *, dilations=None, group=1, 
     """Deformable convolution: each tap samples X (multilinear, zero outside) at its regular
     position plus a learned offset, optionally scaled by ``mask``; then a grouped matmul."""
     check_conv_shapes(X, W, group, kernel_shape)
+    check_bias(B, W.shape[0])
     nd = X.ndim - 2
     kernel, strides, dilations, pb, pe = spatial_attrs(nd, W.shape[2:], strides, dilations, pads)
     _, _, out = conv_geometry(X.shape[2:], kernel, strides, dilations, pb, pe)

@@ -172,6 +172,13 @@ def check_shapes(x_shape, w_shape, group, kernel_shape, transpose=False):
         raise NodeError(f"kernel_shape {list(kernel_shape)} does not match W shape {tuple(w_shape)}")
 
 
+def check_bias(B, channels: int) -> None:
+    """Raise a NodeError unless the bias B (or None) has one value per output channel."""
+    if B is not None and tuple(B.shape) != (channels,):
+        raise NodeError(f"B has shape {tuple(B.shape)}; a conv's bias has one value per output channel, "
+                        f"shape ({channels},)")
+
+
 def check_conv_shapes(X, W, group, kernel_shape, transpose=False):
     """Raise a NodeError unless X and W fit a (transposed) conv with ``group`` groups."""
     check_shapes(tuple(X.shape), tuple(W.shape), group, kernel_shape, transpose)

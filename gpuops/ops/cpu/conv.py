@@ -28,7 +28,7 @@ import numpy as np
 from ... import native
 from ...registry import op
 from ..conv import compute_dtype, conv as _generic_conv
-from ..windows import check_conv_shapes, conv_shape_geometry, pad_for_windows
+from ..windows import check_bias, check_conv_shapes, conv_shape_geometry, pad_for_windows
 from ..contrib.fusion import nhwc_conv
 from ..contrib.transformer import FusedConv as _generic_fused_conv, as_clamp, residual_activation
 from ..legacy import depthwise_conv2d
@@ -437,6 +437,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     if not on_host(X, W, B):
         return _generic_conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
                              kernel_shape=kernel_shape, pads=pads, strides=strides, clamp_to=clamp_to)
+    check_bias(B, W.shape[0])
     if kept is not None and not kept.fits(W, B):
         kept = None
     ct = compute_dtype(X.dtype)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..windows import conv_geometry, spatial_attrs
+from ..windows import check_bias, conv_geometry, spatial_attrs
 from ._launch import contiguous, f32, generic, i32, i64, launch, on_device, optional
 from .quantize import int_matmul, requantize
 
@@ -108,6 +108,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     """Y = act(conv(X, W) + B + Z) with the kernels. Returns None when the generic op must run."""
     if not on_device(X, W, B, Z):
         return None
+    check_bias(B, W.shape[0])
     if X.dtype not in _FLOATS or W.dtype != X.dtype or not 3 <= X.ndim <= 5 or W.ndim != X.ndim:
         return None
     if (B is not None and B.dtype != X.dtype) or (Z is not None and Z.dtype != X.dtype):
@@ -223,6 +224,7 @@ def conv_transpose(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group
     """ConvTranspose as GEMM (col = W^T x per group) + the col2im gather kernel with the epilogue."""
     if not on_device(X, W, B):
         return None
+    check_bias(B, W.shape[1] * group)
     if X.dtype not in _FLOATS or W.dtype != X.dtype or not 3 <= X.ndim <= 5 or W.ndim != X.ndim:
         return None
     if B is not None and B.dtype != X.dtype:
