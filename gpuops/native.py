@@ -511,7 +511,8 @@ def threads() -> int:
 
 def set_threads(n: int) -> None:
     """Let the native kernels split their work across ``n`` threads (their pools: cpu_kernels/pool_threads.h);
-    the files loaded later get it too. A session sets its ``threads`` around each run."""
+    the files loaded later get it too. A session sets its ``threads`` at the start of each run; the
+    count is the process's, so sessions of different counts running at once share the last one set."""
     global _threads
     if n == _threads:
         return
