@@ -98,13 +98,16 @@ def main(argv=None) -> int:
             _copy_tree(tree)
             trees.append(tree)
         cache = Path(tmp) / "cache"
-        env = _env(trees[0], cache)
         selections = list(dict.fromkeys(m.tests for m in chosen))  # each distinct one, unmutated
-        bad = []
-        for sel in selections:
-            rc, seconds, out = _pytest(trees[0], env, sel, a.timeout)
-            if rc != 0:
-                bad.append((sel, _summary_line(out)))
+
+        def unmutated(j):  # lane j of the copies: selections j, j + jobs, ...
+            tree = trees[j]
+            return [(sel, rc, out) for sel in selections[j::len(trees)]
+                    for rc, _, out in [_pytest(tree, _env(tree, cache), sel, a.timeout)]]
+
+        with ThreadPoolExecutor(len(trees)) as ex:
+            bad = [(sel, _summary_line(out)) for lane in ex.map(unmutated, range(len(trees)))
+                   for sel, rc, out in lane if rc != 0]
         print(f"unmutated: {len(selections) - len(bad)} of {len(selections)} test selections pass "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
         if bad:
