@@ -69,7 +69,10 @@ def conv_geometry(in_shape, kernel, strides, dilations, pads_begin, pads_end, au
                 o -= 1
         else:
             o = span // s + 1
-        out.append(max(o, 0))
+        if o < 0:  # onnxruntime refuses it too ("Calculated output dimension is negative")
+            raise NodeError(f"the window (kernel {k}, dilation {d}) is larger than the padded input ({n + pb + pe}): "
+                            f"the output dimension would be {o}; check kernel_shape, pads, strides and dilations")
+        out.append(o)
     return list(pads_begin), list(pads_end), out
 
 
@@ -179,6 +182,14 @@ def check_bias(B, channels: int) -> None:
                         f"shape ({channels},)")
 
 
+def check_conv_output(in_shape, out, kernel, dilations, pads_begin, pads_end) -> None:
+    """Refuse a conv whose output would be empty, as onnxruntime's Conv does ("Invalid input shape")."""
+    if 0 in out:
+        raise NodeError(f"input shape {tuple(in_shape)} is smaller than the conv's window (kernel {tuple(kernel)}, "
+                        f"dilations {tuple(dilations)}, pads {tuple(pads_begin)} + {tuple(pads_end)}): the output "
+                        "would be empty")
+
+
 def check_conv_shapes(X, W, group, kernel_shape, transpose=False):
     """Raise a NodeError unless X and W fit a (transposed) conv with ``group`` groups."""
     check_shapes(tuple(X.shape), tuple(W.shape), group, kernel_shape, transpose)
@@ -199,6 +210,7 @@ def geometry_of(x_shape, w_shape, group, auto_pad, kernel_shape, strides, dilati
     check_shapes(x_shape, w_shape, group, kernel_shape)
     kernel, s, d, pb, pe = spatial_attrs(len(x_shape) - 2, w_shape[2:], strides, dilations, pads)
     pb, pe, out = conv_geometry(x_shape[2:], kernel, s, d, pb, pe, auto_pad)
+    check_conv_output(x_shape[2:], out, kernel, d, pb, pe)
     return (*map(tuple, (kernel, s, d, pb, pe, out)), math.prod(kernel), math.prod(out))
 
 

@@ -50,3 +50,28 @@ def test_the_right_bias_length_still_runs(device, op_type):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = gpuops.InferenceSession(model, device=device).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type,kernel,dilation,ort_refuses", [
+    ("MaxPool", 6, 1, False),  # an empty output: both runtimes answer it
+    ("MaxPool", 7, 1, True), ("MaxPool", 2 ** 31 - 1, 1, True), ("MaxPool", 2, 2 ** 31 - 1, True),
+    ("AveragePool", 7, 1, True), ("Conv", 6, 1, True), ("Conv", 7, 1, True)])
+def test_windows_larger_than_the_input_as_onnxruntime(device, op_type, kernel, dilation, ort_refuses):
+    """A pool whose output dimension would be negative, and a conv whose output would be empty, are
+    refused (onnxruntime: "Calculated output dimension is negative", "Invalid input shape")."""
+    feeds = {"X": RNG.standard_normal((1, 1, 5, 5)).astype(np.float32)}
+    if op_type == "Conv":
+        feeds["W"] = RNG.standard_normal((1, 1, kernel, kernel)).astype(np.float32)
+    model = one_node_model(op_type, feeds, ["y"], name="the_window", kernel_shape=[kernel, kernel],
+                           dilations=[dilation, 1])
+    try:
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    except Exception:
+        want = None
+    assert (want is None) == ort_refuses
+    if ort_refuses:
+        with pytest.raises(gpuops.GpuopsError, match="the_window"):
+            gpuops.InferenceSession(model, device=device).run(None, feeds)
+    else:
+        assert gpuops.InferenceSession(model, device=device).run(None, feeds)[0].shape == want.shape

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
-from ..windows import check_bias, conv_geometry, spatial_attrs
+from ..windows import check_bias, check_conv_output, conv_geometry, spatial_attrs
 from ._launch import contiguous, f32, generic, i32, i64, launch, on_device, optional
 from .quantize import int_matmul, requantize
 
@@ -71,6 +71,7 @@ class _ConvShape:
         in_shape = [int(d) for d in X.shape[2:]]
         kernel, strides, dilations, begin, end = _geometry(X, W, kernel_shape, strides, dilations, pads)
         begin, end, self.out_shape = conv_geometry(in_shape, kernel, strides, dilations, begin, end, auto_pad)
+        check_conv_output(in_shape, self.out_shape, kernel, dilations, begin, end)
         self.O, self.K = math.prod(self.out_shape), math.prod(kernel)
         self.pointwise = self.K == 1 and all(v == 1 for v in strides) and not any(begin) and not any(end)
         self.args = tuple(i32(v) for v in (*_as3(in_shape, 1), *_as3(self.out_shape, 1), *_as3(kernel, 1),
