@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .dependencies import missing_dependency
+from .dependencies import missing_dependency, missing_optional
 from .device import devices, get_device
 from .errors import GpuopsError
 from .models import random_feed, resolve_model_path  # resolve_model_path: the benchmarks' too
@@ -330,13 +330,13 @@ def guarded(fn, verbose: bool) -> int:
     except KeyboardInterrupt:
         print("gpuops: interrupted", file=sys.stderr)
         return 130
-    except ModuleNotFoundError as e:  # a runtime dependency missing: say which, and how to install it
-        message = missing_dependency(e.name or "")
-        if message is None:
-            message = f"the package {e.name or ''} does not import (pip install {e.name or ''})"
-        print(f"gpuops: error: {message} ({e})", file=sys.stderr)
-        return 1
     except Exception as e:  # noqa: BLE001 - a bug in gpuops: one line, the traceback on request
+        # a runtime or optional dependency missing: say which, and how to install it
+        message = (missing_dependency(e.name or "") or missing_optional(e.name or "")
+                   if isinstance(e, ModuleNotFoundError) else None)
+        if message is not None:
+            print(f"gpuops: error: {message} ({e})", file=sys.stderr)
+            return 1
         if verbose:
             raise
         first = str(e).splitlines()[0] if str(e) else ""

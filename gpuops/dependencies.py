@@ -7,6 +7,10 @@ from __future__ import annotations
 RUNTIME_DEPENDENCIES = {"numpy": "numpy", "onnx": "onnx", "array_api_compat": "array-api-compat",
                         "ml_dtypes": "ml_dtypes"}
 CUPY_HINT = "pip install 'gpuops[cuda]' (CUDA 12) or 'gpuops[cuda13]' (CUDA 13)"
+# optional packages some commands use: import name -> what to install
+OPTIONAL_DEPENDENCIES = {"onnxruntime": "onnxruntime", "pyarrow": "pyarrow", "modeci_mdf": "'gpuops[mdf]'",
+                         "graph_scheduler": "'gpuops[mdf]'", "ray": "'gpuops[ray]'", "pynvml": "nvidia-ml-py",
+                         "threadpoolctl": "threadpoolctl", "matplotlib": "matplotlib", "torch": "torch"}
 
 
 def _requirement(dist: str) -> str:
@@ -37,3 +41,10 @@ def missing_dependency(module: str) -> str | None:
     if dist is None:
         return None
     return f"gpuops needs the package {dist}, which does not import: pip install '{_requirement(dist)}'"
+
+
+def missing_optional(module: str) -> str | None:
+    """What to tell the user when an optional package ``module`` does not import; None for any other."""
+    top = (module or "").partition(".")[0]
+    install = OPTIONAL_DEPENDENCIES.get(top)
+    return None if install is None else f"this needs the optional package {top}, which does not import: pip install {install}"

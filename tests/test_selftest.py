@@ -293,8 +293,19 @@ def test_the_cli_turns_a_missing_module_into_a_message(capsys, monkeypatch):
         raise ModuleNotFoundError("No module named 'something_else'", name="something_else")
 
     monkeypatch.setattr(selftest, "run", other)
-    with pytest.raises(ModuleNotFoundError):  # not a runtime dependency: a bug, with its traceback
-        main(["selftest"])
+    assert main(["selftest"]) == 1  # not a dependency: a bug in gpuops, one line, the traceback with -v
+    assert capsys.readouterr().err.startswith("gpuops: internal error: ModuleNotFoundError: No module named "
+                                              "'something_else' (rerun with -v")
+    with pytest.raises(ModuleNotFoundError):
+        main(["-v", "selftest"])
+
+    def optional(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'onnxruntime'", name="onnxruntime")
+
+    monkeypatch.setattr(selftest, "run", optional)
+    assert main(["selftest"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpuops: error: this needs the optional package onnxruntime") and "pip install onnxruntime" in err
 
 
 # -- tolerances ------------------------------------------------------------------------------------
