@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 import gpuops
 
 from tests.ops.common import assert_node_matches_ort, make_model, run_both, run_node
+from tests.ort_versions import ort_older_than
 
 RNG = np.random.default_rng(0)
 _check = functools.partial(assert_node_matches_ort, atol=0)
@@ -177,6 +178,8 @@ def test_qlinear_conv(per_channel, w_dtype):
     else:
         w = RNG.integers(-128, 128, size=(4, 3, 3, 3)).astype(np.int8)
         wz = np.array([0, 3, -2, 5], np.int8) if per_channel else np.array(-4, np.int8)
+    if per_channel and ort_older_than("1.24"):  # 1.23 refuses per-channel zero points that differ ("must be same")
+        wz[:] = wz[1]
     feeds = {"x": x, "xs": np.array(0.05, np.float32), "xz": np.array(120, np.uint8), "w": w, "ws": ws,
              "wz": wz, "ys": np.array(0.2, np.float32), "yz": np.array(60, np.uint8),
              "B": RNG.integers(-1000, 1000, size=(4,)).astype(np.int32)}
