@@ -444,6 +444,10 @@ def _check_call(api, f, args, kwargs) -> None:
             raise NotImplementedError("Only int or ndarray are supported for a")
         if not isinstance(v, (ndarray, int, float, complex)):
             raise NotImplementedError("Only python scalars or ndarrays are supported for v")
+    elif short in ("isin", "in1d") and kind == "func":  # cupy/_logic/truth.py: _exists_kernel(ar1, sort(ar2))
+        values = [named.get(k) for k in (("element", "test_elements") if short == "isin" else ("ar1", "ar2"))]
+        if all(getattr(v, "size", 1) for v in values):  # an empty one returns before the kernel
+            _kernel_operands([v for v in values if isinstance(v, np.ndarray)], short)
     elif short in ("copyto", "full") and kind == "func":  # cupy/_manipulation/basic.py copyto
         src = named.get("src" if short == "copyto" else "fill_value")
         if isinstance(src, np.ndarray) and src.size != 1:

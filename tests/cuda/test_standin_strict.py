@@ -265,6 +265,7 @@ def test_what_cupy_has_of_them_still_works(sd, a):
     ("sd.cp.full((6,), np.ones(6))", ValueError),  # _manipulation/basic.py copyto: non-scalar numpy.ndarray
     ("sd.cp.copyto(a, np.ones(6, np.float32))", ValueError),
     ("sd.cp.sum([1.0, 2.0])", AttributeError),  # sumprod.py sum(a) is a.sum(): a list has none
+    ("sd.cp.isin(a, np.ones(2))", TypeError),  # _logic/truth.py in1d: an elementwise kernel over ar2
 ])
 def test_host_operands_of_methods_and_copies_are_refused(sd, a, call, err):
     with pytest.raises(err):
