@@ -58,9 +58,20 @@ def test_node_case(case, device):
         raise AssertionError(f"{case.name} fails on {device} for a reason its expected-failure entry does not "
                              f"record (it expects {expected.exception} with {expected.match!r})") from e
     RESULTS[device][case.name] = "pass"
+    if expected is not None and _draws(case):  # random ops: the stored values are one draw of many
+        pytest.xfail(f"{expected.reason} (this run's draws happened to match the stored ones)")
     if expected is not None:
         pytest.fail(f"{case.name} passes on {device} now: remove it from the expected-failure file "
                     f"({expected.reason})")
+
+
+RANDOM_OPS = {"Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial"}
+
+
+def _draws(case) -> bool:
+    """Whether the case's outputs are random draws (a Bernoulli of 10 values matches by chance now and then)."""
+    return any(n.op_type in RANDOM_OPS for n in case.model.graph.node) or any(
+        n.op_type in RANDOM_OPS for f in case.model.functions for n in f.node)
 
 
 def test_an_expected_failure_must_fail_the_recorded_way(tmp_path):
