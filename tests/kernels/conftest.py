@@ -35,7 +35,7 @@ class Dev:
         return a.get()
 
 
-@pytest.fixture(scope="session",
+@pytest.fixture(scope="module",  # module: the GPU shapes end with the module that set them
                 params=["emulator", "emulator-gpu-shapes", pytest.param("cupy", marks=pytest.mark.cuda)])
 def dev(request):
     """Where the kernels run: the emulator with its own launch shapes (a few blocks of at most 128
