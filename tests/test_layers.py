@@ -22,7 +22,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "gpuops"
 
 LAYERS = {
-    "model": ("gpuops.onnx.model",),
+    "model": ("gpuops.onnx.model", "gpuops.onnx.validate"),
     "optimizer": ("gpuops.optimizer",),
     "plan": ("gpuops.onnx.plan", "gpuops.onnx.specialize", "gpuops.onnx.shape_plans"),
     "executor": ("gpuops.executor",),
