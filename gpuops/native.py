@@ -31,6 +31,9 @@ into place, so that concurrent processes agree; the sha256 of the library is sto
 (``.so.sha256``) and checked each time it is loaded, so a truncated or corrupted library is rebuilt,
 never loaded. A compiler gets :data:`COMPILE_SECONDS`; a failure raises :class:`BuildError`, which
 carries the compiler's command line and its stderr.
+
+One module, past 500 lines: the build (compiler, flags, cache and its integrity checks), the loading
+and the calls are one trust boundary, reviewed together.
 """
 
 from __future__ import annotations

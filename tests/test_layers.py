@@ -168,3 +168,10 @@ def test_the_runtime_never_imports_the_test_doubles():
     wrong = [f"{a} imports {b}" for a, targets in sorted(import_graph().items()) if _layer(a) is not None
              for b in sorted(targets) if b.startswith(TESTING)]
     assert wrong == []
+
+
+def test_long_modules_say_why():
+    """A module past 500 lines says why in its docstring ("past 500 lines"), or is split."""
+    long = [m for m, p in sorted(_modules().items()) if p.read_text().count("\n") > 500
+            and "past 500 lines" not in (ast.get_docstring(ast.parse(p.read_text())) or "")]
+    assert long == []

@@ -48,6 +48,9 @@ CuPy's rules on top, and it is meant to be at least as strict as CuPy on a GPU:
   execution model (:mod:`gpuops.testing.emulator`).
 * its backend (:class:`StandinBackend`) gives :class:`gpuops.device.Device` the stand-in's sync counts,
   buffer ownership, cuBLAS C API and the emulator's launch limits.
+
+One module, past 500 lines: a test double, not runtime code; its rules (arrays, streams and their
+pool arenas, graphs, libraries) check one another, and splitting it into a package is pending.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ What depends only on a constant weight (its float32 copy when it is float16, its
 Winograd transform, its kn2row layout, the conv's geometry per input shape) is made once per session
 and kept on the plan step (:class:`ConvWeights`, the ops' ``prepare`` hook): the float32 copy and the
 packs of 1x1 convs whose layout cannot depend on the input at plan time, the rest at first need.
+
+One module, past 500 lines: the CPU conv paths share the kept weights and the choice between them.
 """
 
 from __future__ import annotations
