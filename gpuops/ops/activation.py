@@ -8,6 +8,8 @@ Exponentials are written in their overflow-free forms (``expm1`` of the negative
 
 import math
 
+import numpy as np
+
 from ..errors import NodeError
 from ..registry import op
 from .elementwise import clamp, erf, same_dtype
@@ -97,12 +99,13 @@ def Mish(xp, X):
 
 @op("Gelu", since=20)
 def Gelu(xp, X, *, approximate="none"):
+    x = X.astype(np.float32) if np.dtype(X.dtype).itemsize < 4 else X  # 1 + erf cancels: float16 loses it all
     if approximate == "tanh":
-        inner = math.sqrt(2 / math.pi) * (X + 0.044715 * X * X * X)
-        return cast_like(X, 0.5 * X * (1 + xp.tanh(inner)))
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
+        return cast_like(X, 0.5 * x * (1 + xp.tanh(inner)))
     if approximate != "none":
         raise NodeError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return cast_like(X, 0.5 * X * (1 + erf(xp, X * (1 / math.sqrt(2)))))
+    return cast_like(X, 0.5 * x * (1 + erf(xp, x * (1 / math.sqrt(2)))))
 
 
 @op("ThresholdedRelu", since=10)
