@@ -22,6 +22,7 @@ from onnx import AttributeProto
 from .. import registry
 from ..dtypes import tensor_to_numpy
 from ..errors import GpuopsError, ModelError, UnsupportedOpError
+from ..executor.run import call_op
 
 MAX_FUNCTION_DEPTH = 100
 """How deeply model-local function calls may nest (onnxruntime's bound too)."""
@@ -407,12 +408,14 @@ class PlanBuilder:
 
 
 def _fold_constant(step: Step) -> np.ndarray:
+    """The value of a node without inputs (Constant...), through the executor's op-call path."""
     try:
-        return np.asarray(step.impl.fn(host_xp(), **step.attrs))
-    except GpuopsError:
-        raise
-    except Exception as e:  # a bad attribute value
-        raise ModelError(f"{step.describe()}: {type(e).__name__}: {e}") from e
+        return np.asarray(call_op(step.impl, host_xp(), [], step.attrs, where=step.describe()))
+    except GpuopsError as e:
+        cause = e.__cause__
+        if cause is None or isinstance(cause, GpuopsError):
+            raise
+        raise ModelError(f"{step.describe()}: {type(cause).__name__}: {cause}") from cause  # a bad attribute value
 
 
 def _check_call(chain: tuple, key: tuple) -> None:
