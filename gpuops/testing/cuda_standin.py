@@ -365,6 +365,10 @@ def _kernel_operands(values, name: str) -> None:
             raise TypeError(f"Unsupported type {type(x)}")
 
 
+# positional parameters of NumPy's C functions whose signature older NumPy does not expose
+_C_PARAMS = {"copyto": ("dst", "src", "casting", "where")}
+
+
 def _param_names(f, api) -> tuple:
     spec = api[2]
     if spec is not None:
@@ -376,8 +380,8 @@ def _param_names(f, api) -> tuple:
             sig = inspect.signature(f)
             names = tuple(p.name for p in sig.parameters.values()
                           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
-        except (TypeError, ValueError):
-            names = ()
+        except (TypeError, ValueError):  # a C function without a signature (np.copyto before NumPy 2.3)
+            names = _C_PARAMS.get(getattr(f, "__name__", ""), ())
         try:
             _PARAMS[f] = names
         except TypeError:
