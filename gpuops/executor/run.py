@@ -26,7 +26,7 @@ from ..errors import GpuopsError, NodeError, OutOfMemoryError
 from ..memory import LiveBytes, MemoryManager, is_out_of_memory
 from ..ops import checks
 from .profile import NodeTimer
-from .values import host_value, nbytes
+from .values import host_value, nbytes, record_shape
 
 log = logging.getLogger("gpuops")
 
@@ -65,7 +65,8 @@ class Subgraph:
         return [vi.type for vi in self.plan.output_info]
 
     def __call__(self, *inputs) -> list:
-        env = _Scope(self.outer)
+        shapes = getattr(self.outer, "shapes", None)  # a run recording its values' shapes records the bodies'
+        env = _Scope(self.outer) if shapes is None else _RecordingScope(self.outer, shapes)
         env.update(self.plan.weights)
         for vi, value in zip(self.plan.inputs, inputs):
             env[vi.name] = value
@@ -82,6 +83,19 @@ class _Scope(dict):
 
     def __missing__(self, key):
         return self.outer[key]
+
+
+class _RecordingScope(_Scope):
+    """A :class:`_Scope` that records the shape and dtype of each value stored into ``shapes`` (the
+    enclosing run's: ONNX value names are unique across a graph and its subgraphs)."""
+
+    def __init__(self, outer: Mapping[str, Any], shapes: dict):
+        super().__init__(outer)
+        self.shapes = shapes
+
+    def __setitem__(self, name, value):
+        record_shape(self.shapes, name, value)
+        super().__setitem__(name, value)
 
 
 class _Code(NamedTuple):

@@ -21,6 +21,14 @@ def host_value(value):
     return to_host(value)
 
 
+def record_shape(shapes: dict, name: str, value) -> None:
+    """Note ``value``'s shape and dtype as ``shapes[name]`` when it is an array (a run recording the
+    shapes of its values, for a shape-specialized plan)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        shapes[name] = (tuple(shape), np.dtype(value.dtype))
+
+
 def check_map(value, key_dtype: np.dtype, value_dtype: np.dtype) -> dict:
     """A map feed (a dict of key -> value with the declared types) as a dict of Python keys and NumPy
     scalars of the value type (strings stay ``str``); anything else is a :class:`FeedError`."""

@@ -210,6 +210,11 @@ def host_xp():
     return get_device("cpu").xp
 
 
+def node_count(plan: Plan) -> int:
+    """The steps of ``plan`` and of its subgraphs' plans, at any depth."""
+    return sum(1 + sum(node_count(sub) for sub in step.subgraphs.values()) for step in plan.steps)
+
+
 class PlanBuilder:
     """Builds a :class:`Plan` for a graph (and, recursively, for its subgraphs)."""
 

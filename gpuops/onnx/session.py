@@ -28,7 +28,7 @@ from ..threads import blas_threads
 from ..threads import resolve as resolve_threads
 from . import specialize
 from .model import load_model
-from .plan import Plan, PlanBuilder
+from .plan import Plan, PlanBuilder, node_count
 from .shape_plans import DEFAULT_CACHE as DEFAULT_SHAPE_PLANS
 from .shape_plans import ShapePlans, owned_bytes
 
@@ -299,8 +299,8 @@ class InferenceSession:
         opsets = {canonical_domain(imp.domain): imp.version for imp in model.opset_import} or {"": 1}
         functions = {(canonical_domain(f.domain), f.name): f for f in model.functions}
         plan = PlanBuilder(opsets, self.device.kind, functions, model).build(model.graph)
-        info = {"nodes": len(plan.steps), "base_nodes": len(self.plan.steps), "folded": len(spec.folded)}
-        if len(plan.steps) >= len(self.plan.steps):
+        info = {"nodes": node_count(plan), "base_nodes": node_count(self.plan), "folded": len(spec.folded)}
+        if info["nodes"] >= info["base_nodes"]:
             return None, 0, {**info, "reason": "specializing saves no node"}
         plan.upload(self.device, like=self.plan)
         return plan, owned_bytes(plan, self.plan), info

@@ -22,7 +22,10 @@ become constants of the new plan; the nodes are gone. Bounded: a value that depe
 shapes is folded only when it has at most ``max_elements`` elements and is an integer or bool (or a
 float of at most :data:`MAX_FLOAT_ELEMENTS`, the scalars of shape arithmetic like ``Cast`` to float,
 ``Mul`` by a scale, ``Floor``); a value made from constants only (no feed shape involved), of at
-most ``max_constant_bytes``. Random ops, nodes with subgraphs and sequences are never folded.
+most ``max_constant_bytes``. Random ops, nodes with subgraphs and sequences are never folded; for a
+model (:func:`specialize_model`) the branches of ``If`` nodes are folded too, with the shapes their
+scope has (whole networks sit in the branches of exports that test a feed's value, as silero-vad's do),
+and an ``If`` whose condition became a constant is then inlined by the optimizer.
 
 The new plan shares the unchanged steps' ops and sub-plans with the original; its folded constants
 are in ``initializers`` (host), the host inputs they feed in the steps' ``host_consts`` and, where a
@@ -44,6 +47,7 @@ from onnx import helper, numpy_helper
 from .. import registry
 from ..executor.evaluate import is_tensor as _tensor, nondeterministic
 from ..executor.run import call_op
+from ..executor.values import record_shape
 from .plan import Plan, Step, host_xp, plan_liveness
 
 MAX_ELEMENTS = 4096
@@ -97,7 +101,8 @@ class Specialized:
 
 class ShapeRecorder(dict):
     """A run's values (``run_plan``'s ``env``) that records the shape and dtype of every value a node
-    stores: ``shapes`` for :func:`specialize` (exact, whatever the ops)."""
+    stores: ``shapes`` for :func:`specialize` (exact, whatever the ops); the bodies of subgraphs run in
+    its scope record theirs into it too."""
 
     __slots__ = ("shapes",)
 
@@ -106,22 +111,24 @@ class ShapeRecorder(dict):
         self.shapes: dict[str, tuple] = {}
 
     def __setitem__(self, name, value):
-        shape = getattr(value, "shape", None)
-        if shape is not None and hasattr(value, "dtype"):
-            self.shapes[name] = (tuple(shape), np.dtype(value.dtype))
+        record_shape(self.shapes, name, value)
         super().__setitem__(name, value)
 
 
 def specialize(plan: Plan, feeds, *, device=None, opsets: Mapping[str, int] | None = None,
                shapes: Mapping[str, tuple] | None = None, keep: Iterable[str] = (),
-               max_elements: int = MAX_ELEMENTS, max_constant_bytes: int = MAX_CONSTANT_BYTES) -> Specialized:
+               max_elements: int = MAX_ELEMENTS, max_constant_bytes: int = MAX_CONSTANT_BYTES,
+               branches: bool = False) -> Specialized:
     """``plan`` specialized to the feed shapes ``feeds`` (a :func:`signature`, or name -> array or
     (shape, dtype)): the values that depend only on shapes and constants computed on the host (see the
     module's doc). ``device``: where the new constants that remaining steps read on the device go
     (default: they stay NumPy arrays, right for the cpu). ``opsets``: the model's opset imports, for
     ONNX's shape inference (default: each op's registered version). ``shapes``: name -> (shape, dtype)
     of values as a run observed them (:class:`ShapeRecorder`), preferred to inference. ``keep``:
-    values the new plan's liveness never releases besides the outputs (a CUDA graph keeps its feeds)."""
+    values the new plan's liveness never releases besides the outputs (a CUDA graph keeps its feeds).
+    ``branches``: fold inside the branches of ``If`` nodes too (their values join ``folded`` and
+    ``constants``; the new plan's If steps keep their branches as they were: this is for
+    :func:`specialize_model`, which drops those nodes from the model's branches)."""
     sig = _shapes_of(feeds)
     hints = dict(shapes or {})
     xp = host_xp()
@@ -131,8 +138,22 @@ def specialize(plan: Plan, feeds, *, device=None, opsets: Mapping[str, int] | No
     known.update(sig)
     folded: list[str] = []
     new_consts: dict[str, np.ndarray] = {}
-    steps: list[Step] = []
-    for step in plan.steps:
+    steps = _fold_steps(plan.steps, consts=consts, pure=pure, known=known, hints=hints, xp=xp, opsets=opsets,
+                        max_elements=max_elements, max_constant_bytes=max_constant_bytes, folded=folded,
+                        new_consts=new_consts, branches=branches)
+    key = tuple((k, shape, str(dtype)) for k, (shape, dtype) in sorted(sig.items()))
+    return Specialized(_build(plan, steps, consts, new_consts, device, set(keep)), key, folded, new_consts, known)
+
+
+# -- folding -------------------------------------------------------------------------------------
+
+def _fold_steps(steps, *, consts, pure, known, hints, xp, opsets, max_elements, max_constant_bytes, folded,
+                new_consts, branches) -> list[Step]:
+    """The steps that stay, after folding the others into ``consts`` and ``new_consts`` (their names in
+    ``folded``); ``branches``: inside the branches of If nodes as well, which run once per run with
+    the scope's shapes (a Loop or Scan body runs at each iteration with other shapes: left as it is)."""
+    kept = []
+    for step in steps:
         outs, is_pure = _fold(step, consts, pure, known, xp, opsets, max_elements, max_constant_bytes)
         if outs is not None:
             for name, value in outs.items():
@@ -142,15 +163,22 @@ def specialize(plan: Plan, feeds, *, device=None, opsets: Mapping[str, int] | No
                     pure.add(name)
             folded.append(step.name)
             continue
-        steps.append(step)
+        kept.append(step)
+        if branches and step.domain == "" and step.op_type == "If":
+            for sub in step.subgraphs.values():
+                for name, value in sub.initializers.items():
+                    consts[name] = value
+                    pure.add(name)
+                    if hasattr(value, "shape"):
+                        known[name] = (tuple(value.shape), value.dtype)
+                _fold_steps(sub.steps, consts=consts, pure=pure, known=known, hints=hints, xp=xp, opsets=opsets,
+                            max_elements=max_elements, max_constant_bytes=max_constant_bytes, folded=folded,
+                            new_consts=new_consts, branches=branches)
         for name, info in zip(step.outputs, _output_shapes(step, consts, known, hints, opsets)):
             if name and info is not None:
                 known[name] = info
-    key = tuple((k, shape, str(dtype)) for k, (shape, dtype) in sorted(sig.items()))
-    return Specialized(_build(plan, steps, consts, new_consts, device, set(keep)), key, folded, new_consts, known)
+    return kept
 
-
-# -- folding -------------------------------------------------------------------------------------
 
 def _fold(step: Step, consts, pure, known, xp, opsets, max_elements, max_constant_bytes):
     """(the node's outputs computed on the host, name -> array, or None when it stays; whether they
@@ -362,9 +390,8 @@ def specialize_model(model: onnx.ModelProto, plan: Plan, feeds, *, shapes: Mappi
     that is known (``shapes``: what a run observed) is in ``value_info``. Then ``optimizer(model)``
     (e.g. :func:`gpuops.optimizer.optimize` at the session's level) runs on it, so that rewrites that
     need static shapes fire. Returns (the model, :class:`Specialized` of the plan-level folding)."""
-    spec = specialize(plan, feeds, opsets=opsets, shapes=shapes, max_elements=max_elements)
+    spec = specialize(plan, feeds, opsets=opsets, shapes=shapes, max_elements=max_elements, branches=True)
     sig = _shapes_of(feeds)
-    consts = spec.constants
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
@@ -380,13 +407,27 @@ def specialize_model(model: onnx.ModelProto, plan: Plan, feeds, *, shapes: Mappi
             inputs.append(vi)  # (a required input: the signature has them all)
     del g.input[:]
     g.input.extend(inputs)
-    nodes = [n for n in g.node if not (any(n.output) and all(o in consts for o in n.output if o))]
+    _drop_folded(g, spec)
+    return (optimizer(m) if optimizer is not None else m), spec
+
+
+def _drop_folded(g: onnx.GraphProto, spec: Specialized) -> None:
+    """Remove from ``g`` the nodes :func:`specialize` folded, their values now initializers of ``g``
+    where still read, and give the values left their known shapes (``value_info``); the same inside
+    the branches of ``g``'s If nodes, where it folded too."""
+    consts = spec.constants
+    nodes, gone = [], set()
+    for n in g.node:
+        if any(n.output) and all(o in consts for o in n.output if o):
+            gone.update(o for o in n.output if o)
+        else:
+            nodes.append(n)
     needed = {o.name for o in g.output}
     for n in nodes:
         needed.update(_names_read(n))
     del g.node[:]
     g.node.extend(nodes)
-    g.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in needed)
+    g.initializer.extend(numpy_helper.from_array(np.asarray(consts[k]), k) for k in sorted(gone & needed))
     produced = {o for n in nodes for o in n.output if o}
     del g.value_info[:]
     for name in sorted(produced - {o.name for o in g.output}):
@@ -398,7 +439,11 @@ def specialize_model(model: onnx.ModelProto, plan: Plan, feeds, *, shapes: Mappi
         except (KeyError, TypeError, ValueError):
             continue
         g.value_info.append(helper.make_tensor_value_info(name, elem, list(info[0])))
-    return (optimizer(m) if optimizer is not None else m), spec
+    for n in nodes:
+        if n.op_type == "If" and n.domain in ("", "ai.onnx"):
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    _drop_folded(a.g, spec)
 
 
 def _names_read(node: onnx.NodeProto) -> set[str]:
