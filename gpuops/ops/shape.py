@@ -25,6 +25,8 @@ from .elementwise import clamp
 
 def host_ints(values) -> list[int]:
     """A host array / list / scalar of integers -> a list of Python ints."""
+    if type(values) is np.ndarray and values.dtype.kind in "iu":
+        return values.ravel().tolist()
     a = np.asarray(values).reshape(-1)
     return a.tolist() if a.dtype.kind in "iu" else [int(v) for v in a]
 
@@ -53,6 +55,8 @@ def host_scalar(value):
 
 
 def _reshape_target(in_shape: tuple[int, ...], shape: list[int], allowzero: int) -> tuple[int, ...]:
+    if shape and min(shape) > 0 and math.prod(shape) == math.prod(in_shape):  # every dimension given
+        return tuple(shape)
     out = list(shape)
     for i, d in enumerate(out):
         if d == 0 and not allowzero:
@@ -117,9 +121,9 @@ def _squeeze(xp, data, axes):
 
 def _unsqueeze(xp, data, axes):
     rank = data.ndim + len(axes)
-    axes = normalize_axes(axes, rank)
+    axes = set(normalize_axes(axes, rank))
     dims = iter(data.shape)
-    return xp.reshape(data, tuple(1 if i in axes else next(dims) for i in range(rank)))
+    return xp.reshape(data, tuple([1 if i in axes else next(dims) for i in range(rank)]))
 
 
 @op("Squeeze", since=1)
@@ -312,11 +316,33 @@ def _pad(xp, data, pads: list[int], mode: str, value, axes: list[int] | None, mo
         return data
     if mode == "constant":
         fill = np.asarray(0 if value is None else value).astype(data.dtype)[()]
-        return xp.pad(data, width, mode="constant", constant_values=fill)
+        out = xp.full(tuple(n + b + e for (b, e), n in zip(width, data.shape)), fill, dtype=data.dtype)
+        out[tuple(slice(b, b + n) for (b, _), n in zip(width, data.shape))] = data
+        return out
     for (b, e), n in zip(width, data.shape):
         if (b or e) and n == 0:
             raise NodeError(f"{mode!r} padding of an empty axis")
+    if mode in ("reflect", "edge") and all(b < n and e < n for (b, e), n in zip(width, data.shape)):
+        return _pad_by_slices(xp, data, width, mode == "reflect")
     return xp.pad(data, width, mode=mode)
+
+
+def _pad_by_slices(xp, data, width, reflect: bool):
+    """Reflect or edge padding of at most ``n - 1`` per side, one axis at a time: the mirrored (or
+    repeated) edge slices concatenated around the data, as ``np.pad`` gives, in a fraction of its time."""
+    for a, ((b, e), n) in enumerate(zip(width, data.shape)):
+        if not (b or e):
+            continue
+        at = (slice(None),) * a
+        if reflect:  # mirrored about the edge element, which is not repeated
+            before = data[at + (slice(b, 0, -1),)]
+            after = data[at + (slice(n - 2, n - 2 - e if n - 2 - e >= 0 else None, -1),)]
+        else:
+            shape = list(data.shape)
+            before = xp.broadcast_to(data[at + (slice(0, 1),)], tuple(shape[:a] + [b] + shape[a + 1:]))
+            after = xp.broadcast_to(data[at + (slice(n - 1, n),)], tuple(shape[:a] + [e] + shape[a + 1:]))
+        data = xp.concat([before, data, after], axis=a)
+    return data
 
 
 @op("Pad", since=1)

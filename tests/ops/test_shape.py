@@ -184,6 +184,18 @@ def test_pad_modes_and_negative_pads(device, mode, pads):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("pads", [[1, 2, 3, 1, 2, 3], [0, 0, 3, 0, 0, 3], [1, 0, 0, 0, 1, 2]])
+def test_pad_of_up_to_n_minus_1_on_every_axis(device, mode, pads):
+    """Reflect and edge padding of at most n - 1 per side (mirrored or repeated slices concatenated
+    axis by axis), and constant padding (the data copied into a filled output), as onnxruntime pads."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) * 0.5 - 3
+    node = helper.make_node("Pad", ["x", "p", "v"], ["y"], mode=mode)
+    inits = [("p", np.array(pads, np.int64)), ("v", np.array(-2.5, np.float32))]
+    assert_node_matches_ort(node, [("x", x)], device, opset=18, inits=inits)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_pad_18_axes_and_int_data(device):
     x = np.arange(12, dtype=np.int32).reshape(3, 4)
     node = helper.make_node("Pad", ["x", "p", "", "a"], ["y"])
