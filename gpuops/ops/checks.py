@@ -32,16 +32,40 @@ class Deferred:
         self.node: object = ""  # the executor's current node (a plan Step, or text), for messages
 
     def check(self) -> None:
-        """Read every pending check's values (one explicit transfer each) and run the checks in node
-        order; the first failure raises, naming its node."""
-        for values, fn, node in self.pending:
+        """Read every pending check's values (one explicit transfer for all those of a dtype) and run
+        the checks in node order; the first failure raises, naming its node."""
+        for (_, fn, node), host in zip(self.pending, read_all([v for v, _, _ in self.pending])):
             try:
-                fn(to_host(values))
+                fn(host)
             except NodeError as e:
                 where = node.describe() if hasattr(node, "describe") else str(node or "")
                 if where and where not in str(e):
                     raise NodeError(f"{where}: {e}") from None
                 raise
+
+
+def read_all(values: list) -> list:
+    """Host copies of ``values`` (device arrays, in order), read in one transfer per array type and
+    dtype: those of a group are concatenated on the device first (a replay of a BERT reads its
+    embeddings' index bounds in one go, not one per Gather)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault((type(v), v.dtype), []).append(i)
+    out: list = [None] * len(values)
+    for idx in groups.values():
+        if len(idx) == 1:
+            out[idx[0]] = to_host(values[idx[0]])
+            continue
+        from array_api_compat import array_namespace  # (imported with the device's namespace already)
+
+        xp = array_namespace(values[idx[0]])
+        flat = to_host(xp.concat([xp.reshape(values[i], (-1,)) for i in idx]))
+        start = 0
+        for i in idx:
+            v = values[i]
+            out[i] = flat[start:start + v.size].reshape(v.shape)
+            start += v.size
+    return out
 
 
 def active() -> Deferred | None:

@@ -178,9 +178,9 @@ def test_dynamic_axes_transformers_capture_and_replay_without_host_syncs(name):
         got = sess.run(None, feeds)
         assert sess.cuda_graph_status() == {"captured": True, "blocking_node": None, "reason": None}
         again, syncs, _ = _syncs_of(dev, lambda: sess.run(None, feeds, output_device="device"))
-        # a replay reads nothing on the host but the deferred index checks (one read each), which a
-        # node-by-node run reads after its last node too
-        assert syncs == len(sess._graphs.current.checks.pending)
+        # a replay reads nothing on the host but the deferred index checks (the embeddings': several of
+        # one dtype, read at once), which a node-by-node run reads after its last node too
+        assert len(sess._graphs.current.checks.pending) >= 2 and syncs == 1
         for out, w, g, a in zip(z.model.graph.output, want, got, again):
             assert_close(g, w, 1e-5, 1e-5, out.name)
             assert_close(dev.to_host(a), w, 1e-5, 1e-5, out.name)
@@ -358,6 +358,6 @@ def test_decoding_with_length_buckets_replays_one_graph_per_bucket():
     # the prompt's bucket (past 4), then past 5..8 padded to 8, 9..11 to 12: three captures
     assert kinds == ["captured", "captured", "replayed", "replayed", "replayed", "captured", "replayed", "replayed"]
     replay, node = per_token(graphs["steps"], "replayed"), per_token(plain["steps"], "node by node")
-    assert replay["host_syncs"] <= 2 < node["host_syncs"]  # the two embeddings' deferred index checks
+    assert replay["host_syncs"] <= 1 < node["host_syncs"]  # the two embeddings' deferred index checks, in one read
     if STANDIN:  # CuPy counts no launches
         assert replay["kernel_launches"] < node["kernel_launches"] / 10

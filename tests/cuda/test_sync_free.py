@@ -116,6 +116,37 @@ def test_deferred_bounds_checks_read_nothing_until_the_end_of_the_run():
         indexing.Gather(anp, data, bad)
 
 
+
+def test_deferred_checks_are_read_in_one_transfer_per_dtype():
+    """Pending checks of one dtype are read together (concatenated on the device), each check gets its
+    own values back in its shape, in node order, and the first failure names its node."""
+    xp = gpuops.get_device("cuda").xp
+    seen = []
+    values = [np.array([3, -1], np.int64), np.array([[5, 6], [7, 8]], np.int64), np.array(2, np.int32),
+              np.array([9], np.int64)]
+    with checks.deferred() as d:
+        for i, v in enumerate(values):
+            d.node = f"node {i}"
+            checks.require(xp.asarray(v), lambda host, i=i: seen.append((i, host)))
+    with tally() as t:
+        d.check()
+    assert [i for i, _ in seen] == [0, 1, 2, 3]
+    for (_, host), v in zip(seen, values):
+        assert host.dtype == v.dtype and host.shape == v.shape
+        np.testing.assert_array_equal(host, v)
+    assert t is None or len(t.syncs) == 2  # int64 and int32
+
+    def bad(host):
+        raise NodeError(f"index {int(host.max())} is out of range")
+
+    with checks.deferred() as d:
+        d.node = "Gather 'first'"
+        checks.require(xp.asarray(values[0]), lambda host: None)
+        d.node = "Gather 'second'"
+        checks.require(xp.asarray(values[1]), bad)
+    with pytest.raises(NodeError, match="Gather 'second': index 8 is out of range"):
+        d.check()
+
 NO_COPIES = {  # (op, opset, inputs: device arrays, and NumPy ones for host inputs, attributes)
     "AveragePool": ("AveragePool", 19, (_f(2, 3, 7, 6),),  # uneven counts
                     dict(kernel_shape=[3, 3], pads=[1, 0, 2, 1], strides=[2, 1], ceil_mode=1)),
