@@ -17,8 +17,16 @@ class NumpyBackend(Backend):
 
     @functools.cache
     def namespace(self) -> ModuleType:
-        import array_api_compat.numpy as xp
+        """array-api-compat's NumPy namespace, but for the functions it wraps only to pass their
+        arguments on to NumPy unchanged (``matmul``, ``permute_dims``), which the ops get as NumPy's own:
+        a wrapper costs more than NumPy's call on the small arrays of most nodes."""
+        import array_api_compat.numpy as compat
 
+        xp = ModuleType("gpuops.backends.numpy.xp", compat.__doc__)
+        machinery = {"__name__", "__doc__", "__package__", "__loader__", "__spec__", "__path__", "__file__",
+                     "__cached__", "__builtins__"}
+        xp.__dict__.update({k: v for k, v in vars(compat).items() if k not in machinery})
+        xp.matmul, xp.permute_dims = np.matmul, np.transpose
         return xp
 
     def is_array(self, value: Any) -> bool:
