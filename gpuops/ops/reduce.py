@@ -51,10 +51,17 @@ def _logsumexp(xp, x, axes):
     return xp.log(xp.sum(xp.exp(x - m), axis=axes, keepdims=True)) + m
 
 
+def _mean(xp, x, axes):
+    """The sum divided by the count in place: ``xp.mean``'s own arithmetic without its Python layers."""
+    out = xp.sum(x, axis=axes, keepdims=True)
+    out /= math.prod(x.shape[a] for a in axes)
+    return out
+
+
 # kind -> (compute in floating point?, reduction with keepdims, value over an empty set)
 _KINDS = {
     "Sum": (False, lambda xp, x, a: xp.sum(x, axis=a, keepdims=True, dtype=x.dtype), lambda dt: 0),
-    "Mean": (True, lambda xp, x, a: xp.mean(x, axis=a, keepdims=True), lambda dt: math.nan),
+    "Mean": (True, lambda xp, x, a: _mean(xp, x, a), lambda dt: math.nan),
     "Max": (False, lambda xp, x, a: xp.max(x, axis=a, keepdims=True), lambda dt: _extreme(dt, False)),
     "Min": (False, lambda xp, x, a: xp.min(x, axis=a, keepdims=True), lambda dt: _extreme(dt, True)),
     "Prod": (False, lambda xp, x, a: xp.prod(x, axis=a, keepdims=True, dtype=x.dtype), lambda dt: 1),
@@ -81,7 +88,7 @@ def reduce_axes(xp, kind: str, data, axes, keepdims: int, noop_with_empty_axes: 
         out = xp.full(shape, empty(dtype), dtype=dtype)
     else:
         cdt = _compute_dtype(dtype, float_only)
-        out = fn(xp, data if cdt == dtype else data.astype(cdt), axes).astype(dtype)
+        out = fn(xp, data if cdt == dtype else data.astype(cdt), axes).astype(dtype, copy=False)
     if keepdims != 1:  # only 1 keeps the axes: 2 or 2**63-1 drop them, as in onnxruntime
         out = xp.reshape(out, tuple(d for i, d in enumerate(data.shape) if i not in axes))
     return out
