@@ -6,6 +6,7 @@
  * memory. */
 #include <stdlib.h>
 #include "common.h"
+#include "conv_params.h"
 #include "pool_threads.h"
 
 /* Depthwise conv over channel blocks (common.h): VL channels of VL output cells at a time. */
@@ -262,6 +263,17 @@ int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t
     EpilogueArgs a = {y, bias, z, N * M, M > 0 ? M : 1, L, L, lo, hi};
     pool_run(epilogue_part, &a, pool_parts(N * M, (POOL_MIN_WORK + L) / (L + 1)));
     return 0;
+}
+
+/* depthwise_conv2d_f32 of p (conv_params.h: group == C, M = C * multiplier), then z (a residual of y's
+ * shape, or NULL) added and clamped as bias_residual_clamp_f32 does. */
+int depthwise_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    const float inf = __builtin_inff();
+    const int status = depthwise_conv2d_f32(x, p->weights, p->bias, y, p->N, p->C, p->H, p->W, p->M / p->C, p->KH,
+                                            p->KW, p->OH, p->OW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw,
+                                            z ? -inf : p->lo, z ? inf : p->hi);
+    if (status || !z) return status;
+    return bias_residual_clamp_f32(y, NULL, z, p->N, p->M, p->OH * p->OW, p->lo, p->hi);
 }
 
 int conv_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -5,6 +5,7 @@
  * Clip). Returns 0, or 1 when out of memory. */
 #include <stdlib.h>
 #include "common.h"
+#include "conv_params.h"
 #include "pool_threads.h"
 
 /* Sums as fused multiply-adds (one rounding per step, as BLAS kernels do): -std=c11 turns GCC's
@@ -95,6 +96,19 @@ int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* 
         pool_run(direct_part, &a, pool_parts(OH, (POOL_MIN_WORK + per_row - 1) / per_row));
     }
     free(offs);
+    return 0;
+}
+
+/* direct_conv2d_f32 of p (conv_params.h: group 1), then z (a residual of y's shape, or NULL) added and
+ * clamped, in that order. */
+int direct_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    const float inf = __builtin_inff();
+    const int status = direct_conv2d_f32(x, p->weights, p->bias, y, p->N, p->C, p->H, p->W, p->M, p->KH, p->KW,
+                                         p->OH, p->OW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw,
+                                         z ? -inf : p->lo, z ? inf : p->hi);
+    if (status || !z) return status;
+    const int64_t L = p->OH * p->OW;
+    residual_rows(y, L, z, L, 0, p->N * p->M, L, p->lo, p->hi);
     return 0;
 }
 

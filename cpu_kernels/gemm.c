@@ -16,6 +16,7 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 #include "common.h"
+#include "conv_params.h"
 #include "pool_threads.h"
 
 #ifdef __AVX512F__
@@ -254,6 +255,111 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
     GemmArgs a = {pack, B, bias, Y, ldb, ldy, M, K, N, rows, lo, hi, 0};
     const int64_t tile = rows ? RN : MR, per_tile = tile * (M * K > 0 ? M * K : 1);
     pool_run(gemm_part, &a, pool_parts((N + tile - 1) / tile, (POOL_MIN_WORK + per_tile - 1) / per_tile));
+    return a.status;
+}
+
+/* A whole conv as im2col + this GEMM (conv_params.h): blocks of output rows of one image at a time, each
+ * block's columns copied from the phase planes (common.h) into a cache-sized scratch, then one GEMM per
+ * group into Y, bias and clamp in its store; a 1x1 stride-1 unpadded conv reads X itself as B. */
+#define COLS_BYTES (1 << 22)  /* one block's columns at most... */
+#define COLS_MIN 2048  /* ...but at least this many cells, so that each GEMM runs over enough of them */
+
+typedef struct {
+    const struct conv_params* p;
+    const Windows* g;
+    const float *x, *z;
+    float* y;
+    int64_t chunk, direct;  /* output rows per block; 1: no im2col */
+    int status;
+} ConvGemmArgs;
+
+/* im2col of output rows [oy0, oy1) of one image's C channels into cols (rows (c KH + ky) KW + kx of
+ * (oy1 - oy0) OW cells), through buf (the phase planes of one channel) and the taps' offsets offs. */
+static void im2col_rows(const Windows* g, const float* x, int64_t C, float* cols, float* buf, const int64_t* offs,
+                        int64_t oy0, int64_t oy1) {
+    const int64_t K = g->KH * g->KW, OW = g->OW, L = (oy1 - oy0) * OW;
+    const int64_t last = oy1 + (g->KH - 1) * g->dh / g->sh;
+    for (int64_t c = 0; c < C; ++c) {
+        fill_plane_rows(g, x + c * g->H * g->W, 0.0f, buf, oy0, last < g->Qh ? last : g->Qh);
+        for (int64_t t = 0; t < K; ++t) {
+            float* restrict dst = cols + (c * K + t) * L;
+            for (int64_t oy = oy0; oy < oy1; ++oy) {
+                const float* restrict src = buf + offs[t] + oy * g->Qw;
+                for (int64_t ox = 0; ox < OW; ++ox) dst[(oy - oy0) * OW + ox] = src[ox];
+            }
+        }
+    }
+}
+
+/* Output rows [r0, r1) of all images (row r: image r / OH, row r % OH), all channels: each cell summed
+ * as in one part. */
+static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
+    ConvGemmArgs* a = ctx;
+    const struct conv_params* p = a->p;
+    const Windows* g = a->g;
+    int64_t r0, r1;
+    pool_range(p->N * p->OH, 1, part, parts, &r0, &r1);
+    if (r0 >= r1) return;
+    const int64_t K = p->KH * p->KW, CK = p->C * K, CKg = CK / p->group, Mg = p->M / p->group;
+    const int64_t OH = p->OH, OW = p->OW, OHW = OH * OW, HW = p->H * p->W;
+    int64_t chunk = a->chunk < r1 - r0 ? a->chunk : r1 - r0;
+    if (chunk > OH) chunk = OH;
+    int64_t* offs = NULL;
+    float *buf = NULL, *cols = NULL;
+    if (!a->direct) {
+        offs = malloc(sizeof(int64_t) * K + sizeof(float) * (planes_size(g) + CK * chunk * OW));
+        if (!offs) {
+            a->status = 1;
+            return;
+        }
+        buf = (float*)(offs + K);
+        cols = buf + planes_size(g);
+        tap_offsets(g, offs);
+    }
+    const float lo = a->z ? -__builtin_inff() : p->lo, hi = a->z ? __builtin_inff() : p->hi;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t n = r / OH, oy0 = r % OH;
+        int64_t oy1 = oy0 + chunk < OH ? oy0 + chunk : OH;
+        if (oy1 - oy0 > r1 - r) oy1 = oy0 + (r1 - r);
+        const int64_t L = (oy1 - oy0) * OW;
+        const float* xn = a->x + n * p->C * HW;
+        const float* b = xn + oy0 * OW;
+        int64_t ldb = HW;
+        if (!a->direct) {
+            im2col_rows(g, xn, p->C, cols, buf, offs, oy0, oy1);
+            b = cols;
+            ldb = L;
+        }
+        float* yn = a->y + n * p->M * OHW + oy0 * OW;
+        for (int64_t gi = 0; gi < p->group && !a->status; ++gi) {
+            const float* pack = p->weights + gi * p->wstride;
+            const float* bias = p->bias ? p->bias + gi * Mg : NULL;
+            const int status = p->rows
+                ? gemm_rows(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi)
+                : gemm_cells(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
+            if (status) a->status = status;
+        }
+        if (a->z) residual_rows(yn, OHW, a->z + n * p->M * OHW + oy0 * OW, OHW, 0, p->M, L, p->lo, p->hi);
+        r += oy1 - oy0;
+    }
+    free(offs);
+}
+
+/* Y (N, M, OH, OW) = clamp(conv(X, W) + bias (+ z: a residual of Y's shape, or NULL)) for the conv of
+ * p (conv_params.h; its weights: gemm_pack_f32 packs of each group's rows of W as (M, C / group * KH *
+ * KW), in layout p->rows). The output rows are split across the pool's threads (pool_threads.h) when
+ * each part gets at least POOL_MIN_WORK multiply-adds. Returns 0, or 1 when out of memory. */
+int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    const Windows g = conv_windows(p);
+    const int64_t K = p->KH * p->KW, CK = p->C * K, OW = p->OW > 0 ? p->OW : 1;
+    const int64_t direct = K == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 && p->OH == p->H &&
+                           p->OW == p->W;
+    int64_t chunk = COLS_BYTES / (sizeof(float) * (CK > 0 ? CK : 1) * OW);
+    if (chunk * OW < COLS_MIN) chunk = (COLS_MIN + OW - 1) / OW;
+    ConvGemmArgs a = {p, &g, x, z, y, chunk < 1 ? 1 : chunk, direct, 0};
+    if (p->N * p->OH * p->OW == 0) return 0;
+    const int64_t per_row = (p->M / (p->group > 0 ? p->group : 1)) * CK * OW + 1;
+    pool_run(conv_gemm_part, &a, pool_parts(p->N * p->OH, (POOL_MIN_WORK + per_row - 1) / per_row));
     return a.status;
 }
 

@@ -395,7 +395,6 @@ def load(so: Path, error=BuildError) -> ctypes.CDLL:
 # -- the native kernels -----------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def _cpu_id() -> str:
     """What ``-march=native`` depends on: the machine and, on Linux, the CPU's feature flags (read
     once: kernel choices ask on every call)."""
@@ -408,11 +407,19 @@ def _cpu_id() -> str:
     return platform.machine() + platform.processor() + features
 
 
+_vector_lanes: int | None = None
+
+
 def vector_lanes() -> int:
     """float32 lanes of the widest vectors the kernels are compiled for: 16 where the CPU has AVX-512F
     (and ``$GPUOPS_NATIVE_CFLAGS`` does not target an older x86-64 level), else 8 (AVX2; other CPUs).
-    Kernel-choice thresholds that depend on how a tile fills the lanes use it."""
-    return _lanes(os.environ.get("GPUOPS_NATIVE_CFLAGS", ""))
+    Kernel-choice thresholds that depend on how a tile fills the lanes use it. The variable is read on
+    the first call (kernel choices ask on every call), as a process builds each kernel file once."""
+    global _vector_lanes
+    lanes = _vector_lanes
+    if lanes is None:
+        lanes = _vector_lanes = _lanes(os.environ.get("GPUOPS_NATIVE_CFLAGS", ""))
+    return lanes
 
 
 @functools.lru_cache(maxsize=8)

@@ -35,6 +35,7 @@ DECLARATIONS: dict[str, str] = {
         int bias_clamp_f32(float* y, const float* bias, int64_t M, int64_t L, int64_t ld, float lo, float hi);
         int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t N, int64_t M, int64_t L,
                                     float lo, float hi);
+        int depthwise_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
         int conv_set_threads(int64_t n);
     """,
     "direct_conv.c": """
@@ -42,6 +43,7 @@ DECLARATIONS: dict[str, str] = {
                               int64_t H, int64_t W, int64_t M, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                               int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                               float lo, float hi);
+        int direct_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
         int direct_conv_set_threads(int64_t n);
     """,
     "gemm.c": """
@@ -49,6 +51,7 @@ DECLARATIONS: dict[str, str] = {
         int gemm_pack_f32(const float* A, int64_t lda, int64_t M, int64_t K, int64_t rows, float* pack);
         int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
                      int64_t M, int64_t K, int64_t N, int64_t rows, float lo, float hi);
+        int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
         int gemm_set_threads(int64_t n);
     """,
     "pool.c": """

@@ -16,11 +16,17 @@ Winograd transform, its kn2row layout, the conv's geometry per input shape) is m
 and kept on the plan step (:class:`ConvWeights`, the ops' ``prepare`` hook): the float32 copy and the
 packs of 1x1 convs whose layout cannot depend on the input at plan time, the rest at first need.
 
+Such a step's 2-D float32 convs are planned once per input shape (:func:`_plan`): the path chosen and
+the kernel's arguments set in a :class:`ConvParams`, so that a run is one native call (im2col blocks +
+packed GEMM + bias + residual + clamp, the depthwise or the direct kernel) into a new array: on the
+small maps of exported CNNs the choice and the argument conversions cost more than the conv.
+
 One module, past 500 lines: the CPU conv paths share the kept weights and the choice between them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 import math
@@ -38,6 +44,7 @@ from . import native_gemm, winograd
 from ._common import Kept, frozen, on_host
 
 _NO_CLAMP = (-math.inf, math.inf)
+_F32 = np.dtype(np.float32)
 
 
 class ConvWeights(Kept):
@@ -46,11 +53,14 @@ class ConvWeights(Kept):
     float32 copies)."""
 
     MAX_GEOMETRIES = 64
+    MAX_RUNS = 64
 
     def __init__(self, W: np.ndarray, B: np.ndarray | None):
         super().__init__()
         self.W, self.B = W, B
         self.geometries: dict = {}  # X's shape -> conv_shape_geometry (the step's attributes are fixed)
+        # (X's shape, clamp or activation, residual, threads) -> a _Planned conv, or False: the general path
+        self.runs: dict = {}
         half = compute_dtype(W.dtype) is not None
         self.W32 = frozen(W.astype(np.float32)) if half else None
         self.B32 = frozen(B.astype(np.float32)) if half and B is not None else None
@@ -65,6 +75,16 @@ class ConvWeights(Kept):
             if len(self.geometries) < self.MAX_GEOMETRIES:
                 self.geometries[X.shape] = g
         return g
+
+    def run(self, key, plan):
+        """The planned conv kept under ``key`` (see :attr:`runs`), made by ``plan()`` on first need
+        (False: none, the general path runs)."""
+        run = self.runs.get(key)
+        if run is None:
+            run = plan() or False
+            if len(self.runs) < self.MAX_RUNS:
+                self.runs[key] = run
+        return run
 
     def packs(self, W, B, group: int, rows: bool):
         """W's (and B's) native GEMM packs (:func:`.native_gemm.packed`) in layout ``rows``."""
@@ -126,6 +146,102 @@ def _epilogue(Y, B, clamp_to):
         for n in range(Y.shape[0]):
             native.call(fn, base + 4 * n * M * L, b, M, L, L, lo, hi)
     return Y
+
+
+# -- planned convs: one native call per run ---------------------------------------
+
+
+class ConvParams(ctypes.Structure):
+    """``struct conv_params`` of ``cpu_kernels/conv_params.h``: a conv's arguments but its input, residual
+    and output, set once per weight and input shape."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in ("N", "C", "H", "W", "M", "KH", "KW", "OH", "OW", "sh", "sw",
+                                                     "ph", "pw", "dh", "dw", "group", "rows")] + [
+        ("weights", ctypes.c_void_p), ("wstride", ctypes.c_int64), ("bias", ctypes.c_void_p),
+        ("lo", ctypes.c_float), ("hi", ctypes.c_float)]
+
+
+_address = native.address
+
+
+class _Planned:
+    """A 2-D float32 conv bound to one input shape: a ``*_planned_f32`` kernel, its :class:`ConvParams`
+    (and the arrays they point to, held here), the output's shape."""
+
+    __slots__ = ("fn", "params", "address", "shape", "holds")
+
+    def __init__(self, fn, params: ConvParams, shape: tuple, holds: tuple):
+        self.fn, self.params, self.address, self.shape, self.holds = fn, params, ctypes.addressof(params), shape, holds
+
+    def __call__(self, X: np.ndarray, Z=None):
+        """The conv of X (float32, of the planned shape) as a new array, plus the residual ``Z`` (before
+        the clamp) when given; None when Z is not a float32 NumPy array of the output's shape (the
+        general path then runs)."""
+        z = None
+        if Z is not None:
+            if type(Z) is not np.ndarray or Z.dtype != _F32 or Z.shape != self.shape:
+                return None
+            if not Z.flags.c_contiguous:
+                Z = np.ascontiguousarray(Z)
+            z = _address(Z) if Z.flags.writeable else Z.ctypes.data
+        if not X.flags.c_contiguous:
+            X = np.ascontiguousarray(X)
+        Y = np.empty(self.shape, _F32)
+        if self.fn(self.address, _address(X) if X.flags.writeable else X.ctypes.data, z, _address(Y)):
+            raise MemoryError(f"native kernel {self.fn.__name__} could not allocate its scratch")
+        return Y
+
+
+SMALL_MACS = 1 << 22  # multiply-adds (output channels padded to a tile) of a conv the native GEMM runs...
+SMALL_MIN_CHANNELS = 4  # ...whatever BLAS would do on it, for at least this many output channels per group
+
+
+def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilations, pads, clamp_to):
+    """The :class:`_Planned` conv of ``kept``'s weights for inputs of X's shape, or None where the
+    general path runs: not 2-D float32, native kernels off, or a conv large enough that another path
+    (Winograd, kn2row, BLAS where :func:`.native_gemm.gemm_pays` says so) may beat the native GEMM.
+    Depthwise convs and those of few input channels run their own native kernels."""
+    W, B = kept.W, kept.B
+    if not (native.enabled() and X.ndim == 4 and X.dtype == W.dtype == _F32 and (B is None or B.dtype == _F32)):
+        return None
+    try:
+        kernel, strides, dilations, pb, pe, out, K, L = kept.geometry(X, W, group, kernel_shape, auto_pad, strides,
+                                                                      dilations, pads)
+    except Exception:  # noqa: BLE001 - the general path reports it
+        return None
+    (N, C, H, Wd), M = X.shape, W.shape[0]
+    if not (N and C and M and L):
+        return None
+    W = np.ascontiguousarray(W)
+    B = None if B is None else np.ascontiguousarray(B)
+    lo, hi = clamp_to or _NO_CLAMP
+    params = ConvParams(N, C, H, Wd, M, *kernel, *out, *strides, *pb, *dilations, group, 0, W.ctypes.data, 0,
+                        None if B is None else B.ctypes.data, lo, hi)
+    shape = (N, M) + tuple(out)
+    if group == C and C > 1:  # depthwise, 1x1 too
+        name = "depthwise_conv2d_planned_f32"
+    elif group == 1 and C <= DIRECT_MAX_CHANNELS and K > 1:
+        name = "direct_conv2d_planned_f32"
+    else:
+        Mg, CKg = M // group, W.size // M
+        rows = native_gemm.rows_layout(Mg, CKg, L)
+        tile = native_gemm.pack_width(rows)
+        padded = N * L * CKg * group * -(-Mg // tile) * tile
+        if not (padded <= SMALL_MACS and Mg >= SMALL_MIN_CHANNELS):
+            if winograd.applies(X, W, kernel, strides, dilations, group, out) or (
+                    group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L)) or \
+                    not native_gemm.gemm_pays(Mg, CKg, L):
+                return None
+        packs = kept.packs(kept.W, kept.B, group, rows)
+        if not packs:
+            return None
+        pack = packs[0].pack if group == 1 else kept.get(
+            ("planned", group, rows, B is not None), lambda: frozen(np.concatenate([p.pack for p in packs])))
+        params.rows, params.weights, params.wstride = rows, pack.ctypes.data, packs[0].pack.size
+        W = pack
+        name = "conv2d_gemm_planned_f32"
+    fn = native.function(name)
+    return None if fn is None else _Planned(fn, params, shape, (W, B))
 
 
 # -- shifted flat planes --------------------------------------------------------
@@ -435,7 +551,13 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     """:func:`gpuops.ops.conv.conv` of NumPy arrays: the native depthwise kernel (else columns from
     :class:`Planes`), the native direct kernel for few input channels, Winograd where it pays,
     :func:`_kn2row` where it moves fewer bytes than im2col, else the blocked im2col; the native GEMM
-    with its epilogue where it pays. ``kept``: the step's :class:`ConvWeights` (W and B constant)."""
+    with its epilogue where it pays. ``kept``: the step's :class:`ConvWeights` (W and B constant): 2-D
+    float32 convs then run as planned per input shape (:func:`_plan`)."""
+    if kept is not None and W is kept.W and B is kept.B and type(X) is np.ndarray:
+        run = kept.run((X.shape, clamp_to, False, native.threads()), lambda: _plan(
+            kept, X, group, kernel_shape, auto_pad, strides, dilations, pads, clamp_to))
+        if run and native.enabled():
+            return run(X)
     if not on_host(X, W, B):
         return _generic_conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
                              kernel_shape=kernel_shape, pads=pads, strides=strides, clamp_to=clamp_to)
@@ -492,6 +614,17 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
               dilations=None, group=1, kernel_shape=None, pads=None, strides=None, prepared=None):
     """activation(Conv(X, W) + B + Z). float32 with Relu or Clip (or none): without Z the clamp goes with
     the bias in the conv's own last pass; with Z, bias, Z and the clamp in one native pass after it."""
+    if prepared is not None and W is prepared.W and B is prepared.B and type(X) is np.ndarray:
+        def plan():
+            clamp_to = as_clamp(activation, activation_params) if X.dtype == _F32 else None
+            return clamp_to is not None and _plan(prepared, X, group, kernel_shape, auto_pad, strides, dilations,
+                                                  pads, clamp_to)
+
+        run = prepared.run((X.shape, activation, Z is None, native.threads()), plan)
+        if run and native.enabled():
+            Y = run(X, Z)
+            if Y is not None:
+                return Y
     geometry = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                     strides=strides)
     if not on_host(X, W, B, Z):

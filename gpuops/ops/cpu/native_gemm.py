@@ -54,6 +54,12 @@ def rows_layout(M: int, K: int, N: int | None = None) -> bool:
     return (N is None or N >= 96) and (K < 96 or M / (-(-M // lanes) * lanes) < 0.8)
 
 
+def pack_width(rows: bool) -> int:
+    """Output channels per tile of a pack in layout ``rows`` (channels fill a weight's pack to a multiple
+    of it): 8 cells-on-lanes (6 with 8 lanes), a vector's lanes otherwise."""
+    return (8 if native.vector_lanes() == 16 else 6) if rows else native.vector_lanes()
+
+
 def packed(W: np.ndarray, bias: np.ndarray | None = None, group: int = 1, N: int | None = None,
            rows: bool | None = None) -> tuple[Packed, ...] | None:
     """The weights ``W`` (M, ...) float32, and the ``bias`` (M,) added to their products, as ``group``

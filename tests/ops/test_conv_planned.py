@@ -1,0 +1,187 @@
+"""Planned CPU convs (gpuops/ops/cpu/conv.py, ``_plan``): a session's Conv / FusedConv with a constant
+weight binds, per input shape, one native call (im2col + packed GEMM, the depthwise kernel or the
+direct kernel) with its arguments set once. Checked against the generic op in float64 over strides,
+pads, dilations, groups, residuals and clamps, with tolerances from float32 arithmetic: a sum of K
+products is off by at most about K * eps * sum |w * x| (plus the bias, residual and their roundings)."""
+
+import ctypes
+import math
+import re
+
+import numpy as np
+import pytest
+
+from gpuops import native
+from gpuops.ops import conv as generic
+from gpuops.ops.cpu import conv as cpu_conv
+
+pytestmark = pytest.mark.skipif(native.function("conv2d_gemm_planned_f32") is None,
+                                reason="native CPU kernels unavailable")
+
+RNG = np.random.default_rng(11)
+EPS = float(np.finfo(np.float32).eps)
+
+# (N, C, M, H, W, kernel, strides, pads (begin h, begin w, end h, end w), dilations, group)
+CASES = {
+    "3x3-small-map": (1, 8, 8, 16, 16, 3, 1, (1, 1, 1, 1), 1, 1),
+    "3x3-2x2-map": (1, 64, 64, 2, 2, 3, 1, (1, 1, 1, 1), 1, 1),
+    "3x3-stride2": (2, 8, 16, 16, 15, 3, 2, (1, 1, 1, 1), 1, 1),
+    "1x1": (2, 24, 40, 7, 9, 1, 1, (0, 0, 0, 0), 1, 1),
+    "1x1-stride2": (1, 8, 16, 16, 16, 1, 2, (0, 0, 0, 0), 1, 1),
+    "asymmetric-pads-dilation": (2, 8, 12, 9, 10, 3, 1, (2, 1, 0, 2), 2, 1),
+    "grouped": (1, 12, 24, 11, 7, 3, 2, (1, 0, 1, 1), 1, 3),
+    "grouped-1x1": (2, 16, 32, 5, 5, 1, 1, (0, 0, 0, 0), 1, 4),
+    "depthwise": (2, 16, 16, 8, 9, 3, 1, (1, 1, 1, 1), 1, 16),
+    "depthwise-multiplier-stride2": (1, 8, 24, 13, 12, 5, 2, (2, 2, 2, 2), 1, 8),
+    "direct-stem": (1, 3, 8, 32, 30, 7, 2, (3, 3, 3, 3), 1, 1),
+    "direct-dilated": (2, 2, 5, 13, 11, 3, 2, (0, 1, 0, 0), 2, 1),
+    "long-k-blocks": (1, 96, 32, 6, 6, 3, 1, (1, 1, 1, 1), 1, 1),  # K = 864 > one k block of the GEMM
+}
+
+
+def _case(name, seed=0):
+    N, C, M, H, W, k, s, pads, d, g = CASES[name]
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    Wt = rng.standard_normal((M, C // g, k, k)).astype(np.float32)
+    B = rng.standard_normal(M).astype(np.float32)
+    attrs = dict(group=g, kernel_shape=[k, k], strides=[s, s], pads=list(pads), dilations=[d, d])
+    return X, Wt, B, attrs
+
+
+def _bound(X, W, B, Z, attrs):
+    """The float64 result and the error bound of float32 arithmetic on it: K * eps * sum |w x| plus
+    the roundings of the bias, residual and the sum's own."""
+    f = np.float64
+    want = generic.conv(np, X.astype(f), W.astype(f), B.astype(f), **attrs)
+    mag = generic.conv(np, np.abs(X).astype(f), np.abs(W).astype(f), np.abs(B).astype(f), **attrs)
+    K = W[0].size
+    if Z is not None:
+        want = want + Z
+        mag = mag + np.abs(Z)
+    return want, (K + 3) * EPS * mag + 1e-30
+
+
+def _clamped(want, clamp):
+    return want if clamp is None else np.clip(want, *clamp)
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("activation", [None, "Relu", "Clip"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_planned_convs_match_the_generic_op(name, activation, residual):
+    X, W, B, attrs = _case(name)
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    shape = generic.conv(np, X, W, B, **attrs).shape
+    Z = RNG.standard_normal(shape).astype(np.float32) if residual else None
+    params = [-0.5, 0.75] if activation == "Clip" else None
+    clamp = {"Relu": (0.0, math.inf), "Clip": (-0.5, 0.75)}.get(activation)
+    want, tol = _bound(X, W, B, Z, attrs)
+    want = _clamped(want, clamp)
+    for _ in range(2):  # planned on the first call, run as planned on the second
+        if activation is None and not residual:
+            got = cpu_conv.Conv(np, X, W, B, prepared=kept, **attrs)
+        else:
+            got = cpu_conv.FusedConv(np, X, W, B, Z, activation=activation, activation_params=params,
+                                     prepared=kept, **attrs)
+        assert got.dtype == np.float32 and got.shape == shape
+        assert (np.abs(got - want) <= tol).all(), np.abs(got - want).max()
+    assert any(isinstance(r, cpu_conv._Planned) for r in kept.runs.values()), kept.runs
+
+
+def test_the_plan_is_made_once_per_input_shape_and_bounded():
+    X, W, B, attrs = _case("3x3-small-map")
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    cpu_conv.Conv(np, X, W, B, prepared=kept, **attrs)
+    (key, run), = kept.runs.items()
+    assert isinstance(run, cpu_conv._Planned)
+    cpu_conv.Conv(np, X, W, B, prepared=kept, **attrs)
+    assert kept.runs == {key: run} and kept.runs[key] is run  # reused, not planned again
+    X2 = X[:, :, :12, :10].copy()
+    got = cpu_conv.Conv(np, X2, W, B, prepared=kept, **attrs)  # another shape: its own plan
+    assert len(kept.runs) == 2 and got.shape == (1, 8, 12, 10)
+    want, tol = _bound(X2, W, B, None, attrs)
+    assert (np.abs(got - want) <= tol).all()
+    for h in range(1, cpu_conv.ConvWeights.MAX_RUNS + 8):  # a model fed many shapes: the cache stays bounded
+        cpu_conv.Conv(np, X[:, :, :1, :h % 16 + 1], W, B, prepared=kept, **attrs)
+        cpu_conv.Conv(np, X[:, :, :2, :h % 16 + 1], W, B, prepared=kept, **attrs)
+        cpu_conv.Conv(np, X[:, :, :3, :h % 16 + 1], W, B, prepared=kept, **attrs)
+        cpu_conv.Conv(np, X[:, :, :4, :h % 16 + 1], W, B, prepared=kept, **attrs)
+        cpu_conv.Conv(np, X[:, :, :5, :h % 16 + 1], W, B, prepared=kept, **attrs)
+    assert len(kept.runs) == cpu_conv.ConvWeights.MAX_RUNS
+
+
+def test_planned_inputs_need_not_be_contiguous_nor_writeable():
+    X, W, B, attrs = _case("3x3-stride2")
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    wide = np.repeat(X, 2, axis=3)[..., ::2]  # strided view of X's values
+    ro = X.copy()
+    ro.flags.writeable = False
+    want, tol = _bound(X, W, B, None, attrs)
+    for x in (wide, ro, X):
+        got = cpu_conv.Conv(np, x, W, B, prepared=kept, **attrs)
+        assert (np.abs(got - want) <= tol).all()
+
+
+def test_a_residual_the_plan_cannot_take_runs_the_general_path():
+    X, W, B, attrs = _case("3x3-small-map")
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    full = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    for Z in (full[:, :, ::-1], full[:, :, :1, :1]):  # a reversed view (copied), a broadcast one (general path)
+        want, tol = _bound(X, W, B, np.broadcast_to(Z, full.shape), attrs)
+        got = cpu_conv.FusedConv(np, X, W, B, Z, activation="Relu", prepared=kept, **attrs)
+        assert (np.abs(got - np.maximum(want, 0)) <= tol).all()
+
+
+def test_planned_convs_give_the_same_bits_on_any_number_of_threads():
+    """The output rows are split across threads; each cell is summed as on one thread."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((2, 32, 40, 40)).astype(np.float32)
+    W = rng.standard_normal((48, 32, 3, 3)).astype(np.float32)
+    B = rng.standard_normal(48).astype(np.float32)
+    Z = rng.standard_normal((2, 48, 40, 40)).astype(np.float32)
+    attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    params = cpu_conv.ConvParams(2, 32, 40, 40, 48, 3, 3, 40, 40, 1, 1, 1, 1, 1, 1, 1, 0)
+    packs = kept.packs(W, B, 1, False)
+    params.weights, params.bias, params.lo, params.hi = packs[0].address, B.ctypes.data, 0.0, math.inf
+    fn = native.function("conv2d_gemm_planned_f32")
+    out = []
+    before = native.threads()
+    try:
+        for threads in (1, 2, 3):
+            native.set_threads(threads)
+            Y = np.empty((2, 48, 40, 40), np.float32)
+            native.call(fn, ctypes.addressof(params), X.ctypes.data, Z.ctypes.data, Y.ctypes.data)
+            out.append(Y)
+    finally:
+        native.set_threads(before)
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_array_equal(out[0], out[2])
+    want, tol = _bound(X, W, B, Z, attrs)
+    assert (np.abs(out[0] - np.maximum(want, 0)) <= tol).all()
+
+
+def test_with_native_kernels_off_the_numpy_path_runs():
+    X, W, B, attrs = _case("depthwise")
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    cpu_conv.Conv(np, X, W, B, prepared=kept, **attrs)
+    want, tol = _bound(X, W, B, None, attrs)
+    with native.disabled():
+        got = cpu_conv.Conv(np, X, W, B, prepared=kept, **attrs)
+    assert (np.abs(got - want) <= tol).all()
+
+
+def test_conv_params_match_the_c_struct():
+    header = (native.KERNEL_DIR / "conv_params.h").read_text()
+    body = re.search(r"struct conv_params \{(.*?)\};", header, re.S)[1]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = []
+    for decl in body.split(";"):
+        words = decl.replace("*", " * ").replace(",", " , ").split()
+        if not words:
+            continue
+        ctype = ctypes.c_void_p if "*" in words else {"int64_t": ctypes.c_int64, "float": ctypes.c_float}[words[0]]
+        names = [w for w in words if w not in ("const", "float", "int64_t", "*", ",")]
+        fields += [(n, ctype) for n in names]
+    assert fields == cpu_conv.ConvParams._fields_
