@@ -12,7 +12,8 @@ Levels (as onnxruntime's graph_optimization_level):
   (:mod:`.fold_batchnorm`), Mul/Add by constants into Conv (:mod:`.fold_mul_add_into_conv`), Mul by a
   constant into the MatMul (and bias) before it (:mod:`.fold_mul_into_matmul`), Transposes moved
   down through layout-blind ops until they cancel (tf2onnx's NHWC pairs, :mod:`.sink_transposes`),
-  MatMul + Add -> Gemm (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
+  a tensor unstacked and stacked back whole -> itself (:mod:`.restack`), MatMul + Add -> Gemm
+  (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
   ReduceMean over the spatial axes -> GlobalAveragePool (:mod:`.reduce_mean_to_pool`), an If with a
   constant condition inlined (:mod:`.inline_if`), dead nodes (:mod:`.dead_code`).
 * ``"all"``: also the com.microsoft fusions: a BatchNormalization left over becomes a 1x1
@@ -48,8 +49,8 @@ import onnx
 from ..errors import GpuopsError
 from . import (attention, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code, eliminate_noops,
                float16_compute, fold_batchnorm, fold_mul_add_into_conv, fold_mul_into_matmul, gelu, gemm_activation,
-               hard_activations, inline_if, layernorm, matmul_add_to_gemm, reduce_mean_to_pool, shape_to_constant,
-               silu, sink_transposes, transpose_into_matmul)
+               hard_activations, inline_if, layernorm, matmul_add_to_gemm, reduce_mean_to_pool, restack,
+               shape_to_constant, silu, sink_transposes, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 
@@ -67,7 +68,8 @@ def _passes(level: str, fold_limit: int):
     """The rewrites of ``level`` in the order of a round, as (name, function)."""
     basic = [("constant_folding", partial(constant_folding.apply, fold_limit=fold_limit)),
              ("shape_to_constant", shape_to_constant.apply), ("inline_if", inline_if.apply),
-             ("eliminate_noops", eliminate_noops.apply), ("cse", cse.apply), ("sink_transposes", sink_transposes.apply),
+             ("eliminate_noops", eliminate_noops.apply), ("cse", cse.apply), ("restack", restack.apply),
+             ("sink_transposes", sink_transposes.apply),
              ("fold_batchnorm", fold_batchnorm.apply),
              ("fold_mul_add_into_conv", fold_mul_add_into_conv.apply),
              ("fold_mul_into_matmul", fold_mul_into_matmul.apply),

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from .graph import MS, Graph, attr
 
@@ -245,14 +245,34 @@ def _padding_mask(graph: Graph, term: str, nodes: list):
 
 
 def _reaches_matmul(graph: Graph, name: str, depth: int) -> bool:
-    """Whether ``name`` is a MatMul's output, or one through up to ``depth`` Add/Where/Mul/Div."""
+    """Whether ``name`` is a MatMul's (or FusedMatMul's) output, or one through up to ``depth``
+    Add/Where/Mul/Div."""
     n = graph.producer.get(name)
+    if n is not None and n.op_type == "FusedMatMul" and n.domain == MS:
+        return True
     if n is None or n.domain not in ("", "ai.onnx"):
         return False
     if n.op_type == "MatMul":
         return True
     return depth > 0 and n.op_type in ("Add", "Where", "Mul", "Div") and any(
         _reaches_matmul(graph, x, depth - 1) for x in n.input if x)
+
+
+def _scores(graph: Graph, name: str, nodes: list):
+    """(the node of the scores Q K^T, its factor, whether it reads K's heads as they are) for a MatMul,
+    or a com.microsoft FusedMatMul with transB (K's heads transposed in the product, alpha scaling it:
+    what :mod:`.transpose_into_matmul` made of the MatMul and K's Transpose before the shapes were
+    known)."""
+    n = _node(graph, name, "MatMul", nodes)
+    if n is not None:
+        return n, 1.0, False
+    n = graph.producer.get(name)
+    if n is None or n.op_type != "FusedMatMul" or n.domain != MS or not graph.single_use(name):
+        return None
+    if attr(n, "transA", 0) or attr(n, "transBatchA", 0) or attr(n, "transBatchB", 0) or attr(n, "transB", 0) != 1:
+        return None
+    nodes.append(n)
+    return n, float(attr(n, "alpha", 1.0)), True
 
 
 def _match(graph: Graph, sm):
@@ -310,13 +330,16 @@ def _match(graph: Graph, sm):
             return None
         s = a
     scores, scale = _scaled(graph, s, nodes)
-    qk = _node(graph, scores, "MatMul", nodes)
-    if qk is None or v is None:
+    product = _scores(graph, scores, nodes)
+    if product is None or v is None:
         return None
+    qk, alpha, k_as_is = product
+    scale *= alpha
     qa, qs = _scaled(graph, qk.input[0], nodes)
     ka, ks = _scaled(graph, qk.input[1], nodes)
     q = _heads(graph, qa, nodes, [0, 2, 1, 3], readers)
-    k = _key_heads(graph, ka, nodes, pasts, readers)
+    k = _heads(graph, _with_past(graph, ka, nodes, pasts), nodes, [0, 2, 1, 3], readers) if k_as_is else \
+        _key_heads(graph, ka, nodes, pasts, readers)
     pasts += v_pasts
     if len(pasts) not in (0, 2):
         return None
@@ -358,15 +381,16 @@ def _match(graph: Graph, sm):
         b = graph.symbolic_shape(bias)
         if b is None or len(b) != 4 or b[0] not in (1, Bn) or b[1] not in (1, N) or tuple(b[2:]) != (S, T):
             return None
-    presents = {c for _, c in pasts}  # remade from the Attention's present output, after it
-    if any(c not in nodes for p in presents for c in graph.consumers.get(p, ())):
+    presents = {c for _, c in pasts}  # remade from the Attention's present output, after it: read there
+    at = graph.nodes.index(final)  # by the nodes after it only (GPT-2's stacked present output, say)
+    if any(c not in nodes and graph.nodes.index(c) < at for p in presents for c in graph.consumers.get(p, ())):
         return None
     if any(o in graph.protected for n in nodes if n is not final for o in n.output if o not in presents):
         return None
     return dict(nodes=nodes, final=final, x=x, W=np.concatenate([Wq, Wk, Wv], axis=1),
                 b=np.concatenate([bq, bk, bv]), N=N, scale=scale * qs * ks, head=hidden // N,
                 causal=causal is not False, mask=mask, bias=bias, sizes=None if hv == hidden else [hidden, hidden, hv],
-                pasts=pasts, readers=readers)
+                pasts=pasts, readers=readers, present=(2, Bn, N, T, hidden // N) if pasts else None)
 
 
 def apply(graph: Graph) -> bool:
@@ -397,6 +421,9 @@ def apply(graph: Graph) -> bool:
             (pk, ck), (pv, cv) = m["pasts"]
             inputs.append(_stack(graph, pk, pv, extra))
             outputs.append(graph.unique("attention_present"))
+            # its static shape, which ONNX's inference cannot give a com.microsoft output (.restack reads it)
+            graph.proto.value_info.append(helper.make_tensor_value_info(outputs[1], TensorProto.FLOAT, m["present"]))
+            graph.invalidate()
             for i, name in enumerate((ck, cv)):  # present (2, B, N, T, H) -> the two graph values it replaces
                 extra.append(graph.make_node("Gather", [outputs[1], graph.add_const(np.array(i, np.int64), "index")],
                                              [name], axis=0))

@@ -202,6 +202,71 @@ ATTENTION_CASES = [("torchscript", {}), ("torchscript", {"mask": True}), ("dynam
                    ("dynamo", {"causal": True, "past": 3}), ("dynamo", {"causal": True, "mask": True, "past": 3})]
 
 
+
+def _gpt2_model(B=2, S=3, N=2, H=4, P=4):
+    """A GPT-2 layer's attention as exports with past write it once the optimizer saw dynamic shapes
+    (tests/corpus' gpt2_tiny after shape specialization): the past key and value stacked in one
+    (2, B, N, P, H) input, unstacked by Gathers; scores by a com.microsoft FusedMatMul with transB (what
+    transpose_into_matmul made of K's Transpose and the MatMul), scaled by a Div, a constant causal mask
+    added; the present key and value stacked back into one (2, B, N, T, H) output."""
+    D, T = N * H, S + P
+    feeds = {"x": rng.standard_normal((B, S, D)).astype(np.float32),
+             "past": rng.standard_normal((2, B, N, P, H)).astype(np.float32)}
+    causal = np.where(np.tril(np.ones((S, T), bool), P), 0, np.finfo(np.float32).min).astype(np.float32)
+    inits = [("heads", np.array([B, S, N, H], np.int64)), ("merged", np.array([B, S, D], np.int64)),
+             ("sqrtH", np.float32(math.sqrt(H))), ("i0", np.array(0, np.int64)), ("i1", np.array(1, np.int64)),
+             ("ax0", np.array([0], np.int64)), ("causal", causal[None, None])]
+    nodes = [helper.make_node("Gather", ["past", "i0"], ["past_k"], axis=0),
+             helper.make_node("Gather", ["past", "i1"], ["past_v"], axis=0)]
+    for p in "qkv":
+        inits += [(f"W{p}", rng.standard_normal((D, D)).astype(np.float32) / 3),
+                  (f"b{p}", rng.standard_normal(D).astype(np.float32))]
+        nodes += [helper.make_node("MatMul", ["x", f"W{p}"], [f"{p}0"]),
+                  helper.make_node("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
+                  helper.make_node("Reshape", [f"{p}1", "heads"], [f"{p}2"]),
+                  helper.make_node("Transpose", [f"{p}2"], [f"{p.upper()}"], perm=[0, 2, 1, 3])]
+    nodes += [helper.make_node("Concat", ["past_k", "K"], ["present_k"], axis=2),
+              helper.make_node("Concat", ["past_v", "V"], ["present_v"], axis=2),
+              helper.make_node("FusedMatMul", ["Q", "present_k"], ["qk"], domain="com.microsoft", transB=1),
+              helper.make_node("Div", ["qk", "sqrtH"], ["s0"]), helper.make_node("Add", ["s0", "causal"], ["s1"]),
+              helper.make_node("Softmax", ["s1"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "present_v"], ["c0"]),
+              helper.make_node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["c1", "merged"], ["Y"]),
+              helper.make_node("Unsqueeze", ["present_k", "ax0"], ["pk"]),
+              helper.make_node("Unsqueeze", ["present_v", "ax0"], ["pv"]),
+              helper.make_node("Concat", ["pk", "pv"], ["present"], axis=0)]
+    outputs = _out() + [helper.make_tensor_value_info("present", F, None)]
+    model = make_model(nodes, feeds, outputs, inits=inits, opset=14)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model, feeds
+
+
+def test_gpt2_attention_with_stacked_past_and_a_fused_matmul_is_one_node():
+    """The scores' FusedMatMul (transB, its alpha joining the scale) is matched, the past and present
+    stacks become the Attention's own past input and present output (.restack), and nothing else is
+    left."""
+    m, feeds = _gpt2_model()
+    opt = check(m, feeds, present=["Attention"], atol=1e-4)
+    assert [n.op_type for n in opt.graph.node] == ["Attention"]
+    (node,) = opt.graph.node
+    assert list(node.input) == ["x", node.input[1], node.input[2], "", "past"]
+    assert list(node.output) == ["Y", "present"]
+
+
+def test_restack_needs_the_whole_axis_in_order():
+    """A Concat of Unsqueezed Gathers is the gathered tensor only with every index of its axis, in
+    order: part of the axis, or another order, stays."""
+    x = rng.standard_normal((3, 2)).astype(np.float32)
+    for idx in ([0, 1, 2], [0, 1], [1, 0, 2]):
+        nodes = [helper.make_node("Gather", ["x", f"i{i}"], [f"g{j}"], axis=0) for j, i in enumerate(idx)]
+        nodes += [helper.make_node("Unsqueeze", [f"g{j}", "ax0"], [f"u{j}"]) for j in range(len(idx))]
+        nodes.append(helper.make_node("Concat", [f"u{j}" for j in range(len(idx))], ["Y"], axis=0))
+        inits = [("ax0", np.array([0], np.int64))] + [(f"i{i}", np.array(i, np.int64)) for i in range(3)]
+        m = make_model(nodes, {"x": x}, _out(), inits=inits, opset=14)
+        opt = check(m, {"x": x}, level="basic")
+        assert (ops(opt)["Concat"] == 0) == (idx == [0, 1, 2]), idx
+
 @pytest.mark.parametrize("style,kw", ATTENTION_CASES, ids=[f"{s}-{'-'.join(k) or 'plain'}" for s, k in ATTENTION_CASES])
 def test_attention(style, kw):
     m, feeds = _attention_model(style, **kw)
