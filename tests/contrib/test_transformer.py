@@ -114,8 +114,8 @@ def test_fused_gemm(activation, extra):
 
 
 @pytest.mark.parametrize("activation,params", [("", None), ("Relu", None), ("LeakyRelu", [0.1]),
-                                               ("Clip", [-0.5, 0.5]), ("Sigmoid", None),
-                                               pytest.param("HardSwish", None, marks=requires_ort(
+                                               ("Clip", [-0.5, 0.5]), ("Sigmoid", None), ("Tanh", None),
+                                               ("HardSigmoid", [0.3, 0.4]), pytest.param("HardSwish", None, marks=requires_ort(
                                                    "1.24", "its FusedConv kernel has no HardSwish activation"))])
 @pytest.mark.parametrize("with_z", [False, True])
 def test_fused_conv(activation, params, with_z):

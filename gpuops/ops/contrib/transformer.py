@@ -49,13 +49,22 @@ def accumulate_dtype(X):
 
 def fused_activation(xp, Y, name: str | None, alpha=None, beta=None, gamma=None, *, own: bool = False):
     """The activation a Fused* node names, with onnxruntime's parameter defaults. ``own``: Y is the
-    node's own new array, so Relu, Clip and HardSwish may write their result over it."""
+    node's own new array, so Relu, Clip, HardSwish, HardSigmoid and Tanh may write their result over it."""
     name = name or ""
+    if own and Y.dtype.kind == "f" and name in ("HardSigmoid", "Tanh"):
+        if name == "Tanh":
+            return xp.tanh(Y, out=Y)
+        xp.multiply(Y, 0.2 if alpha is None else float(alpha), out=Y)
+        xp.add(Y, 0.5 if beta is None else float(beta), out=Y)
+        return xp.minimum(xp.maximum(Y, 0, out=Y), 1, out=Y)
     if own and Y.dtype.kind == "f" and name in ("Relu", "Clip", "HardSwish"):
         if name == "Relu":
             return _act.Relu(xp, Y, out=Y)
-        if name == "HardSwish":
-            return xp.multiply(Y, clamp(xp, Y * (1 / 6) + 0.5, 0, 1), out=Y)
+        if name == "HardSwish":  # one temporary, updated in place: a large map's fresh arrays page-fault
+            t = xp.multiply(Y, 1 / 6)
+            xp.add(t, 0.5, out=t)
+            xp.minimum(xp.maximum(t, 0, out=t), 1, out=t)
+            return xp.multiply(Y, t, out=Y)
         lo, hi = (-np.inf if alpha is None else float(alpha)), (np.inf if beta is None else float(beta))
         return xp.minimum(xp.maximum(Y, lo, out=Y), hi, out=Y)
 
