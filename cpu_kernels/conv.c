@@ -266,14 +266,15 @@ int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t
 }
 
 /* depthwise_conv2d_f32 of p (conv_params.h: group == C, M = C * multiplier), then z (a residual of y's
- * shape, or NULL) added and clamped as bias_residual_clamp_f32 does. */
+ * shape, or NULL) and p's activation when its store cannot apply them. */
 int depthwise_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    const int store = conv_store_clamps(p, z);
     const float inf = __builtin_inff();
     const int status = depthwise_conv2d_f32(x, p->weights, p->bias, y, p->N, p->C, p->H, p->W, p->M / p->C, p->KH,
                                             p->KW, p->OH, p->OW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw,
-                                            z ? -inf : p->lo, z ? inf : p->hi);
-    if (status || !z) return status;
-    return bias_residual_clamp_f32(y, NULL, z, p->N, p->M, p->OH * p->OW, p->lo, p->hi);
+                                            store ? p->lo : -inf, store ? p->hi : inf);
+    if (!status && !store) epilogue_rows(y, p->OH * p->OW, z, p->OH * p->OW, 0, p->N * p->M, p->OH * p->OW, p);
+    return status;
 }
 
 int conv_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -3,6 +3,7 @@
  * arguments rather than twenty: the *_planned_f32 kernels of conv.c (depthwise), direct_conv.c (few
  * input channels) and gemm.c (im2col + packed GEMM). */
 #pragma once
+#include <math.h>
 #include <stdint.h>
 #include "common.h"
 
@@ -14,23 +15,61 @@ struct conv_params {
     int64_t wstride;
     const float* bias;  /* M floats, or NULL */
     float lo, hi;  /* the clamp of a fused Relu or Clip ([-inf, inf]: none) */
+    int64_t act;  /* or another fused activation (CONV_ACT_*: then lo and hi are not used), with its */
+    float alpha, beta;  /* parameters */
 };
+
+enum { CONV_CLAMP, CONV_HARD_SIGMOID, CONV_HARD_SWISH, CONV_SIGMOID, CONV_LEAKY_RELU };
+
+/* Whether the kernels' own store applies p's epilogue (a clamp, no residual), or leaves it to
+ * epilogue_rows. */
+static inline int conv_store_clamps(const struct conv_params* p, const float* z) {
+    return !z && p->act == CONV_CLAMP;
+}
 
 static inline Windows conv_windows(const struct conv_params* p) {
     return windows(p->H, p->W, p->OH, p->OW, p->KH, p->KW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw);
 }
 
-/* Rows [r0, r1) of y (rows of n floats, ld apart): y = min(max(y + z, lo), hi), z's rows ldz apart (a
- * FusedConv's residual after its conv and bias, summed in that order as the separate passes would). */
-static inline void residual_rows(float* y, int64_t ld, const float* z, int64_t ldz, int64_t r0, int64_t r1,
-                                 int64_t n, float lo, float hi) {
+/* Rows [r0, r1) of y (rows of n floats, ld apart), the conv with its bias: + z (a FusedConv's residual,
+ * rows ldz apart; NULL: none), then p's activation, summed and applied in that order as the separate
+ * passes would. */
+static inline float clamp01(float t) {
+    const float c = t < 0.0f ? 0.0f : t;  /* NaN stays */
+    return c > 1.0f ? 1.0f : c;
+}
+
+/* y = EXPR of v, v = y (+ z), over a row: one loop per case, so that each vectorises. */
+#define CONV_EPILOGUE(EXPR)                                                  \
+    do {                                                                     \
+        if (zr)                                                              \
+            for (int64_t l = 0; l < n; ++l) {                                \
+                const float v = yr[l] + zr[l];                               \
+                yr[l] = (EXPR);                                              \
+            }                                                                \
+        else                                                                 \
+            for (int64_t l = 0; l < n; ++l) {                                \
+                const float v = yr[l];                                       \
+                yr[l] = (EXPR);                                              \
+            }                                                                \
+    } while (0)
+
+static inline void epilogue_rows(float* y, int64_t ld, const float* z, int64_t ldz, int64_t r0, int64_t r1,
+                                 int64_t n, const struct conv_params* p) {
+    const float lo = p->lo, hi = p->hi, alpha = p->alpha, beta = p->beta;
+    const int64_t act = p->act;
     for (int64_t r = r0; r < r1; ++r) {
         float* restrict yr = y + r * ld;
-        const float* restrict zr = z + r * ldz;
-        for (int64_t l = 0; l < n; ++l) {
-            const float v = yr[l] + zr[l];
-            const float u = v < lo ? lo : v;  /* NaN stays */
-            yr[l] = u > hi ? hi : u;
-        }
+        const float* restrict zr = z ? z + r * ldz : NULL;
+        if (act == CONV_HARD_SIGMOID)
+            CONV_EPILOGUE(clamp01(v * alpha + beta));
+        else if (act == CONV_HARD_SWISH)
+            CONV_EPILOGUE(v * clamp01(v * (1.0f / 6.0f) + 0.5f));
+        else if (act == CONV_SIGMOID)
+            CONV_EPILOGUE(1.0f / (1.0f + expf(-v)));
+        else if (act == CONV_LEAKY_RELU)
+            CONV_EPILOGUE(v >= 0.0f ? v : v * alpha);
+        else
+            CONV_EPILOGUE((v < lo ? lo : v) > hi ? hi : (v < lo ? lo : v));  /* NaN stays */
     }
 }

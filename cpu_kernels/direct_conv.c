@@ -17,9 +17,11 @@
 #if defined(__AVX512F__)
 #define MB 24  /* output channels summed together, MB vectors of sums in registers (of 32) */
 #define MB_SMALL 16  /* for M a multiple of 16 and not of 24: no chunk left part empty */
+#define MB_TINY 8  /* for fewer channels (a stem of 8) */
 #else
 #define MB 6  /* 12 of the 16 AVX2 registers (a vector is two of them) */
 #define MB_SMALL 4
+#define MB_TINY 2
 #endif
 
 /* Output channels [m0, m0 + mb) of the VL cells from (oy, ox): mb a constant where inlined, so that
@@ -66,6 +68,9 @@ static void direct_part(void* ctx, int64_t part, int64_t parts) {
                 if (a->mb == MB)
                     chunk(MB, a->g, a->offs, a->buf, a->P, a->C, a->K, a->wt, a->Mp, a->bv, a->M, m0, oy, ox, a->yn,
                           a->lo, a->hi, oy1);
+                else if (a->mb == MB_TINY)
+                    chunk(MB_TINY, a->g, a->offs, a->buf, a->P, a->C, a->K, a->wt, a->Mp, a->bv, a->M, m0, oy, ox,
+                          a->yn, a->lo, a->hi, oy1);
                 else
                     chunk(MB_SMALL, a->g, a->offs, a->buf, a->P, a->C, a->K, a->wt, a->Mp, a->bv, a->M, m0, oy, ox,
                           a->yn, a->lo, a->hi, oy1);
@@ -77,7 +82,10 @@ int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* 
                       int64_t H, int64_t W, int64_t M, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t sh,
                       int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-    const int mb = M % MB && !(M % MB_SMALL) ? MB_SMALL : MB;
+    /* the chunk that pads M least (the larger one on a tie) */
+    const int64_t pad = (M + MB - 1) / MB * MB, pad_small = (M + MB_SMALL - 1) / MB_SMALL * MB_SMALL;
+    const int mb = (M + MB_TINY - 1) / MB_TINY * MB_TINY < (pad < pad_small ? pad : pad_small) ? MB_TINY
+                   : pad_small < pad ? MB_SMALL : MB;
     const int64_t K = KH * KW, CK = C * K, P = planes_size(&g), Mp = (M + mb - 1) / mb * mb;
     int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * (C * P + CK * Mp + Mp));
     if (!offs) return 1;
@@ -99,17 +107,16 @@ int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* 
     return 0;
 }
 
-/* direct_conv2d_f32 of p (conv_params.h: group 1), then z (a residual of y's shape, or NULL) added and
- * clamped, in that order. */
+/* direct_conv2d_f32 of p (conv_params.h: group 1), then z (a residual of y's shape, or NULL) and p's
+ * activation when its store cannot apply them. */
 int direct_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    const int store = conv_store_clamps(p, z);
     const float inf = __builtin_inff();
     const int status = direct_conv2d_f32(x, p->weights, p->bias, y, p->N, p->C, p->H, p->W, p->M, p->KH, p->KW,
                                          p->OH, p->OW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw,
-                                         z ? -inf : p->lo, z ? inf : p->hi);
-    if (status || !z) return status;
-    const int64_t L = p->OH * p->OW;
-    residual_rows(y, L, z, L, 0, p->N * p->M, L, p->lo, p->hi);
-    return 0;
+                                         store ? p->lo : -inf, store ? p->hi : inf);
+    if (!status && !store) epilogue_rows(y, p->OH * p->OW, z, p->OH * p->OW, 0, p->N * p->M, p->OH * p->OW, p);
+    return status;
 }
 
 int direct_conv_set_threads(int64_t n) { return pool_threads_set(n); }

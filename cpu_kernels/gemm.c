@@ -226,6 +226,87 @@ static int gemm_cells(const float* pack, const float* B, int64_t ldb, const floa
     return 0;
 }
 
+/* tile() with B's row k at x + koff[k] and the tile's cells at co[i] from there: the taps of a conv's
+ * phase planes, read in place of an im2col copy. */
+static inline __attribute__((always_inline)) void tile_taps(const float* restrict x, const int64_t* restrict koff,
+                                                            const int64_t co[MR], const float* restrict q, int64_t kc,
+                                                            int nv, gvec acc[MR][NV]) {
+    gvec s[MR][NV];
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < nv; ++v) s[i][v] = acc[i][v];
+    for (int64_t k = 0; k < kc; ++k) {
+        gvec w[NV];
+        for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
+        const float* restrict r = x + koff[k];
+        for (int i = 0; i < MR; ++i) {
+            const float b = r[co[i]];
+            for (int v = 0; v < nv; ++v) s[i][v] += b * w[v];
+        }
+    }
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < nv; ++v) acc[i][v] = s[i][v];
+}
+
+/* gemm_cells of a conv without its columns: B[k][n] = x[koff[k] + cells[n]] (x: the phase planes of
+ * the input channels, koff: where tap k of output cell (0, 0) reads, cells: output cell n's offset in
+ * a plane), the same sums in the same order. */
+static void conv_cells(const float* pack, const float* x, const int64_t* koff, const int64_t* cells,
+                       const float* bias, float* Y, int64_t ldy, int64_t M, int64_t K, int64_t N, float lo, float hi) {
+    const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
+    for (int64_t k0 = 0, last = 0; !last; k0 += kb) {
+        const int64_t kc = K - k0 < kb ? K - k0 : kb;
+        last = k0 + kc == K;
+        const int first = k0 == 0;
+        for (int64_t m0 = 0; m0 < M; m0 += MC) {
+            const int64_t m1 = M - m0 < MC ? M : m0 + MC;
+            float bb[MC];
+            for (int64_t j = 0; j < MC; ++j) bb[j] = bias && m0 + j < M ? bias[m0 + j] : 0.0f;
+            for (int64_t n0 = 0; n0 < N; n0 += MR) {
+                const int64_t nc = N - n0 < MR ? N - n0 : MR;
+                int64_t co[MR];
+                for (int i = 0; i < MR; ++i) co[i] = cells[n0 + (i < nc ? i : 0)];
+                for (int64_t p0 = m0; p0 < m1; p0 += NR) {
+                    const int64_t w = panel_width(M, p0), mc = m1 - p0 < w ? m1 - p0 : w;
+                    float t[MR][NR];
+                    gvec acc[MR][NV];
+                    if (first) {
+                        for (int i = 0; i < MR; ++i)
+                            for (int v = 0; v < NV; ++v) acc[i][v] = (gvec){0};
+                    } else {
+                        memset(t, 0, sizeof t);
+                        for (int64_t j = 0; j < mc; ++j)
+                            for (int64_t i = 0; i < nc; ++i) t[i][j] = Y[(p0 + j) * ldy + n0 + i];
+                        for (int i = 0; i < MR; ++i)
+                            for (int v = 0; v < NV; ++v) acc[i][v] = gload(&t[i][v * GV]);
+                    }
+                    const float* q = pack + p0 * K + k0 * w;
+                    if (w == NR)
+                        tile_taps(x, koff + k0, co, q, kc, NV, acc);
+                    else
+                        tile_taps(x, koff + k0, co, q, kc, 1, acc);
+                    if (last)
+                        for (int v = 0; v < NV; ++v) {
+                            const gvec bv = gload(bb + p0 - m0 + v * GV);
+                            for (int i = 0; i < MR; ++i) acc[i][v] = clamp(acc[i][v] + bv, lo, hi);
+                        }
+                    for (int i = 0; i < MR; ++i)
+                        for (int v = 0; v < NV; ++v) memcpy(&t[i][v * GV], &acc[i][v], sizeof(gvec));
+                    if (nc == MR)
+                        for (int64_t j = 0; j < mc; ++j) {
+                            float* restrict y = Y + (p0 + j) * ldy + n0;
+                            for (int i = 0; i < MR; ++i) y[i] = t[i][j];
+                        }
+                    else
+                        for (int64_t j = 0; j < mc; ++j) {
+                            float* restrict y = Y + (p0 + j) * ldy + n0;
+                            for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
+                        }
+                }
+            }
+        }
+    }
+}
+
 typedef struct {
     const float *pack, *B, *bias;
     float* Y;
@@ -300,52 +381,74 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
     int64_t r0, r1;
     pool_range(p->N * p->OH, 1, part, parts, &r0, &r1);
     if (r0 >= r1) return;
-    const int64_t K = p->KH * p->KW, CK = p->C * K, CKg = CK / p->group, Mg = p->M / p->group;
-    const int64_t OH = p->OH, OW = p->OW, OHW = OH * OW, HW = p->H * p->W;
+    const int64_t K = p->KH * p->KW, C = p->C, CK = C * K, CKg = CK / p->group, Mg = p->M / p->group;
+    const int64_t OH = p->OH, OW = p->OW, OHW = OH * OW, HW = p->H * p->W, P = planes_size(g);
+    const int taps = !a->direct && !p->rows;  /* B read from the phase planes, no columns */
     int64_t chunk = a->chunk < r1 - r0 ? a->chunk : r1 - r0;
     if (chunk > OH) chunk = OH;
-    int64_t* offs = NULL;
+    int64_t *offs = NULL, *koff = NULL, *cells = NULL;
     float *buf = NULL, *cols = NULL;
     if (!a->direct) {
-        offs = malloc(sizeof(int64_t) * K + sizeof(float) * (planes_size(g) + CK * chunk * OW));
+        const int64_t ints = taps ? CK + chunk * OW : K, floats = taps ? C * P : P + CK * chunk * OW;
+        offs = malloc(sizeof(int64_t) * (K + ints) + sizeof(float) * floats);
         if (!offs) {
             a->status = 1;
             return;
         }
-        buf = (float*)(offs + K);
-        cols = buf + planes_size(g);
         tap_offsets(g, offs);
+        if (taps) {
+            koff = offs + K;
+            cells = koff + CK;
+            buf = (float*)(cells + chunk * OW);
+            for (int64_t c = 0; c < C; ++c)
+                for (int64_t t = 0; t < K; ++t) koff[c * K + t] = c * P + offs[t];
+        } else {
+            buf = (float*)(offs + K);
+            cols = buf + P;
+        }
     }
-    const float lo = a->z ? -__builtin_inff() : p->lo, hi = a->z ? __builtin_inff() : p->hi;
+    const int store = conv_store_clamps(p, a->z);
+    const float lo = store ? p->lo : -__builtin_inff(), hi = store ? p->hi : __builtin_inff();
     for (int64_t r = r0; r < r1;) {
         const int64_t n = r / OH, oy0 = r % OH;
         int64_t oy1 = oy0 + chunk < OH ? oy0 + chunk : OH;
         if (oy1 - oy0 > r1 - r) oy1 = oy0 + (r1 - r);
         const int64_t L = (oy1 - oy0) * OW;
-        const float* xn = a->x + n * p->C * HW;
-        const float* b = xn + oy0 * OW;
-        int64_t ldb = HW;
-        if (!a->direct) {
-            im2col_rows(g, xn, p->C, cols, buf, offs, oy0, oy1);
-            b = cols;
-            ldb = L;
-        }
+        const float* xn = a->x + n * C * HW;
         float* yn = a->y + n * p->M * OHW + oy0 * OW;
-        for (int64_t gi = 0; gi < p->group && !a->status; ++gi) {
-            const float* pack = p->weights + gi * p->wstride;
-            const float* bias = p->bias ? p->bias + gi * Mg : NULL;
-            const int status = p->rows
-                ? gemm_rows(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi)
-                : gemm_cells(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
-            if (status) a->status = status;
+        if (taps) {
+            const int64_t last = oy1 + (g->KH - 1) * g->dh / g->sh;
+            for (int64_t c = 0; c < C; ++c)
+                fill_plane_rows(g, xn + c * HW, 0.0f, buf + c * P, oy0, last < g->Qh ? last : g->Qh);
+            for (int64_t oy = oy0; oy < oy1; ++oy)
+                for (int64_t ox = 0; ox < OW; ++ox) cells[(oy - oy0) * OW + ox] = oy * g->Qw + ox;
+            for (int64_t gi = 0; gi < p->group; ++gi)
+                conv_cells(p->weights + gi * p->wstride, buf, koff + gi * CKg, cells, p->bias ? p->bias + gi * Mg : NULL,
+                           yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
+        } else {
+            const float* b = xn + oy0 * OW;
+            int64_t ldb = HW;
+            if (!a->direct) {
+                im2col_rows(g, xn, C, cols, buf, offs, oy0, oy1);
+                b = cols;
+                ldb = L;
+            }
+            for (int64_t gi = 0; gi < p->group && !a->status; ++gi) {
+                const float* pack = p->weights + gi * p->wstride;
+                const float* bias = p->bias ? p->bias + gi * Mg : NULL;
+                const int status = p->rows
+                    ? gemm_rows(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi)
+                    : gemm_cells(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
+                if (status) a->status = status;
+            }
         }
-        if (a->z) residual_rows(yn, OHW, a->z + n * p->M * OHW + oy0 * OW, OHW, 0, p->M, L, p->lo, p->hi);
+        if (!store) epilogue_rows(yn, OHW, a->z ? a->z + n * p->M * OHW + oy0 * OW : NULL, OHW, 0, p->M, L, p);
         r += oy1 - oy0;
     }
     free(offs);
 }
 
-/* Y (N, M, OH, OW) = clamp(conv(X, W) + bias (+ z: a residual of Y's shape, or NULL)) for the conv of
+/* Y (N, M, OH, OW) = act(conv(X, W) + bias (+ z: a residual of Y's shape, or NULL)) for the conv of
  * p (conv_params.h; its weights: gemm_pack_f32 packs of each group's rows of W as (M, C / group * KH *
  * KW), in layout p->rows). The output rows are split across the pool's threads (pool_threads.h) when
  * each part gets at least POOL_MIN_WORK multiply-adds. Returns 0, or 1 when out of memory. */

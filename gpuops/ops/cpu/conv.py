@@ -158,7 +158,29 @@ class ConvParams(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in ("N", "C", "H", "W", "M", "KH", "KW", "OH", "OW", "sh", "sw",
                                                      "ph", "pw", "dh", "dw", "group", "rows")] + [
         ("weights", ctypes.c_void_p), ("wstride", ctypes.c_int64), ("bias", ctypes.c_void_p),
-        ("lo", ctypes.c_float), ("hi", ctypes.c_float)]
+        ("lo", ctypes.c_float), ("hi", ctypes.c_float), ("act", ctypes.c_int64), ("alpha", ctypes.c_float),
+        ("beta", ctypes.c_float)]
+
+
+# FusedConv's activations the planned kernels apply besides a clamp (conv_params.h's CONV_*), with
+# onnxruntime's defaults of alpha and beta
+_ACTIVATIONS = {"HardSigmoid": (1, 0.2, 0.5), "HardSwish": (2, 0.0, 0.0), "Sigmoid": (3, 0.0, 0.0),
+                "LeakyRelu": (4, 0.01, 0.0)}
+
+
+def _activation(activation, activation_params):
+    """``(clamp_to, (code, alpha, beta))`` of a FusedConv's activation for the planned kernels, or None
+    when they have no such activation."""
+    clamp_to = as_clamp(activation, activation_params)
+    if clamp_to is not None:
+        return clamp_to, (0, 0.0, 0.0)
+    if activation not in _ACTIVATIONS:
+        return None
+    code, alpha, beta = _ACTIVATIONS[activation]
+    given = list(activation_params or ())
+    alpha = float(given[0]) if len(given) > 0 else alpha
+    beta = float(given[1]) if len(given) > 1 else beta
+    return _NO_CLAMP, (code, alpha, beta)
 
 
 _address = native.address
@@ -196,7 +218,8 @@ SMALL_MACS = 1 << 22  # multiply-adds (output channels padded to a tile) of a co
 SMALL_MIN_CHANNELS = 4  # ...whatever BLAS would do on it, for at least this many output channels per group
 
 
-def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilations, pads, clamp_to):
+def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilations, pads, clamp_to,
+          activation=(0, 0.0, 0.0)):
     """The :class:`_Planned` conv of ``kept``'s weights for inputs of X's shape, or None where the
     general path runs: not 2-D float32, native kernels off, or a conv large enough that another path
     (Winograd, kn2row, BLAS where :func:`.native_gemm.gemm_pays` says so) may beat the native GEMM.
@@ -216,7 +239,7 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
     B = None if B is None else np.ascontiguousarray(B)
     lo, hi = clamp_to or _NO_CLAMP
     params = ConvParams(N, C, H, Wd, M, *kernel, *out, *strides, *pb, *dilations, group, 0, W.ctypes.data, 0,
-                        None if B is None else B.ctypes.data, lo, hi)
+                        None if B is None else B.ctypes.data, lo, hi, *activation)
     shape = (N, M) + tuple(out)
     if group == C and C > 1:  # depthwise, 1x1 too
         name = "depthwise_conv2d_planned_f32"
@@ -616,9 +639,9 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     the bias in the conv's own last pass; with Z, bias, Z and the clamp in one native pass after it."""
     if prepared is not None and W is prepared.W and B is prepared.B and type(X) is np.ndarray:
         def plan():
-            clamp_to = as_clamp(activation, activation_params) if X.dtype == _F32 else None
-            return clamp_to is not None and _plan(prepared, X, group, kernel_shape, auto_pad, strides, dilations,
-                                                  pads, clamp_to)
+            act = _activation(activation, activation_params) if X.dtype == _F32 else None
+            return act is not None and _plan(prepared, X, group, kernel_shape, auto_pad, strides, dilations, pads,
+                                             *act)
 
         run = prepared.run((X.shape, activation, Z is None, native.threads()), plan)
         if run and native.enabled():
