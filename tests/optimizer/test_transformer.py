@@ -254,6 +254,62 @@ def test_gpt2_attention_with_stacked_past_and_a_fused_matmul_is_one_node():
     assert list(node.output) == ["Y", "present"]
 
 
+
+def _mha_model(B=2, S=5, N=2, H=4, heads_order=(0, 1, 2)):
+    """Self-attention as torch exports nn.MultiheadAttention: the sequence-major input's packed
+    projection taken apart by Reshape, Unsqueeze, Transpose, Squeeze and three Gathers, each part
+    reshaped to (S, B * N, H) and transposed, then (B, N, S, H); the context back to (S * B, D) for the
+    out projection, (S, B, D) and batch-major again. ``heads_order``: which Gather index feeds Q, K, V
+    (another order than (0, 1, 2) is not the Attention op's packing)."""
+    D = N * H
+    x = rng.standard_normal((B, S, D)).astype(np.float32)
+    inits = [("Win", rng.standard_normal((D, 3 * D)).astype(np.float32) / 3),
+             ("bin", rng.standard_normal(3 * D).astype(np.float32)),
+             ("Wout", rng.standard_normal((D, D)).astype(np.float32) / 3),
+             ("bout", rng.standard_normal(D).astype(np.float32)),
+             ("s_b_3_d", np.array([S, B, 3, D], np.int64)), ("ax0", np.array([0], np.int64)),
+             ("ax3", np.array([3], np.int64)), ("s_bn_h", np.array([S, B * N, H], np.int64)),
+             ("b_n_s_h", np.array([B, N, S, H], np.int64)), ("sb_d", np.array([S * B, D], np.int64)),
+             ("s_b_d", np.array([S, B, D], np.int64)), ("scale", np.float32(H ** -0.25))]
+    inits += [(f"i{i}", np.array(i, np.int64)) for i in range(3)]
+    nodes = [helper.make_node("Transpose", ["x"], ["xs"], perm=[1, 0, 2]),
+             helper.make_node("MatMul", ["xs", "Win"], ["p0"]), helper.make_node("Add", ["bin", "p0"], ["p1"]),
+             helper.make_node("Reshape", ["p1", "s_b_3_d"], ["p2"]),
+             helper.make_node("Unsqueeze", ["p2", "ax0"], ["p3"]),
+             helper.make_node("Transpose", ["p3"], ["p4"], perm=[3, 1, 2, 0, 4]),
+             helper.make_node("Squeeze", ["p4", "ax3"], ["p5"])]
+    for part, i in zip("qkv", heads_order):
+        nodes += [helper.make_node("Gather", ["p5", f"i{i}"], [f"{part}0"], axis=0),
+                  helper.make_node("Reshape", [f"{part}0", "s_bn_h"], [f"{part}1"]),
+                  helper.make_node("Transpose", [f"{part}1"], [f"{part}2"], perm=[1, 0, 2]),
+                  helper.make_node("Reshape", [f"{part}2", "b_n_s_h"], [f"{part}3"])]
+    nodes += [helper.make_node("Transpose", ["k3"], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("Mul", ["q3", "scale"], ["qs"]), helper.make_node("Mul", ["kt", "scale"], ["ks"]),
+              helper.make_node("MatMul", ["qs", "ks"], ["sc"]), helper.make_node("Softmax", ["sc"], ["pr"], axis=-1),
+              helper.make_node("MatMul", ["pr", "v3"], ["c0"]),
+              helper.make_node("Transpose", ["c0"], ["c1"], perm=[2, 0, 1, 3]),
+              helper.make_node("Reshape", ["c1", "sb_d"], ["c2"]),
+              helper.make_node("Gemm", ["c2", "Wout", "bout"], ["c3"]),
+              helper.make_node("Reshape", ["c3", "s_b_d"], ["c4"]),
+              helper.make_node("Transpose", ["c4"], ["Y"], perm=[1, 0, 2])]
+    return make_model(nodes, {"x": x}, _out(), inits=inits, opset=14), {"x": x}
+
+
+@pytest.mark.parametrize("heads_order", [(0, 1, 2), (1, 0, 2)])
+def test_attention_split_by_any_layout_chain(heads_order):
+    """nn.MultiheadAttention's export, with static shapes: its chains of layout ops are followed by
+    index labels, and the attention becomes one node (the context merged sequence-major: one Transpose
+    back) -- but not when the chains split the packed projection otherwise than Q | K | V."""
+    m, feeds = _mha_model(heads_order=heads_order)
+    fused = heads_order == (0, 1, 2)
+    opt = check(m, feeds, present=["Attention"] if fused else [], kept=[] if fused else ["Softmax"], atol=1e-4)
+    have = ops(opt)
+    if fused:
+        assert have["Softmax"] == have["Gather"] == have["Squeeze"] == 0 and have["Attention"] == 1
+        assert len(opt.graph.node) <= 6  # Attention, its Transpose back, Reshape, Gemm, Reshape, Transpose
+    else:
+        assert have["Attention"] == 0
+
 def test_restack_needs_the_whole_axis_in_order():
     """A Concat of Unsqueezed Gathers is the gathered tensor only with every index of its axis, in
     order: part of the axis, or another order, stays."""
