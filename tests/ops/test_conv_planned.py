@@ -97,6 +97,34 @@ def test_planned_convs_match_the_generic_op(name, activation, residual):
     assert all(isinstance(r, cpu_conv._Planned) for r in kept.runs.values()), kept.runs
 
 
+# 1-D: (N, C, M, L, kernel, stride, pads (begin, end), dilation, group)
+CASES_1D = {
+    "gemm": (1, 129, 128, 3, 3, 1, (1, 1), 1, 1),
+    "gemm-strided": (2, 16, 24, 37, 5, 2, (2, 1), 2, 1),
+    "stft-like": (1, 1, 258, 576, 256, 128, (0, 0), 1, 1),  # one input channel: the direct kernel
+    "depthwise": (1, 12, 24, 20, 3, 1, (1, 1), 1, 12),
+    "one-output-channel": (1, 128, 1, 1, 1, 1, (0, 0), 1, 1),
+    "grouped": (1, 8, 8, 9, 3, 1, (1, 1), 1, 2),
+}
+
+
+@pytest.mark.parametrize("name", CASES_1D)
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid"])
+def test_planned_1d_convs_match_the_generic_op(name, activation):
+    N, C, M, L, k, s, pads, d, g = CASES_1D[name]
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((N, C, L)).astype(np.float32)
+    W = rng.standard_normal((M, C // g, k)).astype(np.float32)
+    B = rng.standard_normal(M).astype(np.float32)
+    attrs = dict(group=g, kernel_shape=[k], strides=[s], pads=list(pads), dilations=[d])
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    want, tol = _activated(*_bound(X, W, B, None, attrs), activation, None)
+    for _ in range(2):
+        got = cpu_conv.FusedConv(np, X, W, B, activation=activation, prepared=kept, **attrs)
+        assert got.shape == want.shape and (np.abs(got - want) <= tol).all(), np.abs(got - want).max()
+    assert all(isinstance(r, cpu_conv._Planned) for r in kept.runs.values()), kept.runs
+
+
 def test_the_plan_is_made_once_per_input_shape_and_bounded():
     X, W, B, attrs = _case("3x3-small-map")
     kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)

@@ -183,7 +183,7 @@ def _activation(activation, activation_params):
     return _NO_CLAMP, (code, alpha, beta)
 
 
-_address = native.address
+_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 
 
 class _Planned:
@@ -197,50 +197,63 @@ class _Planned:
 
     def __call__(self, X: np.ndarray, Z=None):
         """The conv of X (float32, of the planned shape) as a new array, plus the residual ``Z`` (before
-        the clamp) when given; None when Z is not a float32 NumPy array of the output's shape (the
-        general path then runs)."""
+        the activation) when given; None when X or Z is not float32, or Z not a NumPy array of the
+        output's shape (the general path then runs)."""
+        if X.dtype is not _F32:  # another spelling of float32 (a byte order) goes the general way too
+            return None
         z = None
         if Z is not None:
-            if type(Z) is not np.ndarray or Z.dtype != _F32 or Z.shape != self.shape:
+            if type(Z) is not np.ndarray or Z.dtype is not _F32 or Z.shape != self.shape:
                 return None
-            if not Z.flags.c_contiguous:
+            try:
+                z = _addressof(_from_buffer(Z))
+            except (TypeError, ValueError):  # read-only, or not C-contiguous
                 Z = np.ascontiguousarray(Z)
-            z = _address(Z) if Z.flags.writeable else Z.ctypes.data
-        if not X.flags.c_contiguous:
+                z = Z.ctypes.data
+        try:
+            x = _addressof(_from_buffer(X))
+        except (TypeError, ValueError):
             X = np.ascontiguousarray(X)
+            x = X.ctypes.data
         Y = np.empty(self.shape, _F32)
-        if self.fn(self.address, _address(X) if X.flags.writeable else X.ctypes.data, z, _address(Y)):
+        if self.fn(self.address, x, z, _addressof(_from_buffer(Y))):
             raise MemoryError(f"native kernel {self.fn.__name__} could not allocate its scratch")
         return Y
 
 
 SMALL_MACS = 1 << 22  # multiply-adds (output channels padded to a tile) of a conv the native GEMM runs...
-SMALL_MIN_CHANNELS = 4  # ...whatever BLAS would do on it, for at least this many output channels per group
+SMALL_MIN_CHANNELS = 4  # ...whatever BLAS would do on it; a 16th of them with fewer output channels per group
 
 
 def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilations, pads, clamp_to,
           activation=(0, 0.0, 0.0)):
     """The :class:`_Planned` conv of ``kept``'s weights for inputs of X's shape, or None where the
-    general path runs: not 2-D float32, native kernels off, or a conv large enough that another path
-    (Winograd, kn2row, BLAS where :func:`.native_gemm.gemm_pays` says so) may beat the native GEMM.
-    Depthwise convs and those of few input channels run their own native kernels."""
+    general path runs: not 1-D or 2-D float32, native kernels off, or a conv large enough that another
+    path (Winograd, kn2row, BLAS where :func:`.native_gemm.gemm_pays` says so) may beat the native
+    GEMM. Depthwise convs and those of few input channels run their own native kernels; a 1-D conv
+    runs as a 2-D one of one row."""
     W, B = kept.W, kept.B
-    if not (native.enabled() and X.ndim == 4 and X.dtype == W.dtype == _F32 and (B is None or B.dtype == _F32)):
+    if not (native.enabled() and X.ndim in (3, 4) and X.dtype == W.dtype == _F32 and (B is None or B.dtype == _F32)):
         return None
     try:
         kernel, strides, dilations, pb, pe, out, K, L = kept.geometry(X, W, group, kernel_shape, auto_pad, strides,
                                                                       dilations, pads)
     except Exception:  # noqa: BLE001 - the general path reports it
         return None
-    (N, C, H, Wd), M = X.shape, W.shape[0]
+    N, C, *spatial = X.shape
+    M = W.shape[0]
     if not (N and C and M and L):
         return None
+    shape = (N, M) + tuple(out)
+    if X.ndim == 3:
+        spatial, kernel, out, strides, pb, dilations = ([1] + list(v) for v in (spatial, kernel, out, strides, pb,
+                                                                                 dilations))
+        pb[0] = 0
     W = np.ascontiguousarray(W)
     B = None if B is None else np.ascontiguousarray(B)
     lo, hi = clamp_to or _NO_CLAMP
-    params = ConvParams(N, C, H, Wd, M, *kernel, *out, *strides, *pb, *dilations, group, 0, W.ctypes.data, 0,
+    params = ConvParams(N, C, *spatial, M, *kernel, *out, *strides, *pb, *dilations, group, 0, W.ctypes.data, 0,
                         None if B is None else B.ctypes.data, lo, hi, *activation)
-    shape = (N, M) + tuple(out)
     if group == C and C > 1:  # depthwise, 1x1 too
         name = "depthwise_conv2d_planned_f32"
     elif group == 1 and C <= DIRECT_MAX_CHANNELS and K > 1:
@@ -250,7 +263,7 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
         rows = native_gemm.rows_layout(Mg, CKg, L)
         tile = native_gemm.pack_width(rows)
         padded = N * L * CKg * group * -(-Mg // tile) * tile
-        if not (padded <= SMALL_MACS and Mg >= SMALL_MIN_CHANNELS):
+        if padded > (SMALL_MACS if Mg >= SMALL_MIN_CHANNELS else SMALL_MACS >> 4):
             if winograd.applies(X, W, kernel, strides, dilations, group, out) or (
                     group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L)) or \
                     not native_gemm.gemm_pays(Mg, CKg, L):
@@ -577,10 +590,15 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     with its epilogue where it pays. ``kept``: the step's :class:`ConvWeights` (W and B constant): 2-D
     float32 convs then run as planned per input shape (:func:`_plan`)."""
     if kept is not None and W is kept.W and B is kept.B and type(X) is np.ndarray:
-        run = kept.run((X.shape, clamp_to, False, native.threads()), lambda: _plan(
-            kept, X, group, kernel_shape, auto_pad, strides, dilations, pads, clamp_to))
+        key = (X.shape, clamp_to, False, native.threads())
+        run = kept.runs.get(key)
+        if run is None:
+            run = kept.run(key, lambda: _plan(kept, X, group, kernel_shape, auto_pad, strides, dilations, pads,
+                                              clamp_to))
         if run and native.enabled():
-            return run(X)
+            Y = run(X)
+            if Y is not None:
+                return Y
     if not on_host(X, W, B):
         return _generic_conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
                              kernel_shape=kernel_shape, pads=pads, strides=strides, clamp_to=clamp_to)
@@ -638,12 +656,15 @@ def FusedConv(xp, X, W, B=None, Z=None, *, activation=None, activation_params=No
     """activation(Conv(X, W) + B + Z). float32 with Relu or Clip (or none): without Z the clamp goes with
     the bias in the conv's own last pass; with Z, bias, Z and the clamp in one native pass after it."""
     if prepared is not None and W is prepared.W and B is prepared.B and type(X) is np.ndarray:
-        def plan():
-            act = _activation(activation, activation_params) if X.dtype == _F32 else None
-            return act is not None and _plan(prepared, X, group, kernel_shape, auto_pad, strides, dilations, pads,
-                                             *act)
+        key = (X.shape, activation, Z is None, native.threads())
+        run = prepared.runs.get(key)
+        if run is None:
+            def plan():
+                act = _activation(activation, activation_params) if X.dtype == _F32 else None
+                return act is not None and _plan(prepared, X, group, kernel_shape, auto_pad, strides, dilations,
+                                                 pads, *act)
 
-        run = prepared.run((X.shape, activation, Z is None, native.threads()), plan)
+            run = prepared.run(key, plan)
         if run and native.enabled():
             Y = run(X, Z)
             if Y is not None:
