@@ -307,6 +307,100 @@ static void conv_cells(const float* pack, const float* x, const int64_t* koff, c
     }
 }
 
+/* rows_tile() with B's row k at x + koff[k] and the tile's vectors of cells at so[v] from there. */
+static inline __attribute__((always_inline)) void rows_taps(const float* restrict a, const float* restrict x,
+                                                            const int64_t* restrict koff, const int64_t so[RV],
+                                                            int64_t K, int nv, gvec acc[RR][RV]) {
+    gvec s[RR][RV];
+    for (int r = 0; r < RR; ++r)
+        for (int v = 0; v < nv; ++v) s[r][v] = (gvec){0};
+    for (int64_t k = 0; k < K; ++k) {
+        const float* restrict row = x + koff[k];
+        gvec b[RV];
+        for (int v = 0; v < nv; ++v) b[v] = gload(row + so[v]);
+        for (int r = 0; r < RR; ++r) {
+            const float w = a[k * RR + r];
+            for (int v = 0; v < nv; ++v) s[r][v] += w * b[v];
+        }
+    }
+    for (int r = 0; r < RR; ++r)
+        for (int v = 0; v < nv; ++v) acc[r][v] = s[r][v];
+}
+
+/* gemm_rows of a conv without its columns: the cells go in segments of at most GV cells of one output
+ * row (segment i: at seg[i] in a plane, segn[i] cells, stored at Y + yat[i]), B[k] of a segment read as
+ * one vector at x + koff[k] + seg[i] (the phase planes, whose slack covers a last segment's spill);
+ * the same sums in the same order. */
+static void conv_rows(const float* pack, const float* x, const int64_t* koff, const int64_t* seg,
+                      const int64_t* segn, const int64_t* yat, int64_t nseg, const float* bias, float* Y, int64_t ldy,
+                      int64_t M, int64_t K, float lo, float hi) {
+    for (int64_t s0 = 0; s0 < nseg; s0 += RV) {
+        const int64_t ns = nseg - s0 < RV ? nseg - s0 : RV;
+        int64_t so[RV];
+        for (int v = 0; v < RV; ++v) so[v] = seg[s0 + (v < ns ? v : 0)];
+        for (int64_t p0 = 0; p0 < M; p0 += RR) {
+            const int64_t mc = M - p0 < RR ? M - p0 : RR;
+            const float* a = pack + p0 * K;
+            gvec acc[RR][RV];
+            if (ns == RV)
+                rows_taps(a, x, koff, so, K, RV, acc);
+            else if (ns == 1)
+                rows_taps(a, x, koff, so, K, 1, acc);
+#if RV > 2
+            else if (ns == 3)
+                rows_taps(a, x, koff, so, K, 3, acc);
+#endif
+            else
+                rows_taps(a, x, koff, so, K, 2, acc);
+            for (int64_t r = 0; r < mc; ++r) {
+                const float br = bias ? bias[p0 + r] : 0.0f;
+                for (int64_t v = 0; v < ns; ++v) {
+                    const gvec o = clamp(acc[r][v] + br, lo, hi);
+                    float* restrict y = Y + (p0 + r) * ldy + yat[s0 + v];
+                    const int64_t n = segn[s0 + v];
+                    if (n == GV) {
+                        memcpy(y, &o, sizeof o);
+                    } else {
+                        float t[GV];
+                        memcpy(t, &o, sizeof o);
+                        for (int64_t j = 0; j < n; ++j) y[j] = t[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Rows [q0, q1) of the phase planes (common.h) of C input planes (HW floats apart) into buf (P floats
+ * apart), input cells only: the caller zeroed buf once, and the padding cells stay 0 (which rows and
+ * columns are padding does not depend on q0 and q1). */
+static void fill_input_rows(const Windows* g, const float* x, int64_t C, int64_t HW, float* buf, int64_t P,
+                            int64_t q0, int64_t q1) {
+    for (int64_t a = 0; a < g->sh; ++a)
+        for (int64_t b = 0; b < g->sw; ++b) {
+            int64_t lo, hi, r0, r1;
+            valid_range(g->W, g->sw, b - g->pw, g->Qw, &lo, &hi);
+            valid_range(g->H, g->sh, a - g->ph, g->Qh, &r0, &r1);
+            if (r0 < q0) r0 = q0;
+            if (r1 > q1) r1 = q1;
+            const int64_t n = hi - lo, sw = g->sw;
+            for (int64_t c = 0; c < C; ++c) {
+                float* plane = buf + c * P + (a * g->sw + b) * g->Qh * g->Qw + lo;
+                const float* xc = x + c * HW + b - g->pw + lo * sw;
+                for (int64_t q = r0; q < r1; ++q) {
+                    float* restrict row = plane + q * g->Qw;
+                    const float* restrict xr = xc + (a + g->sh * q - g->ph) * g->W;
+                    if (sw == 1)
+                        for (int64_t r = 0; r < n; ++r) row[r] = xr[r];
+                    else if (sw == 2)
+                        for (int64_t r = 0; r < n; ++r) row[r] = xr[2 * r];
+                    else
+                        for (int64_t r = 0; r < n; ++r) row[r] = xr[r * sw];
+                }
+            }
+        }
+}
+
 typedef struct {
     const float *pack, *B, *bias;
     float* Y;
@@ -339,10 +433,11 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
     return a.status;
 }
 
-/* A whole conv as im2col + this GEMM (conv_params.h): blocks of output rows of one image at a time, each
- * block's columns copied from the phase planes (common.h) into a cache-sized scratch, then one GEMM per
- * group into Y, bias and clamp in its store; a 1x1 stride-1 unpadded conv reads X itself as B. */
-#define COLS_BYTES (1 << 22)  /* one block's columns at most... */
+/* A whole conv as this GEMM (conv_params.h) without an im2col copy: blocks of output rows of one image at
+ * a time, the rows of the input's phase planes (common.h) that a block reads filled, then one GEMM per
+ * group whose B is read from the planes (conv_cells, conv_rows), bias and clamp in its store; a 1x1
+ * stride-1 unpadded conv reads X itself as B. */
+#define COLS_BYTES (1 << 22)  /* the columns of one block (read, not copied) at most... */
 #define COLS_MIN 2048  /* ...but at least this many cells, so that each GEMM runs over enough of them */
 
 typedef struct {
@@ -350,27 +445,9 @@ typedef struct {
     const Windows* g;
     const float *x, *z;
     float* y;
-    int64_t chunk, direct;  /* output rows per block; 1: no im2col */
+    int64_t chunk, direct;  /* output rows per block; 1: X itself is B (a 1x1 stride-1 unpadded conv) */
     int status;
 } ConvGemmArgs;
-
-/* im2col of output rows [oy0, oy1) of one image's C channels into cols (rows (c KH + ky) KW + kx of
- * (oy1 - oy0) OW cells), through buf (the phase planes of one channel) and the taps' offsets offs. */
-static void im2col_rows(const Windows* g, const float* x, int64_t C, float* cols, float* buf, const int64_t* offs,
-                        int64_t oy0, int64_t oy1) {
-    const int64_t K = g->KH * g->KW, OW = g->OW, L = (oy1 - oy0) * OW;
-    const int64_t last = oy1 + (g->KH - 1) * g->dh / g->sh;
-    for (int64_t c = 0; c < C; ++c) {
-        fill_plane_rows(g, x + c * g->H * g->W, 0.0f, buf, oy0, last < g->Qh ? last : g->Qh);
-        for (int64_t t = 0; t < K; ++t) {
-            float* restrict dst = cols + (c * K + t) * L;
-            for (int64_t oy = oy0; oy < oy1; ++oy) {
-                const float* restrict src = buf + offs[t] + oy * g->Qw;
-                for (int64_t ox = 0; ox < OW; ++ox) dst[(oy - oy0) * OW + ox] = src[ox];
-            }
-        }
-    }
-}
 
 /* Output rows [r0, r1) of all images (row r: image r / OH, row r % OH), all channels: each cell summed
  * as in one part. */
@@ -383,29 +460,25 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
     if (r0 >= r1) return;
     const int64_t K = p->KH * p->KW, C = p->C, CK = C * K, CKg = CK / p->group, Mg = p->M / p->group;
     const int64_t OH = p->OH, OW = p->OW, OHW = OH * OW, HW = p->H * p->W, P = planes_size(g);
-    const int taps = !a->direct && !p->rows;  /* B read from the phase planes, no columns */
     int64_t chunk = a->chunk < r1 - r0 ? a->chunk : r1 - r0;
     if (chunk > OH) chunk = OH;
-    int64_t *offs = NULL, *koff = NULL, *cells = NULL;
-    float *buf = NULL, *cols = NULL;
-    if (!a->direct) {
-        const int64_t ints = taps ? CK + chunk * OW : K, floats = taps ? C * P : P + CK * chunk * OW;
-        offs = malloc(sizeof(int64_t) * (K + ints) + sizeof(float) * floats);
+    int64_t *offs = NULL, *koff = NULL, *cells = NULL, *segn = NULL, *yat = NULL;
+    float* buf = NULL;
+    if (!a->direct) {  /* B read from the phase planes of the input channels */
+        offs = malloc(sizeof(int64_t) * (K + CK + 3 * chunk * OW) + sizeof(float) * C * P);
         if (!offs) {
             a->status = 1;
             return;
         }
         tap_offsets(g, offs);
-        if (taps) {
-            koff = offs + K;
-            cells = koff + CK;
-            buf = (float*)(cells + chunk * OW);
-            for (int64_t c = 0; c < C; ++c)
-                for (int64_t t = 0; t < K; ++t) koff[c * K + t] = c * P + offs[t];
-        } else {
-            buf = (float*)(offs + K);
-            cols = buf + P;
-        }
+        koff = offs + K;
+        cells = koff + CK;  /* the channels layout's cells, or the rows layout's segments */
+        segn = cells + chunk * OW;
+        yat = segn + chunk * OW;
+        buf = (float*)(yat + chunk * OW);
+        memset(buf, 0, sizeof(float) * C * P);
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t t = 0; t < K; ++t) koff[c * K + t] = c * P + offs[t];
     }
     const int store = conv_store_clamps(p, a->z);
     const float lo = store ? p->lo : -__builtin_inff(), hi = store ? p->hi : __builtin_inff();
@@ -416,30 +489,38 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
         const int64_t L = (oy1 - oy0) * OW;
         const float* xn = a->x + n * C * HW;
         float* yn = a->y + n * p->M * OHW + oy0 * OW;
-        if (taps) {
-            const int64_t last = oy1 + (g->KH - 1) * g->dh / g->sh;
-            for (int64_t c = 0; c < C; ++c)
-                fill_plane_rows(g, xn + c * HW, 0.0f, buf + c * P, oy0, last < g->Qh ? last : g->Qh);
-            for (int64_t oy = oy0; oy < oy1; ++oy)
-                for (int64_t ox = 0; ox < OW; ++ox) cells[(oy - oy0) * OW + ox] = oy * g->Qw + ox;
-            for (int64_t gi = 0; gi < p->group; ++gi)
-                conv_cells(p->weights + gi * p->wstride, buf, koff + gi * CKg, cells, p->bias ? p->bias + gi * Mg : NULL,
-                           yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
-        } else {
-            const float* b = xn + oy0 * OW;
-            int64_t ldb = HW;
-            if (!a->direct) {
-                im2col_rows(g, xn, C, cols, buf, offs, oy0, oy1);
-                b = cols;
-                ldb = L;
-            }
+        if (a->direct) {
             for (int64_t gi = 0; gi < p->group && !a->status; ++gi) {
                 const float* pack = p->weights + gi * p->wstride;
                 const float* bias = p->bias ? p->bias + gi * Mg : NULL;
+                const float* b = xn + oy0 * OW + gi * CKg * HW;
                 const int status = p->rows
-                    ? gemm_rows(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi)
-                    : gemm_cells(pack, b + gi * CKg * ldb, ldb, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
+                    ? gemm_rows(pack, b, HW, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi)
+                    : gemm_cells(pack, b, HW, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
                 if (status) a->status = status;
+            }
+        } else {
+            const int64_t last = oy1 + (g->KH - 1) * g->dh / g->sh;
+            fill_input_rows(g, xn, C, HW, buf, P, oy0, last < g->Qh ? last : g->Qh);
+            int64_t nseg = 0;
+            if (p->rows)
+                for (int64_t oy = oy0; oy < oy1; ++oy)
+                    for (int64_t ox = 0; ox < OW; ox += GV, ++nseg) {
+                        cells[nseg] = oy * g->Qw + ox;
+                        segn[nseg] = OW - ox < GV ? OW - ox : GV;
+                        yat[nseg] = (oy - oy0) * OW + ox;
+                    }
+            else
+                for (int64_t oy = oy0; oy < oy1; ++oy)
+                    for (int64_t ox = 0; ox < OW; ++ox) cells[(oy - oy0) * OW + ox] = oy * g->Qw + ox;
+            for (int64_t gi = 0; gi < p->group; ++gi) {
+                const float* pack = p->weights + gi * p->wstride;
+                const float* bias = p->bias ? p->bias + gi * Mg : NULL;
+                if (p->rows)
+                    conv_rows(pack, buf, koff + gi * CKg, cells, segn, yat, nseg, bias, yn + gi * Mg * OHW, OHW, Mg,
+                              CKg, lo, hi);
+                else
+                    conv_cells(pack, buf, koff + gi * CKg, cells, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
             }
         }
         if (!store) epilogue_rows(yn, OHW, a->z ? a->z + n * p->M * OHW + oy0 * OW : NULL, OHW, 0, p->M, L, p);

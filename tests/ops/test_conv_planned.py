@@ -36,6 +36,10 @@ CASES = {
     "direct-stem": (1, 3, 8, 32, 30, 7, 2, (3, 3, 3, 3), 1, 1),
     "direct-dilated": (2, 2, 5, 13, 11, 3, 2, (0, 1, 0, 0), 2, 1),
     "long-k-blocks": (1, 96, 32, 6, 6, 3, 1, (1, 1, 1, 1), 1, 1),  # K = 864 > one k block of the GEMM
+    # cells on the vector lanes (short K, many cells): output rows in segments of a vector
+    "rows-stride2-wide": (1, 8, 16, 40, 45, 3, 2, (1, 1, 0, 1), 1, 1),
+    "rows-dilated-grouped": (2, 8, 12, 20, 37, 3, 1, (2, 2, 2, 2), 2, 2),
+    "rows-1x1-stride2": (1, 16, 8, 30, 30, 1, 2, (0, 0, 0, 0), 1, 1),
 }
 
 
@@ -169,17 +173,21 @@ def test_a_residual_the_plan_cannot_take_runs_the_general_path():
         assert (np.abs(got - np.maximum(want, 0)) <= tol).all()
 
 
-def test_planned_convs_give_the_same_bits_on_any_number_of_threads():
+@pytest.mark.parametrize("C, M, rows", [(32, 48, False), (8, 8, True)])
+def test_planned_convs_give_the_same_bits_on_any_number_of_threads(C, M, rows):
     """The output rows are split across threads; each cell is summed as on one thread."""
+    from gpuops.ops.cpu import native_gemm
+
     rng = np.random.default_rng(3)
-    X = rng.standard_normal((2, 32, 40, 40)).astype(np.float32)
-    W = rng.standard_normal((48, 32, 3, 3)).astype(np.float32)
-    B = rng.standard_normal(48).astype(np.float32)
-    Z = rng.standard_normal((2, 48, 40, 40)).astype(np.float32)
+    X = rng.standard_normal((2, C, 40, 40)).astype(np.float32)
+    W = rng.standard_normal((M, C, 3, 3)).astype(np.float32)
+    B = rng.standard_normal(M).astype(np.float32)
+    Z = rng.standard_normal((2, M, 40, 40)).astype(np.float32)
     attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
-    params = cpu_conv.ConvParams(2, 32, 40, 40, 48, 3, 3, 40, 40, 1, 1, 1, 1, 1, 1, 1, 0)
-    packs = kept.packs(W, B, 1, False)
+    assert native_gemm.rows_layout(M, 9 * C, 1600) == rows
+    params = cpu_conv.ConvParams(2, C, 40, 40, M, 3, 3, 40, 40, 1, 1, 1, 1, 1, 1, 1, rows)
+    packs = kept.packs(W, B, 1, rows)
     params.weights, params.bias, params.lo, params.hi = packs[0].address, B.ctypes.data, 0.0, math.inf
     fn = native.function("conv2d_gemm_planned_f32")
     out = []
@@ -187,7 +195,7 @@ def test_planned_convs_give_the_same_bits_on_any_number_of_threads():
     try:
         for threads in (1, 2, 3):
             native.set_threads(threads)
-            Y = np.empty((2, 48, 40, 40), np.float32)
+            Y = np.empty((2, M, 40, 40), np.float32)
             native.call(fn, ctypes.addressof(params), X.ctypes.data, Z.ctypes.data, Y.ctypes.data)
             out.append(Y)
     finally:
@@ -221,3 +229,15 @@ def test_conv_params_match_the_c_struct():
         names = [w for w in words if w not in ("const", "float", "int64_t", "*", ",")]
         fields += [(n, ctype) for n in names]
     assert fields == cpu_conv.ConvParams._fields_
+
+
+def test_the_rows_layout_cases_take_it():
+    from gpuops.ops.cpu import native_gemm
+
+    for name in ("3x3-small-map", "rows-stride2-wide", "rows-dilated-grouped", "rows-1x1-stride2"):
+        X, W, B, attrs = _case(name)
+        kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+        cpu_conv.Conv(np, X, W, B, prepared=kept, **attrs)
+        (run,) = kept.runs.values()
+        assert run.params.rows == native_gemm.rows_layout(run.params.M // run.params.group,
+                                                          W[0].size, math.prod(run.shape[2:])) == 1, name
