@@ -239,4 +239,101 @@ int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp
     return 0;
 }
 
+/* DynamicQuantizeLinear of float32 to uint8, in float32 as the NumPy code: the range [lo, hi]
+ * widened to hold 0, scale = (hi - lo) / 255 (1 when hi == lo), zero point
+ * rint(clamp(-lo / scale, 0, 255)), y = clamp(rint(x / scale) + zero point, 0, 255). Into
+ * out_scale[0] and out_zp[0]. Returns 2, writing nothing, when x holds a NaN or an infinity (the
+ * NumPy code then runs). */
+int dynamic_quantize_u8(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y) {
+    float hi = 0.0f, lo = 0.0f;
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        hi = v > hi ? v : hi;
+        lo = v < lo ? v : lo;
+        bad |= v != v;
+    }
+    if (bad || hi - lo != hi - lo || isinf(hi - lo)) return 2;
+    const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    float z = 0.0f - lo / scale;
+    z = z > 0.0f ? z : 0.0f;
+    z = rintf(z < 255.0f ? z : 255.0f);
+    for (int64_t i = 0; i < n; ++i) {
+        const float q = rintf(x[i] / scale) + z;
+        const float v = q > 0.0f ? q : 0.0f;
+        y[i] = (uint8_t)(v < 255.0f ? v : 255.0f);
+    }
+    out_scale[0] = scale;
+    out_zp[0] = (uint8_t)z;
+    return 0;
+}
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF /* a * ra + b * rb rounded twice, as the NumPy code (GCC: off under -std=c11) */
+#endif
+
+/* com.microsoft QLinearAdd of 8-bit a and b (each n values, or one: step 0) to 8-bit y, as the NumPy
+ * code (MLAS's formula): y = saturate(rint((a - za) (sa / sc) + (b - zb) (sb / sc) + zc)) in float32.
+ * signs: 1 if a is int8, + 2 if b is, + 4 if y is. */
+int qlinear_add_8(const void* a, int64_t a_step, const void* b, int64_t b_step, int64_t n, int64_t signs,
+                  float a_scale, int64_t a_zp, float b_scale, int64_t b_zp, float c_scale, int64_t c_zp, void* y) {
+    const float ra = a_scale / c_scale, rb = b_scale / c_scale, za = (float)a_zp, zb = (float)b_zp, zc = (float)c_zp;
+    const float lo = signs & 4 ? -128.0f : 0.0f, hi = signs & 4 ? 127.0f : 255.0f;
+#define QADD_LOOP(TA, TB, TY, IA, IB)                                                     \
+    for (int64_t i = 0; i < n; ++i) {                                                     \
+        const float va = ((float)((const TA*)a)[IA] - za) * ra;                           \
+        const float vb = ((float)((const TB*)b)[IB] - zb) * rb;                           \
+        const float q = rintf(va + vb + zc);                                              \
+        const float v = q > lo ? q : lo; /* NaN: lo */                                    \
+        ((TY*)y)[i] = (TY)(v < hi ? v : hi);                                              \
+    }
+#define QADD(TA, TB, TY)                      \
+    if (a_step && b_step)                     \
+        QADD_LOOP(TA, TB, TY, i, i)           \
+    else                                      \
+        QADD_LOOP(TA, TB, TY, i * a_step, i * b_step)
+    switch (signs) {
+        case 0: QADD(uint8_t, uint8_t, uint8_t) break;
+        case 1: QADD(int8_t, uint8_t, uint8_t) break;
+        case 2: QADD(uint8_t, int8_t, uint8_t) break;
+        case 3: QADD(int8_t, int8_t, uint8_t) break;
+        case 4: QADD(uint8_t, uint8_t, int8_t) break;
+        case 5: QADD(int8_t, uint8_t, int8_t) break;
+        case 6: QADD(uint8_t, int8_t, int8_t) break;
+        default: QADD(int8_t, int8_t, int8_t) break;
+    }
+#undef QADD
+#undef QADD_LOOP
+    return 0;
+}
+
+/* com.microsoft QLinearGlobalAveragePool, channels first: per row of n 8-bit values (rows of x, one
+ * per image and channel), as the NumPy code (MLAS's formula): the int32 sum of (x - x_zp), times
+ * x_scale / (y_scale n) in float32, rounded half to even, plus y_zp, saturated. signs: 1 if x is
+ * int8, + 2 if y is. */
+int qlinear_global_average_pool_8(const void* x, int64_t rows, int64_t n, int64_t signs, float x_scale, int64_t x_zp,
+                                  float y_scale, int64_t y_zp, void* y) {
+    const float ratio = x_scale / (y_scale * (float)n), zy = (float)y_zp;
+    const float lo = signs & 2 ? -128.0f : 0.0f, hi = signs & 2 ? 127.0f : 255.0f;
+    const uint32_t shift = (uint32_t)x_zp * (uint32_t)n;
+    for (int64_t r = 0; r < rows; ++r) {
+        uint32_t sum = 0;
+        if (signs & 1) {
+            const int8_t* restrict v = (const int8_t*)x + r * n;
+            for (int64_t i = 0; i < n; ++i) sum += (uint32_t)(int32_t)v[i];
+        } else {
+            const uint8_t* restrict v = (const uint8_t*)x + r * n;
+            for (int64_t i = 0; i < n; ++i) sum += v[i];
+        }
+        const float q = rintf((float)(int32_t)(sum - shift) * ratio) + zy;
+        const float c = q > lo ? q : lo; /* NaN: lo */
+        const float v = c < hi ? c : hi;
+        if (signs & 2)
+            ((int8_t*)y)[r] = (int8_t)v;
+        else
+            ((uint8_t*)y)[r] = (uint8_t)v;
+    }
+    return 0;
+}
+
 int quantize_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -60,6 +60,12 @@ DECLARATIONS: dict[str, str] = {
                        int64_t dw, int64_t mode, int64_t ph_end, int64_t pw_end);
         int pool_set_threads(int64_t n);
     """,
+    "qgemm.c": """
+        int qconv_u8(const int64_t* p, const void* x, void* y);
+        int qgemm_u8(const int64_t* p, const void* a, const void* za, void* y);
+        int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y);
+        int qgemm_set_threads(int64_t n);
+    """,
     "quantize.c": """
         int pack_weight_8(const uint8_t* B, int64_t b_signed, int64_t K, int64_t N, int32_t* pack);
         int matmul_integer_u8(const int32_t* pack, const void* A, int64_t M, const void* za_rows, int64_t za,
@@ -70,6 +76,12 @@ DECLARATIONS: dict[str, str] = {
         int qlinear_matmul_u8_planned(const struct qlinear_args* p, const void* A, void* Y);
         int quantize_linear_f32(const float* x, int64_t n, float scale, int64_t zp, int64_t y_signed, void* y);
         int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp, float scale, float* y);
+        int dynamic_quantize_u8(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y);
+        int qlinear_global_average_pool_8(const void* x, int64_t rows, int64_t n, int64_t signs, float x_scale,
+                                          int64_t x_zp, float y_scale, int64_t y_zp, void* y);
+        int qlinear_add_8(const void* a, int64_t a_step, const void* b, int64_t b_step, int64_t n, int64_t signs,
+                          float a_scale, int64_t a_zp, float b_scale, int64_t b_zp, float c_scale, int64_t c_zp,
+                          void* y);
         int quantize_set_threads(int64_t n);
     """,
     "rnn.c": """

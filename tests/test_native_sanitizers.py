@@ -14,7 +14,7 @@ from gpuops import native
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE_TESTS = ["tests/test_native.py", "tests/test_native_rnn.py", "tests/test_native_quantize.py",
                 "tests/test_conv_epilogue.py", "tests/test_native_gemm.py", "tests/test_native_threads.py",
-                "tests/ml/test_native_trees.py"]
+                "tests/ml/test_native_trees.py", "tests/ops/test_qgemm_native.py"]
 
 
 def _runtime(cc: str, name: str) -> str | None:

@@ -7,10 +7,10 @@ accumulate in int32, wrapping on overflow exactly as the spec allows ("the accum
 if and only if in 32 bits"). The sub-byte and float8/float4 types are ml_dtypes dtypes: the generic
 path handles them wherever the array namespace does (NumPy); CuPy has no such dtypes.
 
-On the CPU (:mod:`gpuops.ops.cpu.quantize`), per-tensor 8-bit QuantizeLinear / DequantizeLinear run
-native kernels, 8-bit MatMulInteger and QLinearMatMul of few rows by a weight run a native kernel
-(``cpu_kernels/quantize.c``) over a packed copy of the weight made once per session, and the
-weights' centred copies are kept per session; the code here stays their fallback and oracle.
+On the CPU (:mod:`gpuops.ops.cpu.quantize`), per-tensor 8-bit QuantizeLinear / DequantizeLinear and
+DynamicQuantizeLinear run native kernels, and 8-bit QLinearConv, MatMulInteger and QLinearMatMul by
+a constant weight run a native int8 GEMM (``cpu_kernels/qgemm.c``) over a packed copy of the weight
+made once per session; the code here stays their fallback and oracle.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """MaxPool, AveragePool, LpPool and GlobalAveragePool on the CPU (``@op(..., device="cpu")``): the
-native window kernel (``cpu_kernels/pool.c``) for 2-D float32, windows reduced over the shifted
+native window kernel (``cpu_kernels/pool.c``) for 2-D float32 (and 8-bit MaxPool, through float32),
+windows reduced over the shifted
 flat planes of :class:`.conv.Planes` (long contiguous rows, where the generic op slices one spatial
 axis at a time), and the global average as one pass (``cpu_kernels/rows.c``) or one BLAS
 matrix-vector product. The generic ops of :mod:`gpuops.ops.pool` stay their fallback and test oracle.
@@ -55,6 +56,10 @@ def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
                                                               auto_pad, ceil_mode)
     if _pool.whole_input(X, kernel, dilations, pb, pe):
         return _pool.GlobalMaxPool(xp, X)
+    if X.dtype == np.uint8 or X.dtype == np.int8:  # 8-bit (quantized) maps: exact in float32
+        Y = _native_pool(X.astype(np.float32), kernel, strides, dilations, pb, pe, out, 0)
+        if Y is not None and Y.size and Y.min() > -np.inf:  # (-inf: a window of padding only)
+            return Y.astype(X.dtype)
     Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 0)
     if Y is not None:
         return Y

@@ -1,12 +1,18 @@
 """Quantization ops on the CPU (``@op(..., device="cpu")``; com.microsoft's QuantizeLinear,
 DequantizeLinear, QLinearConv, MatMulIntegerToFloat and DynamicQuantizeMatMul through them):
-QuantizeLinear / DequantizeLinear of float32 to and from 8 bits with one scale and zero point by
-native kernels; MatMulInteger and
-QLinearMatMul of few rows by a weight by the native 8-bit GEMM (``cpu_kernels/quantize.c``), over the
-weight packed once per session; ConvInteger and QLinearConv through this package's Conv. A weight's
-centred copy, its pack and the QLinearMatMul kernel's arguments per input shape are kept on the plan
-step (:class:`QuantWeights`, the ops' ``prepare`` hook). The generic ops of
-:mod:`gpuops.ops.quantize` stay their fallback and test oracle.
+QuantizeLinear / DequantizeLinear of float32 to and from 8 bits with one scale and zero point, and
+DynamicQuantizeLinear of float32, by native kernels (``cpu_kernels/quantize.c``), as are
+com.microsoft's QLinearAdd and QLinearGlobalAveragePool with per-tensor parameters. Products of 8-bit
+values by a constant weight run the native int8 GEMM of ``cpu_kernels/qgemm.c`` (:mod:`.qgemm`):
+2-D QLinearConv, MatMulInteger, QLinearMatMul, MatMulIntegerToFloat (so DynamicQuantizeMatMul) and
+QGemm, over the weight packed once per session, with a plan of the kernel's arguments per input
+shape; the older GEMV kernel of ``cpu_kernels/quantize.c`` (few rows by a large weight) and this
+package's float Conv (ConvInteger, other QLinearConvs) take the rest. A weight's centred copy, its
+packs and the plans are kept on the plan step (:class:`QuantWeights`, the ops' ``prepare`` hook).
+The generic ops of :mod:`gpuops.ops.quantize` stay their fallback and test oracle.
+
+One module, past 500 lines: the CPU's quantized ops share the weights kept per session
+(:class:`QuantWeights`) and their native paths' choices, read together.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from ..contrib import quantized_ort as _ms_quantized_ort
 from ..contrib import transformer as _ms_transformer
 from ..quantize import centered, integer_product, max_centered, exact_dtype, wrap_int32
 from . import conv as _conv
+from . import qgemm as _qgemm
 from ._common import Kept, frozen, on_host
 
 # Sizes from which the kernels beat NumPy's passes, after a call's 3 us (measured on one core:
@@ -156,6 +163,23 @@ def DequantizeLinear_23(xp, x, x_scale, x_zero_point=None, *, axis=1, block_size
     return _dq(xp, x, x_scale, x_zero_point, axis=axis, block_size=block_size, output_dtype=output_dtype)
 
 
+@op("DynamicQuantizeLinear", since=11, device="cpu")
+def DynamicQuantizeLinear(xp, x):
+    """float32 by the native kernel (one pass for the range, one to quantize); else the generic op."""
+    if type(x) is np.ndarray and x.dtype == _FLOAT32 and x.size and native.enabled():
+        fn = native.function("dynamic_quantize_u8")
+        if fn is not None:
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            y, scale, zp = np.empty(x.shape, np.uint8), np.empty((), np.float32), np.empty((), np.uint8)
+            status = fn(_address(x), x.size, native.address(scale), native.address(zp), native.address(y))
+            if status == 0:
+                return y, scale, zp
+            if status != 2:  # 2: a NaN or an infinity, which the generic op handles
+                raise MemoryError("native kernel dynamic_quantize_u8 failed")
+    return _quantize.DynamicQuantizeLinear(xp, x)
+
+
 # -- the weights ---------------------------------------------------------------------------------
 
 class QuantWeights(Kept):
@@ -168,6 +192,7 @@ class QuantWeights(Kept):
         super().__init__()
         self.B, self.zero_point = B, zero_point
         self.plans: dict = {}
+        self.constants: frozenset = frozenset()  # ids of the node's constant inputs (the prepare hook's)
 
     def fits(self, B, zero_point) -> bool:
         return B is self.B and zero_point is self.zero_point
@@ -195,6 +220,8 @@ def _prepare(b: int, zero_point: int, eager=None):
         if type(B) is not np.ndarray or not B.size:
             return None
         kept = QuantWeights(B, z if type(z) is np.ndarray else None)
+        kept.constants = frozenset(id(v) for v in constants.values())
+        kept.inputs = constants  # (holds them: their ids stay theirs)
         if eager is not None:
             eager(kept)
         return kept
@@ -288,6 +315,8 @@ def _native_gemm(name, A, B, a_zero_point, b_zero_point, kept):
 def _eager_pack(kept):
     """At plan time: the pack of a weight the native GEMM may take."""
     B = kept.B
+    if native.enabled() and native.function("qgemm_u8") is not None:
+        _matmul_pack(kept)
     if B.ndim == 2 and B.dtype in _BYTES and B.size >= _PACK_MIN and max(B.shape) < 2 ** 31 and native.enabled():
         if native.function("pack_weight_8") is not None:
             kept.pack()
@@ -295,11 +324,27 @@ def _eager_pack(kept):
 
 # -- MatMulInteger -------------------------------------------------------------------------------
 
+def _matmul_pack(kept):
+    """The weight's pack for cpu_kernels/qgemm.c (None where that kernel does not take it)."""
+    return kept.get("qgemm", lambda: _qgemm.matmul_pack(kept.B, kept.zero_point))
+
+
+def _one_zero_point(z, A) -> bool:
+    """``z`` is one zero point of A's type (a NumPy array; run-time values, such as
+    DynamicQuantizeLinear's, change from call to call: the native kernel reads it on each)."""
+    return type(z) is np.ndarray and z.size == 1 and z.dtype == A.dtype
+
+
 @op("MatMulInteger", since=10, device="cpu", prepare=_prepare(1, 3, _eager_pack))
 def MatMulInteger(xp, A, B, a_zero_point=None, b_zero_point=None, *, prepared=None):
     """int32 result of (A - a_zero_point) @ (B - b_zero_point); a_zero_point may be per row, b's per column.
     (Other arrays than NumPy's find no kept data and no native kernel: the generic op's code runs.)"""
     kept = prepared if prepared is not None and prepared.fits(B, b_zero_point) else None
+    if kept is not None and type(A) is np.ndarray and native.enabled():
+        plan = _qgemm.lookup(kept.plans, kept.constants, "int32", A, (b_zero_point,),
+                             lambda: _qgemm.matmul_plan(_matmul_pack(kept), A, a_zero_point))
+        if plan is not None and (a_zero_point is None or _one_zero_point(a_zero_point, A)):
+            return _qgemm.run(plan, A, None if a_zero_point is None else _address(a_zero_point))
     gemm = _native_gemm("matmul_integer_u8", A, B, a_zero_point, b_zero_point, kept)
     if gemm is not None:
         fn, pack, rest, shape, _ = gemm
@@ -371,6 +416,12 @@ def QLinearMatMul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scal
                   prepared=None):
     """(Other arrays than NumPy's find no kept data and no native kernel: the generic op's code runs.)"""
     kept = prepared if prepared is not None and prepared.fits(b, b_zero_point) else None
+    if kept is not None and type(a) is np.ndarray and native.enabled() and y_zero_point is not None:
+        params = (a_scale, b_scale, b_zero_point, y_scale, y_zero_point)
+        plan = _qgemm.lookup(kept.plans, kept.constants, "8-bit", a, params, lambda: _qgemm.matmul_plan(
+            _matmul_pack(kept), a, a_zero_point, (a_scale, b_scale, y_scale, y_zero_point)))
+        if plan is not None and (a_zero_point is None or _one_zero_point(a_zero_point, a)):
+            return _qgemm.run(plan, a, None if a_zero_point is None else _address(a_zero_point))
     y = _native_qlinear(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, kept)
     if y is not None:
         return y
@@ -409,10 +460,35 @@ def ConvInteger(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOT
     return _quantize._conv_int32(xp, x, x_zero_point, w, w_zero_point, conv=conv, centred_w=centred_w, **attrs)
 
 
-@op("QLinearConv", since=10, device="cpu", prepare=_prepare(3, 5))
+_NO_PLANS, _NO_CONSTANTS = {}, frozenset()  # outside a session: no plan is kept
+
+
+def _conv_pack(kept):
+    return kept.get("qconv", lambda: _qgemm.conv_pack(kept.B))
+
+
+def _eager_conv_pack(kept):
+    """At plan time: the native QLinearConv's weight pack."""
+    if native.enabled() and native.function("qconv_u8") is not None:
+        _conv_pack(kept)
+
+
+@op("QLinearConv", since=10, device="cpu", prepare=_prepare(3, 5, _eager_conv_pack))
 def QLinearConv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
                 auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
                 prepared=None):
+    """8-bit 2-D convs by the native kernel (cpu_kernels/qgemm.c) over the weight's pack, kept per
+    session with a plan per input shape; others through this package's float Conv."""
+    if type(x) is np.ndarray and native.enabled():
+        kept = _kept(prepared, w, w_zero_point)
+        params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B)
+        plans, constants = (_NO_PLANS, _NO_CONSTANTS) if kept is None else (kept.plans, kept.constants)
+        plan = _qgemm.lookup(plans, constants, "conv", x, params, lambda: _qgemm.conv_plan(
+            _qgemm.conv_pack(w) if kept is None else _conv_pack(kept), x, *params[:2], w, *params[2:],
+            dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                 strides=strides)))
+        if plan is not None:
+            return _qgemm.run(plan, x)
     args = (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
     attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                  strides=strides)
@@ -448,6 +524,58 @@ def QLinearConv_ms(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_sca
         dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
 
 
+def _zero(z, x=None) -> bool:
+    """``z`` is None or one 8-bit zero point (that leaves x's shape as it is when broadcast)."""
+    return z is None or (type(z) is np.ndarray and z.size == 1 and z.dtype in _BYTES
+                         and (x is None or z.ndim <= x.ndim))
+
+
+@op("QLinearAdd", domain=MS, since=1, device="cpu")
+def QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_scale=None, C_zero_point=None):
+    """Inputs of one shape (or one of them a single value) with per-tensor parameters by the native
+    kernel; else the generic op."""
+    if (type(A) is np.ndarray and type(B) is np.ndarray and A.dtype in _BYTES and B.dtype in _BYTES and A.size
+            and B.size and native.enabled()):
+        shape = A.shape if A.shape == B.shape or (B.size == 1 and B.ndim <= A.ndim) else (
+            B.shape if A.size == 1 and A.ndim <= B.ndim else None)
+        if (shape is not None and _one(A_scale, (_FLOAT32,), A) and _one(B_scale, (_FLOAT32,), B)
+                and C_scale is not None and _one(C_scale, (_FLOAT32,), A if shape is A.shape else B)
+                and _zero(A_zero_point, A) and _zero(B_zero_point, B) and _zero(C_zero_point)):
+            fn = native.function("qlinear_add_8")
+            if fn is not None:
+                dtype = A.dtype if C_zero_point is None else C_zero_point.dtype
+                A, B = np.ascontiguousarray(A), np.ascontiguousarray(B)
+                y = np.empty(shape, dtype)
+                fn(_address(A), A.size > 1, _address(B), B.size > 1, y.size,
+                   (A.dtype == np.int8) + 2 * (B.dtype == np.int8) + 4 * (dtype == np.int8),
+                   A_scale.item(), 0 if A_zero_point is None else A_zero_point.item(), B_scale.item(),
+                   0 if B_zero_point is None else B_zero_point.item(), C_scale.item(),
+                   0 if C_zero_point is None else C_zero_point.item(), native.address(y))
+                return y
+    return _ms_quantized.QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
+
+
+@op("QLinearGlobalAveragePool", domain=MS, since=1, device="cpu")
+def QLinearGlobalAveragePool(xp, X, x_scale, x_zero_point, y_scale, y_zero_point, *, channels_last=0):
+    """Channels first with per-tensor parameters by the native kernel; else the generic op."""
+    if (type(X) is np.ndarray and X.dtype in _BYTES and X.ndim >= 3 and X.size and not channels_last
+            and native.enabled() and _one(x_scale, (_FLOAT32,), X) and _one(y_scale, (_FLOAT32,), X)
+            and _zero(x_zero_point, X) and _zero(y_zero_point, X)
+            and (x_zero_point is None or x_zero_point.dtype == X.dtype)):
+        fn = native.function("qlinear_global_average_pool_8")
+        if fn is not None:
+            dtype = X.dtype if y_zero_point is None else y_zero_point.dtype
+            X = np.ascontiguousarray(X)
+            y = np.empty(X.shape[:2] + (1,) * (X.ndim - 2), dtype)
+            n = X.size // y.size
+            fn(_address(X), y.size, n, (X.dtype == np.int8) + 2 * (dtype == np.int8), x_scale.item(),
+               0 if x_zero_point is None else x_zero_point.item(), y_scale.item(),
+               0 if y_zero_point is None else y_zero_point.item(), native.address(y))
+            return y
+    return _ms_quantized.QLinearGlobalAveragePool(xp, X, x_scale, x_zero_point, y_scale, y_zero_point,
+                                                  channels_last=channels_last)
+
+
 def _matmul_integer(prepared):
     return lambda xp, A, B, a_zero_point, b_zero_point: MatMulInteger(xp, A, B, a_zero_point, b_zero_point,
                                                                       prepared=prepared)
@@ -456,13 +584,25 @@ def _matmul_integer(prepared):
 @op("MatMulIntegerToFloat", domain=MS, since=1, device="cpu", prepare=_prepare(1, 5, _eager_pack))
 def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None, *,
                          prepared=None):
+    """By the native kernel (cpu_kernels/qgemm.c, its float32 epilogue) over the weight's pack, where
+    A's scale and zero point are single values (they may change per call); else MatMulInteger's
+    product, scaled by NumPy."""
+    kept = prepared if prepared is not None and prepared.fits(B, b_zero_point) else None
+    if (kept is not None and type(A) is np.ndarray and native.enabled() and type(a_scale) is np.ndarray
+            and a_scale.size == 1 and a_scale.dtype == _FLOAT32):
+        plan = _qgemm.lookup(kept.plans, kept.constants, "float", A, (b_scale, b_zero_point, bias),
+                             lambda: _qgemm.matmul_plan(_matmul_pack(kept), A, a_zero_point, out_float=(b_scale, bias)))
+        if plan is not None and (a_zero_point is None or _one_zero_point(a_zero_point, A)):
+            return _qgemm.run(plan, A, None if a_zero_point is None else _address(a_zero_point), _address(a_scale))
     return _ms_quantized.matmul_integer_to_float(xp, A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias,
                                                  _matmul_integer(prepared))
 
 
 @op("DynamicQuantizeMatMul", domain=MS, since=1, device="cpu", prepare=_prepare(1, 3, _eager_pack))
 def DynamicQuantizeMatMul(xp, A, B, b_scale, b_zero_point=None, bias=None, *, prepared=None):
-    return _ms_quantized.dynamic_quantize_matmul(xp, A, B, b_scale, b_zero_point, bias, _matmul_integer(prepared))
+    """DynamicQuantizeLinear, then MatMulIntegerToFloat (both the CPU's)."""
+    a_q, a_scale, a_zero_point = DynamicQuantizeLinear(xp, A)
+    return MatMulIntegerToFloat(xp, a_q, B, a_scale, b_scale, a_zero_point, b_zero_point, bias, prepared=prepared)
 
 
 def _prepare_qgemm(constants, attrs):
@@ -471,6 +611,8 @@ def _prepare_qgemm(constants, attrs):
     if type(B) is not np.ndarray or B.ndim != 2 or not B.size:
         return None
     kept = QuantWeights(np.ascontiguousarray(B.T) if attrs.get("transB") else B, z if type(z) is np.ndarray else None)
+    kept.constants = frozenset(id(v) for v in constants.values())
+    kept.inputs = constants
     kept.source = B
     _eager_pack(kept)
     return kept
@@ -480,6 +622,12 @@ def _prepare_qgemm(constants, attrs):
 def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None, y_zero_point=None, *,
           alpha=1.0, transA=0, transB=0, prepared=None):
     kept = prepared if prepared is not None and prepared.source is B and prepared.zero_point is b_zero_point else None
+    if kept is not None and type(A) is np.ndarray and not transA and native.enabled():
+        params = (a_scale, a_zero_point, b_scale, b_zero_point, C, y_scale, y_zero_point)
+        plan = _qgemm.lookup(kept.plans, kept.constants, "qgemm", A, params, lambda: _qgemm.qgemm_plan(
+            _matmul_pack(kept), A, a_scale, a_zero_point, b_scale, C, y_scale, y_zero_point, alpha))
+        if plan is not None:
+            return _qgemm.run(plan, A, *plan.extra)
     matmul_integer = None if kept is None else (
         lambda xp, a, b, a_zp, b_zp: MatMulInteger(xp, a, kept.B, a_zp, kept.zero_point, prepared=kept))
     return _ms_quantized_ort.qgemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point,

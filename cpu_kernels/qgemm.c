@@ -1,0 +1,467 @@
+/* 8-bit integer GEMM with int32 accumulation, and QLinearConv / MatMulInteger / QLinearMatMul on it.
+ *
+ * The product. C[m, n] = sum_k A[m, k] B[k, n] over bytes, one operand uint8 and the other int8 (the
+ * form of vpdpbusd; other signednesses are shifted by 128 into it by the callers, their zero points
+ * with them), accumulated in int32, wrapping modulo 2**32 as the spec's accumulation may. A is read by
+ * rows, 4 bytes of k at a time (rows padded to a multiple of 4); B is "packed": [K/4][Np][4], the 4
+ * k of column n side by side, Np = N rounded up to 16, so that one 64-byte load holds 4 k of 16
+ * columns. Zero points are corrections, as MLAS does them:
+ *     sum_k (a - za)(b - zb) = sum_k a b + rowc[m] + colc[n] - P[m] Q[n]
+ * (P, Q: a zero point per row or column times the other operand's sums). The result is stored as
+ * int32, or requantised: y = saturate(rint(float(c) * mult) + zy) in float32, rounding half to even,
+ * NaN to the low end, as the NumPy code of gpuops.ops.quantize does.
+ *
+ * Where the CPU has AVX-512 VNNI (asked at run time, so that the file builds for any x86-64 level),
+ * tiles of 4 rows x 64 columns run vpdpbusd, which adds four exact uint8 x int8 products to each
+ * int32 lane (no intermediate saturation, unlike vpmaddubsw); elsewhere a portable loop computes
+ * the same bits.
+ *
+ * QLinearConv (qconv_u8, NCHW, 2-D) packs the input's im2col as B (padding cells hold the input's
+ * zero point, so they add nothing once centred; built from "phase planes", below) and multiplies
+ * the weight, A, by it: the output rows are the output channels, its columns the output pixels.
+ * The exported functions return 0, or 1 when out of memory. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#include "pool_threads.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define QG_X86 1
+#define QG_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#endif
+
+typedef struct {
+    const uint8_t* A;  /* rows of lda bytes (lda a multiple of 4) */
+    const uint8_t* B;  /* packed, [Kq][Np][4] */
+    int64_t lda, Np, M, N, Kq;
+    int64_t a_signed;  /* A int8 and B uint8, else A uint8 and B int8 */
+    const int32_t *rowc, *colc, *P, *Q;  /* corrections, each may be NULL (then P and Q both) */
+    int64_t out8, y_signed;  /* out8: 1, requantised to 8 bits with mrow[m] (else mcol[n]); 2, float32
+                                c mcol[n] + bias[n] (bias may be NULL); 0, int32 */
+    const float *mrow, *mcol, *bias;
+    float zy;
+    void* Y;
+    int64_t ldy;
+    int64_t simd;
+} Gemm;
+
+/* C[m, n] after the corrections, as uint32 bits, to its output cell. */
+static inline void store1(const Gemm* g, int64_t m, int64_t n, uint32_t c) {
+    if (g->rowc) c += (uint32_t)g->rowc[m];
+    if (g->colc) c += (uint32_t)g->colc[n];
+    if (g->P) c -= (uint32_t)g->P[m] * (uint32_t)g->Q[n];
+    if (!g->out8) {
+        ((int32_t*)g->Y)[m * g->ldy + n] = (int32_t)c;
+        return;
+    }
+    if (g->out8 == 2) {
+        float f = (float)(int32_t)c * g->mcol[n];
+        if (g->bias) f += g->bias[n];
+        ((float*)g->Y)[m * g->ldy + n] = f;
+        return;
+    }
+    const float lo = g->y_signed ? -128.0f : 0.0f, hi = g->y_signed ? 127.0f : 255.0f;
+    const float q = rintf((float)(int32_t)c * (g->mrow ? g->mrow[m] : g->mcol[n])) + g->zy;
+    const float v = q > lo ? q : lo;  /* NaN: lo */
+    const int32_t i = (int32_t)(v < hi ? v : hi);
+    if (g->y_signed)
+        ((int8_t*)g->Y)[m * g->ldy + n] = (int8_t)i;
+    else
+        ((uint8_t*)g->Y)[m * g->ldy + n] = (uint8_t)i;
+}
+
+/* Row m, columns [n0, n1) (at most 64), portably. */
+static void tile_c(const Gemm* g, int64_t m, int64_t n0, int64_t n1) {
+    uint32_t acc[64];
+    const int64_t w = n1 - n0;
+    for (int64_t i = 0; i < w; ++i) acc[i] = 0;
+    const uint8_t* a = g->A + m * g->lda;
+    for (int64_t q = 0; q < g->Kq; ++q) {
+        const uint8_t* restrict b = g->B + (q * g->Np + n0) * 4;
+        if (g->a_signed) {
+            const int32_t a0 = (int8_t)a[4 * q], a1 = (int8_t)a[4 * q + 1], a2 = (int8_t)a[4 * q + 2],
+                          a3 = (int8_t)a[4 * q + 3];
+            for (int64_t i = 0; i < w; ++i)
+                acc[i] += (uint32_t)(a0 * b[4 * i] + a1 * b[4 * i + 1] + a2 * b[4 * i + 2] + a3 * b[4 * i + 3]);
+        } else {
+            const int32_t a0 = a[4 * q], a1 = a[4 * q + 1], a2 = a[4 * q + 2], a3 = a[4 * q + 3];
+            const int8_t* restrict s = (const int8_t*)b;
+            for (int64_t i = 0; i < w; ++i)
+                acc[i] += (uint32_t)(a0 * s[4 * i] + a1 * s[4 * i + 1] + a2 * s[4 * i + 2] + a3 * s[4 * i + 3]);
+        }
+    }
+    for (int64_t i = 0; i < w; ++i) store1(g, m, n0 + i, acc[i]);
+}
+
+#ifdef QG_X86
+/* Rows [m0, m0 + MR) (those below M) by NV vectors of 16 columns from n0, with vpdpbusd; AS: A int8.
+ * MR NV <= 16 accumulators, independent chains: MR is larger for narrow products (a vpdpbusd waits
+ * for the one before it on its accumulator). */
+static inline __attribute__((always_inline)) QG_TARGET void tile_vnni(const Gemm* g, int64_t m0, int64_t n0,
+                                                                      const int MR, const int NV, const int AS) {
+    const uint8_t* a[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) a[r] = g->A + (m0 + r < g->M ? m0 + r : g->M - 1) * g->lda;
+    __m512i acc[16][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+    const uint8_t* b = g->B + n0 * 4;
+    const int64_t step = g->Np * 4;
+    for (int64_t q = 0; q < g->Kq; ++q, b += step) {
+        __m512i bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512((const void*)(b + 64 * v));
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+            int32_t w;
+            memcpy(&w, a[r] + 4 * q, 4);
+            const __m512i av = _mm512_set1_epi32(w);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v)
+                acc[r][v] = AS ? _mm512_dpbusd_epi32(acc[r][v], bv[v], av) : _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
+        }
+    }
+    const __m512 lo = _mm512_set1_ps(g->y_signed ? -128.0f : 0.0f), hi = _mm512_set1_ps(g->y_signed ? 127.0f : 255.0f);
+    const __m512 zy = _mm512_set1_ps(g->zy);
+    for (int r = 0; r < MR; ++r) {
+        const int64_t m = m0 + r;
+        if (m >= g->M) break;
+        const __m512i rc = _mm512_set1_epi32(g->rowc ? g->rowc[m] : 0), pm = _mm512_set1_epi32(g->P ? g->P[m] : 0);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+            const int64_t n = n0 + 16 * v, left = g->N - n;
+            if (left <= 0) break;
+            const __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+            __m512i c = _mm512_add_epi32(acc[r][v], rc);
+            if (g->colc) c = _mm512_add_epi32(c, _mm512_maskz_loadu_epi32(k, g->colc + n));
+            if (g->P) c = _mm512_sub_epi32(c, _mm512_mullo_epi32(pm, _mm512_maskz_loadu_epi32(k, g->Q + n)));
+            if (!g->out8) {
+                _mm512_mask_storeu_epi32((int32_t*)g->Y + m * g->ldy + n, k, c);
+                continue;
+            }
+            if (g->out8 == 2) {
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_maskz_loadu_ps(k, g->mcol + n));
+                if (g->bias) f = _mm512_add_ps(f, _mm512_maskz_loadu_ps(k, g->bias + n));
+                _mm512_mask_storeu_ps((float*)g->Y + m * g->ldy + n, k, f);
+                continue;
+            }
+            const __m512 mult = g->mrow ? _mm512_set1_ps(g->mrow[m]) : _mm512_maskz_loadu_ps(k, g->mcol + n);
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(c), mult);
+            f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
+            f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);  /* max(NaN, lo) is lo: the second operand */
+            _mm512_mask_cvtepi32_storeu_epi8((int8_t*)g->Y + m * g->ldy + n, k, _mm512_cvtps_epi32(f));
+        }
+    }
+}
+
+#define QG_TILE(MR, NV, AS)                                                                  \
+    static QG_TARGET void tile_vnni_##MR##_##NV##_##AS(const Gemm* g, int64_t m0, int64_t n0) { \
+        tile_vnni(g, m0, n0, MR, NV, AS);                                                    \
+    }
+#define QG_TILES(AS) \
+    QG_TILE(4, 1, AS) QG_TILE(8, 1, AS) QG_TILE(16, 1, AS) QG_TILE(4, 2, AS) QG_TILE(8, 2, AS) QG_TILE(4, 3, AS) \
+    QG_TILE(4, 4, AS)
+QG_TILES(0)
+QG_TILES(1)
+#undef QG_TILES
+#undef QG_TILE
+
+typedef void (*tile_fn)(const Gemm*, int64_t, int64_t);
+/* [A int8][vectors - 1][rows: 4, 8, 16] (NULL: not made; fewer rows then) */
+static const tile_fn vnni_tiles[2][4][3] = {
+    {{tile_vnni_4_1_0, tile_vnni_8_1_0, tile_vnni_16_1_0}, {tile_vnni_4_2_0, tile_vnni_8_2_0, NULL},
+     {tile_vnni_4_3_0, NULL, NULL}, {tile_vnni_4_4_0, NULL, NULL}},
+    {{tile_vnni_4_1_1, tile_vnni_8_1_1, tile_vnni_16_1_1}, {tile_vnni_4_2_1, tile_vnni_8_2_1, NULL},
+     {tile_vnni_4_3_1, NULL, NULL}, {tile_vnni_4_4_1, NULL, NULL}},
+};
+
+static int has_vnni(void) {
+    static int known = -1;
+    int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vnni");
+        __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#else
+static int has_vnni(void) { return 0; }
+#endif
+
+/* Column blocks of 64 [b0, b1) of the product, every row. */
+static void gemm_blocks(const Gemm* g, int64_t b0, int64_t b1) {
+#ifdef QG_X86
+    if (g->simd && has_vnni()) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t n0 = b * 64, left = g->N - n0;
+            const int nv = left >= 64 ? 4 : (int)((left + 15) / 16);
+            int64_t m0 = 0;
+            for (int size = 2; size >= 0; --size) {  /* 16, 8, then 4 rows a tile */
+                const tile_fn fn = vnni_tiles[g->a_signed ? 1 : 0][nv - 1][size];
+                const int64_t mr = (int64_t)4 << size;
+                if (!fn) continue;
+                for (; g->M - m0 >= mr || (size == 0 && m0 < g->M); m0 += mr) fn(g, m0, n0);
+            }
+        }
+        return;
+    }
+#endif
+    for (int64_t b = b0; b < b1; ++b) {
+        const int64_t n0 = b * 64, n1 = n0 + 64 < g->N ? n0 + 64 : g->N;
+        for (int64_t m = 0; m < g->M; ++m) tile_c(g, m, n0, n1);
+    }
+}
+
+static void gemm_part(void* ctx, int64_t part, int64_t parts) {
+    const Gemm* g = ctx;
+    int64_t b0, b1;
+    pool_range((g->N + 63) / 64, 1, part, parts, &b0, &b1);
+    gemm_blocks(g, b0, b1);
+}
+
+/* The product, column blocks split across the pool's threads from POOL_MIN_WORK multiply-adds a part. */
+static void gemm_run(Gemm* g) {
+    const int64_t blocks = (g->N + 63) / 64, per_block = 64 * 4 * g->Kq * g->M + 1;
+    const int64_t parts = pool_parts(blocks, (POOL_MIN_WORK + per_block - 1) / per_block);
+    if (parts <= 1)
+        gemm_blocks(g, 0, blocks);
+    else
+        pool_run(gemm_part, g, parts);
+}
+
+/* -- QLinearConv --------------------------------------------------------------------------------- */
+
+/* Parameter array of qconv_u8 (int64 each; pointers as addresses). */
+enum {
+    CV_N, CV_C, CV_H, CV_W, CV_M, CV_KH, CV_KW, CV_OH, CV_OW, CV_SH, CV_SW, CV_PH, CV_PW, CV_DH, CV_DW, CV_G,
+    CV_XSIGNED, CV_ZX, CV_YSIGNED, CV_ZY, CV_SIMD, CV_WPACK, CV_ROWC, CV_ZW, CV_MULT, CV_COUNT
+};
+
+/* A conv reads its input through "phase planes": per input channel and per phase (py, px) of the
+ * strides, plane[i][j] = the padded input at row i sh + py, column j sw + px (the zero point where
+ * that is padding), Hph x Wph cells with Wph = OW + the widest tap offset. Tap (kh, kw) of output
+ * cell (oy, ox) is then cell (oy + a, ox + b) of one plane (a = kh dh / sh, b = kw dw / sw): over
+ * the output computed Wph cells wide (the cells past OW are dropped), each tap's im2col row is one
+ * contiguous run, OH Wph long. */
+typedef struct {
+    int64_t sh, sw, Hph, Wph, plane;  /* plane: bytes per plane, with room for the runs' overhang */
+} Phases;
+
+static void phases_build(const int64_t* p, const uint8_t* x, int64_t Cg, const Phases* f, uint8_t* out) {
+    const int64_t H = p[CV_H], W = p[CV_W], ph = p[CV_PH], pw = p[CV_PW], sh = f->sh, sw = f->sw;
+    const int64_t Hph = f->Hph, Wph = f->Wph;
+    const uint8_t zx = (uint8_t)p[CV_ZX], flip = p[CV_XSIGNED] ? 0x80 : 0;
+    for (int64_t c = 0; c < Cg; ++c)
+        for (int64_t py = 0; py < sh; ++py)
+            for (int64_t px = 0; px < sw; ++px) {
+                uint8_t* plane = out + ((c * sh + py) * sw + px) * f->plane;
+                /* columns j with 0 <= j sw + px - pw < W: [lo, hi) */
+                const int64_t off = px - pw;
+                int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+                int64_t hi = W - off > 0 ? (W - off + sw - 1) / sw : 0;
+                if (hi > Wph) hi = Wph;
+                if (lo > hi) lo = hi;
+                for (int64_t i = 0; i < Hph; ++i) {
+                    uint8_t* restrict d = plane + i * Wph;
+                    const int64_t iy = i * sh + py - ph;
+                    if (iy < 0 || iy >= H) {
+                        memset(d, zx, (size_t)Wph);
+                        continue;
+                    }
+                    const uint8_t* restrict s = x + (c * H + iy) * W;
+                    for (int64_t j = 0; j < lo; ++j) d[j] = zx;
+                    if (sw == 1)
+                        for (int64_t j = lo; j < hi; ++j) d[j] = s[j + off] ^ flip;
+                    else
+                        for (int64_t j = lo; j < hi; ++j) d[j] = s[j * sw + off] ^ flip;
+                    for (int64_t j = hi; j < Wph; ++j) d[j] = zx;
+                }
+                memset(plane + Hph * Wph, zx, (size_t)(f->plane - Hph * Wph));
+            }
+}
+
+/* o[4 i + j] = r_j[i] for i < n. */
+static void interleave4(uint8_t* restrict o, const uint8_t* r0, const uint8_t* r1, const uint8_t* r2,
+                        const uint8_t* r3, int64_t n) {
+    int64_t i = 0;
+#if defined(__SSE2__)
+    for (; i + 16 <= n; i += 16) {
+        const __m128i a = _mm_loadu_si128((const __m128i*)(r0 + i)), b = _mm_loadu_si128((const __m128i*)(r1 + i));
+        const __m128i c = _mm_loadu_si128((const __m128i*)(r2 + i)), d = _mm_loadu_si128((const __m128i*)(r3 + i));
+        const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+        const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+        _mm_storeu_si128((__m128i*)(o + 4 * i), _mm_unpacklo_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i*)(o + 4 * i + 16), _mm_unpackhi_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i*)(o + 4 * i + 32), _mm_unpacklo_epi16(ab1, cd1));
+        _mm_storeu_si128((__m128i*)(o + 4 * i + 48), _mm_unpackhi_epi16(ab1, cd1));
+    }
+#endif
+    for (; i < n; ++i) {
+        o[4 * i] = r0[i];
+        o[4 * i + 1] = r1[i];
+        o[4 * i + 2] = r2[i];
+        o[4 * i + 3] = r3[i];
+    }
+}
+
+/* The packed im2col ([Kq][Lp][4], L = OH Wph columns) of a channel group's phase planes; taps: each
+ * tap's (kh, kw) run offset in a channel's planes (scratch of KH KW). */
+static void im2col_packed(const int64_t* p, const Phases* f, const uint8_t* planes, int64_t Cg, uint8_t* restrict Bp,
+                          int64_t L, int64_t Lp, const uint8_t* zeros, int64_t* taps) {
+    const int64_t KH = p[CV_KH], KW = p[CV_KW], dh = p[CV_DH], dw = p[CV_DW], T = KH * KW;
+    const int64_t Kq = (Cg * T + 3) / 4, channel = f->sh * f->sw * f->plane;
+    for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t y = kh * dh, x = kw * dw;
+            taps[kh * KW + kw] = (y % f->sh * f->sw + x % f->sw) * f->plane + y / f->sh * f->Wph + x / f->sw;
+        }
+    int64_t c = 0, t = 0;  /* tap k = (c, t), counted up without divisions */
+    for (int64_t q = 0; q < Kq; ++q) {
+        const uint8_t* r[4];
+        for (int j = 0; j < 4; ++j) {
+            if (c >= Cg) {
+                r[j] = zeros;  /* k past K: zero rows (their weights are zero) */
+                continue;
+            }
+            r[j] = planes + c * channel + taps[t];
+            if (++t == T) {
+                t = 0;
+                ++c;
+            }
+        }
+        uint8_t* d = Bp + q * Lp * 4;
+        interleave4(d, r[0], r[1], r[2], r[3], L);
+        memset(d + L * 4, 0, (size_t)((Lp - L) * 4));
+    }
+}
+
+/* QLinearConv of NCHW 8-bit x to NCHW 8-bit y, every parameter in p (CV_*): sizes and attributes; the
+ * input's signedness and zero point (moved to uint8: +128 for int8); the output's signedness and
+ * zero point; whether to use SIMD; the weight as int8 rows of Kgp bytes per output channel (Kgp:
+ * Cg KH KW rounded up to 4, zero-padded; uint8 weights moved by -128), the per-channel constant
+ * (bias - zx sum(w) + K zx zw, wrapped to int32), the weight zero points (int32, moved alike; 0: all
+ * zero) and the float32 multipliers x_scale * w_scale / y_scale. */
+int qconv_u8(const int64_t* p, const void* x, void* y) {
+    const int64_t N = p[CV_N], C = p[CV_C], M = p[CV_M], G = p[CV_G], OH = p[CV_OH], OW = p[CV_OW];
+    const int64_t Cg = C / G, Mg = M / G, Kg = Cg * p[CV_KH] * p[CV_KW], Kgp = (Kg + 3) / 4 * 4;
+    const int64_t HW = p[CV_H] * p[CV_W];
+    Phases f;
+    f.sh = p[CV_SH];
+    f.sw = p[CV_SW];
+    const int64_t a_max = (p[CV_KH] - 1) * p[CV_DH] / f.sh, b_max = (p[CV_KW] - 1) * p[CV_DW] / f.sw;
+    f.Hph = OH + a_max;
+    f.Wph = OW + b_max;
+    f.plane = f.Hph * f.Wph + b_max + 16;
+    const int64_t L = OH * f.Wph, Lp = (L + 15) / 16 * 16, compact = f.Wph != OW;
+    const int8_t* wpack = (const int8_t*)(intptr_t)p[CV_WPACK];
+    const int32_t* rowc = (const int32_t*)(intptr_t)p[CV_ROWC];
+    const int32_t* zw = (const int32_t*)(intptr_t)p[CV_ZW];
+    const float* mult = (const float*)(intptr_t)p[CV_MULT];
+    const size_t planes_size = (size_t)(Cg * f.sh * f.sw * f.plane), bp_size = (size_t)(Kgp * Lp);
+    const size_t out_size = compact ? (size_t)(Mg * L) : 0, sums = zw ? (size_t)(4 * Lp) : 0;
+    const size_t taps_size = (size_t)(8 * p[CV_KH] * p[CV_KW]);
+    uint8_t* buf = malloc(taps_size + sums + bp_size + planes_size + out_size + (size_t)L + 64);
+    if (!buf) return 1;
+    int64_t* taps = (int64_t*)buf;
+    int32_t* colsum = (int32_t*)(buf + taps_size);
+    uint8_t *Bp = buf + taps_size + sums, *planes = Bp + bp_size, *out = planes + planes_size, *zeros = out + out_size;
+    memset(zeros, 0, (size_t)L);
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t g = 0; g < G; ++g) {
+            phases_build(p, (const uint8_t*)x + (n * C + g * Cg) * HW, Cg, &f, planes);
+            im2col_packed(p, &f, planes, Cg, Bp, L, Lp, zeros, taps);
+            if (zw) {
+                for (int64_t l = 0; l < Lp; ++l) colsum[l] = 0;
+                for (int64_t q = 0; q < Kgp / 4; ++q) {
+                    const uint8_t* restrict b = Bp + q * Lp * 4;
+                    for (int64_t l = 0; l < Lp; ++l) colsum[l] += b[4 * l] + b[4 * l + 1] + b[4 * l + 2] + b[4 * l + 3];
+                }
+            }
+            uint8_t* yg = (uint8_t*)y + (n * M + g * Mg) * OH * OW;
+            Gemm gm = {(const uint8_t*)(wpack + g * Mg * Kgp), Bp, Kgp, Lp, Mg, L, Kgp / 4, 1, rowc + g * Mg, NULL,
+                       zw ? zw + g * Mg : NULL, zw ? colsum : NULL, 1, p[CV_YSIGNED], mult + g * Mg, NULL, NULL,
+                       (float)p[CV_ZY], compact ? out : yg, L, p[CV_SIMD]};
+            gemm_run(&gm);
+            if (compact)  /* the output's rows without the cells past OW */
+                for (int64_t m = 0; m < Mg; ++m)
+                    for (int64_t oy = 0; oy < OH; ++oy)
+                        memcpy(yg + (m * OH + oy) * OW, out + m * L + oy * f.Wph, (size_t)OW);
+        }
+    free(buf);
+    return 0;
+}
+
+/* -- MatMulInteger / QLinearMatMul by a packed weight ------------------------------------------------ */
+
+enum {
+    MM_M, MM_K, MM_N, MM_ASIGNED, MM_OUT, MM_YSIGNED, MM_ZY, MM_SIMD, MM_BPACK, MM_NP, MM_T, MM_ZB, MM_MULT, MM_BIAS,
+    MM_C, MM_COUNT
+};
+
+static int matmul(const int64_t* p, const void* a, const void* za, const float* a_scale, void* y) {
+    const int64_t M = p[MM_M], K = p[MM_K], N = p[MM_N], Np = p[MM_NP], Kp = (K + 3) / 4 * 4;
+    const int64_t a_signed = p[MM_ASIGNED], out = p[MM_OUT];
+    const int32_t* T = (const int32_t*)(intptr_t)p[MM_T];
+    const int32_t* zb = (const int32_t*)(intptr_t)p[MM_ZB];
+    const float* mult = (const float*)(intptr_t)p[MM_MULT];
+    const int copy = a_signed || Kp != K;
+    uint8_t* buf = malloc((size_t)(4 * N + 4 * M + (out == 2 ? 4 * N : 0) + (copy ? M * Kp : 0)) + 8);
+    if (!buf) return 1;
+    int32_t *colc = (int32_t*)buf, *asum = colc + N;
+    float* scale = (float*)(asum + M);
+    const uint8_t* A = a;
+    if (copy) {
+        uint8_t* c = (uint8_t*)(scale + (out == 2 ? N : 0));
+        const uint8_t flip = a_signed ? 0x80 : 0;
+        for (int64_t m = 0; m < M; ++m) {
+            const uint8_t* restrict s = (const uint8_t*)a + m * K;
+            uint8_t* restrict d = c + m * Kp;
+            for (int64_t k = 0; k < K; ++k) d[k] = s[k] ^ flip;
+            for (int64_t k = K; k < Kp; ++k) d[k] = 0;
+        }
+        A = c;
+    }
+    const uint32_t z = za ? (a_signed ? (uint32_t)((int32_t)*(const int8_t*)za + 128) : *(const uint8_t*)za)
+                          : (a_signed ? 128u : 0u);
+    const int32_t* cb = (const int32_t*)(intptr_t)p[MM_C];
+    for (int64_t n = 0; n < N; ++n) colc[n] = (int32_t)(z * (uint32_t)T[n] + (cb ? (uint32_t)cb[n] : 0u));
+    if (zb)
+        for (int64_t m = 0; m < M; ++m) {
+            const uint8_t* restrict r = A + m * Kp;
+            uint32_t s = 0;
+            for (int64_t k = 0; k < Kp; ++k) s += r[k];
+            asum[m] = (int32_t)s;
+        }
+    if (out == 2) {  /* a_scale * b_scale in float32, as the NumPy code */
+        for (int64_t n = 0; n < N; ++n) scale[n] = a_scale[0] * mult[n];
+        mult = scale;
+    }
+    Gemm gm = {A, (const uint8_t*)(intptr_t)p[MM_BPACK], Kp, Np, M, N, Kp / 4, 0, NULL, colc,
+               zb ? asum : NULL, zb, out, p[MM_YSIGNED], NULL, mult, (const float*)(intptr_t)p[MM_BIAS],
+               (float)p[MM_ZY], y, N, p[MM_SIMD]};
+    gemm_run(&gm);
+    free(buf);
+    return 0;
+}
+
+/* Y = (A - za) (B - zb), A: M x K 8-bit rows (int8 if a_signed), za: A's one zero point (a pointer to
+ * it, of A's type; NULL: 0), B a weight packed as int8 ([K/4][Np][4], uint8 weights moved by -128)
+ * with T[n] = K zb[n] - sum_k B[k, n] (int32, moved alike) and zb (int32 per column, moved alike;
+ * 0: all zero), plus C[n] (MM_C, int32; 0: none: QGemm's C). Out (MM_OUT): int32 (0), else
+ * requantised to 8 bits with mult[n] and zy (1). */
+int qgemm_u8(const int64_t* p, const void* a, const void* za, void* y) { return matmul(p, a, za, NULL, y); }
+
+/* As qgemm_u8, out float32 (MM_OUT 2, MatMulIntegerToFloat): y = float(the product) (a_scale[0]
+ * mult[n]) + bias[n] (MM_BIAS; 0: none), in float32 as the NumPy code. */
+int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y) {
+    return matmul(p, a, za, a_scale, y);
+}
+
+int qgemm_set_threads(int64_t n) { return pool_threads_set(n); }
