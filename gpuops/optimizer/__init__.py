@@ -23,7 +23,9 @@ Levels (as onnxruntime's graph_optimization_level):
   written out -> the ops (:mod:`.hard_activations`), and the transformer patterns
   (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`; with static shapes, attention whose heads any
   chain of layout ops splits and merges, as torch's nn.MultiheadAttention exports it:
-  :mod:`.attention_layouts`).
+  :mod:`.attention_layouts`); and first, QDQ groups -> QLinearConv, QLinearMatMul, QLinearAdd,
+  QLinearGlobalAveragePool, QGemm, as onnxruntime fuses them (:mod:`.qdq_fusion`); MatMulInteger +
+  Cast + Mul by the scales (+ Add of a bias) -> MatMulIntegerToFloat (:mod:`.matmul_integer_to_float`).
 
 With ``device="cpu"`` and level ``"all"``, a float16 graph first computes in float32
 (:mod:`.float16_compute`, as onnxruntime's CPU provider does: NumPy's float16 arithmetic is
@@ -51,8 +53,9 @@ import onnx
 from ..errors import GpuopsError
 from . import (attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code,
                eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv, fold_mul_into_matmul, gelu,
-               gemm_activation, hard_activations, inline_if, layernorm, matmul_add_to_gemm, reduce_mean_to_pool,
-               restack, shape_to_constant, silu, sink_transposes, transpose_into_matmul)
+               gemm_activation, hard_activations, inline_if, layernorm, matmul_add_to_gemm, matmul_integer_to_float,
+               qdq_fusion, reduce_mean_to_pool, restack, shape_to_constant, silu, sink_transposes,
+               transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 
@@ -80,13 +83,16 @@ def _passes(level: str, fold_limit: int):
              ("dead_code", dead_code.apply)]
     if level == "basic":
         return basic
-    return basic + [("attention", attention.apply), ("attention_layouts", attention_layouts.apply),
-                    ("gelu", gelu.apply), ("silu", silu.apply),
-                    ("hard_activations", hard_activations.apply), ("layernorm", layernorm.apply),
-                    ("batchnorm_to_conv", batchnorm_to_conv.apply), ("conv_fusion", conv_fusion.apply),
-                    ("gemm_activation", gemm_activation.apply),
-                    ("transpose_into_fused_matmul", partial(transpose_into_matmul.apply, fused_matmul=True)),
-                    ("dead_code", dead_code.apply)]
+    # qdq_fusion first: constant folding would turn a weight's DequantizeLinear into a float weight
+    return [("qdq_fusion", qdq_fusion.apply)] + basic + [
+        ("attention", attention.apply), ("attention_layouts", attention_layouts.apply),
+        ("gelu", gelu.apply), ("silu", silu.apply),
+        ("hard_activations", hard_activations.apply), ("layernorm", layernorm.apply),
+        ("batchnorm_to_conv", batchnorm_to_conv.apply), ("conv_fusion", conv_fusion.apply),
+        ("gemm_activation", gemm_activation.apply),
+        ("matmul_integer_to_float", matmul_integer_to_float.apply),
+        ("transpose_into_fused_matmul", partial(transpose_into_matmul.apply, fused_matmul=True)),
+        ("dead_code", dead_code.apply)]
 
 
 def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT,
