@@ -12,9 +12,9 @@
  * NaN to the low end, as the NumPy code of gpuops.ops.quantize does.
  *
  * Where the CPU has AVX-512 VNNI (asked at run time, so that the file builds for any x86-64 level),
- * tiles of 4 rows x 64 columns run vpdpbusd, which adds four exact uint8 x int8 products to each
- * int32 lane (no intermediate saturation, unlike vpmaddubsw); elsewhere a portable loop computes
- * the same bits.
+ * tiles of up to 16 rows x 64 columns run vpdpbusd, which adds four exact uint8 x int8 products to
+ * each int32 lane (no intermediate saturation, unlike vpmaddubsw); with AVX2, vpmaddwd on the bytes
+ * widened to int16 (exact too); elsewhere a portable loop computes the same bits.
  *
  * QLinearConv (qconv_u8, NCHW, 2-D) packs the input's im2col as B (padding cells hold the input's
  * zero point, so they add nothing once centred; built from "phase planes", below) and multiplies
@@ -45,7 +45,7 @@ typedef struct {
     float zy;
     void* Y;
     int64_t ldy;
-    int64_t simd;
+    int64_t simd;  /* the widest instructions to use: 2 AVX-512 VNNI, 1 AVX2, 0 none (portable C) */
 } Gemm;
 
 /* C[m, n] after the corrections, as uint32 bits, to its output cell. */
@@ -180,6 +180,58 @@ static const tile_fn vnni_tiles[2][4][3] = {
      {tile_vnni_4_3_1, NULL, NULL}, {tile_vnni_4_4_1, NULL, NULL}},
 };
 
+/* Rows [m0, m0 + 4) by 8 columns from n0 with AVX2, exact: the bytes widened to int16 and multiplied
+ * in pairs by vpmaddwd (|a b| <= 32640, a pair's sum fits int32), never vpmaddubsw, whose int16 pair
+ * sums saturate. The sums go through store1 (the portable epilogue). */
+#define QG_AVX2 __attribute__((target("avx2")))
+static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* g, int64_t m0, int64_t n0,
+                                                                    const int AS) {
+    const uint8_t* a[4];
+    for (int r = 0; r < 4; ++r) a[r] = g->A + (m0 + r < g->M ? m0 + r : g->M - 1) * g->lda;
+    __m256i acc[4][2];
+    for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    const uint8_t* b = g->B + n0 * 4;
+    const int64_t step = g->Np * 4;
+    for (int64_t q = 0; q < g->Kq; ++q, b += step) {
+        const __m128i b0 = _mm_loadu_si128((const __m128i*)b), b1 = _mm_loadu_si128((const __m128i*)(b + 16));
+        /* columns n0..n0+3 and n0+4..n0+7, their 4 k each, as int16 */
+        const __m256i w0 = AS ? _mm256_cvtepu8_epi16(b0) : _mm256_cvtepi8_epi16(b0);
+        const __m256i w1 = AS ? _mm256_cvtepu8_epi16(b1) : _mm256_cvtepi8_epi16(b1);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+            int32_t v;
+            memcpy(&v, a[r] + 4 * q, 4);
+            const __m128i a4 = AS ? _mm_cvtepi8_epi16(_mm_cvtsi32_si128(v)) : _mm_cvtepu8_epi16(_mm_cvtsi32_si128(v));
+            const __m256i av = _mm256_broadcastq_epi64(a4);  /* the row's 4 k as int16, 4 times */
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(w0, av));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(w1, av));
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+        const int64_t m = m0 + r;
+        if (m >= g->M) break;
+        /* lanes hold pair sums: (c0, c0, c1, c1 | c2, c2, c3, c3), (c4.. | c6..) -> c0..c7 */
+        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][0], acc[r][1]), 0xD8);
+        uint32_t c[8];
+        _mm256_storeu_si256((__m256i*)c, h);
+        for (int i = 0; i < 8 && n0 + i < g->N; ++i) store1(g, m, n0 + i, c[i]);
+    }
+}
+
+static QG_AVX2 void tile_avx2_0(const Gemm* g, int64_t m0, int64_t n0) { tile_avx2(g, m0, n0, 0); }
+static QG_AVX2 void tile_avx2_1(const Gemm* g, int64_t m0, int64_t n0) { tile_avx2(g, m0, n0, 1); }
+
+static int has_avx2(void) {
+    static int known = -1;
+    int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2");
+        __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 static int has_vnni(void) {
     static int known = -1;
     int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
@@ -193,12 +245,13 @@ static int has_vnni(void) {
 }
 #else
 static int has_vnni(void) { return 0; }
+static int has_avx2(void) { return 0; }
 #endif
 
 /* Column blocks of 64 [b0, b1) of the product, every row. */
 static void gemm_blocks(const Gemm* g, int64_t b0, int64_t b1) {
 #ifdef QG_X86
-    if (g->simd && has_vnni()) {
+    if (g->simd >= 2 && has_vnni()) {
         for (int64_t b = b0; b < b1; ++b) {
             const int64_t n0 = b * 64, left = g->N - n0;
             const int nv = left >= 64 ? 4 : (int)((left + 15) / 16);
@@ -210,6 +263,12 @@ static void gemm_blocks(const Gemm* g, int64_t b0, int64_t b1) {
                 for (; g->M - m0 >= mr || (size == 0 && m0 < g->M); m0 += mr) fn(g, m0, n0);
             }
         }
+        return;
+    }
+    if (g->simd >= 1 && has_avx2()) {
+        const tile_fn fn = g->a_signed ? tile_avx2_1 : tile_avx2_0;
+        for (int64_t n0 = b0 * 64; n0 < b1 * 64 && n0 < g->N; n0 += 8)
+            for (int64_t m0 = 0; m0 < g->M; m0 += 4) fn(g, m0, n0);
         return;
     }
 #endif
@@ -237,6 +296,34 @@ static void gemm_run(Gemm* g) {
 }
 
 /* -- QLinearConv --------------------------------------------------------------------------------- */
+
+/* A conv's scratch: kept per thread and reused (a fresh large block per call costs its page faults,
+ * more than the conv itself on small images), freed when the thread ends; blocks over SCRATCH_KEEP
+ * bytes are allocated and freed per call. */
+#define SCRATCH_KEEP ((size_t)4 << 20)
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_keyed;
+
+static void scratch_init(void) { scratch_keyed = pthread_key_create(&scratch_key, free) == 0; }
+
+static uint8_t* scratch_get(size_t size) {
+    pthread_once(&scratch_once, scratch_init);
+    if (size > SCRATCH_KEEP || !scratch_keyed) return malloc(size);
+    size_t* held = pthread_getspecific(scratch_key);  /* [size, then the block] */
+    if (!held || held[0] < size) {
+        free(held);
+        held = malloc(sizeof(size_t) + size);
+        if (held) held[0] = size;
+        pthread_setspecific(scratch_key, held);
+        if (!held) return NULL;
+    }
+    return (uint8_t*)(held + 1);
+}
+
+static void scratch_put(uint8_t* p, size_t size) {
+    if (size > SCRATCH_KEEP || !scratch_keyed) free(p);
+}
 
 /* Parameter array of qconv_u8 (int64 each; pointers as addresses). */
 enum {
@@ -277,10 +364,23 @@ static void phases_build(const int64_t* p, const uint8_t* x, int64_t Cg, const P
                     }
                     const uint8_t* restrict s = x + (c * H + iy) * W;
                     for (int64_t j = 0; j < lo; ++j) d[j] = zx;
-                    if (sw == 1)
+                    if (sw == 1) {
                         for (int64_t j = lo; j < hi; ++j) d[j] = s[j + off] ^ flip;
-                    else
+                    } else if (sw == 2) {
+                        int64_t j = lo;
+#if defined(__SSE2__)
+                        const __m128i even = _mm_set1_epi16(0xFF), f8 = _mm_set1_epi8((char)flip);
+                        for (; j + 16 <= hi && 2 * j + off + 32 <= W; j += 16) {  /* the even bytes of 32 */
+                            const __m128i v0 = _mm_loadu_si128((const __m128i*)(s + 2 * j + off));
+                            const __m128i v1 = _mm_loadu_si128((const __m128i*)(s + 2 * j + off + 16));
+                            const __m128i e = _mm_packus_epi16(_mm_and_si128(v0, even), _mm_and_si128(v1, even));
+                            _mm_storeu_si128((__m128i*)(d + j), _mm_xor_si128(e, f8));
+                        }
+#endif
+                        for (; j < hi; ++j) d[j] = s[2 * j + off] ^ flip;
+                    } else {
                         for (int64_t j = lo; j < hi; ++j) d[j] = s[j * sw + off] ^ flip;
+                    }
                     for (int64_t j = hi; j < Wph; ++j) d[j] = zx;
                 }
                 memset(plane + Hph * Wph, zx, (size_t)(f->plane - Hph * Wph));
@@ -367,7 +467,8 @@ int qconv_u8(const int64_t* p, const void* x, void* y) {
     const size_t planes_size = (size_t)(Cg * f.sh * f.sw * f.plane), bp_size = (size_t)(Kgp * Lp);
     const size_t out_size = compact ? (size_t)(Mg * L) : 0, sums = zw ? (size_t)(4 * Lp) : 0;
     const size_t taps_size = (size_t)(8 * p[CV_KH] * p[CV_KW]);
-    uint8_t* buf = malloc(taps_size + sums + bp_size + planes_size + out_size + (size_t)L + 64);
+    const size_t total = taps_size + sums + bp_size + planes_size + out_size + (size_t)L + 64;
+    uint8_t* buf = scratch_get(total);
     if (!buf) return 1;
     int64_t* taps = (int64_t*)buf;
     int32_t* colsum = (int32_t*)(buf + taps_size);
@@ -394,7 +495,7 @@ int qconv_u8(const int64_t* p, const void* x, void* y) {
                     for (int64_t oy = 0; oy < OH; ++oy)
                         memcpy(yg + (m * OH + oy) * OW, out + m * L + oy * f.Wph, (size_t)OW);
         }
-    free(buf);
+    scratch_put(buf, total);
     return 0;
 }
 

@@ -1,7 +1,7 @@
 """The native 8-bit kernels: QLinearConv, MatMulInteger and QLinearMatMul (cpu_kernels/qgemm.c),
 DynamicQuantizeLinear and QLinearAdd (cpu_kernels/quantize.c) against
 the generic NumPy ops (exact: same integer sums, same float32 requantisation) with and without the
-AVX-512 VNNI path, and against onnxruntime in sessions (weights as initializers, so the packs and
+AVX-512 VNNI and AVX2 paths, and against onnxruntime in sessions (weights as initializers, so the packs and
 plans kept per session are the ones that run)."""
 
 import itertools
@@ -28,7 +28,7 @@ def _ints(rng, dtype, shape):
     return rng.integers(lo, hi, size=shape).astype(dtype)
 
 
-@pytest.fixture(params=[True, False], ids=["simd", "portable"])
+@pytest.fixture(params=[2, 1, 0], ids=["vnni", "avx2", "portable"])
 def simd(request, monkeypatch):
     monkeypatch.setattr(qgemm, "SIMD", request.param)
     return request.param
@@ -62,6 +62,8 @@ def test_qlinear_conv_native_equals_generic(simd, x_dtype, w_dtype, y_dtype, per
     dict(k=1, attrs=dict()), dict(k=7, H=20, W=17, attrs=dict(strides=[2, 2], pads=[3, 3, 3, 3])),
     dict(k=3, attrs=dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     dict(k=3, attrs=dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+    dict(k=7, H=11, W=75, attrs=dict(strides=[2, 2], pads=[3, 3, 3, 3])),  # wide rows: stride 2's vector path
+    dict(k=1, H=5, W=66, attrs=dict(strides=[2, 2])),
     dict(k=3, attrs=dict(strides=[2, 3], pads=[0, 1, 2, 0])), dict(k=3, attrs=dict(auto_pad="SAME_UPPER")),
     dict(k=2, attrs=dict(auto_pad="SAME_LOWER", strides=[2, 2])),
     dict(C=6, M=9, group=3, attrs=dict(pads=[1] * 4, group=3)),
@@ -282,3 +284,21 @@ def test_max_pool_8_bit(dtype, attrs):
     np.testing.assert_array_equal(got, generic_pool.MaxPool(np, x, **attrs))
     node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
     np.testing.assert_array_equal(*[r[0] for r in run_both(make_model(node, {"x": x}, opset=12), {"x": x})])
+
+
+@pytest.mark.parametrize("types", [(U8, U8, U8), (S8, S8, S8), (U8, U8, S8)], ids=str)
+def test_qlinear_add_session(types):
+    """Constant parameters: the prepared path, against the generic op and onnxruntime."""
+    rng = np.random.default_rng(14)
+    ta, tb, ty = types
+    feeds = {"a": _ints(rng, ta, (1, 8, 6, 6)), "b": _ints(rng, tb, (1, 8, 6, 6))}
+    inits = [("as", np.array(0.04, np.float32)), ("az", _ints(rng, ta, ())), ("bs", np.array(0.03, np.float32)),
+             ("bz", _ints(rng, tb, ())), ("cs", np.array(0.05, np.float32)), ("cz", _ints(rng, ty, ()))]
+    node = helper.make_node("QLinearAdd", ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"],
+                            domain="com.microsoft")
+    model = make_model(node, feeds, inits=inits, opset=13, opsets={"com.microsoft": 1})
+    got = _session(model, feeds)[0]
+    assert got.dtype == ty
+    np.testing.assert_array_equal(got, _generic_session(model, feeds)[0])
+    if ta == tb == ty:  # what onnxruntime's kernel takes
+        np.testing.assert_array_equal(got, run_both(model, feeds)[1][0])

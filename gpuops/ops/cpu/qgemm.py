@@ -19,7 +19,9 @@ _U8, _S8, _I32, _F32 = np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32)
 _BYTES = (_U8, _S8)
 _FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.float64))
 
-SIMD = True  # the kernels' AVX-512 VNNI path where the CPU has it (tests turn it off to check the other)
+# The widest instructions the kernels may use where the CPU has them: 2 AVX-512 VNNI, 1 AVX2, 0 none
+# (portable C). Tests lower it to check each path.
+SIMD = 2
 
 
 class Plan:
@@ -147,10 +149,12 @@ def conv_plan(pack, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
 def run(plan, x, *extra):
     """The plan's kernel on ``x`` (made C-contiguous when not), with the arguments ``extra`` (addresses)
     between the input and the output for kernels that take them."""
-    if not x.flags.c_contiguous:
+    flags = x.flags
+    if not flags.c_contiguous:
         x = np.ascontiguousarray(x)
+        flags = x.flags
     y = np.empty(plan.shape, plan.dtype)
-    if plan.fn(plan.p, native.address(x) if x.flags.writeable else x.ctypes.data, *extra, native.address(y)):
+    if plan.fn(plan.p, native.address(x) if flags.writeable else x.ctypes.data, *extra, native.address(y)):
         raise MemoryError("native kernel could not allocate its scratch")
     return y
 

@@ -473,22 +473,37 @@ def _eager_conv_pack(kept):
         _conv_pack(kept)
 
 
+def _native_qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B, attrs, kept):
+    """QLinearConv by the native kernel, its plan made (and kept, for a session's constants), or None."""
+    params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B)
+    plans, constants = (_NO_PLANS, _NO_CONSTANTS) if kept is None else (kept.plans, kept.constants)
+    plan = _qgemm.lookup(plans, constants, "conv", x, params, lambda: _qgemm.conv_plan(
+        _qgemm.conv_pack(w) if kept is None else _conv_pack(kept), x, x_scale, x_zero_point, w, w_scale,
+        w_zero_point, y_scale, y_zero_point, B, attrs))
+    return None if plan is None else _qgemm.run(plan, x)
+
+
 @op("QLinearConv", since=10, device="cpu", prepare=_prepare(3, 5, _eager_conv_pack))
 def QLinearConv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
                 auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
                 prepared=None):
     """8-bit 2-D convs by the native kernel (cpu_kernels/qgemm.c) over the weight's pack, kept per
     session with a plan per input shape; others through this package's float Conv."""
-    if type(x) is np.ndarray and native.enabled():
-        kept = _kept(prepared, w, w_zero_point)
-        params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B)
-        plans, constants = (_NO_PLANS, _NO_CONSTANTS) if kept is None else (kept.plans, kept.constants)
-        plan = _qgemm.lookup(plans, constants, "conv", x, params, lambda: _qgemm.conv_plan(
-            _qgemm.conv_pack(w) if kept is None else _conv_pack(kept), x, *params[:2], w, *params[2:],
-            dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                 strides=strides)))
-        if plan is not None:
-            return _qgemm.run(plan, x)
+    if type(x) is np.ndarray:
+        plan = None if prepared is None else prepared.plans.get(("conv", x.shape))
+        if plan is not None:  # the run's common case first, with the fewest steps
+            p = plan.params
+            if (p[0] is x_scale and p[1] is x_zero_point and p[2] is w_scale and p[3] is w_zero_point
+                    and p[4] is y_scale and p[5] is y_zero_point and p[6] is B and plan.x_dtype is x.dtype
+                    and prepared.B is w and native.enabled()):
+                return _qgemm.run(plan, x)
+        if native.enabled():
+            attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                         strides=strides)
+            y = _native_qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
+                                     attrs, _kept(prepared, w, w_zero_point))
+            if y is not None:
+                return y
     args = (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
     attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                  strides=strides)
@@ -530,10 +545,46 @@ def _zero(z, x=None) -> bool:
                          and (x is None or z.ndim <= x.ndim))
 
 
-@op("QLinearAdd", domain=MS, since=1, device="cpu")
-def QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_scale=None, C_zero_point=None):
+class _AddParams:
+    """QLinearAdd's constant per-tensor parameters (its prepare hook's): the arrays, and the kernel's
+    arguments made of them."""
+
+    __slots__ = ("params", "values")
+
+    def __init__(self, params, values):
+        self.params, self.values = params, values
+
+
+def _prepare_qlinear_add(constants, attrs):
+    params = tuple(constants.get(i) for i in (1, 2, 4, 5, 6, 7))
+    a_scale, a_zero, b_scale, b_zero, c_scale, c_zero = params
+    if not (all(type(s) is np.ndarray and s.size == 1 and s.dtype == _FLOAT32 for s in (a_scale, b_scale, c_scale))
+            and all(_zero(z) for z in (a_zero, b_zero, c_zero))):
+        return None
+    values = (a_scale.item(), 0 if a_zero is None else a_zero.item(), b_scale.item(),
+              0 if b_zero is None else b_zero.item(), c_scale.item(), 0 if c_zero is None else c_zero.item())
+    return _AddParams(params, values)
+
+
+@op("QLinearAdd", domain=MS, since=1, device="cpu", prepare=_prepare_qlinear_add)
+def QLinearAdd(xp, A, A_scale, A_zero_point, B, B_scale, B_zero_point=None, C_scale=None, C_zero_point=None, *,
+               prepared=None):
     """Inputs of one shape (or one of them a single value) with per-tensor parameters by the native
     kernel; else the generic op."""
+    if prepared is not None and type(A) is np.ndarray and type(B) is np.ndarray:  # a session's constants
+        p = prepared.params
+        if (p[0] is A_scale and p[1] is A_zero_point and p[2] is B_scale and p[3] is B_zero_point and p[4] is C_scale
+                and p[5] is C_zero_point and A.shape == B.shape and A.dtype in _BYTES and B.dtype in _BYTES
+                and A.size and native.enabled()):
+            fn = native.function("qlinear_add_8")
+            if fn is not None:
+                dtype = A.dtype if C_zero_point is None else C_zero_point.dtype
+                A, B = np.ascontiguousarray(A), np.ascontiguousarray(B)
+                y = np.empty(A.shape, dtype)
+                fn(_address(A), 1, _address(B), 1, y.size,
+                   (A.dtype == np.int8) + 2 * (B.dtype == np.int8) + 4 * (dtype == np.int8), *prepared.values,
+                   native.address(y))
+                return y
     if (type(A) is np.ndarray and type(B) is np.ndarray and A.dtype in _BYTES and B.dtype in _BYTES and A.size
             and B.size and native.enabled()):
         shape = A.shape if A.shape == B.shape or (B.size == 1 and B.ndim <= A.ndim) else (
