@@ -303,18 +303,30 @@ def native_checks(seed: int = 0) -> list[dict]:
     for name, file, call in _native_cases(np.random.default_rng(seed)):
         rec = {"name": name, "file": file}
         calls: list[str] = []
-        original = native.call
+        original, original_function = native.call, native.function
 
         def recording(fn, *args):
             calls.append(fn.__name__)
             return original(fn, *args)
 
+        def recording_function(name):  # kernels bound once per input shape are called without native.call
+            fn = original_function(name)
+            if fn is None:
+                return None
+
+            def counted(*args):
+                calls.append(name)
+                return fn(*args)
+
+            counted.__name__ = name
+            return counted
+
         def check():
-            native.call = recording
+            native.call, native.function = recording, recording_function
             try:
                 got = call()
             finally:
-                native.call = original
+                native.call, native.function = original, original_function
             with native.disabled():
                 want = call()
             got, want = (list(v) if isinstance(v, (tuple, list)) else [v] for v in (got, want))
