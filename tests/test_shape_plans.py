@@ -292,7 +292,8 @@ def _if_model():
         "wrapped", [helper.make_tensor_value_info("x", f, ["n", "t", "c"]),
                     helper.make_tensor_value_info("sr", i64, [])],
         [helper.make_tensor_value_info("y", f, None)], [helper.make_tensor("sr16k", i64, [], [16000])])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)  # onnxruntime 1.23 reads 11 at most
+    # IR version 8: onnxruntime 1.23 reads 11 at most
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 @pytest.mark.parametrize("width", [3, 5])
