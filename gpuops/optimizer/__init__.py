@@ -25,7 +25,8 @@ Levels (as onnxruntime's graph_optimization_level):
   chain of layout ops splits and merges, as torch's nn.MultiheadAttention exports it:
   :mod:`.attention_layouts`); and first, QDQ groups -> QLinearConv, QLinearMatMul, QLinearAdd,
   QLinearGlobalAveragePool, QGemm, as onnxruntime fuses them (:mod:`.qdq_fusion`); MatMulInteger +
-  Cast + Mul by the scales (+ Add of a bias) -> MatMulIntegerToFloat (:mod:`.matmul_integer_to_float`).
+  Cast + Mul by the scales (+ Add of a bias) -> MatMulIntegerToFloat (:mod:`.matmul_integer_to_float`),
+  and with the DynamicQuantizeLinear before it -> DynamicQuantizeMatMul (:mod:`.dynamic_quantize_matmul`).
 
 With ``device="cpu"`` and level ``"all"``, a float16 graph first computes in float32
 (:mod:`.float16_compute`, as onnxruntime's CPU provider does: NumPy's float16 arithmetic is
@@ -52,7 +53,7 @@ import onnx
 
 from ..errors import GpuopsError
 from . import (attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code,
-               eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv, fold_mul_into_matmul, gelu,
+               dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv, fold_mul_into_matmul, gelu,
                gemm_activation, hard_activations, inline_if, layernorm, matmul_add_to_gemm, matmul_integer_to_float,
                qdq_fusion, reduce_mean_to_pool, restack, shape_to_constant, silu, sink_transposes,
                transpose_into_matmul)
@@ -91,6 +92,7 @@ def _passes(level: str, fold_limit: int):
         ("batchnorm_to_conv", batchnorm_to_conv.apply), ("conv_fusion", conv_fusion.apply),
         ("gemm_activation", gemm_activation.apply),
         ("matmul_integer_to_float", matmul_integer_to_float.apply),
+        ("dynamic_quantize_matmul", dynamic_quantize_matmul.apply),
         ("transpose_into_fused_matmul", partial(transpose_into_matmul.apply, fused_matmul=True)),
         ("dead_code", dead_code.apply)]
 

@@ -1,5 +1,6 @@
-"""MatMulInteger + Cast + Mul(a_scale * b_scale) [+ Add(bias)] -> com.microsoft MatMulIntegerToFloat:
-the same float32 roundings, so the optimized session's outputs equal the unoptimized one's exactly."""
+"""MatMulInteger + Cast + Mul(a_scale * b_scale) [+ Add(bias)] -> com.microsoft MatMulIntegerToFloat,
+and with a DynamicQuantizeLinear that only it reads -> DynamicQuantizeMatMul: the same float32
+roundings, so the optimized session's outputs equal the unoptimized one's exactly."""
 
 import numpy as np
 import pytest
@@ -42,8 +43,8 @@ def test_fused_and_exact(per_column, bias, bias_first, scale_first):
     model, feeds = _model(rng, per_column, bias, scale_first, bias_first)
     opt = optimize(model, "all", device="cpu")
     have = ops(opt)
-    assert have["MatMulIntegerToFloat"] == 1 and not have["MatMulInteger"] and not have["Cast"]
-    assert not have["Add"] and not have["Mul"]
+    assert have["DynamicQuantizeMatMul"] == 1 and not have["MatMulInteger"] and not have["Cast"]
+    assert not have["Add"] and not have["Mul"] and not have["DynamicQuantizeLinear"]
     got = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
     want = gpuops.InferenceSession(model, device="cpu", optimize="basic").run(None, feeds)
     np.testing.assert_array_equal(got[0], want[0])
@@ -56,3 +57,26 @@ def test_fused_and_exact(per_column, bias, bias_first, scale_first):
 def test_cast_read_elsewhere_stays():
     model, feeds = _model(np.random.default_rng(1), extra_reader=True)
     assert ops(optimize(model, "all", device="cpu"))["MatMulInteger"] == 1
+
+
+def test_shared_dynamic_quantize_stays():
+    """Two products of one DynamicQuantizeLinear: two MatMulIntegerToFloat, the quantization once."""
+    rng = np.random.default_rng(2)
+    model, feeds = _model(rng, bias=False)
+    graph = model.graph
+    w2 = rng.integers(-128, 128, size=(32, 8)).astype(np.int8)
+    from onnx import numpy_helper
+
+    graph.initializer.append(numpy_helper.from_array(w2, "w2"))
+    graph.node.extend([helper.make_node("MatMulInteger", ["xq", "w2", "xz", "wz"], ["acc2"]),
+                       helper.make_node("Cast", ["acc2"], ["accf2"], to=F),
+                       helper.make_node("Mul", ["xs", "ws2"], ["s2"]),
+                       helper.make_node("Mul", ["accf2", "s2"], ["y2"])])
+    graph.initializer.append(numpy_helper.from_array(np.array(0.004, np.float32), "ws2"))
+    graph.output.append(helper.make_tensor_value_info("y2", F, None))
+    have = ops(optimize(model, "all", device="cpu"))
+    assert have["MatMulIntegerToFloat"] == 2 and have["DynamicQuantizeLinear"] == 1
+    got = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
+    want = gpuops.InferenceSession(model, device="cpu", optimize="basic").run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
