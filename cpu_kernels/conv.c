@@ -4,6 +4,11 @@
  * time sum their taps in registers, clamped to [lo, hi] (a fused Relu or Clip). Narrow maps of many
  * channels go VL channels at a time instead (channel blocks, common.h). Returns 0, or 1 when out of
  * memory. */
+/* Multiply-adds fused (one rounding per step, as the GEMM and direct kernels): -std=c11 turns GCC's
+ * contraction off, and without it the taps run as separate multiplies and adds. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
 #include <stdlib.h>
 #include "common.h"
 #include "conv_params.h"

@@ -372,30 +372,40 @@ static void conv_rows(const float* pack, const float* x, const int64_t* koff, co
 }
 
 /* Rows [q0, q1) of the phase planes (common.h) of C input planes (HW floats apart) into buf (P floats
- * apart), input cells only: the caller zeroed buf once, and the padding cells stay 0 (which rows and
- * columns are padding does not depend on q0 and q1). */
+ * apart), 0 in the padding (pads: else the caller zeroed buf, and which cells are padding does not
+ * depend on q0 and q1): fill_plane_rows of every channel, the padding worked out once per phase
+ * rather than per channel and row. */
 static void fill_input_rows(const Windows* g, const float* x, int64_t C, int64_t HW, float* buf, int64_t P,
-                            int64_t q0, int64_t q1) {
+                            int64_t q0, int64_t q1, int pads) {
+    const int64_t Qw = g->Qw, sw = g->sw;
     for (int64_t a = 0; a < g->sh; ++a)
         for (int64_t b = 0; b < g->sw; ++b) {
-            int64_t lo, hi, r0, r1;
-            valid_range(g->W, g->sw, b - g->pw, g->Qw, &lo, &hi);
-            valid_range(g->H, g->sh, a - g->ph, g->Qh, &r0, &r1);
-            if (r0 < q0) r0 = q0;
-            if (r1 > q1) r1 = q1;
-            const int64_t n = hi - lo, sw = g->sw;
+            int64_t lo, hi, v0, v1;
+            valid_range(g->W, g->sw, b - g->pw, Qw, &lo, &hi);
+            valid_range(g->H, g->sh, a - g->ph, g->Qh, &v0, &v1);
+            const int64_t n = hi - lo;
             for (int64_t c = 0; c < C; ++c) {
-                float* plane = buf + c * P + (a * g->sw + b) * g->Qh * g->Qw + lo;
+                float* plane = buf + c * P + (a * g->sw + b) * g->Qh * Qw;
                 const float* xc = x + c * HW + b - g->pw + lo * sw;
-                for (int64_t q = r0; q < r1; ++q) {
-                    float* restrict row = plane + q * g->Qw;
+                for (int64_t q = q0; q < q1; ++q) {
+                    float* restrict row = plane + q * Qw;
+                    if (q < v0 || q >= v1) {
+                        if (pads)
+                            for (int64_t r = 0; r < Qw; ++r) row[r] = 0.0f;
+                        continue;
+                    }
+                    if (pads)
+                        for (int64_t r = 0; r < lo; ++r) row[r] = 0.0f;
                     const float* restrict xr = xc + (a + g->sh * q - g->ph) * g->W;
+                    float* restrict dst = row + lo;
                     if (sw == 1)
-                        for (int64_t r = 0; r < n; ++r) row[r] = xr[r];
+                        for (int64_t r = 0; r < n; ++r) dst[r] = xr[r];
                     else if (sw == 2)
-                        for (int64_t r = 0; r < n; ++r) row[r] = xr[2 * r];
+                        for (int64_t r = 0; r < n; ++r) dst[r] = xr[2 * r];
                     else
-                        for (int64_t r = 0; r < n; ++r) row[r] = xr[r * sw];
+                        for (int64_t r = 0; r < n; ++r) dst[r] = xr[r * sw];
+                    if (pads)
+                        for (int64_t r = hi; r < Qw; ++r) row[r] = 0.0f;
                 }
             }
         }
@@ -434,10 +444,13 @@ int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, 
 }
 
 /* A whole conv as this GEMM (conv_params.h) without an im2col copy: blocks of output rows of one image at
- * a time, the rows of the input's phase planes (common.h) that a block reads filled, then one GEMM per
+ * a time, the rows of the input's phase planes (common.h) that a block reads filled (each part of a
+ * threaded run touches only its own rows of its planes), then one GEMM per
  * group whose B is read from the planes (conv_cells, conv_rows), bias and clamp in its store; a 1x1
  * stride-1 unpadded conv reads X itself as B. */
 #define COLS_BYTES (1 << 22)  /* the columns of one block (read, not copied) at most... */
+#define ZERO_ONCE 8192  /* planes of at most this many floats are zeroed whole, once per call, and their
+                          * rows filled without their padding (small maps, where writing it costs most) */
 #define COLS_MIN 2048  /* ...but at least this many cells, so that each GEMM runs over enough of them */
 
 typedef struct {
@@ -476,7 +489,11 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
         segn = cells + chunk * OW;
         yat = segn + chunk * OW;
         buf = (float*)(yat + chunk * OW);
-        memset(buf, 0, sizeof(float) * C * P);
+        if (C * P <= ZERO_ONCE)
+            memset(buf, 0, sizeof(float) * C * P);
+        else
+            for (int64_t c = 0; c < C; ++c)  /* the slack a last vector of a row may read */
+                memset(buf + (c + 1) * P - VL, 0, sizeof(float) * VL);
         for (int64_t c = 0; c < C; ++c)
             for (int64_t t = 0; t < K; ++t) koff[c * K + t] = c * P + offs[t];
     }
@@ -501,7 +518,7 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
             }
         } else {
             const int64_t last = oy1 + (g->KH - 1) * g->dh / g->sh;
-            fill_input_rows(g, xn, C, HW, buf, P, oy0, last < g->Qh ? last : g->Qh);
+            fill_input_rows(g, xn, C, HW, buf, P, oy0, last < g->Qh ? last : g->Qh, C * P > ZERO_ONCE);
             int64_t nseg = 0;
             if (p->rows)
                 for (int64_t oy = oy0; oy < oy1; ++oy)
