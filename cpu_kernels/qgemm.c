@@ -328,7 +328,7 @@ static void scratch_put(uint8_t* p, size_t size) {
 /* Parameter array of qconv_u8 (int64 each; pointers as addresses). */
 enum {
     CV_N, CV_C, CV_H, CV_W, CV_M, CV_KH, CV_KW, CV_OH, CV_OW, CV_SH, CV_SW, CV_PH, CV_PW, CV_DH, CV_DW, CV_G,
-    CV_XSIGNED, CV_ZX, CV_YSIGNED, CV_ZY, CV_SIMD, CV_WPACK, CV_ROWC, CV_ZW, CV_MULT, CV_COUNT
+    CV_XSIGNED, CV_ZX, CV_YSIGNED, CV_ZY, CV_SIMD, CV_WPACK, CV_ROWC, CV_ZW, CV_MULT, CV_WPACKT, CV_MP, CV_COUNT
 };
 
 /* A conv reads its input through "phase planes": per input channel and per phase (py, px) of the
@@ -411,17 +411,22 @@ static void interleave4(uint8_t* restrict o, const uint8_t* r0, const uint8_t* r
     }
 }
 
-/* The packed im2col ([Kq][Lp][4], L = OH Wph columns) of a channel group's phase planes; taps: each
- * tap's (kh, kw) run offset in a channel's planes (scratch of KH KW). */
-static void im2col_packed(const int64_t* p, const Phases* f, const uint8_t* planes, int64_t Cg, uint8_t* restrict Bp,
-                          int64_t L, int64_t Lp, const uint8_t* zeros, int64_t* taps) {
-    const int64_t KH = p[CV_KH], KW = p[CV_KW], dh = p[CV_DH], dw = p[CV_DW], T = KH * KW;
-    const int64_t Kq = (Cg * T + 3) / 4, channel = f->sh * f->sw * f->plane;
+/* Each tap's (kh, kw) offset in a channel's phase planes: its plane, and its run's start there. */
+static void im2col_taps(const int64_t* p, const Phases* f, int64_t* taps) {
+    const int64_t KH = p[CV_KH], KW = p[CV_KW], dh = p[CV_DH], dw = p[CV_DW];
     for (int64_t kh = 0; kh < KH; ++kh)
         for (int64_t kw = 0; kw < KW; ++kw) {
             const int64_t y = kh * dh, x = kw * dw;
             taps[kh * KW + kw] = (y % f->sh * f->sw + x % f->sw) * f->plane + y / f->sh * f->Wph + x / f->sw;
         }
+}
+
+/* The packed im2col ([Kq][Lp][4], L = OH Wph columns) of a channel group's phase planes; taps: each
+ * tap's (kh, kw) run offset in a channel's planes (scratch of KH KW). */
+static void im2col_packed(const int64_t* p, const Phases* f, const uint8_t* planes, int64_t Cg, uint8_t* restrict Bp,
+                          int64_t L, int64_t Lp, const uint8_t* zeros, int64_t* taps) {
+    const int64_t T = p[CV_KH] * p[CV_KW], Kq = (Cg * T + 3) / 4, channel = f->sh * f->sw * f->plane;
+    im2col_taps(p, f, taps);
     int64_t c = 0, t = 0;  /* tap k = (c, t), counted up without divisions */
     for (int64_t q = 0; q < Kq; ++q) {
         const uint8_t* r[4];
@@ -448,6 +453,47 @@ static void im2col_packed(const int64_t* p, const Phases* f, const uint8_t* plan
  * Cg KH KW rounded up to 4, zero-padded; uint8 weights moved by -128), the per-channel constant
  * (bias - zx sum(w) + K zx zw, wrapped to int32), the weight zero points (int32, moved alike; 0: all
  * zero) and the float32 multipliers x_scale * w_scale / y_scale. */
+/* Whether to compute the conv with the output's pixels as rows and its channels as columns (the
+ * weight packed as B: CV_WPACKT, [Kq][Mp][4] per group): for small maps, whose pixels fill few of the
+ * 16 lanes a column vector holds, where there are more channels than pixels. */
+static int pixel_rows(int64_t pixels, int64_t columns, int64_t Mg) {
+    const int64_t cells = (Mg + 3) / 4 * 4 * ((columns + 15) / 16 * 16);
+    const int64_t cells_t = (pixels + 3) / 4 * 4 * ((Mg + 15) / 16 * 16);
+    return 2 * cells_t < cells;
+}
+
+/* The pixels-as-rows product: rows[l] = the taps of output pixel l (Kgp bytes, zero-padded), their
+ * sums when the weight has zero points, then tmp[l][m], written to y transposed (channels first). */
+static void conv_pixel_rows(const int64_t* p, const Phases* f, const uint8_t* planes, int64_t Cg, int64_t Mg,
+                            int64_t Kgp, int64_t g, const int64_t* taps, uint8_t* rows, int32_t* sums, uint8_t* tmp,
+                            uint8_t* yg) {
+    const int64_t OH = p[CV_OH], OW = p[CV_OW], T = p[CV_KH] * p[CV_KW], channel = f->sh * f->sw * f->plane;
+    const int64_t L = OH * OW;
+    const int32_t* zw = (const int32_t*)(intptr_t)p[CV_ZW];
+    for (int64_t l = 0; l < L; ++l) {
+        const uint8_t* at = planes + l / OW * f->Wph + l % OW;
+        uint8_t* restrict r = rows + l * Kgp;
+        int64_t k = 0;
+        for (int64_t c = 0; c < Cg; ++c, at += channel)
+            for (int64_t t = 0; t < T; ++t) r[k++] = at[taps[t]];
+        for (; k < Kgp; ++k) r[k] = 0;
+        if (zw) {
+            uint32_t sum = 0;
+            for (int64_t i = 0; i < Kgp; ++i) sum += r[i];
+            sums[l] = (int32_t)sum;
+        }
+    }
+    const int64_t Mp = p[CV_MP];
+    const int8_t* wpackt = (const int8_t*)(intptr_t)p[CV_WPACKT] + g * (Kgp / 4) * Mp * 4;
+    Gemm gm = {rows, (const uint8_t*)wpackt, Kgp, Mp, L, Mg, Kgp / 4, 0, NULL,
+               (const int32_t*)(intptr_t)p[CV_ROWC] + g * Mg, zw ? sums : NULL, zw ? zw + g * Mg : NULL, 1,
+               p[CV_YSIGNED], NULL, (const float*)(intptr_t)p[CV_MULT] + g * Mg, NULL, (float)p[CV_ZY], tmp, Mg,
+               p[CV_SIMD]};
+    gemm_run(&gm);
+    for (int64_t m = 0; m < Mg; ++m)
+        for (int64_t l = 0; l < L; ++l) yg[m * L + l] = tmp[l * Mg + m];
+}
+
 int qconv_u8(const int64_t* p, const void* x, void* y) {
     const int64_t N = p[CV_N], C = p[CV_C], M = p[CV_M], G = p[CV_G], OH = p[CV_OH], OW = p[CV_OW];
     const int64_t Cg = C / G, Mg = M / G, Kg = Cg * p[CV_KH] * p[CV_KW], Kgp = (Kg + 3) / 4 * 4;
@@ -460,12 +506,15 @@ int qconv_u8(const int64_t* p, const void* x, void* y) {
     f.Wph = OW + b_max;
     f.plane = f.Hph * f.Wph + b_max + 16;
     const int64_t L = OH * f.Wph, Lp = (L + 15) / 16 * 16, compact = f.Wph != OW;
+    const int by_pixel = p[CV_WPACKT] && pixel_rows(OH * OW, L, Mg);
     const int8_t* wpack = (const int8_t*)(intptr_t)p[CV_WPACK];
     const int32_t* rowc = (const int32_t*)(intptr_t)p[CV_ROWC];
     const int32_t* zw = (const int32_t*)(intptr_t)p[CV_ZW];
     const float* mult = (const float*)(intptr_t)p[CV_MULT];
-    const size_t planes_size = (size_t)(Cg * f.sh * f.sw * f.plane), bp_size = (size_t)(Kgp * Lp);
-    const size_t out_size = compact ? (size_t)(Mg * L) : 0, sums = zw ? (size_t)(4 * Lp) : 0;
+    const size_t planes_size = (size_t)(Cg * f.sh * f.sw * f.plane);
+    /* B (or the pixels' rows), the output before compaction (or transposition), the column sums */
+    const size_t bp_size = (size_t)(Kgp * Lp), out_size = compact || by_pixel ? (size_t)(Mg * L) : 0;
+    const size_t sums = zw ? (size_t)(4 * Lp) : 0;
     const size_t taps_size = (size_t)(8 * p[CV_KH] * p[CV_KW]);
     const size_t total = taps_size + sums + bp_size + planes_size + out_size + (size_t)L + 64;
     uint8_t* buf = scratch_get(total);
@@ -477,6 +526,12 @@ int qconv_u8(const int64_t* p, const void* x, void* y) {
     for (int64_t n = 0; n < N; ++n)
         for (int64_t g = 0; g < G; ++g) {
             phases_build(p, (const uint8_t*)x + (n * C + g * Cg) * HW, Cg, &f, planes);
+            uint8_t* yg = (uint8_t*)y + (n * M + g * Mg) * OH * OW;
+            if (by_pixel) {
+                if (n == 0 && g == 0) im2col_taps(p, &f, taps);
+                conv_pixel_rows(p, &f, planes, Cg, Mg, Kgp, g, taps, Bp, colsum, out, yg);
+                continue;
+            }
             im2col_packed(p, &f, planes, Cg, Bp, L, Lp, zeros, taps);
             if (zw) {
                 for (int64_t l = 0; l < Lp; ++l) colsum[l] = 0;
@@ -485,7 +540,6 @@ int qconv_u8(const int64_t* p, const void* x, void* y) {
                     for (int64_t l = 0; l < Lp; ++l) colsum[l] += b[4 * l] + b[4 * l + 1] + b[4 * l + 2] + b[4 * l + 3];
                 }
             }
-            uint8_t* yg = (uint8_t*)y + (n * M + g * Mg) * OH * OW;
             Gemm gm = {(const uint8_t*)(wpack + g * Mg * Kgp), Bp, Kgp, Lp, Mg, L, Kgp / 4, 1, rowc + g * Mg, NULL,
                        zw ? zw + g * Mg : NULL, zw ? colsum : NULL, 1, p[CV_YSIGNED], mult + g * Mg, NULL, NULL,
                        (float)p[CV_ZY], compact ? out : yg, L, p[CV_SIMD]};

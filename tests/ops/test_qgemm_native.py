@@ -68,6 +68,8 @@ def test_qlinear_conv_native_equals_generic(simd, x_dtype, w_dtype, y_dtype, per
     dict(k=2, attrs=dict(auto_pad="SAME_LOWER", strides=[2, 2])),
     dict(C=6, M=9, group=3, attrs=dict(pads=[1] * 4, group=3)),
     dict(C=4, M=8, group=4, attrs=dict(pads=[1] * 4, group=4)), dict(H=2, W=2, C=64, M=64, attrs=dict(pads=[1] * 4)),
+    dict(H=2, W=2, C=8, M=64, group=2, attrs=dict(pads=[1] * 4, group=2)),  # pixels as rows (small maps)
+    dict(H=1, W=1, C=16, M=20, attrs=dict(pads=[1] * 4)), dict(H=4, W=4, C=8, M=64, k=1, attrs=dict(strides=[2, 2])),
     dict(H=33, W=40, C=16, M=70, attrs=dict(pads=[1] * 4)), dict(bias=False, attrs=dict()),
     dict(C=1, M=1, H=1, W=1, k=1, attrs=dict()), dict(C=3, H=5, W=5, k=5, attrs=dict()),
 ], ids=lambda g: str(g))

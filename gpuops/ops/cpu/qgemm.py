@@ -139,11 +139,18 @@ def conv_plan(pack, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
     mult = np.ascontiguousarray((np.float32(xs) * ws.astype(np.float32) / np.float32(ys)).astype(np.float32))
     mult = np.broadcast_to(mult, (M,)).copy()
     y_dtype = np.dtype(y_zero_point.dtype)
+    # the weight as the B of a product whose rows are the output's pixels ([group][K/4][Mp][4]), which
+    # the kernel takes for small maps
+    Mg, Kgp = M // group, wpack.shape[1]
+    Mp = -(-Mg // 16) * 16
+    wt = np.zeros((group, Kgp, Mp), np.int8)
+    wt[:, :, :Mg] = wpack.reshape(group, Mg, Kgp).transpose(0, 2, 1)
+    wt = np.ascontiguousarray(wt.reshape(group, Kgp // 4, 4, Mp).transpose(0, 1, 3, 2))
     p, address = _params([N, C, H, W, M, kernel[0], kernel[1], out[0], out[1], strides[0], strides[1], pb[0], pb[1],
                           dilations[0], dilations[1], group, x.dtype == _S8, zx, y_dtype == _S8, zy, SIMD,
                           wpack.ctypes.data, rowc.ctypes.data, 0 if zw32 is None else zw32.ctypes.data,
-                          mult.ctypes.data])
-    return Plan(fn, address, (N, M, out[0], out[1]), y_dtype, x.dtype, (), (p, wpack, rowc, zw32, mult))
+                          mult.ctypes.data, wt.ctypes.data, Mp])
+    return Plan(fn, address, (N, M, out[0], out[1]), y_dtype, x.dtype, (), (p, wpack, rowc, zw32, mult, wt))
 
 
 def run(plan, x, *extra):
