@@ -16,10 +16,11 @@ Winograd transform, its kn2row layout, the conv's geometry per input shape) is m
 and kept on the plan step (:class:`ConvWeights`, the ops' ``prepare`` hook): the float32 copy and the
 packs of 1x1 convs whose layout cannot depend on the input at plan time, the rest at first need.
 
-Such a step's 2-D float32 convs are planned once per input shape (:func:`_plan`): the path chosen and
-the kernel's arguments set in a :class:`ConvParams`, so that a run is one native call (im2col blocks +
-packed GEMM + bias + residual + clamp, the depthwise or the direct kernel) into a new array: on the
-small maps of exported CNNs the choice and the argument conversions cost more than the conv.
+Such a step's 1-D and 2-D float32 convs are planned once per input shape (:func:`_plan`): the path
+chosen and the kernel's arguments set in a :class:`ConvParams`, so that a run is one native call (a
+packed GEMM reading its columns from the input's phase planes, with bias, residual and activation;
+the depthwise or the direct kernel) into a new array: on the small maps of exported CNNs the choice
+and the argument conversions cost more than the conv.
 
 One module, past 500 lines: the CPU conv paths share the kept weights and the choice between them.
 """
