@@ -19,16 +19,17 @@ from .device import Device
 from .dtypes import device_supported
 
 
-@dataclass
 class LiveBytes:
     """Bytes of the values a run holds under the liveness plan (both devices): its feeds until their
     last use and its intermediates from their node to their last use, an output written over a
     dying input counted once."""
 
-    current: int = 0
-    peak: int = 0
-    produced: int = 0  # every intermediate, as if none were ever freed
-    in_place: int = 0  # outputs written into a dying input's buffer
+    __slots__ = ("current", "peak", "produced", "in_place")
+
+    def __init__(self, current: int = 0):
+        self.current = self.peak = current
+        self.produced = 0  # every intermediate, as if none were ever freed
+        self.in_place = 0  # outputs written into a dying input's buffer
 
     def hold(self, nbytes: int) -> None:
         """Bytes live from now on that no node made (the feeds; the executor counts node outputs

@@ -6,8 +6,9 @@ The default, as onnxruntime's, is the number of physical cores this process may 
 counted once), at most :data:`MAX_DEFAULT_THREADS`; ``GPUOPS_NUM_THREADS`` replaces it, and a
 session's ``threads=`` replaces both. Multithreaded OpenBLAS busy-waits for its worker threads, so on
 a machine whose cores other processes load, fewer threads can be faster (``gpuops bench --peers``
-measures both). The BLAS count is applied through ``threadpoolctl`` when it is installed (an optional
-dependency) around each :meth:`InferenceSession.run`, and restored afterwards; without it, the BLAS
+measures both). The BLAS count is applied around each :meth:`InferenceSession.run`, where it differs,
+and restored afterwards (:class:`blas_threads`), the libraries found through ``threadpoolctl`` when it
+is installed (an optional dependency); without it, the BLAS
 keeps its own setting (``OPENBLAS_NUM_THREADS``) and only the native kernels follow ``threads``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from .errors import GpuopsError
 
@@ -83,7 +85,7 @@ def default_threads() -> int:
 def _blas_controllers(refresh: bool = False) -> list:
     """threadpoolctl's controllers of the BLAS libraries loaded now (cached; ``refresh`` rescans, as
     each new session does: SciPy, say, may have loaded a second OpenBLAS since)."""
-    global _controllers
+    global _controllers, _handles
     if _controllers is None or refresh:
         try:
             from threadpoolctl import ThreadpoolController
@@ -91,7 +93,33 @@ def _blas_controllers(refresh: bool = False) -> list:
             _controllers = []
         else:
             _controllers = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+        _handles = [_handle(c) for c in _controllers]
     return _controllers
+
+
+_handles: list = []  # (get, set) of each controller's thread count, as _handle makes them
+_AFFIXES = [(p, s) for p in ("", "scipy_") for s in ("", "64_", "_64")]  # OpenBLAS builds' symbol names
+
+
+def _handle(c) -> tuple:
+    """(get, set) of controller ``c``'s thread count. A pthreads OpenBLAS (NumPy's) is called through
+    its own ``openblas_{get,set}_num_threads``: a C call each, where threadpoolctl's methods cost a
+    microsecond (each run sets the count and restores it). Other libraries go through threadpoolctl."""
+    if getattr(c, "internal_api", None) == "openblas" and getattr(c, "threading_layer", None) == "pthreads":
+        import ctypes
+
+        try:
+            lib = ctypes.CDLL(c.filepath, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+        except OSError:
+            lib = None
+        for pre, suf in _AFFIXES if lib is not None else ():
+            get = getattr(lib, f"{pre}openblas_get_num_threads{suf}", None)
+            put = getattr(lib, f"{pre}openblas_set_num_threads{suf}", None)
+            if get is not None and put is not None:
+                get.argtypes, get.restype = (), ctypes.c_int
+                put.argtypes, put.restype = (ctypes.c_int,), None
+                return get, put
+    return c.get_num_threads, c.set_num_threads
 
 
 def resolve(threads: int | None) -> int:
@@ -106,25 +134,50 @@ def resolve(threads: int | None) -> int:
     return threads
 
 
+_lock = threading.Lock()
+_runs = 0  # blas_threads blocks open now, in any thread
+_open: list = []  # while _runs > 0: [get, set, count found before the first block, count now] per library
+
+
 class blas_threads:
     """``with blas_threads(n):`` runs the enclosed code with ``n`` BLAS threads, then restores the
-    previous counts (a plain class: it wraps every run, where a generator's overhead shows). A session
-    sets the native kernels' count beside it (:func:`gpuops.native.set_threads`)."""
+    counts found before it (a plain class: it wraps every run, where a generator's overhead shows). A
+    session sets the native kernels' count beside it (:func:`gpuops.native.set_threads`).
 
-    __slots__ = ("n", "changed")
+    The BLAS count is the process's: blocks open at once in several threads share it. The first
+    records the counts it finds, each sets its own ``n`` where the count differs (the last one set
+    holds), and the last to close restores the recorded counts; a count is set only when it changes."""
+
+    __slots__ = ("n",)
 
     def __init__(self, n: int):
         self.n = n
-        self.changed: list = []
 
     def __enter__(self):
-        self.changed = []
-        for c in _blas_controllers():
-            old = c.get_num_threads()
-            if old != self.n:
-                c.set_num_threads(self.n)
-                self.changed.append((c, old))
+        global _runs, _open
+        n = self.n
+        _lock.acquire()
+        try:
+            if not _runs:
+                if _controllers is None:
+                    _blas_controllers()
+                _open = [[get, put, found, found] for get, put in _handles for found in (get(),)]
+            _runs += 1
+            for lib in _open:
+                if lib[3] != n:
+                    lib[1](n)
+                    lib[3] = n
+        finally:
+            _lock.release()
 
     def __exit__(self, *exc):
-        for c, old in self.changed:
-            c.set_num_threads(old)
+        global _runs
+        _lock.acquire()
+        try:
+            _runs -= 1
+            if not _runs:
+                for _, put, found, now in _open:
+                    if now != found:
+                        put(found)
+        finally:
+            _lock.release()

@@ -315,3 +315,37 @@ def test_fallback_warning_printed_once_in_a_fresh_process(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "native CPU kernels unavailable" in lines[0] and "no-cc" in lines[0], r.stderr
+
+
+def test_blas_counts_are_restored_after_nested_and_concurrent_blocks():
+    """The BLAS count is the process's: blocks open at once (nested here, as concurrent runs overlap)
+    each set their count, and the counts found before the first come back when the last closes; a
+    library already at the count is not set again."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    threads.resolve(None)  # what a session does: scan the BLAS libraries loaded now
+
+    def counts():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    before = counts()
+    if not before:
+        pytest.skip("no BLAS library found")
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        outer = counts()
+        with threads.blas_threads(1):
+            assert counts() == [1] * len(before)
+            with threads.blas_threads(1):
+                assert counts() == [1] * len(before)
+            assert counts() == [1] * len(before)  # an inner block leaves the outer one's count
+        assert counts() == outer
+    assert counts() == before
+    sets = []
+    real = threads._handles
+    threads._handles = [(get, lambda n, put=put: (sets.append(n), put(n))) for get, put in real]
+    try:
+        with threadpoolctl.threadpool_limits(1, user_api="blas"):
+            with threads.blas_threads(1):
+                pass
+        assert sets == []  # already 1: nothing set, nothing restored
+    finally:
+        threads._handles = real

@@ -164,61 +164,26 @@ class InferenceSession:
         """
         if self._closed:
             raise GpuopsError("the session is closed")
-        if output_names:
-            names = list(output_names)
-            known = self._output_set
-            for n in names:
-                if n not in known:
-                    raise FeedError(f"unknown output name {n!r}; the model's outputs are {sorted(known)}")
-        else:
-            names = self._output_names
-        if output_device not in ("cpu", "device"):
+        names = self._requested(output_names) if output_names else self._output_names
+        if output_device != "cpu" and output_device != "device":
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
         ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
         native.set_threads(self.threads)  # the native kernels' pools (kept: each run sets its own)
+        counts = None
         try:
-            with self.memory.active(), blas_threads(self.threads):
-                feeds = self._check_feeds(input_feed)
-                outs = self._graphs.run(feeds, names) if self._graphs is not None and not profile else None
-                if outs is None:
-                    plan, key, record = self.plan, None, False
-                    if self._shape_plans is not None:
-                        key = ShapePlans.key(feeds)
-                        if key is not None:
-                            plan, record = self._shape_plans.lookup(key)
-                            plan = plan or self.plan
-                    env = specialize.ShapeRecorder(plan.weights) if record else dict(plan.weights)
-                    env.update(feeds)
-                    shapes_of = {k: (v.shape, v.dtype) for k, v in feeds.items()} if record else None
-                    fed = plan.fed
-                    ctx.live.hold(sum(nbytes(v) for k, v in feeds.items() if k in fed))
-                    feeds = None  # env's alone: a feed is freed after its last use
-                    if profile:
-                        counts = _profile.counters(self.device)
-                    if self.device.kind == "cpu":  # NumPy checks run at once (checks.require)
-                        pending = None
-                        try:
-                            run_plan(plan, env, ctx)
-                        except BaseException:
-                            if record:
-                                self._shape_plans.abandon(key)  # the next run of these shapes records them
-                            raise
-                    else:
-                        with checks.deferred() as pending:  # index checks, read once the run is done
-                            run_plan(plan, env, ctx)
-                    outs = [env[n] for n in names]
-                    if record:
-                        self._shape_plans.add(key, shapes_of, env.shapes)
-                    del env
-                    self.memory.note_run(ctx.live)
-                    if profile:
-                        counts = _profile.since(self.device, counts)
-                    if pending is not None and pending.pending:
-                        pending.check()
+            with blas_threads(self.threads):
+                if self.memory.pool is None:
+                    outs, counts = self._run(names, input_feed, ctx, profile)
+                else:
+                    with self.memory.active():
+                        outs, counts = self._run(names, input_feed, ctx, profile)
         except OutOfMemoryError:
             self.memory.release_cached()
             raise
-        self.last_profile = None if not profile else _profile.summary(self.device, ctx.profile, counts)
+        if profile:
+            self.last_profile = _profile.summary(self.device, ctx.profile, counts)
+        elif self.last_profile is not None:
+            self.last_profile = None
         if output_device == "device":
             return [_callers(v) for v in outs]
         host = []
@@ -232,6 +197,57 @@ class InferenceSession:
                 raise oom_or(e, lambda: NodeError(f"copying output {name!r} to the host failed: {e}"),
                              f"copying output {name!r} ({nbytes(v):,} bytes) to the host ran out of memory") from e
         return host
+
+    def _requested(self, output_names: Sequence[str]) -> list[str]:
+        names = list(output_names)
+        known = self._output_set
+        for n in names:
+            if n not in known:
+                raise FeedError(f"unknown output name {n!r}; the model's outputs are {sorted(known)}")
+        return names
+
+    def _run(self, names: list[str], input_feed, ctx: RunContext, profile: bool):
+        """The run inside its thread count and memory pool: (the outputs, the profile's device counters)."""
+        feeds = self._check_feeds(input_feed)
+        if self._graphs is not None and not profile:
+            outs = self._graphs.run(feeds, names)
+            if outs is not None:
+                return outs, None
+        plan, key, record = self.plan, None, False
+        if self._shape_plans is not None:
+            key = ShapePlans.key(feeds)
+            if key is not None:
+                plan, record = self._shape_plans.lookup(key)
+                plan = plan or self.plan
+        env = specialize.ShapeRecorder(plan.weights) if record else dict(plan.weights)
+        env.update(feeds)
+        shapes_of = {k: (v.shape, v.dtype) for k, v in feeds.items()} if record else None
+        fed = plan.fed
+        live = ctx.live
+        live.current = live.peak = sum([nbytes(v) for k, v in feeds.items() if k in fed])
+        feeds = None  # env's alone: a feed is freed after its last use
+        counts = _profile.counters(self.device) if profile else None
+        pending = None
+        if self.device.kind == "cpu":  # NumPy checks run at once (checks.require)
+            try:
+                run_plan(plan, env, ctx)
+            except BaseException:
+                if record:
+                    self._shape_plans.abandon(key)  # the next run of these shapes records them
+                raise
+        else:
+            with checks.deferred() as pending:  # index checks, read once the run is done
+                run_plan(plan, env, ctx)
+        outs = [env[n] for n in names]
+        if record:
+            self._shape_plans.add(key, shapes_of, env.shapes)
+        del env
+        self.memory.note_run(live)
+        if profile:
+            counts = _profile.since(self.device, counts)
+        if pending is not None and pending.pending:
+            pending.check()
+        return outs, counts
 
     def save_profile(self, path) -> None:
         """Write :attr:`last_profile` (from ``run(..., profile=True)``) as JSON."""
