@@ -1,42 +1,70 @@
-"""Tree ensembles on the CPU: the traversal is a native kernel (``cpu_kernels/tree_ensemble.c``), a
-block of rows walking one tree after another, which also sums the leaves' weights as it goes where
-that is all the op needs (SUM and AVERAGE, the classifiers); otherwise the leaves are aggregated as in
-the generic op (:mod:`gpuops.ops.ml.trees`). A forest with BRANCH_MEMBER nodes, non-NumPy inputs, or
-native kernels off take the generic traversal."""
+"""Classic ML ops on the CPU.
+
+Tree ensembles: the traversal is a native kernel (``cpu_kernels/tree_ensemble.c``), a block of rows
+walking one tree after another, which also sums the leaves' weights as it goes where that is all the
+op needs (SUM and AVERAGE, the classifiers); otherwise the leaves are aggregated as in the generic op
+(:mod:`gpuops.ops.ml.trees`). A forest with BRANCH_MEMBER nodes, non-NumPy inputs, or native kernels
+off take the generic traversal.
+
+These ops run on small batches as often as on large ones, where what a call costs besides its
+arithmetic is most of its time: each node is prepared once per session (its ``prepare`` hook holds
+the converted attributes, so the op is called with ``prepared=`` alone: see
+:func:`gpuops.executor.run.call_keywords`), and a call on NumPy arrays does its arithmetic in as few
+NumPy passes as the generic op's results allow (the same operations in the same order). Anything else
+goes to the generic op.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ... import native
+from ...errors import NodeError
 from ...registry import op
-from ..ml import legacy_trees, trees
-from ..ml._common import ML
+from ..ml import legacy_trees, linear, preprocess, trees
+from ..ml._common import ML, apply_transform, class_labels, labels_of, pick, transform_name
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def holds_attributes(prepare):
+    """Mark ``prepare`` as a hook whose result holds every attribute the op reads: the executor then
+    calls the op with ``prepared=`` alone (binding a tree ensemble's two dozen keywords costs
+    microseconds a call)."""
+    prepare.holds_attributes = True
+    return prepare
+
+
+# -- tree ensembles ------------------------------------------------------------------------------
 
 
 def _operands(forest: trees.Forest, X, kernel: str):
-    """(native function, comparison dtype, the forest's operands) for ``kernel``; None where the generic
-    traversal must run."""
+    """(native function, its arguments before the output's, rows, trees, the rows' array) for
+    ``kernel`` on ``X``; None where the generic traversal must run. The forest's operands (converted to
+    the comparison type) and their addresses are made once per forest and kernel."""
     if type(X) is not np.ndarray or forest.members is not None:
         return None
-    cdt = np.dtype(np.float64 if X.dtype == np.float64 or forest.threshold.dtype == np.float64 else np.float32)
+    cdt = _F64 if X.dtype == _F64 or forest.threshold.dtype == _F64 else _F32
     fn = native.function(f"{kernel}_{_SUFFIX[cdt]}")
     if fn is None:
         return None
-    k = forest.__dict__.setdefault("_native", {})
-    if cdt.name not in k:  # the kernel's operand types, made once per forest and comparison type
-        k[cdt.name] = (np.ascontiguousarray(forest.threshold, dtype=cdt), forest.missing.astype(np.uint8),
-                       forest.modes_present[0] if len(forest.modes_present) == 1 else -1)
-    thr, missing, same_mode = k[cdt.name]
-    x = np.ascontiguousarray(X, dtype=cdt)
-    N, F, T = int(x.shape[0]), int(x.shape[1]), int(forest.roots.size)
-    args = (native.ptr(x, cdt), native.ptr(forest.feature, np.int32), native.ptr(thr, cdt),
-            native.ptr(forest.mode, np.int8), native.ptr(forest.children, np.int32), native.ptr(missing, np.uint8),
-            native.ptr(forest.roots, np.int32), native.ptr(forest.tree_depth, np.int32),
-            native.ptr(forest.leaf_slot, np.int32), N, F, T, same_mode, int(forest.missing.any()))
-    return fn, args, N, T, x
+    k = forest.__dict__.get("_native")
+    if k is None:
+        k = forest.__dict__.setdefault("_native", {})
+    made = k.get(cdt.num)
+    if made is None:  # the arrays are kept beside their addresses
+        thr, missing = np.ascontiguousarray(forest.threshold, dtype=cdt), forest.missing.astype(np.uint8)
+        made = k[cdt.num] = (thr, missing, (
+            native.ptr(forest.feature, np.int32), native.ptr(thr, cdt), native.ptr(forest.mode, np.int8),
+            native.ptr(forest.children, np.int32), native.ptr(missing, np.uint8), native.ptr(forest.roots, np.int32),
+            native.ptr(forest.tree_depth, np.int32), native.ptr(forest.leaf_slot, np.int32)),
+            (int(forest.roots.size), forest.modes_present[0] if len(forest.modes_present) == 1 else -1,
+             int(forest.missing.any())))
+    _, _, pointers, (T, same_mode, tracks) = made
+    x = X if X.dtype == cdt and X.flags.c_contiguous else np.ascontiguousarray(X, dtype=cdt)
+    N, F = int(x.shape[0]), int(x.shape[1])
+    return fn, (native.ptr(x, cdt), *pointers, N, F, T, same_mode, tracks), N, T, x
 
 
 def leaves(xp, forest: trees.Forest, X):
@@ -58,7 +86,9 @@ def fused_sum(xp, forest: trees.Forest, X):
     if got is None:
         return None
     fn, args, N, T, x = got
-    weights = np.ascontiguousarray(forest.weights, dtype=np.float64)
+    weights = forest.__dict__.get("_weights64")
+    if weights is None:
+        weights = forest.__dict__["_weights64"] = np.ascontiguousarray(forest.weights, dtype=np.float64)
     y = np.empty((N, forest.n_targets), dtype=np.float64)
     if y.size:
         native.call(fn, *args, native.ptr(weights, np.float64), forest.n_targets, native.address(y))
@@ -68,9 +98,239 @@ def fused_sum(xp, forest: trees.Forest, X):
 leaves.fused_sum = fused_sum
 
 
-op("TreeEnsemble", domain=ML, since=5, device="cpu", prepare=trees._prepare_v5)(trees._tree_ensemble_v5(walk=leaves))
+def _summed(forest: trees.Forest, X):
+    """(the reached leaves' weights summed per row and target [N, targets] float64, the row of "has a
+    score" every row shares [1, targets]) by the native kernel, for a NumPy ``X`` of rows of floats that
+    has the features the trees test; None where the generic op must run (it also gives its errors)."""
+    if type(X) is not np.ndarray or X.ndim != 2 or (X.dtype != _F32 and X.dtype != _F64) \
+            or not forest.uniform or int(X.shape[1]) < forest.n_features:
+        return None
+    y = fused_sum(np, forest, X)
+    if y is None:
+        return None
+    row = forest.__dict__.get("_hit_row")
+    if row is None:
+        C = forest.n_targets
+        row = forest.has[:1] if forest.has.shape[0] and forest.roots.size else np.zeros((1, C), dtype=bool)
+        row = forest.__dict__["_hit_row"] = np.ascontiguousarray(row)
+    return y, row
+
+
+class _Prepared:
+    """A node prepared once per session: the generic op's prepared value and the node's attributes
+    (what the generic op is called with), and what the CPU op derives from them."""
+
+    __slots__ = ("generic", "attrs", "fast")
+
+    def __init__(self, generic, attrs: dict, fast=None):
+        self.generic, self.attrs, self.fast = generic, attrs, fast
+
+    def fallback(self, fn, xp, *args):
+        return fn(xp, *args, prepared=self.generic, **self.attrs)
+
+
+def _attrs_of(attrs: dict) -> dict:
+    return {k: v for k, v in attrs.items() if k != "prepared"}
+
+
+@holds_attributes
+def _prepare_regressor(constants, attrs):
+    forest = legacy_trees._prepare_regressor(constants, attrs)
+    base = pick("", a=attrs.get("base_values"), b=attrs.get("base_values_as_tensor"))
+    return _Prepared(forest, _attrs_of(attrs), (base, attrs.get("aggregate_function", "SUM"),
+                                                attrs.get("post_transform", "NONE")))
+
+
+@holds_attributes
+def _prepare_classifier(constants, attrs):
+    forest = legacy_trees._prepare_classifier(constants, attrs)
+    base = pick("", a=attrs.get("base_values"), b=attrs.get("base_values_as_tensor"))
+    return _Prepared(forest, _attrs_of(attrs), (base, attrs.get("post_transform", "NONE")))
+
+
+@holds_attributes
+def _prepare_v5(constants, attrs):
+    return _Prepared(trees._prepare_v5(constants, attrs), _attrs_of(attrs),
+                     (attrs.get("aggregate_function", 1), attrs.get("post_transform", 0)))
+
+
+def _tree_regressor(since):
+    generic = legacy_trees._tree_regressor(since, walk=leaves)
+
+    def TreeEnsembleRegressor(xp, X, *, aggregate_function="SUM", base_values=None, base_values_as_tensor=None,
+                              n_targets=None, nodes_falsenodeids=None, nodes_featureids=None, nodes_hitrates=None,
+                              nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None, nodes_modes=None,
+                              nodes_nodeids=None, nodes_treeids=None, nodes_truenodeids=None, nodes_values=None,
+                              nodes_values_as_tensor=None, post_transform="NONE", target_ids=None,
+                              target_nodeids=None, target_treeids=None, target_weights=None,
+                              target_weights_as_tensor=None, prepared=None):
+        """:func:`gpuops.ops.ml.legacy_trees._tree_regressor`'s op, prepared once per session."""
+        if type(prepared) is not _Prepared:
+            attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
+            return generic(xp, X, prepared=prepared, **attrs)
+        forest = prepared.generic
+        base, agg, post = prepared.fast
+        got = _summed(forest, X) if agg in ("SUM", "AVERAGE") else None
+        if got is None:
+            return prepared.fallback(generic, xp, X)
+        y, hit = got
+        return legacy_trees.regressed(np, forest, y, hit, base, agg, post).astype(np.float32, copy=False)
+
+    return TreeEnsembleRegressor
+
+
+def _tree_classifier(since):
+    generic = legacy_trees._tree_classifier(since, walk=leaves)
+
+    def TreeEnsembleClassifier(xp, X, *, base_values=None, base_values_as_tensor=None, class_ids=None,
+                               class_nodeids=None, class_treeids=None, class_weights=None,
+                               class_weights_as_tensor=None, classlabels_int64s=None, classlabels_strings=None,
+                               nodes_falsenodeids=None, nodes_featureids=None, nodes_hitrates=None,
+                               nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None,
+                               nodes_modes=None, nodes_nodeids=None, nodes_treeids=None, nodes_truenodeids=None,
+                               nodes_values=None, nodes_values_as_tensor=None, post_transform="NONE",
+                               prepared=None):
+        """:func:`gpuops.ops.ml.legacy_trees._tree_classifier`'s op, prepared once per session."""
+        if type(prepared) is not _Prepared:
+            attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
+            return generic(xp, X, prepared=prepared, **attrs)
+        forest = prepared.generic
+        got = _summed(forest, X)
+        if got is None:
+            return prepared.fallback(generic, xp, X)
+        s, row = got
+        base, post = prepared.fast
+        hit = np.empty(s.shape, dtype=bool)
+        hit[...] = row
+        label, scores, literal = legacy_trees.classified(np, forest, s, hit, base, post)
+        if literal and forest.labels.dtype != object:
+            return label.astype(np.int64), scores.astype(np.float32, copy=False)
+        return labels_of(np, forest.labels, label), scores.astype(np.float32, copy=False)
+
+    return TreeEnsembleClassifier
+
+
+_generic_v5 = trees._tree_ensemble_v5(walk=leaves)
+
+
+@op("TreeEnsemble", domain=ML, since=5, device="cpu", prepare=_prepare_v5)
+def TreeEnsemble(xp, X, *, nodes_featureids=None, nodes_modes=None, nodes_splits=None, nodes_truenodeids=None,
+                 nodes_falsenodeids=None, nodes_trueleafs=None, nodes_falseleafs=None, leaf_targetids=None,
+                 leaf_weights=None, tree_roots=None, n_targets=None, aggregate_function=1, post_transform=0,
+                 nodes_hitrates=None, nodes_missing_value_tracks_true=None, membership_values=None, prepared=None):
+    """:func:`gpuops.ops.ml.trees._tree_ensemble_v5`'s op, prepared once per session."""
+    if type(prepared) is not _Prepared:
+        attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
+        return _generic_v5(xp, X, prepared=prepared, **attrs)
+    forest = prepared.generic
+    agg, post = prepared.fast
+    got = _summed(forest, X) if agg in (0, 1) else None
+    if got is None:
+        return prepared.fallback(_generic_v5, xp, X)
+    return trees.v5_result(np, forest, got[0], X.dtype, agg, post)
+
+
 for _v in (1, 3):
-    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cpu", prepare=legacy_trees._prepare_classifier)(
-        legacy_trees._tree_classifier(_v, walk=leaves))
-    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cpu", prepare=legacy_trees._prepare_regressor)(
-        legacy_trees._tree_regressor(_v, walk=leaves))
+    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cpu", prepare=_prepare_classifier)(_tree_classifier(_v))
+    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cpu", prepare=_prepare_regressor)(_tree_regressor(_v))
+
+
+# -- linear models and preprocessing -------------------------------------------------------------
+
+
+def _rows32(X):
+    """A NumPy ``X`` of float32 rows ([N, F], or one row [F]) as [N, F]; None for anything else."""
+    if type(X) is not np.ndarray or X.dtype != _F32:
+        return None
+    if X.ndim == 2:
+        return X
+    return X.reshape(1, -1) if X.ndim == 1 else None
+
+
+def _softmax_rows(s):
+    """:func:`gpuops.ops.ml._common.softmax` of a float32 [N, C] array made here, computed in it."""
+    np.subtract(s, s.max(axis=1, keepdims=True), out=s)
+    np.exp(s, out=s)
+    s /= s.sum(axis=1, keepdims=True)
+    return s
+
+
+@holds_attributes
+def _prepare_linear_classifier(constants, attrs):
+    post = transform_name("LinearClassifier", attrs.get("post_transform", "NONE"))
+    labels, _ = class_labels("LinearClassifier", attrs.get("classlabels_strings"), attrs.get("classlabels_ints"))
+    inter = np.asarray(attrs.get("intercepts") or [], np.float32)
+    C = inter.size if inter.size else labels.size
+    W = linear._matrix(attrs.get("coefficients"), C, "LinearClassifier", "coefficients")
+    fast = None
+    if C > 1 and labels.size >= C:  # (one score per class: the binary forms go to the generic op)
+        fast = (W, inter if inter.size else None, labels, post)
+    return _Prepared(None, _attrs_of(attrs), fast)
+
+
+@op("LinearClassifier", domain=ML, since=1, device="cpu", prepare=_prepare_linear_classifier)
+def LinearClassifier(xp, X, *, coefficients=None, classlabels_ints=None, classlabels_strings=None, intercepts=None,
+                     multi_class=0, post_transform="NONE", prepared=None):
+    """:func:`gpuops.ops.ml.linear.LinearClassifier`, prepared once per session."""
+    if type(prepared) is not _Prepared:
+        return linear.LinearClassifier(xp, X, coefficients=coefficients, classlabels_ints=classlabels_ints,
+                                       classlabels_strings=classlabels_strings, intercepts=intercepts,
+                                       multi_class=multi_class, post_transform=post_transform)
+    x = _rows32(X)
+    if x is None or prepared.fast is None or x.shape[1] != prepared.fast[0].shape[1]:
+        return linear.LinearClassifier(xp, X, **prepared.attrs)
+    W, inter, labels, post = prepared.fast
+    s = np.matmul(x, W.T)  # (the generic op's product: the same BLAS call)
+    if inter is not None:
+        s += inter
+    best = s.argmax(axis=1)
+    label = labels[best] if labels.dtype == object else labels.take(best)
+    if post == "SOFTMAX":
+        return label, _softmax_rows(s)
+    return label, apply_transform(np, s, post)
+
+
+@holds_attributes
+def _prepare_scaler(constants, attrs):
+    return _Prepared(None, _attrs_of(attrs), {})
+
+
+@op("Scaler", domain=ML, since=1, device="cpu", prepare=_prepare_scaler)
+def Scaler(xp, X, *, offset=None, scale=None, prepared=None):
+    """:func:`gpuops.ops.ml.preprocess.Scaler`, its per-column values converted once per width."""
+    if type(prepared) is not _Prepared:
+        return preprocess.Scaler(xp, X, offset=offset, scale=scale)
+    if type(X) is not np.ndarray or X.dtype != _F32 or not X.ndim:
+        return preprocess.Scaler(xp, X, **prepared.attrs)
+    n = X.shape[-1]
+    got = prepared.fast.get(n)
+    if got is None:  # (one entry per width the node meets; a wrong width raises in the generic op)
+        a = prepared.attrs
+        off = preprocess._per_column(a.get("offset") if a.get("offset") is not None else [0.0], n, "Scaler",
+                                     "offset").astype(np.float32)
+        sc = preprocess._per_column(a.get("scale") if a.get("scale") is not None else [1.0], n, "Scaler",
+                                    "scale").astype(np.float32)
+        got = prepared.fast[n] = (off, sc)
+    off, sc = got
+    y = np.subtract(X, off)
+    y *= sc
+    return y
+
+
+@op("Normalizer", domain=ML, since=1, device="cpu")
+def Normalizer(xp, X, *, norm="MAX"):
+    """:func:`gpuops.ops.ml.preprocess.Normalizer` on float32 rows in three NumPy passes (a row whose
+    norm is 0 divided by 1: unchanged, as the generic op leaves it)."""
+    x = _rows32(X)
+    if x is None:
+        return preprocess.Normalizer(xp, X, norm=norm)
+    if norm == "L1":
+        z = np.abs(x).sum(axis=1, keepdims=True)
+    elif norm == "L2":
+        z = np.sqrt(np.square(x).sum(axis=1, keepdims=True))
+    elif norm == "MAX":
+        z = x.max(axis=1, keepdims=True)
+    else:
+        raise NodeError(f"Normalizer: norm must be MAX, L1 or L2, got {norm!r}")
+    z[z == 0] = 1
+    return np.divide(x, z).reshape(X.shape)

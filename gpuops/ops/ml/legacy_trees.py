@@ -105,6 +105,11 @@ def _classify(xp, forest, X, base_values, post_transform, walk):
     """onnxruntime's TreeAggregatorClassifier over all rows: (label indices, scores [N, C], whether
     the labels are the literal values 0 / 1 rather than indices)."""
     s, hit = scores(xp, forest, rows_2d(xp, X, "TreeEnsembleClassifier"), "sum", walk)
+    return classified(xp, forest, s, hit, base_values, post_transform)
+
+
+def classified(xp, forest, s, hit, base_values, post_transform):
+    """:func:`_classify` from the summed scores ``s`` [N, C] and their "has a score" mask ``hit``."""
     s = s.astype(np.float32)
     C = forest.n_targets
     base = np.asarray([] if base_values is None else base_values, np.float32).reshape(-1)
@@ -177,6 +182,12 @@ def _regress(xp, forest, X, base_values, aggregate_function, post_transform, wal
     """onnxruntime's TreeAggregator{Sum,Average,Min,Max} over all rows -> [N, targets] float32."""
     how = {"MIN": "min", "MAX": "max"}.get(aggregate_function, "sum")
     y, hit = scores(xp, forest, rows_2d(xp, X, "TreeEnsembleRegressor"), how, walk)
+    return regressed(xp, forest, y, hit, base_values, aggregate_function, post_transform)
+
+
+def regressed(xp, forest, y, hit, base_values, aggregate_function, post_transform):
+    """:func:`_regress` from the aggregated leaf weights ``y`` [N, targets] and their "has a score"
+    mask ``hit`` (or a row of it, [1, targets], that every row shares)."""
     y = y.astype(np.float32)
     C = forest.n_targets
     if aggregate_function == "AVERAGE":

@@ -21,11 +21,14 @@ from ._common import ML, rows_2d
 @op("ArrayFeatureExtractor", domain=ML, since=1)
 def ArrayFeatureExtractor(xp, X, Y):
     """Selects ``Y`` (flattened) along the last axis; a 1-D ``X`` gives a [1, k] result (as onnxruntime)."""
-    k = int(np.prod(Y.shape))
+    k = int(Y.size)
     shape = (1, k) if X.ndim == 1 else (*X.shape[:-1], k)
     if X.dtype == object:  # strings live on the host
         return np.take(to_host(X), to_host(Y).reshape(-1).astype(np.int64), axis=-1).reshape(shape)
-    return xp.reshape(xp.take(X, xp.reshape(Y, (-1,)).astype(np.int64), axis=X.ndim - 1), shape)
+    index = xp.reshape(Y, (-1,))
+    if index.dtype != np.int64:
+        index = index.astype(np.int64)
+    return xp.reshape(xp.take(X, index, axis=X.ndim - 1), shape)
 
 
 @op("Binarizer", domain=ML, since=1)

@@ -50,6 +50,11 @@ class Forest:
         return int(self.weights.shape[1])
 
     @functools.cached_property
+    def n_features(self) -> int:
+        """Features a row needs: one past the highest feature a node tests."""
+        return int(self.feature.max(initial=-1)) + 1
+
+    @functools.cached_property
     def uniform(self) -> bool:
         """Every leaf has weights for the same targets (then "has a score" does not depend on the row)."""
         return bool(self.has.shape[0] == 0 or (self.has == self.has[:1]).all())
@@ -205,7 +210,7 @@ def aggregate(xp, forest: Forest, slots, how: str):
 def scores(xp, forest: Forest, X, how: str, walk=leaves):
     """:func:`aggregate` of ``walk``'s leaves; a sum is taken from ``walk.fused_sum`` (a traversal that
     adds the weights as it goes) where it has one and every leaf has weights for the same targets."""
-    need = int(forest.feature.max(initial=-1)) + 1
+    need = forest.n_features
     if int(X.shape[1]) < need:  # the walks would read past a row
         raise NodeError(f"tree ensemble: the trees test feature {need - 1}, the input has {int(X.shape[1])} features")
     fused = getattr(walk, "fused_sum", None) if how == "sum" and forest.uniform else None
@@ -306,14 +311,19 @@ def _tree_ensemble_v5(walk=leaves):
             nodes_falseleafs=nodes_falseleafs, leaf_targetids=leaf_targetids, leaf_weights=leaf_weights,
             tree_roots=tree_roots, n_targets=n_targets, nodes_hitrates=nodes_hitrates,
             nodes_missing_value_tracks_true=nodes_missing_value_tracks_true, membership_values=membership_values))
-        y, hit = scores(xp, forest, rows_2d(xp, X, "TreeEnsemble"), {2: "min", 3: "max"}.get(aggregate_function, "sum"),
-                        walk)
-        if aggregate_function == 0:
-            y = y / max(int(forest.roots.size), 1)
-        ct = np.float64 if X.dtype == np.float64 else np.float32
-        return _v5_transform(xp, y.astype(ct), post_transform).astype(X.dtype)
+        y, _ = scores(xp, forest, rows_2d(xp, X, "TreeEnsemble"), {2: "min", 3: "max"}.get(aggregate_function, "sum"),
+                      walk)
+        return v5_result(xp, forest, y, X.dtype, aggregate_function, post_transform)
 
     return TreeEnsemble
+
+
+def v5_result(xp, forest: Forest, y, dtype, aggregate_function: int, post_transform: int):
+    """TreeEnsemble's output of type ``dtype`` from the aggregated leaf weights ``y`` [N, targets]."""
+    if aggregate_function == 0:
+        y = y / max(int(forest.roots.size), 1)
+    ct = np.float64 if dtype == np.float64 else np.float32
+    return _v5_transform(xp, y.astype(ct), post_transform).astype(dtype)
 
 
 op("TreeEnsemble", domain=ML, since=5, prepare=_prepare_v5)(_tree_ensemble_v5())
