@@ -152,10 +152,10 @@ def _attr_value(a: AttributeProto, where: str):
         return tensor_to_numpy(a.t)
     if a.type == T.SPARSE_TENSOR:
         return _sparse_to_dense(a.sparse_tensor)
-    if a.type == T.FLOATS:
-        return [float(x) for x in a.floats]
+    if a.type == T.FLOATS:  # through NumPy: a C loop over the repeated field (tree ensembles hold 10**5-10**6)
+        return np.array(a.floats, dtype=np.float32).tolist() if len(a.floats) > 16 else [float(x) for x in a.floats]
     if a.type == T.INTS:
-        return [int(x) for x in a.ints]
+        return np.array(a.ints, dtype=np.int64).tolist() if len(a.ints) > 16 else [int(x) for x in a.ints]
     if a.type == T.STRINGS:
         return [s.decode("utf-8", errors="surrogateescape") for s in a.strings]
     if a.type == T.TENSORS:
