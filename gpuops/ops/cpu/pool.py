@@ -16,8 +16,11 @@ from ... import native
 from ...registry import op
 from .. import pool as _pool
 from .. import windows
-from ._common import on_host
+from ._common import Kept, on_host
 from .conv import Planes
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_NATIVE = (_F32, np.dtype(np.uint8), np.dtype(np.int8))  # (8-bit maps: MaxPool through float32)
 
 
 def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc):
@@ -29,54 +32,81 @@ def _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, u
     return _pool.reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, pad_value, ufunc)
 
 
-def _native_pool(X, kernel, strides, dilations, pb, pe, out, mode):
-    """2-D float32 MaxPool (mode 0) or AveragePool (1: cells inside the input count, 2: cells inside
-    the explicitly padded input count) by the native kernel (``cpu_kernels/pool.c``); None when it
-    does not apply or is unavailable."""
-    if not (X.ndim == 4 and X.dtype == np.float32 and X.size and all(o > 0 for o in out)):
+class _Geometry(tuple):
+    """A pooling node's windows over one input shape: (kernel, strides, dilations, pads begin, pads
+    end, output shape, one window over the whole input, the native kernel's arguments after the two
+    arrays or None)."""
+
+
+def _geometry(X, mode, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode) -> _Geometry:
+    kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
+                                                                    auto_pad, ceil_mode)
+    tail = None
+    if X.ndim == 4 and X.dtype in _NATIVE and X.size and all(o > 0 for o in out):
+        tail = (X.shape[0] * X.shape[1], *X.shape[2:], *out, *kernel, *strides, *pb, *dilations, mode, *pe)
+    return _Geometry((kernel, strides, dilations, pb, pe, out, _pool.whole_input(X, kernel, dilations, pb, pe), tail))
+
+
+def _windows(prepared, X, mode, *attrs) -> _Geometry:
+    """The node's :class:`_Geometry` over ``X``, worked out once per input shape and type (its
+    ``prepared`` store; a pooling node runs on small maps too, where this is most of a call)."""
+    if prepared is None:
+        return _geometry(X, mode, *attrs)
+    return prepared.get((X.shape, X.dtype.num), lambda: _geometry(X, mode, *attrs))
+
+
+def _prepare_windows(constants, attrs):
+    return Kept()
+
+
+def _native_windows(X, geo: _Geometry):
+    """``geo``'s pooling of ``X`` by the native kernel; None when it does not apply or is unavailable."""
+    tail = geo[7]
+    if tail is None or X.dtype != _F32:
         return None
     fn = native.function("pool2d_f32")
     if fn is None:
         return None
-    X = np.ascontiguousarray(X)
-    (N, C, H, W) = X.shape
-    Y = np.empty((N, C) + tuple(out), dtype=np.float32)
-    native.call(fn, native.ptr(X), native.ptr(Y), N * C, H, W, *out, *kernel, *strides, *pb, *dilations, mode, *pe)
+    if not X.flags.c_contiguous:
+        X = np.ascontiguousarray(X)
+    Y = np.empty(X.shape[:2] + tuple(geo[5]), dtype=np.float32)
+    native.call(fn, native.ptr(X), native.address(Y), *tail)
     return Y
 
 
-@op("MaxPool", since=1, device="cpu", n_outputs=True)
+@op("MaxPool", since=1, device="cpu", n_outputs=True, prepare=_prepare_windows)
 def MaxPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
-            storage_order=0, strides=None, n_outputs=1):
+            storage_order=0, strides=None, n_outputs=1, prepared=None):
     if n_outputs != 1 or not on_host(X):
         return _pool.MaxPool(xp, X, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
                              kernel_shape=kernel_shape, pads=pads, storage_order=storage_order, strides=strides,
                              n_outputs=n_outputs)
-    kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
-                                                              auto_pad, ceil_mode)
-    if _pool.whole_input(X, kernel, dilations, pb, pe):
+    geo = _windows(prepared, X, 0, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    kernel, strides, dilations, pb, pe, out, whole, _ = geo
+    if whole:
         return _pool.GlobalMaxPool(xp, X)
     if X.dtype == np.uint8 or X.dtype == np.int8:  # 8-bit (quantized) maps: exact in float32
-        Y = _native_pool(X.astype(np.float32), kernel, strides, dilations, pb, pe, out, 0)
+        Y = _native_windows(X.astype(np.float32), geo)
         if Y is not None and Y.size and Y.min() > -np.inf:  # (-inf: a window of padding only)
             return Y.astype(X.dtype)
-    Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 0)
+    Y = _native_windows(X, geo)
     if Y is not None:
         return Y
     return _reduce_windows(xp, X, kernel, strides, dilations, pb, pe, out, _pool.lowest(X.dtype), np.maximum)
 
 
-@op("AveragePool", since=1, device="cpu")
+@op("AveragePool", since=1, device="cpu", prepare=_prepare_windows)
 def AveragePool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
-                kernel_shape=None, pads=None, strides=None):
+                kernel_shape=None, pads=None, strides=None, prepared=None):
     if not on_host(X):
         return _pool.AveragePool(xp, X, auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
                                  dilations=dilations, kernel_shape=kernel_shape, pads=pads, strides=strides)
-    kernel, strides, dilations, pb, pe, out = windows.pool_geometry(X, kernel_shape, strides, dilations, pads,
-                                                              auto_pad, ceil_mode)
-    if _pool.whole_input(X, kernel, dilations, pb, pe):
+    geo = _windows(prepared, X, 2 if count_include_pad else 1, kernel_shape, strides, dilations, pads, auto_pad,
+                   ceil_mode)
+    kernel, strides, dilations, pb, pe, out, whole, _ = geo
+    if whole:
         return GlobalAveragePool(xp, X)
-    Y = _native_pool(X, kernel, strides, dilations, pb, pe, out, 2 if count_include_pad else 1)
+    Y = _native_windows(X, geo)
     if Y is not None:
         return Y
     counts = windows.window_counts(xp, X.shape[2:], kernel, strides, dilations, pb, pe, out, count_include_pad,
@@ -98,18 +128,21 @@ def LpPool(xp, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
 
 @op("GlobalAveragePool", since=1, device="cpu")
 def GlobalAveragePool(xp, X):
-    axes = _pool.spatial_axes(X)
-    n = math.prod(X.shape[2:])
-    if not (on_host(X) and X.dtype in (np.float32, np.float64) and n and X.size):
+    if type(X) is not np.ndarray or X.ndim < 3 or (X.dtype != _F32 and X.dtype != _F64) or not X.size:
         return _pool.GlobalAveragePool(xp, X)
-    rows = np.ascontiguousarray(X).reshape(-1, n)
-    fn = native.function("row_mean_f32") if X.dtype == np.float32 else None
+    lead = X.shape[:2]
+    keep = lead + (1,) * (X.ndim - 2)
+    rows = X.reshape(lead[0] * lead[1], -1)  # (a copy only where X is not contiguous)
+    n = rows.shape[1]
+    fn = native.function("row_mean_f32") if X.dtype == _F32 else None
     if fn is not None:  # one pass
-        Y = np.empty(tuple(X.shape[:2]) + (1,) * len(axes), dtype=np.float32)
+        if not rows.flags.c_contiguous:
+            rows = np.ascontiguousarray(rows)
+        Y = np.empty(keep, dtype=np.float32)
         native.call(fn, native.ptr(rows), native.address(Y), rows.shape[0], n)
         return Y
     # one BLAS matrix-vector product with ones (np.mean's reduction over a tuple of axes is several
     # times slower on small maps), then the division np.mean does
     S = np.matmul(rows, np.ones(n, dtype=X.dtype))
     S /= n
-    return S.reshape(tuple(X.shape[:2]) + (1,) * len(axes))
+    return S.reshape(keep)
