@@ -116,11 +116,13 @@ class InferenceSession:
         self._map_feeds = {vi.name: (np_dtype(vi.type.map_type.key_type),
                                      np_dtype(vi.type.map_type.value_type.tensor_type.elem_type))
                            for vi in self.plan.inputs if vi.type.HasField("map_type")}
-        # (type, shape) of the inputs declared with a static shape: a CPU feed that is a NumPy array of
-        # exactly those passes every check at once
-        self._static_feeds = {a.name: (a.dtype, tuple(a.shape)) for a in self._feed_args.values()
-                              if self.device.kind == "cpu" and a.dtype is not None and a.shape is not None
-                              and all(type(d) is int and d > 0 for d in a.shape)}
+        # (type, rank, (axis, size) of each static dimension) of the inputs declared with a type and rank:
+        # a CPU feed that is a NumPy array of those passes every check at once
+        self._static_feeds = {a.name: (a.dtype, len(a.shape), tuple((i, d) for i, d in enumerate(a.shape)
+                                                                   if type(d) is int and d > 0))
+                              for a in self._feed_args.values()
+                              if self.device.kind == "cpu" and a.dtype is not None and a.dtype != object
+                              and a.shape is not None}
         self.last_profile: dict | None = None
         self._graphs = (CudaGraphs(self, cuda_graph_cache, specializer=specialize)
                         if cuda_graph and self.device.kind == "cuda" else None)
@@ -352,9 +354,14 @@ class InferenceSession:
         static = self._static_feeds
         for name, value in feed.items():
             want = static.get(name)
-            if want is not None and type(value) is np.ndarray and value.dtype == want[0] and value.shape == want[1]:
-                out[name] = value
-                continue
+            if want is not None and type(value) is np.ndarray and value.dtype == want[0] and value.ndim == want[1]:
+                shape = value.shape
+                for axis, size in want[2]:
+                    if shape[axis] != size:
+                        break
+                else:
+                    out[name] = value
+                    continue
             arg = args[name]
             try:  # classified once, moved once (Device.intake)
                 if arg.dtype is None:  # sequence / optional inputs: their tensors go to the device too
