@@ -148,3 +148,36 @@ def test_array_feature_extractor_of_int32_indices():
     got = preprocess.ArrayFeatureExtractor(np, x, idx)
     np.testing.assert_array_equal(got, x[:, [4, 0]])
     assert preprocess.ArrayFeatureExtractor(np, x[0], np.array(2)).shape == (1, 1)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_arg_and_sum_square_overrides_equal_the_generic_ops(keepdims, axis):
+    import array_api_compat.numpy as xp
+
+    from gpuops.ops import reduce as generic
+    from gpuops.ops.cpu import reduce as cpu
+    from gpuops.ops.cpu._common import generic as generic_of
+
+    x = RNG.normal(size=(16, 8)).astype(np.float32)
+    x[3, 2] = np.nan
+    x[5, 1] = x[5, 6]  # a tie: the first index wins
+    for name in ("ArgMax", "ArgMin"):
+        for last in (0, 1):
+            got = getattr(cpu, name)(xp, x, axis=axis, keepdims=keepdims, select_last_index=last)
+            want = getattr(generic, name)(xp, x, axis=axis, keepdims=keepdims, select_last_index=last)
+            assert got.dtype == want.dtype == np.int64
+            np.testing.assert_array_equal(got, want)
+    axes = np.array([axis], np.int64)
+    for data in (x, x.astype(np.float64), x.astype(np.float16)):
+        got = cpu.ReduceSumSquare(xp, data, axes, keepdims=keepdims)
+        want = generic_of("ReduceSumSquare", 18)(xp, data, axes, keepdims=keepdims)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_arg_max_of_a_bad_axis_names_the_node():
+    node = helper.make_node("ArgMax", ["x"], ["y"], axis=2, name="am")
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(gpuops.GpuopsError, match="am.*axis 2 is out of range"):
+        gpuops.InferenceSession(make_model(node, {"x": x}, opset=17), device="cpu").run(None, {"x": x})

@@ -1,0 +1,54 @@
+"""ArgMax, ArgMin and ReduceSumSquare on the CPU (``@op(..., device="cpu")``): the classic ML exports'
+last steps (a class index, k-means' squared norms), run on a few rows, where the generic ops of
+:mod:`gpuops.ops.reduce` spend more on their general axis handling than on the arithmetic. One NumPy
+call each, the same NumPy functions as the generic op's (equal results); anything else -- several
+axes, select_last_index, an empty axis, half types, CuPy arrays -- goes to the generic op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...registry import op
+from .. import reduce as _reduce
+from ._common import generic
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _axis(X, axis):
+    """``axis`` of the NumPy array ``X`` as a non-negative int, where it is one and its length is not 0;
+    else None."""
+    if type(X) is not np.ndarray or type(axis) is not int or not -X.ndim <= axis < X.ndim:
+        return None
+    axis %= X.ndim
+    return axis if X.shape[axis] else None
+
+
+def _arg(fn, generic):
+    def arg(xp, data, *, axis=0, keepdims=1, select_last_index=0):
+        a = _axis(data, axis)
+        if a is None or select_last_index:
+            return generic(xp, data, axis=axis, keepdims=keepdims, select_last_index=select_last_index)
+        idx = fn(data, axis=a, keepdims=bool(keepdims))
+        return idx if idx.dtype == np.int64 else idx.astype(np.int64)
+
+    arg.__name__ = arg.__qualname__ = generic.__name__
+    return arg
+
+
+ArgMax = op("ArgMax", since=12, device="cpu")(_arg(np.argmax, _reduce.ArgMax))
+ArgMin = op("ArgMin", since=12, device="cpu")(_arg(np.argmin, _reduce.ArgMin))
+
+@op("ReduceSumSquare", since=18, device="cpu", host_inputs=(1,))
+def ReduceSumSquare(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    """The sum of squares over one axis of a float32 / float64 NumPy array, as the generic op computes
+    it (``x * x`` summed in the input's type)."""
+    if axes is not None and type(data) is np.ndarray and data.dtype in _FLOATS and axes.size == 1:
+        a = _axis(data, int(axes.reshape(-1)[0]))
+        if a is not None:
+            return np.sum(data * data, axis=a, keepdims=keepdims == 1, dtype=data.dtype)
+    return _sum_square(xp, data, axes, keepdims=keepdims, noop_with_empty_axes=noop_with_empty_axes)
+
+
+_sum_square = generic("ReduceSumSquare", 18)
