@@ -10,7 +10,8 @@
  *
  * tree_leaves_*: the leaf slot of every (row, tree) into out [rows, n_trees].
  * tree_sum_*: y[row, c] = the sum over the trees of weights[slot, c] (y [rows, n_targets], float64,
- * trees added in order). Both return 0. The rows are split across the pool's threads
+ * trees added in order); tree_sum_planned_*: the same, the forest given once as a struct tree_args.
+ * All return 0. The rows are split across the pool's threads
  * (pool_threads.h) in blocks of TREE_ROWS; each row's result is the same for any split. */
 #include "common.h"
 #include "pool_threads.h"
@@ -179,6 +180,36 @@ int tree_sum_f64(const double* x, const int32_t* feature, const double* threshol
     a.n_targets = n_targets;
     a.y = y;
     memset(y, 0, (size_t)(rows * n_targets) * sizeof(double));
+    run_parts(sum_f64_part, &a);
+    return 0;
+}
+
+/* A forest's operands, set once per forest and comparison type by the caller (gpuops/ops/cpu/ml.py,
+ * TreeArgs), so that a call on a few rows converts five arguments rather than eighteen. */
+struct tree_args {
+    const int32_t *feature, *children, *roots, *tree_depth, *leaf_slot;
+    const void* threshold;
+    const int8_t* mode;
+    const uint8_t* missing;
+    int64_t n_trees, same_mode, tracks_missing, n_targets;
+    const double* weights;
+};
+
+static Run planned_run(const struct tree_args* f, const void* x, int64_t rows, int64_t n_features, double* y) {
+    Run a = {x, f->feature, f->roots, f->tree_depth, f->leaf_slot, f->children, f->threshold, f->mode, f->missing,
+             rows, n_features, f->n_trees, f->same_mode, f->tracks_missing, f->n_targets, 0, f->weights, y};
+    memset(y, 0, (size_t)(rows * f->n_targets) * sizeof(double));
+    return a;
+}
+
+int tree_sum_planned_f32(const struct tree_args* f, const float* x, int64_t rows, int64_t n_features, double* y) {
+    Run a = planned_run(f, x, rows, n_features, y);
+    run_parts(sum_f32_part, &a);
+    return 0;
+}
+
+int tree_sum_planned_f64(const struct tree_args* f, const double* x, int64_t rows, int64_t n_features, double* y) {
+    Run a = planned_run(f, x, rows, n_features, y);
     run_parts(sum_f64_part, &a);
     return 0;
 }

@@ -122,6 +122,10 @@ DECLARATIONS: dict[str, str] = {
                          const int32_t* tree_depth, const int32_t* leaf_slot, int64_t rows, int64_t n_features,
                          int64_t n_trees, int64_t same_mode, int64_t tracks_missing, const double* weights,
                          int64_t n_targets, double* y);
+        int tree_sum_planned_f32(const struct tree_args* f, const float* x, int64_t rows, int64_t n_features,
+                                 double* y);
+        int tree_sum_planned_f64(const struct tree_args* f, const double* x, int64_t rows, int64_t n_features,
+                                 double* y);
         int tree_ensemble_set_threads(int64_t n);
     """,
     "winograd.c": """

@@ -16,6 +16,8 @@ goes to the generic op.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from ... import native
@@ -98,21 +100,55 @@ def fused_sum(xp, forest: trees.Forest, X):
 leaves.fused_sum = fused_sum
 
 
+class TreeArgs(ctypes.Structure):
+    """``struct tree_args`` of ``cpu_kernels/tree_ensemble.c``: a forest's operands, set once per forest
+    and comparison type (a call on a few rows then converts five arguments, not eighteen)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in ("feature", "children", "roots", "tree_depth", "leaf_slot",
+                                                     "threshold", "mode", "missing")] + [
+        (name, ctypes.c_int64) for name in ("n_trees", "same_mode", "tracks_missing", "n_targets")] + [
+        ("weights", ctypes.c_void_p)]
+
+
+def _tree_args(forest: trees.Forest, cdt: np.dtype):
+    """(the address of the forest's :class:`TreeArgs` for comparisons in ``cdt``, the struct and the
+    arrays it points to), made once per forest and type."""
+    kept = forest.__dict__.setdefault("_tree_args", {})
+    got = kept.get(cdt.num)
+    if got is None:
+        thr = np.ascontiguousarray(forest.threshold, dtype=cdt)
+        missing = forest.missing.astype(np.uint8)
+        weights = np.ascontiguousarray(forest.weights, dtype=np.float64)
+        holds = (forest.feature, forest.children, forest.roots, forest.tree_depth, forest.leaf_slot, thr,
+                 forest.mode, missing, weights)
+        args = TreeArgs(*(a.ctypes.data for a in holds[:8]), int(forest.roots.size),
+                        forest.modes_present[0] if len(forest.modes_present) == 1 else -1,
+                        int(forest.missing.any()), forest.n_targets, weights.ctypes.data)
+        got = kept[cdt.num] = (ctypes.addressof(args), args, holds)
+    return got
+
+
 def _summed(forest: trees.Forest, X):
     """(the reached leaves' weights summed per row and target [N, targets] float64, the row of "has a
     score" every row shares [1, targets]) by the native kernel, for a NumPy ``X`` of rows of floats that
     has the features the trees test; None where the generic op must run (it also gives its errors)."""
     if type(X) is not np.ndarray or X.ndim != 2 or (X.dtype != _F32 and X.dtype != _F64) \
-            or not forest.uniform or int(X.shape[1]) < forest.n_features:
+            or not forest.uniform or forest.members is not None or int(X.shape[1]) < forest.n_features:
         return None
-    y = fused_sum(np, forest, X)
-    if y is None:
+    cdt = _F64 if X.dtype == _F64 or forest.threshold.dtype == _F64 else _F32
+    fn = native.function("tree_sum_planned_f64" if cdt is _F64 else "tree_sum_planned_f32")
+    if fn is None:
         return None
     row = forest.__dict__.get("_hit_row")
     if row is None:
         C = forest.n_targets
         row = forest.has[:1] if forest.has.shape[0] and forest.roots.size else np.zeros((1, C), dtype=bool)
         row = forest.__dict__["_hit_row"] = np.ascontiguousarray(row)
+    x = X if X.dtype == cdt and X.flags.c_contiguous else np.ascontiguousarray(X, dtype=cdt)
+    N = x.shape[0]
+    y = np.empty((N, row.shape[1]), dtype=np.float64)
+    if y.size and fn(_tree_args(forest, cdt)[0], x.ctypes.data, N, x.shape[1], native.address(y)):
+        raise MemoryError(f"native kernel {fn.__name__} could not allocate its scratch")
     return y, row
 
 
