@@ -181,3 +181,19 @@ def test_arg_max_of_a_bad_axis_names_the_node():
     x = np.ones((2, 3), np.float32)
     with pytest.raises(gpuops.GpuopsError, match="am.*axis 2 is out of range"):
         gpuops.InferenceSession(make_model(node, {"x": x}, opset=17), device="cpu").run(None, {"x": x})
+
+
+@pytest.mark.parametrize("n", [3, 17, 1000])
+def test_long_numeric_attributes_convert_to_the_same_python_values(n):
+    """Plans convert INTS and FLOATS of more than 16 values through NumPy: the same Python ints and
+    floats (float32 values, infinities, NaN and -0.0 included) as one by one."""
+    from gpuops.onnx.plan import _attr_value
+
+    floats = (RNG.normal(size=n).astype(np.float32).tolist() + [np.inf, -0.0, np.nan, 1e-45, 3.4e38])[:n]
+    ints = (RNG.integers(-2**40, 2**40, size=n).tolist() + [2**63 - 1, -2**63])[:n]
+    got_f = _attr_value(helper.make_attribute("f", floats), "node")
+    got_i = _attr_value(helper.make_attribute("i", ints), "node")
+    assert [type(v) for v in got_f] == [float] * n and [type(v) for v in got_i] == [int] * n
+    np.testing.assert_array_equal(np.array(got_f), np.array(floats, np.float32).astype(np.float64))
+    assert np.all(np.signbit(got_f) == np.signbit(np.array(floats, np.float32)))
+    assert got_i == ints
