@@ -30,7 +30,8 @@ def _rows(n=13, f=4):
 
 
 @pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"])
-@pytest.mark.parametrize("labels", [{"classlabels_ints": [3, 1, 4]}, {"classlabels_strings": ["a", "b", "c"]}])
+@pytest.mark.parametrize("labels", [{"classlabels_ints": [3, 1, 4]}, {"classlabels_ints": [0, 1, 2]},
+                                    {"classlabels_strings": ["a", "b", "c"]}])
 @pytest.mark.parametrize("one_row", [False, True])
 def test_linear_classifier_equals_the_generic_op(post, labels, one_row):
     attrs = dict(coefficients=RNG.normal(size=12).astype(np.float32).tolist(),
@@ -45,7 +46,7 @@ def test_linear_classifier_equals_the_generic_op(post, labels, one_row):
     want = linear.LinearClassifier(np, x, **attrs)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
-    assert got[1].dtype == np.float32
+    assert got[0].dtype == want[0].dtype and got[1].dtype == np.float32
 
 
 def test_linear_classifier_with_the_wrong_width_names_the_node():

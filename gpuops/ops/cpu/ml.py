@@ -128,6 +128,16 @@ def _tree_args(forest: trees.Forest, cdt: np.dtype):
     return got
 
 
+def _float32_thresholds(forest: trees.Forest) -> bool:
+    """Whether the forest's float64 thresholds are all float32 values (a FLOATS attribute's are): a
+    float32 row then compares with them in float32 exactly as in float64."""
+    exact = forest.__dict__.get("_float32_thresholds")
+    if exact is None:
+        t = forest.threshold
+        exact = forest.__dict__["_float32_thresholds"] = bool((t.astype(np.float32).astype(np.float64) == t).all())
+    return exact
+
+
 def _summed(forest: trees.Forest, X):
     """(the reached leaves' weights summed per row and target [N, targets] float64, the row of "has a
     score" every row shares [1, targets]) by the native kernel, for a NumPy ``X`` of rows of floats that
@@ -135,7 +145,7 @@ def _summed(forest: trees.Forest, X):
     if type(X) is not np.ndarray or X.ndim != 2 or (X.dtype != _F32 and X.dtype != _F64) \
             or not forest.uniform or forest.members is not None or int(X.shape[1]) < forest.n_features:
         return None
-    cdt = _F64 if X.dtype == _F64 or forest.threshold.dtype == _F64 else _F32
+    cdt = _F64 if X.dtype == _F64 or (forest.threshold.dtype == _F64 and not _float32_thresholds(forest)) else _F32
     fn = native.function("tree_sum_planned_f64" if cdt is _F64 else "tree_sum_planned_f32")
     if fn is None:
         return None
@@ -147,7 +157,10 @@ def _summed(forest: trees.Forest, X):
     x = X if X.dtype == cdt and X.flags.c_contiguous else np.ascontiguousarray(X, dtype=cdt)
     N = x.shape[0]
     y = np.empty((N, row.shape[1]), dtype=np.float64)
-    if y.size and fn(_tree_args(forest, cdt)[0], x.ctypes.data, N, x.shape[1], native.address(y)):
+    if not y.size:
+        return y, row
+    if fn(_tree_args(forest, cdt)[0], native.address(x) if x.flags.writeable and x.size else x.ctypes.data, N,
+          x.shape[1], native.address(y)):
         raise MemoryError(f"native kernel {fn.__name__} could not allocate its scratch")
     return y, row
 
@@ -173,6 +186,7 @@ def _attrs_of(attrs: dict) -> dict:
 def _prepare_regressor(constants, attrs):
     forest = legacy_trees._prepare_regressor(constants, attrs)
     base = pick("", a=attrs.get("base_values"), b=attrs.get("base_values_as_tensor"))
+    base = None if base is None else base.astype(np.float32)  # (as the generic op reads it, once)
     return _Prepared(forest, _attrs_of(attrs), (base, attrs.get("aggregate_function", "SUM"),
                                                 attrs.get("post_transform", "NONE")))
 
@@ -285,9 +299,9 @@ def _rows32(X):
 
 def _softmax_rows(s):
     """:func:`gpuops.ops.ml._common.softmax` of a float32 [N, C] array made here, computed in it."""
-    np.subtract(s, s.max(axis=1, keepdims=True), out=s)
-    np.exp(s, out=s)
-    s /= s.sum(axis=1, keepdims=True)
+    np.subtract(s, np.maximum.reduce(s, axis=1, keepdims=True), out=s)  # (ndarray.max and .sum, without
+    np.exp(s, out=s)  # their Python wrappers)
+    s /= np.add.reduce(s, axis=1, keepdims=True)
     return s
 
 
@@ -300,7 +314,8 @@ def _prepare_linear_classifier(constants, attrs):
     W = linear._matrix(attrs.get("coefficients"), C, "LinearClassifier", "coefficients")
     fast = None
     if C > 1 and labels.size >= C:  # (one score per class: the binary forms go to the generic op)
-        fast = (W, inter if inter.size else None, labels, post)
+        same = labels.dtype == np.intp == np.int64 and np.array_equal(labels[:C], np.arange(C))  # labels: indices
+        fast = (W, inter if inter.size else None, None if same else labels, post)
     return _Prepared(None, _attrs_of(attrs), fast)
 
 
@@ -320,7 +335,7 @@ def LinearClassifier(xp, X, *, coefficients=None, classlabels_ints=None, classla
     if inter is not None:
         s += inter
     best = s.argmax(axis=1)
-    label = labels[best] if labels.dtype == object else labels.take(best)
+    label = best if labels is None else labels[best] if labels.dtype == object else labels.take(best)
     if post == "SOFTMAX":
         return label, _softmax_rows(s)
     return label, apply_transform(np, s, post)
