@@ -23,7 +23,9 @@ needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: 
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Native GEMM calls (weights packed not included), counted."""
+    """Native GEMM calls (weights packed not included), counted; the int8 GEMM of cpu_kernels/qgemm.c,
+    which takes these products first where it can (tests/ops/test_qgemm_native.py), turned off."""
+    monkeypatch.setattr(quantize, "_matmul_pack", lambda kept: None)
     count = [0]
     call = native.call
 

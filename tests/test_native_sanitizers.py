@@ -42,4 +42,5 @@ def test_native_kernels_are_clean_under_sanitizers(tmp_path):
     assert r.returncode == 0, report
     assert "AddressSanitizer" not in report and "runtime error" not in report, report
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").glob("*.so")) == [
-        "conv", "direct_conv", "gemm", "pool", "quantize", "rnn", "rows", "special", "tree_ensemble", "winograd"]
+        "conv", "direct_conv", "gemm", "pool", "qgemm", "quantize", "rnn", "rows", "special", "tree_ensemble",
+        "winograd"]

@@ -121,21 +121,23 @@ def _int8_models():
 
 @needs_cc
 def test_8bit_gemms_same_bits_from_any_thread_count(native_threads):
-    models, feeds = _int8_models()
-    calls, real = [], native.call
+    from gpuops.ops.cpu import qgemm
 
-    def spy(fn, *args):
-        calls.append(fn.__name__)
-        return real(fn, *args)
+    models, feeds = _int8_models()
+    calls, real = [], qgemm.run
+
+    def spy(plan, *args):  # the int8 GEMM of cpu_kernels/qgemm.c, which these products take
+        calls.append(plan.fn.__name__)
+        return real(plan, *args)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(native, "call", spy)
+        mp.setattr(qgemm, "run", spy)
         for model in models:
             one = gpuops.InferenceSession(model, device="cpu", threads=1).run(None, feeds)[0]
             for n in (2, 3, 8):
                 np.testing.assert_array_equal(gpuops.InferenceSession(model, device="cpu", threads=n)
                                               .run(None, feeds)[0], one)
-    assert {"matmul_integer_u8", "qlinear_matmul_u8_planned"} <= set(calls)
+    assert calls.count("qgemm_u8") == 2 * 4
 
 
 @needs_cc
