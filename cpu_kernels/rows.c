@@ -1,9 +1,10 @@
-/* A classifier's head, a row at a time, float32: the mean of each row (GlobalAveragePool) and Softmax /
- * LogSoftmax along rows, one pass where NumPy makes four or five over a small tensor (each cold after a
- * conv). The same arithmetic as the NumPy code: float32 sums, x - max(x) before exp, NaN anywhere in a
- * row making its max NaN. Returns 0. */
+/* Row kernels, float32: the mean of each row (GlobalAveragePool), Softmax / LogSoftmax along rows and the
+ * layer normalizations of transformers (LayerNormalization, the skip, embedding and RMS forms), one pass
+ * where NumPy makes four to ten over a small tensor. The same arithmetic as the NumPy code: float32
+ * sums, x - max(x) before exp, NaN anywhere in a row making its max NaN, the statistics in two passes
+ * (the mean, then the mean square of the deviations). Returns 0. */
 #include <math.h>
-#include "common.h"
+#include "vmath.h"
 #include "pool_threads.h"
 
 /* The sum of n floats over VL lanes, then the lanes halved in a tree of vector adds. */
@@ -34,20 +35,39 @@ int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n) {
     return 0;
 }
 
-/* Rows [r0, r1) of softmax_rows_f32. */
+/* Rows [r0, r1) of softmax_rows_f32: the row's max (a NaN winning), e^(x - max) by vexp_neg (within 2 ulp)
+ * summed in VL lanes, then divided by the sum (or x - max - log(sum)). */
 static void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n, int64_t log_) {
+    const int64_t full = n / VL * VL, rest = n - full;
     for (int64_t r = r0; r < r1; ++r) {
         const float* restrict xr = x + r * n;
         float* restrict yr = y + r * n;
-        float m = xr[0];
-        for (int64_t i = 1; i < n; ++i) m = xr[i] > m || xr[i] != xr[i] ? xr[i] : m;  /* a NaN wins, and stays */
-        for (int64_t i = 0; i < n; ++i) yr[i] = expf(xr[i] - m);
-        const float s = row_sum(yr, n);
+        vfloat mv = vsplat(-INFINITY);
+        for (int64_t i = 0; i < full; i += VL) mv = vmax_nan(mv, vload(xr + i));
+        if (rest) mv = vmax_nan(mv, vload_part(xr + full, rest, -INFINITY));
+        const float m = vmax_lanes(mv);
+        vfloat sv = {0};
+        for (int64_t i = 0; i < full; i += VL) {
+            const vfloat e = vexp_neg(vload(xr + i) - m);
+            sv += e;
+            if (!log_) memcpy(yr + i, &e, sizeof e);
+        }
+        if (rest) {
+            const vfloat e = vexp_neg(vload_part(xr + full, rest, -INFINITY) - m);  /* padding: e^-inf = 0 */
+            sv += e;
+            if (!log_) vstore_part(yr + full, e, rest);
+        }
+        const float s = vsum(sv);
         if (log_) {
             const float ls = logf(s);
             for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
-        } else {
-            for (int64_t i = 0; i < n; ++i) yr[i] /= s;
+        } else {  /* by 1 / s: within an ulp of the quotient, a multiply where a divide takes ten */
+            const float inv = 1.0f / s;
+            for (int64_t i = 0; i < full; i += VL) {
+                const vfloat v = vload(yr + i) * inv;
+                memcpy(yr + i, &v, sizeof v);
+            }
+            if (rest) vstore_part(yr + full, vload_part(yr + full, rest, 0.0f) * inv, rest);
         }
     }
 }
@@ -70,6 +90,78 @@ static void softmax_part(void* ctx, int64_t part, int64_t parts) {
 int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_) {
     SoftmaxArgs a = {x, y, rows, n, log_};
     pool_run(softmax_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
+    return 0;
+}
+
+/* The normalization of rows [r0, r1): see layernorm_f32. */
+typedef struct {
+    const float *x, *skip, *skip2, *bias, *gamma, *beta;
+    float *y, *sum, *mean, *inv;
+    int64_t rows, n, skip_rows, simplified;
+    float epsilon;
+} NormArgs;
+
+static void norm_rows(const NormArgs* a, int64_t r0, int64_t r1) {
+    const int64_t n = a->n, full = n / VL * VL, rest = n - full;
+    const float* restrict g = a->gamma;
+    const float* restrict b = a->beta;
+    for (int64_t r = r0; r < r1; ++r) {
+        const float* restrict xr = a->x + r * n;
+        float* yr = a->y + r * n;  /* may hold the sum: not restrict */
+        const float* src = xr;
+        if (a->skip || a->skip2 || a->bias) {  /* ((x + skip) + skip2) + bias, each rounded, kept in sum or y */
+            float* s = a->sum ? a->sum + r * n : yr;
+            const float* restrict k = a->skip ? a->skip + (r % a->skip_rows) * n : NULL;
+            const float* restrict k2 = a->skip2 ? a->skip2 + r * n : NULL;
+            const float* restrict c = a->bias;
+            for (int64_t i = 0; i < n; ++i) s[i] = xr[i] + (k ? k[i] : 0.0f);
+            if (k2)
+                for (int64_t i = 0; i < n; ++i) s[i] += k2[i];
+            if (c)
+                for (int64_t i = 0; i < n; ++i) s[i] += c[i];
+            src = s;
+        }
+        vfloat acc = {0};
+        for (int64_t i = 0; i < full; i += VL) acc += vload(src + i);
+        if (rest) acc += vload_part(src + full, rest, 0.0f);
+        const float mean = vsum(acc) / (float)n, shift = a->simplified ? 0.0f : mean;
+        acc = (vfloat){0};
+        for (int64_t i = 0; i < full; i += VL) {
+            const vfloat d = vload(src + i) - shift;
+            acc += d * d;
+        }
+        if (rest) {
+            const vfloat d = vload_part(src + full, rest, shift) - shift;
+            acc += d * d;
+        }
+        const float inv = 1.0f / sqrtf(vsum(acc) / (float)n + a->epsilon);
+        if (b)
+            for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i] + b[i];
+        else
+            for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i];
+        if (a->mean) a->mean[r] = mean;
+        if (a->inv) a->inv[r] = inv;
+    }
+}
+
+static void norm_part(void* ctx, int64_t part, int64_t parts) {
+    const NormArgs* a = ctx;
+    int64_t r0, r1;
+    pool_range(a->rows, 1, part, parts, &r0, &r1);
+    norm_rows(a, r0, r1);
+}
+
+/* Layer normalization of rows of n floats, the statistics in float32: each row of x, plus (when not
+ * NULL) row r % skip_rows of skip, row r of skip2 and the n values of bias, added in that order (the
+ * sum kept in `sum` when not NULL); then y = (s - mean) / sqrt(var + epsilon) * gamma + beta (beta may
+ * be NULL), or with `simplified` the RMS form y = s / sqrt(mean(s^2) + epsilon) * gamma. The row's
+ * mean and 1 / sqrt(...) go to mean and inv when not NULL. The rows are split across the pool's
+ * threads (pool_threads.h) from 16k elements per part. */
+int layernorm_f32(const float* x, const float* skip, const float* skip2, const float* bias, const float* gamma,
+                  const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,
+                  int64_t skip_rows, float epsilon, int64_t simplified) {
+    NormArgs a = {x, skip, skip2, bias, gamma, beta, y, sum, mean, inv, rows, n, skip_rows, simplified, epsilon};
+    pool_run(norm_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
     return 0;
 }
 

@@ -8,12 +8,15 @@
  * with x^2 exact in double, and exp by 2^k times a degree-11 polynomial on |r| <= ln2 / 2.
  * gelu_f32: x * (1 + erf(x / sqrt(2))) / 2 with the same erf, in double.
  * erf_f64: the C library's erf, one call per element (within an ulp).
- * sigmoid_f32: 1 / (1 + e^-x) in double with the same exp (within an ulp of float32). */
+ * sigmoid_f32: 1 / (1 + e^-x) in double with the same exp (within an ulp of float32).
+ * quick_gelu_f32: x * sigmoid(alpha x) in float32 lanes, e^-|alpha x| by vmath.h's vexp_neg (a few ulp:
+ *   the float32 arithmetic of the NumPy code, whose exp is within an ulp). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "pool_threads.h"
+#include "vmath.h"
 
 /* Floating-point exceptions are not observed (NumPy clears the flags before its own loops): without
  * this the compiler keeps erf_f32's selects as branches, and the loop scalar. */
@@ -123,5 +126,40 @@ int erf_f64(const double* restrict x, double* restrict y, int64_t n) { return sp
 
 /* Sigmoid, 1 / (1 + e^-x), in one pass (where NumPy makes five, each with an array of its own). */
 int sigmoid_f32(const float* restrict x, float* restrict y, int64_t n) { return special(x, y, n, 3); }
+
+/* x * sigmoid(alpha x) on VL lanes: z = alpha x, e = e^-|z|, sigmoid = 1 / (1 + e) for z >= 0, else
+ * e / (1 + e) (the NumPy code's branches). */
+static inline vfloat quick_gelu_of(vfloat x, float alpha) {
+    const vfloat z = x * alpha;
+    const vfloat e = vexp_neg((vfloat)((vint)z | ((vint){0} + INT32_MIN)));  /* -|z|: the sign bit set */
+    const vfloat one = vsplat(1.0f);
+    return x * (vselect(z >= 0, one, e) / (one + e));
+}
+
+typedef struct {
+    const float* x;
+    float* y;
+    int64_t n;
+    float alpha;
+} QuickGeluArgs;
+
+static void quick_gelu_part(void* ctx, int64_t part, int64_t parts) {
+    const QuickGeluArgs* a = ctx;
+    int64_t lo, hi;
+    pool_range(a->n, VL, part, parts, &lo, &hi);
+    int64_t i = lo;
+    for (; i + VL <= hi; i += VL) {
+        const vfloat v = quick_gelu_of(vload(a->x + i), a->alpha);
+        memcpy(a->y + i, &v, sizeof v);
+    }
+    if (i < hi) vstore_part(a->y + i, quick_gelu_of(vload_part(a->x + i, hi - i, 0.0f), a->alpha), hi - i);
+}
+
+/* QuickGelu (com.microsoft; SiLU / Swish with alpha 1), x * sigmoid(alpha x), in one pass. */
+int quick_gelu_f32(const float* x, float* y, int64_t n, float alpha) {
+    QuickGeluArgs a = {x, y, n, alpha};
+    pool_run(quick_gelu_part, &a, pool_parts(n, 16384));
+    return 0;
+}
 
 int special_set_threads(int64_t n) { return pool_threads_set(n); }

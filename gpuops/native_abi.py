@@ -23,6 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DECLARATIONS: dict[str, str] = {
+    "attention.c": """
+        int attention_f32(const float* qkv, const int32_t* key_range, const uint8_t* masked, float* y, int64_t batch,
+                          int64_t seq, int64_t heads, int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows,
+                          int64_t causal, float scale, float filter);
+        int attention_set_threads(int64_t n);
+    """,
     "conv.c": """
         int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
                                  int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,
@@ -94,6 +100,9 @@ DECLARATIONS: dict[str, str] = {
     "rows.c": """
         int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n);
         int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_);
+        int layernorm_f32(const float* x, const float* skip, const float* skip2, const float* bias, const float* gamma,
+                          const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,
+                          int64_t skip_rows, float epsilon, int64_t simplified);
         int rows_set_threads(int64_t n);
     """,
     "special.c": """
@@ -101,6 +110,7 @@ DECLARATIONS: dict[str, str] = {
         int gelu_f32(const float* x, float* y, int64_t n);
         int erf_f64(const double* x, double* y, int64_t n);
         int sigmoid_f32(const float* x, float* y, int64_t n);
+        int quick_gelu_f32(const float* x, float* y, int64_t n, float alpha);
         int special_set_threads(int64_t n);
     """,
     "tree_ensemble.c": """

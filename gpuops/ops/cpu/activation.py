@@ -1,6 +1,6 @@
 """Gelu (ai.onnx, and com.microsoft Gelu and BiasGelu) on the CPU (``@op(..., device="cpu")``): the
 exact (erf) form of float32 in one native pass (``cpu_kernels/special.c``); float32 com.microsoft
-QuickGelu (SiLU / Swish, :mod:`gpuops.optimizer.silu`) as the native sigmoid and a product in place.
+QuickGelu (SiLU / Swish, :mod:`gpuops.optimizer.silu`) in one native pass (float32 lanes).
 The generic ops stay the fallback and test oracle.
 """
 
@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ... import native
 from ...registry import op
 from .. import activation as _activation
 from ..contrib import fusion as _fusion
@@ -48,18 +49,19 @@ def BiasGelu(xp, A, B):
 
 @op("QuickGelu", domain=MS, since=1, device="cpu")
 def QuickGelu(xp, X, *, alpha=1.702):
-    """X * sigmoid(alpha X): SiLU / Swish (alpha 1) as the native sigmoid's one pass and a product
-    in place; without native kernels X / (1 + exp(-alpha X)), three passes over one new array."""
+    """X * sigmoid(alpha X) (SiLU / Swish for alpha 1) in one native pass over float32; without native
+    kernels X / (1 + exp(-alpha X)), three passes over one new array."""
     if not on_host(X) or X.dtype != np.float32:
         return _fusion.QuickGelu(xp, X, alpha=alpha)
-    alpha = float(alpha)
-    S = native_special("sigmoid", X if alpha == 1 else np.multiply(X, np.float32(alpha)), (np.float32,))
-    if S is None:
-        S = np.multiply(X, np.float32(-alpha))
-        with np.errstate(over="ignore"):  # exp overflows to inf below -88: the quotient is then 0
-            np.exp(S, out=S)
-        S += 1
-        with np.errstate(invalid="ignore"):  # -inf / inf: NaN, as -inf * sigmoid(-inf) = -inf * 0 is
-            return np.divide(X, S, out=S)
-    with np.errstate(invalid="ignore"):
-        return np.multiply(S, X, out=S)
+    fn = native.function("quick_gelu_f32") if X.size else None
+    if fn is not None:
+        X = np.ascontiguousarray(X)
+        Y = np.empty_like(X)
+        native.call(fn, native.ptr(X), native.address(Y), X.size, float(alpha))
+        return Y
+    S = np.multiply(X, np.float32(-alpha))
+    with np.errstate(over="ignore"):  # exp overflows to inf below -88: the quotient is then 0
+        np.exp(S, out=S)
+    S += 1
+    with np.errstate(invalid="ignore"):  # -inf / inf: NaN, as -inf * sigmoid(-inf) = -inf * 0 is
+        return np.divide(X, S, out=S)

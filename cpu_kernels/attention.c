@@ -1,0 +1,114 @@
+/* Scaled dot-product attention of a packed Q|K|V projection (com.microsoft Attention without past), float32,
+ * one pass per (batch, head): the scores of each query row, their additive masks, the softmax and the
+ * weighted sum of the value rows, written in the merged-heads layout. The arithmetic of the NumPy code
+ * (gpuops/ops/contrib/transformer.py): score = (q . k) * scale + mask, the mask being filter where a
+ * key is masked plus filter again where it lies after the query (causal); softmax as rows.c's (e^(s -
+ * max) within 2 ulp, divided by the sum). Returns 0, or 1 when its scratch cannot be allocated. */
+#include <math.h>
+#include "vmath.h"
+#include "pool_threads.h"
+
+typedef struct {
+    const float* qkv;
+    const int32_t* key_range;
+    const uint8_t* masked;
+    float* y;
+    int64_t batch, seq, heads, hq, hv, key_form, mask_rows, causal;
+    float scale, filter;
+    int failed;
+} AttentionArgs;
+
+/* Pairs (batch, head) [p0, p1), with scratch kt (hq rows of tp floats) and sc (tp floats). */
+static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, float* kt, float* sc) {
+    const int64_t S = a->seq, N = a->heads, hq = a->hq, hv = a->hv, ld = N * (2 * hq + hv), T = S;
+    const int64_t tp = (T + VL - 1) / VL * VL, has_key = a->key_form || a->masked;
+    for (int64_t p = p0; p < p1; ++p) {
+        const int64_t b = p / N, h = p % N;
+        const float* base = a->qkv + b * S * ld;
+        for (int64_t j = 0; j < hq; ++j) {  /* K^T of this head, rows padded with zeros */
+            float* row = kt + j * tp;
+            for (int64_t t = 0; t < T; ++t) row[t] = base[t * ld + N * hq + h * hq + j];
+            for (int64_t t = T; t < tp; ++t) row[t] = 0.0f;
+        }
+        int64_t lo = 0, hi = T;  /* keys outside [lo, hi) are masked (key lengths and starts) */
+        if (a->key_form) {
+            hi = a->key_range[b];
+            if (a->key_form == 2) lo = a->key_range[a->batch + b];
+        }
+        for (int64_t s = 0; s < S; ++s) {
+            const float* q = base + s * ld + h * hq;
+            for (int64_t t = 0; t < tp; t += VL) {
+                vfloat acc = {0};
+                for (int64_t j = 0; j < hq; ++j) acc += q[j] * vload(kt + j * tp + t);
+                acc *= a->scale;
+                memcpy(sc + t, &acc, sizeof acc);
+            }
+            if (has_key || a->causal) {
+                const uint8_t* raw = a->masked ? a->masked + (b * a->mask_rows + (a->mask_rows > 1 ? s : 0)) * T : NULL;
+                for (int64_t t = 0; t < T; ++t) {
+                    const int key = raw ? raw[t] != 0 : (t < lo || t >= hi);
+                    const float km = key ? a->filter : 0.0f, cm = t > s ? a->filter : 0.0f;
+                    sc[t] += has_key ? (a->causal ? km + cm : km) : cm;
+                }
+            }
+            vfloat mv = vsplat(-INFINITY);
+            const int64_t full = T / VL * VL, rest = T - full;
+            for (int64_t t = 0; t < full; t += VL) mv = vmax_nan(mv, vload(sc + t));
+            if (rest) mv = vmax_nan(mv, vload_part(sc + full, rest, -INFINITY));
+            const float m = vmax_lanes(mv);
+            vfloat sv = {0};
+            for (int64_t t = 0; t < full; t += VL) {
+                const vfloat e = vexp_neg(vload(sc + t) - m);
+                sv += e;
+                memcpy(sc + t, &e, sizeof e);
+            }
+            if (rest) {
+                const vfloat e = vexp_neg(vload_part(sc + full, rest, -INFINITY) - m);
+                sv += e;
+                vstore_part(sc + full, e, rest);
+            }
+            const float sum = vsum(sv);
+            for (int64_t t = 0; t < T; ++t) sc[t] /= sum;
+            float* restrict out = a->y + (b * S + s) * N * hv + h * hv;
+            for (int64_t j = 0; j < hv; ++j) out[j] = 0.0f;
+            for (int64_t t = 0; t < T; ++t) {
+                const float pt = sc[t];
+                const float* restrict v = base + t * ld + 2 * N * hq + h * hv;
+                for (int64_t j = 0; j < hv; ++j) out[j] += pt * v[j];
+            }
+        }
+    }
+}
+
+static void attention_part(void* ctx, int64_t part, int64_t parts) {
+    AttentionArgs* a = ctx;
+    int64_t p0, p1;
+    pool_range(a->batch * a->heads, 1, part, parts, &p0, &p1);
+    if (p0 >= p1) return;
+    const int64_t tp = (a->seq + VL - 1) / VL * VL;
+    float* scratch = malloc(sizeof(float) * (a->hq + 1) * tp);
+    if (!scratch) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    attention_pairs(a, p0, p1, scratch, scratch + a->hq * tp);
+    free(scratch);
+}
+
+/* Attention over qkv (batch, seq, heads * (2 * hq + hv)): each row Q (heads * hq), K (heads * hq), V (heads *
+ * hv), head-major; y (batch, seq, heads * hv). Keys masked (filter added to their scores): with key_form
+ * 1, those at or past key_range[b]; with key_form 2 also those before key_range[batch + b]; or, with
+ * `masked` (batch, mask_rows, seq) of 0/1 bytes (mask_rows 1 or seq), those marked 1; with causal, filter
+ * is added again to the keys after the query. The (batch, head) pairs are split across the pool's
+ * threads (pool_threads.h). */
+int attention_f32(const float* qkv, const int32_t* key_range, const uint8_t* masked, float* y, int64_t batch,
+                  int64_t seq, int64_t heads, int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows,
+                  int64_t causal, float scale, float filter) {
+    AttentionArgs a = {qkv, key_range, masked, y, batch, seq, heads, hq, hv, key_form, mask_rows, causal, scale,
+                       filter, 0};
+    const int64_t work = seq * seq * (hq + hv) + 1;  /* multiply-adds per pair */
+    pool_run(attention_part, &a, pool_parts(batch * heads, POOL_MIN_WORK / work + 1));
+    return a.failed;
+}
+
+int attention_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -1,0 +1,100 @@
+"""com.microsoft Attention on the CPU (``@op(..., device="cpu")``): the packed Q|K|V projection as one
+``np.matmul`` plus the bias in place, then the scores, masks, softmax and weighted sum of the values of
+every (batch, head) in one native pass (``cpu_kernels/attention.c``), written in the merged-heads
+layout -- where the generic op splits the heads, transposes, multiplies, builds the additive mask,
+adds it, calls the softmax and transposes back (some twenty NumPy calls).
+
+float32 without past or attention_bias, with a key-padding ``mask_index`` of key lengths ``(B)``, end
+and start positions ``(2B)`` or a raw 0/1 mask ``(B, T)`` or ``(B, S, T)``, causal or not, and only the
+first output asked for; the rest (and CuPy arrays, ``native.disabled()``) goes to the generic op of
+:mod:`gpuops.ops.contrib.transformer`, the fallback and test oracle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import native
+from ...registry import op
+from ..contrib import transformer as _transformer
+
+MS = "com.microsoft"
+_F32 = np.dtype(np.float32)
+_I32 = np.dtype(np.int32)
+
+
+def _address(a: np.ndarray) -> int:
+    return native.address(a) if a.flags.writeable else a.ctypes.data
+
+
+def _key_mask(mask_index, Bn: int, S: int):
+    """(key_range or None, masked bytes or None, key_form, mask_rows) for the kernel from ``mask_index``
+    (None: no mask), or None for a form it does not take."""
+    if mask_index is None:
+        return None, None, 0, 0
+    if type(mask_index) is not np.ndarray or mask_index.dtype.kind not in "iub":
+        return None
+    dims = mask_index.shape
+    if len(dims) == 1 and dims[0] in (Bn, 2 * Bn):
+        m = mask_index
+        if m.dtype != _I32 or not m.flags.c_contiguous:  # clipped to [0, T]: the same keys masked
+            m = np.clip(m.astype(np.int64), 0, S).astype(np.int32)
+        return m, None, 1 if dims[0] == Bn else 2, 0
+    if dims == (Bn, S) or dims == (Bn, S, S):
+        masked = np.less_equal(mask_index, 0).view(np.uint8)
+        return None, masked, 0, 1 if len(dims) == 2 else S
+    return None
+
+
+def attention(input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale,  # noqa: A002
+              mask_filter_value):
+    """The Attention output by the native kernel, or None where it does not apply."""
+    fn = native.function("attention_f32")
+    if fn is None or type(input) is not np.ndarray or type(weights) is not np.ndarray or input.dtype != _F32 \
+            or weights.dtype != _F32 or input.ndim != 3 or weights.ndim != 2 or not input.size:
+        return None
+    Bn, S, D = input.shape
+    hidden = weights.shape[1]
+    if weights.shape[0] != D or not hidden:
+        return None
+    if bias is not None and (type(bias) is not np.ndarray or bias.dtype != _F32 or bias.shape != (hidden,)):
+        return None
+    sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [hidden // 3] * 3
+    N = num_heads
+    if len(sizes) != 3 or sum(sizes) != hidden or sizes[0] != sizes[1] or N < 1 or sizes[0] % N or sizes[2] % N \
+            or not sizes[0]:
+        return None
+    hq, hv = sizes[0] // N, sizes[2] // N
+    mask = _key_mask(mask_index, Bn, S)
+    if mask is None:
+        return None
+    key_range, masked, key_form, mask_rows = mask
+    qkv = np.matmul(input.reshape(Bn * S, D), weights)
+    if bias is not None:
+        np.add(qkv, bias, out=qkv)
+    y = np.empty((Bn, S, sizes[2]), np.float32)
+    alpha = 1.0 / math.sqrt(hq) if not scale else float(scale)
+    native.call(fn, native.address(qkv), None if key_range is None else _address(key_range),
+                None if masked is None else native.address(masked), native.address(y), Bn, S, N, hq, hv, key_form,
+                mask_rows, int(bool(unidirectional)), alpha, float(mask_filter_value))
+    return y
+
+
+@op("Attention", domain=MS, since=1, n_outputs=True, device="cpu")
+def Attention(xp, input, weights, bias=None, mask_index=None, past=None, attention_bias=None,  # noqa: A002
+              past_sequence_length=None, *, num_heads, unidirectional=0, qkv_hidden_sizes=None, scale=None,
+              mask_filter_value=-10000.0, do_rotary=0, rotary_embedding_dim=0, past_present_share_buffer=0,
+              n_outputs=1):
+    if n_outputs == 1 and past is None and attention_bias is None and not do_rotary \
+            and not past_present_share_buffer:
+        y = attention(input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale,
+                      mask_filter_value)
+        if y is not None:
+            return y
+    return _transformer.Attention(
+        xp, input, weights, bias, mask_index, past, attention_bias, past_sequence_length, num_heads=num_heads,
+        unidirectional=unidirectional, qkv_hidden_sizes=qkv_hidden_sizes, scale=scale,
+        mask_filter_value=mask_filter_value, do_rotary=do_rotary, rotary_embedding_dim=rotary_embedding_dim,
+        past_present_share_buffer=past_present_share_buffer, n_outputs=n_outputs)

@@ -1,0 +1,296 @@
+"""The layer normalizations of transformers on the CPU (``@op(..., device="cpu")``): ai.onnx
+LayerNormalization-17 and onnxruntime's LayerNormalization-1 and SimplifiedLayerNormalization, and
+com.microsoft SkipLayerNormalization, SkipSimplifiedLayerNormalization and EmbedLayerNormalization, in
+one native pass over the rows (``cpu_kernels/rows.c``'s ``layernorm_f32``: the sum of the inputs, the
+two statistics and the scale and shift of each row) where NumPy makes six to ten passes, each with an
+array of its own -- on the small rows of exported models (a few dozen to a few hundred values) the
+calls, not the arithmetic, were the cost.
+
+float32 data (float16 and bfloat16 computed in float32, as onnxruntime does, where the generic op also
+computes its statistics in float32); the statistics in float32, in two passes as the generic ops. The
+constant gamma, beta and bias are prepared once per session (the ``prepare`` hook): float32,
+contiguous, flattened, with their addresses. The generic ops stay the fallback (other dtypes and
+shapes, CuPy arrays, ``native.disabled()``) and the test oracle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from ... import native
+from ...registry import op
+from ..contrib import normalization as _contrib
+from ..contrib import transformer as _transformer
+from .. import norm as _norm
+
+MS = "com.microsoft"
+_F32 = np.dtype(np.float32)
+_HALF = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+_FLOATS = {_F32} | _HALF
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array (a read-only one -- a weight, a feed -- the slower way)."""
+    return native.address(a) if a.flags.writeable else a.ctypes.data
+
+
+def _strip(shape: tuple) -> tuple:
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return shape[i:]
+
+
+class Param:
+    """A gamma, beta or bias input as the kernel reads it: ``flat`` (float32, C-contiguous, 1-D), its
+    address, and ``src``'s shape without leading 1s."""
+
+    __slots__ = ("src", "flat", "address", "shape")
+
+    def __init__(self, src: np.ndarray):
+        flat = np.ascontiguousarray(src, dtype=np.float32).reshape(-1)
+        self.src, self.flat, self.address, self.shape = src, flat, _address(flat), _strip(src.shape)
+
+
+def prepare_params(*positions):
+    """A ``prepare`` hook keeping :class:`Param` of the constant float inputs at ``positions``."""
+
+    def prepare(constants, attrs):
+        kept = {i: Param(a) for i, a in constants.items()
+                if i in positions and type(a) is np.ndarray and a.dtype in _FLOATS and a.size}
+        return kept or None
+
+    return prepare
+
+
+def _param(prepared, i, p, norm: tuple, rank: int):
+    """Input ``i`` (``p``) as a :class:`Param` when its values are one per position of the normalized
+    shape ``norm`` (its shape is ``norm``'s, leading 1s aside, and broadcasting it against the rank-``rank``
+    data adds no axis), else None."""
+    hit = prepared.get(i) if prepared is not None else None
+    if hit is None or hit.src is not p:
+        if type(p) is not np.ndarray or p.dtype not in _FLOATS:
+            return None
+        hit = Param(p)
+    if p.shape != norm and (hit.shape != _strip(norm) or p.ndim > rank):
+        return None
+    return hit
+
+
+def _as_f32(X):
+    """X as a C-contiguous float32 array (float16 and bfloat16 converted), or None for other dtypes."""
+    if X.dtype == _F32:
+        return X if X.flags.c_contiguous else np.ascontiguousarray(X)
+    if X.dtype in _HALF:
+        return X.astype(np.float32)
+    return None
+
+
+def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False, stats=True):
+    """(Y float32, mean, inv_std) of the normalization of ``X`` over axes ``axis``.. (``simplified``: the
+    RMS form, mean None), the statistics float32 of shape ``X.shape[:axis] + (1, ...)`` (None unless
+    ``stats``); None where the native kernel does not apply."""
+    fn = native.function("layernorm_f32")
+    if fn is None or type(X) is not np.ndarray:
+        return None
+    nd = X.ndim
+    if not -nd <= axis < nd:
+        return None
+    axis %= nd
+    shape = X.shape
+    norm = shape[axis:]
+    n = math.prod(norm)
+    if not n or not X.size:
+        return None
+    x = _as_f32(X)
+    if x is None:
+        return None
+    g = _param(prepared, 1, Scale, norm, nd)
+    b = None if B is None else _param(prepared, 2, B, norm, nd)
+    if g is None or (b is None and B is not None):
+        return None
+    y = np.empty(shape, np.float32)
+    mean = inv = None
+    if stats:
+        stat = shape[:axis] + (1,) * (nd - axis)
+        inv = np.empty(stat, np.float32)
+        if not simplified:
+            mean = np.empty(stat, np.float32)
+    native.call(fn, _address(x), None, None, None, g.address, None if b is None else b.address, native.address(y),
+                None, None if mean is None else native.address(mean), None if inv is None else native.address(inv),
+                x.size // n, n, 1, epsilon, int(simplified))
+    return y, mean, inv
+
+
+@op("LayerNormalization", since=17, device="cpu", prepare=prepare_params(1, 2))
+def LayerNormalization(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None):
+    if stash_type == 1 and X.dtype in _FLOATS and Scale.dtype == X.dtype and (B is None or B.dtype == X.dtype):
+        got = layer_norm(X, Scale, B, axis, epsilon, prepared)
+        if got is not None:
+            Y, mean, inv = got
+            return Y if X.dtype == _F32 else Y.astype(X.dtype), mean, inv
+    return _norm.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+
+
+@op("LayerNormalization", since=1, device="cpu", prepare=prepare_params(1, 2))
+def LayerNormalization_1(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None):
+    if X.dtype in _FLOATS and Scale.dtype in _FLOATS:
+        got = layer_norm(X, Scale, B, axis, epsilon, prepared)
+        if got is not None:
+            Y, mean, inv = got
+            return Y if Scale.dtype == _F32 else Y.astype(Scale.dtype), mean, inv
+    return _contrib.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+
+
+@op("SimplifiedLayerNormalization", since=1, device="cpu", prepare=prepare_params(1))
+def SimplifiedLayerNormalization(xp, X, scale, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None):
+    if X.dtype in _FLOATS and scale.dtype in _FLOATS:
+        got = layer_norm(X, scale, None, axis, epsilon, prepared, simplified=True)
+        if got is not None:
+            Y, _, inv = got
+            return Y if scale.dtype == _F32 else Y.astype(scale.dtype), inv
+    return _contrib.SimplifiedLayerNormalization(xp, X, scale, axis=axis, epsilon=epsilon, stash_type=stash_type)
+
+
+def _skip_rows(x, skip):
+    """How many rows of ``x`` (..., D) the float32 ``skip`` holds when broadcasting it repeats a block of
+    x's last rows (skip's shape, leading 1s aside, is a tail of x's), else None."""
+    if type(skip) is not np.ndarray or skip.dtype != _F32 or skip.ndim > x.ndim:
+        return None
+    if skip.shape == x.shape:
+        return x.size // x.shape[-1]
+    k = _strip(skip.shape)
+    if not k or x.shape[x.ndim - len(k):] != k:
+        return None
+    return skip.size // x.shape[-1]
+
+
+def skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, positions, simplified):  # noqa: A002
+    """(Y, mean, inv_std, input + skip + bias) of the float32 skip normalizations, or None where the native
+    kernel does not apply. ``positions``: the inputs gamma, beta and bias are (None: absent)."""
+    fn = native.function("layernorm_f32")
+    if fn is None or type(input) is not np.ndarray or input.dtype != _F32 or input.ndim not in (2, 3) \
+            or not input.size:
+        return None
+    k = _skip_rows(input, skip)
+    if k is None:
+        return None
+    x = input if input.flags.c_contiguous else np.ascontiguousarray(input)
+    sk = skip if skip.flags.c_contiguous else np.ascontiguousarray(skip)
+    shape, nd = x.shape, x.ndim
+    D = shape[-1]
+    norm = shape[-1:]
+    params = []
+    for i, p in zip(positions, (gamma, beta, bias)):
+        if p is None:
+            params.append(None)
+            continue
+        got = _param(prepared, i, p, norm, nd) if p.dtype == _F32 else None
+        if got is None:
+            return None
+        params.append(got.address)
+    y, s = np.empty(shape, np.float32), np.empty(shape, np.float32)
+    stat = shape[:-1] + (1,)
+    mean, inv = np.empty(stat, np.float32), np.empty(stat, np.float32)
+    native.call(fn, _address(x), _address(sk), None, params[2], params[0], params[1], native.address(y),
+                native.address(s), native.address(mean), native.address(inv), x.size // D, D, k, epsilon,
+                int(simplified))
+    return y, mean, inv, s
+
+
+@op("SkipLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(2, 3, 4))
+def SkipLayerNormalization(xp, input, skip, gamma, beta=None, bias=None, *, epsilon=1e-12,  # noqa: A002
+                           prepared=None):
+    got = skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, (2, 3, 4), False)
+    if got is not None:
+        return got
+    return _transformer.SkipLayerNormalization(xp, input, skip, gamma, beta, bias, epsilon=epsilon)
+
+
+@op("SkipSimplifiedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(2, 3))
+def SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias=None, *, epsilon=1e-12,  # noqa: A002
+                                     prepared=None):
+    got = skip_norm(input, skip, gamma, None, bias, epsilon, prepared, (2, None, 3), True)
+    if got is not None:
+        return got
+    return _contrib.SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias, epsilon=epsilon)
+
+
+def _rows_of(table, ids):
+    """``table[ids]`` (rows of a float32 2-D table by integer ids, negative ones from the end), or None
+    when the ids are not integers or one is out of range (the generic op then says which)."""
+    if type(ids) is not np.ndarray or ids.dtype.kind not in "iu":
+        return None
+    try:
+        return table.take(ids, axis=0)
+    except IndexError:
+        return None
+
+
+def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mask, position_ids, epsilon,
+               prepared):
+    """EmbedLayerNormalization's (Y, mask_index, sum) by the native kernel, or None where it does not apply."""
+    fn = native.function("layernorm_f32")
+    if fn is None or type(input_ids) is not np.ndarray or input_ids.ndim != 2 or not input_ids.size:
+        return None
+    if any(type(t) is not np.ndarray or t.dtype != _F32 or t.ndim != 2 or not t.flags.c_contiguous
+           for t in (word, position)) or position.shape[1] != word.shape[1]:
+        return None
+    Bn, S = input_ids.shape
+    D = word.shape[1]
+    if not D:
+        return None
+    rows = _rows_of(word, input_ids)
+    if rows is None:
+        return None
+    if position_ids is None:
+        if S > position.shape[0]:
+            return None
+        pos, k = position[:S], S
+    else:
+        if position_ids.ndim > 2 or position_ids.shape[-1:] != (S,) or position_ids.size not in (S, Bn * S):
+            return None
+        pos = _rows_of(position, position_ids)
+        if pos is None:
+            return None
+        k = position_ids.size
+    seg = None
+    if segment is not None and segment_ids is not None:
+        if type(segment) is not np.ndarray or segment.dtype != _F32 or segment.ndim != 2 or segment.shape[1] != D \
+                or segment_ids.shape != (Bn, S):
+            return None
+        seg = _rows_of(segment, segment_ids)
+        if seg is None:
+            return None
+    norm, nd = (D,), 3
+    g = _param(prepared, 5, gamma, norm, nd)
+    b = None if beta is None else _param(prepared, 6, beta, norm, nd)
+    if g is None or g.src.dtype != _F32 or (beta is not None and (b is None or b.src.dtype != _F32)):
+        return None
+    if mask is None:
+        mask_index = np.zeros((Bn,), np.int32)
+    elif type(mask) is np.ndarray and mask.ndim == 2:
+        mask_index = np.add.reduce(mask == 1, axis=1, dtype=np.int32)
+    else:
+        return None
+    y, s = np.empty((Bn, S, D), np.float32), np.empty((Bn, S, D), np.float32)
+    native.call(fn, native.address(rows), _address(pos), None if seg is None else native.address(seg), None,
+                g.address, None if b is None else b.address, native.address(y), native.address(s), None, None,
+                Bn * S, D, k, epsilon, 0)
+    return y, mask_index, s
+
+
+@op("EmbedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(5, 6))
+def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None, position_embedding=None,
+                            segment_embedding=None, gamma=None, beta=None, mask=None, position_ids=None, *,
+                            epsilon=1e-12, mask_index_type=1, prepared=None):
+    got = embed_norm(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta,
+                     mask, position_ids, epsilon, prepared)
+    if got is not None:
+        return got
+    return _transformer.EmbedLayerNormalization(
+        xp, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, mask,
+        position_ids, epsilon=epsilon, mask_index_type=mask_index_type)
