@@ -1,4 +1,4 @@
-/* Scaled dot-product attention of a packed Q|K|V projection (com.microsoft Attention without past), float32,
+/* Scaled dot-product attention of a packed Q|K|V projection (com.microsoft Attention), float32,
  * one pass per (batch, head): the scores of each query row, their additive masks, the softmax and the
  * weighted sum of the value rows, written in the merged-heads layout. The arithmetic of the NumPy code
  * (gpuops/ops/contrib/transformer.py): score = (q . k) * scale + mask, the mask being filter where a
@@ -10,26 +10,49 @@
 
 typedef struct {
     const float* qkv;
+    const float* past;
     const int32_t* key_range;
     const uint8_t* masked;
     float* y;
-    int64_t batch, seq, heads, hq, hv, key_form, mask_rows, causal;
+    float* present;
+    int64_t batch, seq, past_len, heads, hq, hv, key_form, mask_rows, causal;
     float scale, filter;
     int failed;
 } AttentionArgs;
 
+/* Key t of pair p (batch p / heads, head p % heads) whose batch's rows start at base: the past's for
+ * t < past_len, the projection's after. */
+static inline const float* key_row(const AttentionArgs* a, const float* base, int64_t p, int64_t t) {
+    const int64_t P = a->past_len, N = a->heads;
+    if (t < P) return a->past + (p * P + t) * a->hq;
+    return base + (t - P) * N * (2 * a->hq + a->hv) + N * a->hq + p % N * a->hq;
+}
+
+static inline const float* value_row(const AttentionArgs* a, const float* base, int64_t p, int64_t t) {
+    const int64_t P = a->past_len, N = a->heads;
+    if (t < P) return a->past + (a->batch * N * P + p * P + t) * a->hv;
+    return base + (t - P) * N * (2 * a->hq + a->hv) + 2 * N * a->hq + p % N * a->hv;
+}
+
 /* Pairs (batch, head) [p0, p1), with scratch kt (hq rows of tp floats) and sc (tp floats). */
 static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, float* kt, float* sc) {
-    const int64_t S = a->seq, N = a->heads, hq = a->hq, hv = a->hv, ld = N * (2 * hq + hv), T = S;
-    const int64_t tp = (T + VL - 1) / VL * VL, has_key = a->key_form || a->masked;
+    const int64_t S = a->seq, P = a->past_len, N = a->heads, hq = a->hq, hv = a->hv, ld = N * (2 * hq + hv);
+    const int64_t T = P + S, tp = (T + VL - 1) / VL * VL, has_key = a->key_form || a->masked;
+    const int64_t cache = a->batch * N * T * hv;  /* the present's K / V halves */
     for (int64_t p = p0; p < p1; ++p) {
         const int64_t b = p / N, h = p % N;
         const float* base = a->qkv + b * S * ld;
-        for (int64_t j = 0; j < hq; ++j) {  /* K^T of this head, rows padded with zeros */
-            float* row = kt + j * tp;
-            for (int64_t t = 0; t < T; ++t) row[t] = base[t * ld + N * hq + h * hq + j];
-            for (int64_t t = T; t < tp; ++t) row[t] = 0.0f;
+        if (a->present)
+            for (int64_t t = 0; t < T; ++t) {
+                memcpy(a->present + (p * T + t) * hq, key_row(a, base, p, t), sizeof(float) * hq);
+                memcpy(a->present + cache + (p * T + t) * hv, value_row(a, base, p, t), sizeof(float) * hv);
+            }
+        for (int64_t t = 0; t < T; ++t) {  /* K^T of this head, rows padded with zeros */
+            const float* k = key_row(a, base, p, t);
+            for (int64_t j = 0; j < hq; ++j) kt[j * tp + t] = k[j];
         }
+        for (int64_t j = 0; j < hq; ++j)
+            for (int64_t t = T; t < tp; ++t) kt[j * tp + t] = 0.0f;
         int64_t lo = 0, hi = T;  /* keys outside [lo, hi) are masked (key lengths and starts) */
         if (a->key_form) {
             hi = a->key_range[b];
@@ -47,7 +70,7 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
                 const uint8_t* raw = a->masked ? a->masked + (b * a->mask_rows + (a->mask_rows > 1 ? s : 0)) * T : NULL;
                 for (int64_t t = 0; t < T; ++t) {
                     const int key = raw ? raw[t] != 0 : (t < lo || t >= hi);
-                    const float km = key ? a->filter : 0.0f, cm = t > s ? a->filter : 0.0f;
+                    const float km = key ? a->filter : 0.0f, cm = t > s + P ? a->filter : 0.0f;
                     sc[t] += has_key ? (a->causal ? km + cm : km) : cm;
                 }
             }
@@ -73,7 +96,7 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
             for (int64_t j = 0; j < hv; ++j) out[j] = 0.0f;
             for (int64_t t = 0; t < T; ++t) {
                 const float pt = sc[t];
-                const float* restrict v = base + t * ld + 2 * N * hq + h * hv;
+                const float* restrict v = value_row(a, base, p, t);
                 for (int64_t j = 0; j < hv; ++j) out[j] += pt * v[j];
             }
         }
@@ -85,7 +108,7 @@ static void attention_part(void* ctx, int64_t part, int64_t parts) {
     int64_t p0, p1;
     pool_range(a->batch * a->heads, 1, part, parts, &p0, &p1);
     if (p0 >= p1) return;
-    const int64_t tp = (a->seq + VL - 1) / VL * VL;
+    const int64_t tp = (a->past_len + a->seq + VL - 1) / VL * VL;
     float* scratch = malloc(sizeof(float) * (a->hq + 1) * tp);
     if (!scratch) {
         __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
@@ -96,17 +119,19 @@ static void attention_part(void* ctx, int64_t part, int64_t parts) {
 }
 
 /* Attention over qkv (batch, seq, heads * (2 * hq + hv)): each row Q (heads * hq), K (heads * hq), V (heads *
- * hv), head-major; y (batch, seq, heads * hv). Keys masked (filter added to their scores): with key_form
- * 1, those at or past key_range[b]; with key_form 2 also those before key_range[batch + b]; or, with
- * `masked` (batch, mask_rows, seq) of 0/1 bytes (mask_rows 1 or seq), those marked 1; with causal, filter
- * is added again to the keys after the query. The (batch, head) pairs are split across the pool's
+ * hv), head-major; y (batch, seq, heads * hv). With past (2, batch, heads, past_len, hq) (hq == hv), its keys
+ * and values come first: T = past_len + seq keys; present, when not NULL, gets all of them (2, batch,
+ * heads, T, hq). Keys masked (filter added to their scores): with key_form 1, those at or past
+ * key_range[b]; with key_form 2 also those before key_range[batch + b]; or, with `masked` (batch,
+ * mask_rows, T) of 0/1 bytes (mask_rows 1 or seq), those marked 1; with causal, filter is added again to
+ * the keys after the query (key t > past_len + s). The (batch, head) pairs are split across the pool's
  * threads (pool_threads.h). */
-int attention_f32(const float* qkv, const int32_t* key_range, const uint8_t* masked, float* y, int64_t batch,
-                  int64_t seq, int64_t heads, int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows,
-                  int64_t causal, float scale, float filter) {
-    AttentionArgs a = {qkv, key_range, masked, y, batch, seq, heads, hq, hv, key_form, mask_rows, causal, scale,
-                       filter, 0};
-    const int64_t work = seq * seq * (hq + hv) + 1;  /* multiply-adds per pair */
+int attention_f32(const float* qkv, const float* past, const int32_t* key_range, const uint8_t* masked, float* y,
+                  float* present, int64_t batch, int64_t seq, int64_t past_len, int64_t heads, int64_t hq,
+                  int64_t hv, int64_t key_form, int64_t mask_rows, int64_t causal, float scale, float filter) {
+    AttentionArgs a = {qkv, past, key_range, masked, y, present, batch, seq, past_len, heads, hq, hv, key_form,
+                       mask_rows, causal, scale, filter, 0};
+    const int64_t work = seq * (seq + past_len) * (hq + hv) + 1;  /* multiply-adds per pair */
     pool_run(attention_part, &a, pool_parts(batch * heads, POOL_MIN_WORK / work + 1));
     return a.failed;
 }

@@ -10,7 +10,11 @@
  * erf_f64: the C library's erf, one call per element (within an ulp).
  * sigmoid_f32: 1 / (1 + e^-x) in double with the same exp (within an ulp of float32).
  * quick_gelu_f32: x * sigmoid(alpha x) in float32 lanes, e^-|alpha x| by vmath.h's vexp_neg (a few ulp:
- *   the float32 arithmetic of the NumPy code, whose exp is within an ulp). */
+ *   the float32 arithmetic of the NumPy code, whose exp is within an ulp).
+ * bias_gelu_f32: gelu_f32 of x + bias (the sum rounded to float32 first, as an Add before it).
+ * fast_gelu_f32: the tanh form, x (1 + tanh z) / 2 with z = sqrt(2 / pi) (x + 0.044715 x^3) in float32
+ *   (the NumPy code's operations), as x * sigmoid(2 z), the same function without 1 + tanh's cancellation
+ *   where z < 0: within a few ulp of it. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -160,6 +164,69 @@ int quick_gelu_f32(const float* x, float* y, int64_t n, float alpha) {
     QuickGeluArgs a = {x, y, n, alpha};
     pool_run(quick_gelu_part, &a, pool_parts(n, 16384));
     return 0;
+}
+
+/* Rows of n: elements [lo, hi) of x (+ bias[i % n]) in contiguous segments within a row. */
+typedef struct {
+    const float* x;
+    const float* bias;
+    float* y;
+    int64_t size, n, kind;  /* 0: bias_gelu_f32, 1: fast_gelu_f32 */
+} BiasArgs;
+
+static inline vfloat fast_gelu_of(vfloat x) {
+    const vfloat z = (x + x * 0.044715f * x * x) * 0.7978845608028654f;
+    const vfloat e = vexp_neg((vfloat)((vint)(z + z) | ((vint){0} + INT32_MIN)));  /* e^-|2z| */
+    const vfloat one = vsplat(1.0f);
+    return x * (vselect(z >= 0, one, e) / (one + e));
+}
+
+static void bias_segment(const BiasArgs* a, int64_t i, int64_t m, const float* b) {
+    const float* restrict x = a->x + i;
+    float* restrict y = a->y + i;
+    if (a->kind == 0) {
+        for (int64_t j = 0; j < m; ++j) {
+            const double v = b ? x[j] + b[j] : x[j];  /* the float32 sum, then Gelu in double */
+            y[j] = (float)(0.5 * v * (1.0 + erf_of(v * 0.70710678118654752440)));
+        }
+        return;
+    }
+    int64_t j = 0;
+    for (; j + VL <= m; j += VL) {
+        const vfloat v = fast_gelu_of(b ? vload(x + j) + vload(b + j) : vload(x + j));
+        memcpy(y + j, &v, sizeof v);
+    }
+    if (j < m) {
+        const vfloat v = vload_part(x + j, m - j, 0.0f) + (b ? vload_part(b + j, m - j, 0.0f) : (vfloat){0});
+        vstore_part(y + j, fast_gelu_of(v), m - j);
+    }
+}
+
+static void bias_part(void* ctx, int64_t part, int64_t parts) {
+    const BiasArgs* a = ctx;
+    int64_t lo, hi;
+    pool_range(a->size, VL, part, parts, &lo, &hi);
+    while (lo < hi) {
+        const int64_t j = a->bias ? lo % a->n : 0, end = a->bias && hi - lo > a->n - j ? lo + a->n - j : hi;
+        bias_segment(a, lo, end - lo, a->bias ? a->bias + j : NULL);
+        lo = end;
+    }
+}
+
+static int biased(const float* x, const float* bias, float* y, int64_t size, int64_t n, int64_t kind) {
+    BiasArgs a = {x, bias, y, size, n, kind};
+    pool_run(bias_part, &a, pool_parts(size, 16384));
+    return 0;
+}
+
+/* Gelu of x + bias[i % n] (bias NULL: of x), x and y of `size` floats (com.microsoft BiasGelu). */
+int bias_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n) {
+    return biased(x, bias, y, size, n, 0);
+}
+
+/* FastGelu (com.microsoft; ai.onnx Gelu's tanh form) of x + bias[i % n] (bias NULL: of x). */
+int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n) {
+    return biased(x, bias, y, size, n, 1);
 }
 
 int special_set_threads(int64_t n) { return pool_threads_set(n); }

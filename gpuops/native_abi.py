@@ -24,9 +24,10 @@ from pathlib import Path
 
 DECLARATIONS: dict[str, str] = {
     "attention.c": """
-        int attention_f32(const float* qkv, const int32_t* key_range, const uint8_t* masked, float* y, int64_t batch,
-                          int64_t seq, int64_t heads, int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows,
-                          int64_t causal, float scale, float filter);
+        int attention_f32(const float* qkv, const float* past, const int32_t* key_range, const uint8_t* masked,
+                          float* y, float* present, int64_t batch, int64_t seq, int64_t past_len, int64_t heads,
+                          int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows, int64_t causal, float scale,
+                          float filter);
         int attention_set_threads(int64_t n);
     """,
     "conv.c": """
@@ -111,6 +112,8 @@ DECLARATIONS: dict[str, str] = {
         int erf_f64(const double* x, double* y, int64_t n);
         int sigmoid_f32(const float* x, float* y, int64_t n);
         int quick_gelu_f32(const float* x, float* y, int64_t n, float alpha);
+        int bias_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n);
+        int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n);
         int special_set_threads(int64_t n);
     """,
     "tree_ensemble.c": """

@@ -1,5 +1,5 @@
 """The CPU paths of transformer ops (gpuops/ops/cpu/normalization.py, attention.py, indexing.py, softmax.py,
-activation.py's QuickGelu and the native kernels of cpu_kernels/rows.c, attention.c, special.c) against
+activation.py's Gelu forms and the native kernels of cpu_kernels/rows.c, attention.c, special.c) against
 the generic ops they stand in for, which stay the oracle.
 
 Tolerances come from the arithmetic: both sides compute in float32 and differ in the order of their
@@ -22,6 +22,7 @@ from gpuops.ops.cpu import normalization as cpu_norm
 MS = "com.microsoft"
 U32 = 2.0 ** -24  # float32's unit roundoff
 U16 = 2.0 ** -11
+ERF_SERIES = 4e-6  # the generic erf's (NumPy series) accuracy, relative: tests/test_native.py's test_native_erf
 
 
 def _impls(op_type, domain="", opset=17):
@@ -60,8 +61,9 @@ def _within(got, want, bound):
     with np.errstate(invalid="ignore"):
         same = (got == want) | (np.isnan(got) & np.isnan(want))
         diff = np.where(same, 0.0, np.abs(got.astype(np.float64) - want.astype(np.float64)))
+        ok = same | (diff <= bound)
     assert got.shape == want.shape and got.dtype == want.dtype
-    assert (diff <= bound).all(), f"max excess {np.max(diff - bound)}"
+    assert ok.all(), f"max excess {np.max(np.where(ok, 0.0, diff - bound))}"
 
 
 def _equal(got, want):
@@ -326,18 +328,24 @@ def test_quick_gelu_matches_the_generic_op(alpha):
 
 # -- Attention ------------------------------------------------------------------------------------
 
-def _attention_bound(x, W, bias, N, sizes, alpha):
+def _attention_bound(x, W, bias, N, sizes, alpha, past=None):
     """The scores' sums of hq products, in another order (hq u sum|q k| alpha each side), move each
     probability by that much relatively; e^ and the softmax's sum (T terms) add (T + 8) u; the output's
-    sum of T products p v another T u sum p|v|: all times max|v|."""
+    sum of T products p v another T u sum p|v|: all times max|v| (past: its keys and values too)."""
     qkv = x.reshape(-1, x.shape[-1]).astype(np.float64) @ W.astype(np.float64) + (0 if bias is None else bias)
     B, S, _ = x.shape
     hq = sizes[0] // N
-    q = np.abs(qkv[:, :sizes[0]]).reshape(B, S, N, hq)
-    k = np.abs(qkv[:, sizes[0]:2 * sizes[0]]).reshape(B, S, N, hq)
-    v = np.abs(qkv[:, 2 * sizes[0]:]).max()
-    qk = np.einsum("bsnh,btnh->bnst", q, k).max() * alpha
-    return 4 * U32 * (hq * qk + 2 * S + 8) * v + 1e-30
+
+    def heads(t, h):
+        return np.abs(t).reshape(B, S, N, h).transpose(0, 2, 1, 3)
+
+    q, k, v = (heads(qkv[:, :sizes[0]], hq), heads(qkv[:, sizes[0]:2 * sizes[0]], hq),
+               heads(qkv[:, 2 * sizes[0]:], sizes[2] // N))
+    if past is not None:
+        k, v = np.concatenate([np.abs(past[0]), k], axis=2), np.concatenate([np.abs(past[1]), v], axis=2)
+    T = k.shape[2]
+    qk = np.einsum("bnsh,bnth->bnst", q, k).max() * alpha
+    return 4 * U32 * (hq * qk + 2 * T + 8) * v.max() + 1e-30
 
 
 MASKS = {
@@ -379,20 +387,89 @@ def test_attention_shapes_and_sizes(shape):
     _within(got, want, _attention_bound(x, W2, None, N, sizes, 0.3))
 
 
+@pytest.mark.parametrize("mask", ["none", "lengths", "raw", "raw-3d"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention_with_past_and_present_matches_the_generic_op(mask, unidirectional):
+    """The past's keys and values first (T = P + S keys), the present (2, B, N, T, h) as the generic op
+    stacks it: the same values, copied."""
+    cpu, generic = _impls("Attention", MS, 1)
+    B, S, D, N, P = 2, 3, 32, 4, 7
+    x, W, bias = _f32(B, S, D), _f32(D, 3 * D, seed=1, scale=0.3), _f32(3 * D, seed=2)
+    past = _f32(2, B, N, P, D // N, seed=4)
+    T = P + S
+    m = {"none": None, "lengths": np.array([T, T - 4], np.int32),
+         "raw": (np.arange(T)[None] != np.array([[2], [8]])).astype(np.int32),
+         "raw-3d": (_rng(9).random((B, S, T)) > 0.3).astype(np.int32)}[mask]
+    kw = dict(num_heads=N, unidirectional=unidirectional, n_outputs=2)
+    got, want = cpu(np, x, W, bias, m, past, **kw), generic(np, x, W, bias, m, past, **kw)
+    np.testing.assert_array_equal(got[1], want[1])
+    bound = _attention_bound(x, W, bias, N, [D] * 3, 1 / math.sqrt(D // N), past)
+    _within(got[0], want[0], bound)
+    _within(cpu(np, x, W, bias, m, past, num_heads=N, unidirectional=unidirectional), want[0], bound)
+    if mask == "none":  # no past: the present is this run's keys and values
+        np.testing.assert_array_equal(cpu(np, x, W, bias, None, None, num_heads=N, n_outputs=2)[1],
+                                      generic(np, x, W, bias, None, None, num_heads=N, n_outputs=2)[1])
+
+
 def test_attention_forms_the_kernel_does_not_take_are_the_generic_ops():
     cpu, generic = _impls("Attention", MS, 1)
     B, S, D, N = 2, 5, 16, 2
     x, W, bias = _f32(B, S, D), _f32(D, 3 * D, seed=1, scale=0.3), _f32(3 * D, seed=2)
-    past = _f32(2, B, N, 3, D // N, seed=4)
-    cases = [((x, W, bias, None, past), dict(n_outputs=2)),  # past and present
-             ((x, W, bias, None, None, _f32(B, N, S, S, seed=5)), {}),  # attention_bias
+    cases = [((x, W, bias, None, None, _f32(B, N, S, S, seed=5)), {}),  # attention_bias
              ((x, W, bias, np.ones((B, 1, 8, 8), np.int32)), {}),  # the (B, 1, M, M) mask
-             ((x.astype(np.float16), W.astype(np.float16), bias.astype(np.float16)), {}),
-             ((x, W, bias), dict(n_outputs=2))]
+             ((x.astype(np.float16), W.astype(np.float16), bias.astype(np.float16)), {})]
     for args, kw in cases:
         _equal(cpu(np, *args, num_heads=N, **kw), generic(np, *args, num_heads=N, **kw))
     with pytest.raises(NodeError, match="qkv_hidden_sizes"):
         cpu(np, x, W, bias, num_heads=N, qkv_hidden_sizes=[16, 8, 24])
+    with pytest.raises(NodeError, match="past must be"):
+        cpu(np, x, W, bias, None, _f32(2, B, N, 3, seed=4), num_heads=N)
+
+
+# -- Gelu forms -----------------------------------------------------------------------------------
+
+def _gelu_inputs():
+    x = np.concatenate([_f32(4093, scale=4.0), [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -40.0, 1e20, -1e20],
+                        np.linspace(-12, 12, 1001)]).astype(np.float32)
+    return x[:5100].reshape(-1, 60)
+
+
+def test_bias_gelu_matches_the_generic_op():
+    """The float32 sum, then Gelu in double (the CPU Gelu's kernel): that Gelu of A + B bit for bit; the
+    generic op's within its erf's accuracy (times |x| / 2) and a few ulp of the result."""
+    cpu, generic = _impls("BiasGelu", MS, 1)
+    gelu, _ = _impls("Gelu", opset=20)
+    A, B = _gelu_inputs(), _f32(60, seed=1)
+    got, want = cpu(np, A, B), generic(np, A, B)
+    np.testing.assert_array_equal(got, gelu(np, A + B))
+    s = np.abs((A + B).astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        _within(got, want, 8 * U32 * np.abs(want.astype(np.float64)) + ERF_SERIES * s + 1e-40)
+    ms, ms_generic = _impls("Gelu", MS, 1)
+    np.testing.assert_array_equal(ms(np, A), gelu(np, A))
+    for args in ((A, B[:1]), (A[:, :1], B)):  # other broadcasts: the sum, then the CPU Gelu
+        np.testing.assert_array_equal(cpu(np, *args), gelu(np, args[0] + args[1]))
+    A16, B16 = A.astype(np.float16), B.astype(np.float16)
+    half, want = cpu(np, A16, B16), generic(np, A16, B16)  # both in float32, rounded to float16 once
+    s = np.abs((A16 + B16).astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        _within(half, want, 2 * U16 * np.abs(want.astype(np.float64)) + ERF_SERIES * s + 2.0 ** -24)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_fast_gelu_matches_the_generic_op(with_bias):
+    """x sigmoid(2 z) for x (1 + tanh z) / 2: a few ulp of the result, and the generic op's 1 + tanh z
+    rounding (|x| u) where z < 0."""
+    cpu, generic = _impls("FastGelu", MS, 1)
+    X, bias = _gelu_inputs(), _f32(60, seed=1) if with_bias else None
+    got, want = cpu(np, X, bias), generic(np, X, bias)
+    s = np.abs((X if bias is None else X + bias).astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    _within(got, want, 16 * U32 * np.abs(want.astype(np.float64)) + 2 * U32 * s + 1e-37)
+    tanh, tanh_generic = _impls("Gelu", opset=20)
+    np.testing.assert_array_equal(tanh(np, X, approximate="tanh"), cpu(np, X))
+    _equal(cpu(np, X.astype(np.float16), None if bias is None else bias.astype(np.float16)),
+           generic(np, X.astype(np.float16), None if bias is None else bias.astype(np.float16)))
 
 
 def test_kernels_give_the_same_bits_on_several_threads():
@@ -403,9 +480,12 @@ def test_kernels_give_the_same_bits_on_several_threads():
     att, _ = _impls("Attention", MS, 1)
     sm, _ = _impls("Softmax", opset=13)
     qg, _ = _impls("QuickGelu", MS, 1)
+    bg, _ = _impls("BiasGelu", MS, 1)
+    fg, _ = _impls("FastGelu", MS, 1)
 
     def run():
-        return ln(np, X, g, b)[0], att(np, x, W, None, num_heads=4), sm(np, X), qg(np, X)
+        return (ln(np, X, g, b)[0], att(np, x, W, None, num_heads=4), sm(np, X), qg(np, X), bg(np, X, b),
+                fg(np, X, b))
 
     one = run()
     before = native.threads()

@@ -1,6 +1,7 @@
-"""Gelu (ai.onnx, and com.microsoft Gelu and BiasGelu) on the CPU (``@op(..., device="cpu")``): the
-exact (erf) form of float32 in one native pass (``cpu_kernels/special.c``); float32 com.microsoft
-QuickGelu (SiLU / Swish, :mod:`gpuops.optimizer.silu`) in one native pass (float32 lanes).
+"""Gelu (ai.onnx, and com.microsoft Gelu, BiasGelu and FastGelu) on the CPU (``@op(..., device="cpu")``):
+the exact (erf) form of float32 in one native pass (``cpu_kernels/special.c``), BiasGelu's bias added in
+it; the tanh form (ai.onnx ``approximate="tanh"``, FastGelu) and com.microsoft QuickGelu (SiLU / Swish,
+:mod:`gpuops.optimizer.silu`) in one native pass of float32 lanes.
 The generic ops stay the fallback and test oracle.
 """
 
@@ -21,8 +22,34 @@ from .elementwise import erf, native_special
 MS = "com.microsoft"
 
 
+def _address(a: np.ndarray) -> int:
+    return native.address(a) if a.flags.writeable else a.ctypes.data
+
+
+def biased(name: str, X, bias):
+    """``cpu_kernels/special.c``'s ``name`` (``bias_gelu_f32``, ``fast_gelu_f32``) of float32 X plus a bias
+    along its last axis (None: none) in one pass; None where it does not apply (dtypes, shapes, CuPy
+    arrays, native kernels off)."""
+    if type(X) is not np.ndarray or X.dtype != np.float32 or not X.size or not X.ndim:
+        return None
+    n = X.shape[-1]
+    if bias is not None and (type(bias) is not np.ndarray or bias.dtype != np.float32 or bias.shape != (n,)):
+        return None
+    fn = native.function(name)
+    if fn is None:
+        return None
+    X = np.ascontiguousarray(X)
+    Y = np.empty(X.shape, np.float32)
+    native.call(fn, _address(X), None if bias is None else _address(bias), native.address(Y), X.size, n)
+    return Y
+
+
 @op("Gelu", since=20, device="cpu")
 def Gelu(xp, X, *, approximate="none"):
+    if approximate == "tanh":
+        Y = biased("fast_gelu_f32", X, None)
+        if Y is not None:
+            return Y
     if approximate != "none" or not on_host(X):
         return _activation.Gelu(xp, X, approximate=approximate)
     Y = native_special("gelu", X, (np.float32,))
@@ -39,12 +66,20 @@ def _gelu(xp, X):
 
 @op("Gelu", domain=MS, since=1, device="cpu")
 def Gelu_ms(xp, X):
-    return _gelu(xp, X)
+    Y = biased("bias_gelu_f32", X, None)
+    return _gelu(xp, X) if Y is None else Y
 
 
 @op("BiasGelu", domain=MS, since=1, device="cpu")
 def BiasGelu(xp, A, B):
-    return _gelu(xp, A + B)
+    Y = biased("bias_gelu_f32", A, B)
+    return _gelu(xp, A + B) if Y is None else Y
+
+
+@op("FastGelu", domain=MS, since=1, device="cpu")
+def FastGelu(xp, X, bias=None):
+    Y = biased("fast_gelu_f32", X, bias)
+    return _transformer.FastGelu(xp, X, bias) if Y is None else Y
 
 
 @op("QuickGelu", domain=MS, since=1, device="cpu")

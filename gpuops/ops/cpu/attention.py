@@ -4,9 +4,9 @@ every (batch, head) in one native pass (``cpu_kernels/attention.c``), written in
 layout -- where the generic op splits the heads, transposes, multiplies, builds the additive mask,
 adds it, calls the softmax and transposes back (some twenty NumPy calls).
 
-float32 without past or attention_bias, with a key-padding ``mask_index`` of key lengths ``(B)``, end
-and start positions ``(2B)`` or a raw 0/1 mask ``(B, T)`` or ``(B, S, T)``, causal or not, and only the
-first output asked for; the rest (and CuPy arrays, ``native.disabled()``) goes to the generic op of
+float32, with or without past (its keys and values first; the present, when asked for, written by the
+kernel), with a key-padding ``mask_index`` of key lengths ``(B)``, end and start positions ``(2B)`` or a
+raw 0/1 mask ``(B, T)`` or ``(B, S, T)``, causal or not, without attention_bias; the rest (and CuPy arrays, ``native.disabled()``) goes to the generic op of
 :mod:`gpuops.ops.contrib.transformer`, the fallback and test oracle.
 """
 
@@ -29,9 +29,9 @@ def _address(a: np.ndarray) -> int:
     return native.address(a) if a.flags.writeable else a.ctypes.data
 
 
-def _key_mask(mask_index, Bn: int, S: int):
+def _key_mask(mask_index, Bn: int, S: int, T: int):
     """(key_range or None, masked bytes or None, key_form, mask_rows) for the kernel from ``mask_index``
-    (None: no mask), or None for a form it does not take."""
+    (None: no mask) over T keys, or None for a form it does not take."""
     if mask_index is None:
         return None, None, 0, 0
     if type(mask_index) is not np.ndarray or mask_index.dtype.kind not in "iub":
@@ -40,17 +40,17 @@ def _key_mask(mask_index, Bn: int, S: int):
     if len(dims) == 1 and dims[0] in (Bn, 2 * Bn):
         m = mask_index
         if m.dtype != _I32 or not m.flags.c_contiguous:  # clipped to [0, T]: the same keys masked
-            m = np.clip(m.astype(np.int64), 0, S).astype(np.int32)
+            m = np.clip(m.astype(np.int64), 0, T).astype(np.int32)
         return m, None, 1 if dims[0] == Bn else 2, 0
-    if dims == (Bn, S) or dims == (Bn, S, S):
+    if dims == (Bn, T) or dims == (Bn, S, T):
         masked = np.less_equal(mask_index, 0).view(np.uint8)
         return None, masked, 0, 1 if len(dims) == 2 else S
     return None
 
 
-def attention(input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale,  # noqa: A002
-              mask_filter_value):
-    """The Attention output by the native kernel, or None where it does not apply."""
+def attention(input, weights, bias, mask_index, past, num_heads, unidirectional, qkv_hidden_sizes, scale,  # noqa: A002
+              mask_filter_value, want_present):
+    """Attention's (output, present or None) by the native kernel, or None where it does not apply."""
     fn = native.function("attention_f32")
     if fn is None or type(input) is not np.ndarray or type(weights) is not np.ndarray or input.dtype != _F32 \
             or weights.dtype != _F32 or input.ndim != 3 or weights.ndim != 2 or not input.size:
@@ -67,7 +67,16 @@ def attention(input, weights, bias, mask_index, num_heads, unidirectional, qkv_h
             or not sizes[0]:
         return None
     hq, hv = sizes[0] // N, sizes[2] // N
-    mask = _key_mask(mask_index, Bn, S)
+    P = 0
+    if past is not None:
+        if type(past) is not np.ndarray or past.dtype != _F32 or past.ndim != 5 or hq != hv \
+                or past.shape[:3] != (2, Bn, N) or past.shape[4] != hq:
+            return None
+        P = past.shape[3]
+        past = past if past.flags.c_contiguous else np.ascontiguousarray(past)
+    if want_present and hq != hv:
+        return None
+    mask = _key_mask(mask_index, Bn, S, P + S)
     if mask is None:
         return None
     key_range, masked, key_form, mask_rows = mask
@@ -75,11 +84,13 @@ def attention(input, weights, bias, mask_index, num_heads, unidirectional, qkv_h
     if bias is not None:
         np.add(qkv, bias, out=qkv)
     y = np.empty((Bn, S, sizes[2]), np.float32)
+    present = np.empty((2, Bn, N, P + S, hq), np.float32) if want_present else None
     alpha = 1.0 / math.sqrt(hq) if not scale else float(scale)
-    native.call(fn, native.address(qkv), None if key_range is None else _address(key_range),
-                None if masked is None else native.address(masked), native.address(y), Bn, S, N, hq, hv, key_form,
-                mask_rows, int(bool(unidirectional)), alpha, float(mask_filter_value))
-    return y
+    native.call(fn, native.address(qkv), None if past is None else _address(past),
+                None if key_range is None else _address(key_range), None if masked is None else native.address(masked),
+                native.address(y), None if present is None else native.address(present), Bn, S, P, N, hq, hv,
+                key_form, mask_rows, int(bool(unidirectional)), alpha, float(mask_filter_value))
+    return y, present
 
 
 @op("Attention", domain=MS, since=1, n_outputs=True, device="cpu")
@@ -87,12 +98,11 @@ def Attention(xp, input, weights, bias=None, mask_index=None, past=None, attenti
               past_sequence_length=None, *, num_heads, unidirectional=0, qkv_hidden_sizes=None, scale=None,
               mask_filter_value=-10000.0, do_rotary=0, rotary_embedding_dim=0, past_present_share_buffer=0,
               n_outputs=1):
-    if n_outputs == 1 and past is None and attention_bias is None and not do_rotary \
-            and not past_present_share_buffer:
-        y = attention(input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale,
-                      mask_filter_value)
-        if y is not None:
-            return y
+    if n_outputs <= 2 and attention_bias is None and not do_rotary and not past_present_share_buffer:
+        got = attention(input, weights, bias, mask_index, past, num_heads, unidirectional, qkv_hidden_sizes, scale,
+                        mask_filter_value, n_outputs > 1)
+        if got is not None:
+            return got[0] if n_outputs == 1 else got
     return _transformer.Attention(
         xp, input, weights, bias, mask_index, past, attention_bias, past_sequence_length, num_heads=num_heads,
         unidirectional=unidirectional, qkv_hidden_sizes=qkv_hidden_sizes, scale=scale,
