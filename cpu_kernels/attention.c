@@ -3,7 +3,8 @@
  * weighted sum of the value rows, written in the merged-heads layout. The arithmetic of the NumPy code
  * (gpuops/ops/contrib/transformer.py): score = (q . k) * scale + mask, the mask being filter where a
  * key is masked plus filter again where it lies after the query (causal); softmax as rows.c's (e^(s -
- * max) within 2 ulp, divided by the sum). Returns 0, or 1 when its scratch cannot be allocated. */
+ * max) within 2 ulp, times 1 / sum); the output's sums of products over the keys in four interleaved parts. Returns 0,
+ * or 1 when its scratch cannot be allocated. */
 #include <math.h>
 #include "vmath.h"
 #include "pool_threads.h"
@@ -20,18 +21,26 @@ typedef struct {
     int failed;
 } AttentionArgs;
 
-/* Key t of pair p (batch p / heads, head p % heads) whose batch's rows start at base: the past's for
- * t < past_len, the projection's after. */
-static inline const float* key_row(const AttentionArgs* a, const float* base, int64_t p, int64_t t) {
+/* Key (value) t of pair p (batch p / heads, head h = p % heads), whose batch's rows start at base: the
+ * past's for t < past_len, the projection's after. */
+static inline const float* key_row(const AttentionArgs* a, const float* base, int64_t p, int64_t h, int64_t t) {
     const int64_t P = a->past_len, N = a->heads;
     if (t < P) return a->past + (p * P + t) * a->hq;
-    return base + (t - P) * N * (2 * a->hq + a->hv) + N * a->hq + p % N * a->hq;
+    return base + (t - P) * N * (2 * a->hq + a->hv) + N * a->hq + h * a->hq;
 }
 
-static inline const float* value_row(const AttentionArgs* a, const float* base, int64_t p, int64_t t) {
+static inline const float* value_row(const AttentionArgs* a, const float* base, int64_t p, int64_t h, int64_t t) {
     const int64_t P = a->past_len, N = a->heads;
     if (t < P) return a->past + (a->batch * N * P + p * P + t) * a->hv;
-    return base + (t - P) * N * (2 * a->hq + a->hv) + 2 * N * a->hq + p % N * a->hv;
+    return base + (t - P) * N * (2 * a->hq + a->hv) + 2 * N * a->hq + h * a->hv;
+}
+
+/* Columns [j0, j0 + m) of value t (m <= VL, other lanes 0): the past's rows (hv apart) for t < P, the
+ * projection's (ld apart) after. */
+static inline vfloat value_part(const float* past_v, const float* new_v, int64_t t, int64_t P, int64_t hv,
+                                int64_t ld, int64_t j0, int64_t m) {
+    const float* v = (t < P ? past_v + t * hv : new_v + (t - P) * ld) + j0;
+    return m == VL ? vload(v) : vload_part(v, m, 0.0f);
 }
 
 /* Pairs (batch, head) [p0, p1), with scratch kt (hq rows of tp floats) and sc (tp floats). */
@@ -44,15 +53,17 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
         const float* base = a->qkv + b * S * ld;
         if (a->present)
             for (int64_t t = 0; t < T; ++t) {
-                memcpy(a->present + (p * T + t) * hq, key_row(a, base, p, t), sizeof(float) * hq);
-                memcpy(a->present + cache + (p * T + t) * hv, value_row(a, base, p, t), sizeof(float) * hv);
+                memcpy(a->present + (p * T + t) * hq, key_row(a, base, p, h, t), sizeof(float) * hq);
+                memcpy(a->present + cache + (p * T + t) * hv, value_row(a, base, p, h, t), sizeof(float) * hv);
             }
         for (int64_t t = 0; t < T; ++t) {  /* K^T of this head, rows padded with zeros */
-            const float* k = key_row(a, base, p, t);
+            const float* k = key_row(a, base, p, h, t);
             for (int64_t j = 0; j < hq; ++j) kt[j * tp + t] = k[j];
         }
         for (int64_t j = 0; j < hq; ++j)
             for (int64_t t = T; t < tp; ++t) kt[j * tp + t] = 0.0f;
+        const float* past_v = value_row(a, base, p, h, 0);  /* when P > 0 */
+        const float* new_v = value_row(a, base, p, h, P);
         int64_t lo = 0, hi = T;  /* keys outside [lo, hi) are masked (key lengths and starts) */
         if (a->key_form) {
             hi = a->key_range[b];
@@ -60,10 +71,15 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
         }
         for (int64_t s = 0; s < S; ++s) {
             const float* q = base + s * ld + h * hq;
-            for (int64_t t = 0; t < tp; t += VL) {
-                vfloat acc = {0};
-                for (int64_t j = 0; j < hq; ++j) acc += q[j] * vload(kt + j * tp + t);
-                acc *= a->scale;
+            for (int64_t t = 0; t < tp; t += VL) {  /* q . k of VL keys; j even and odd in two chains */
+                vfloat a0 = {0}, a1 = {0};
+                int64_t j = 0;
+                for (; j + 2 <= hq; j += 2) {
+                    a0 = vfma(vsplat(q[j]), vload(kt + j * tp + t), a0);
+                    a1 = vfma(vsplat(q[j + 1]), vload(kt + (j + 1) * tp + t), a1);
+                }
+                if (j < hq) a0 = vfma(vsplat(q[j]), vload(kt + j * tp + t), a0);
+                const vfloat acc = (a0 + a1) * a->scale;
                 memcpy(sc + t, &acc, sizeof acc);
             }
             if (has_key || a->causal) {
@@ -90,14 +106,25 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
                 sv += e;
                 vstore_part(sc + full, e, rest);
             }
-            const float sum = vsum(sv);
-            for (int64_t t = 0; t < T; ++t) sc[t] /= sum;
-            float* restrict out = a->y + (b * S + s) * N * hv + h * hv;
-            for (int64_t j = 0; j < hv; ++j) out[j] = 0.0f;
-            for (int64_t t = 0; t < T; ++t) {
-                const float pt = sc[t];
-                const float* restrict v = value_row(a, base, p, t);
-                for (int64_t j = 0; j < hv; ++j) out[j] += pt * v[j];
+            const float inv = 1.0f / vsum(sv);  /* as rows.c's softmax: within an ulp of the quotient */
+            for (int64_t t = 0; t < T; ++t) sc[t] *= inv;
+            float* out = a->y + (b * S + s) * N * hv + h * hv;
+            for (int64_t j0 = 0; j0 < hv; j0 += VL) {  /* the weighted values, VL columns at a time */
+                const int64_t m = hv - j0 < VL ? hv - j0 : VL;
+                vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};  /* keys t mod 4: four chains of adds, not one */
+                int64_t t = 0;
+                for (; t + 4 <= T; t += 4) {
+                    a0 = vfma(vsplat(sc[t]), value_part(past_v, new_v, t, P, hv, ld, j0, m), a0);
+                    a1 = vfma(vsplat(sc[t + 1]), value_part(past_v, new_v, t + 1, P, hv, ld, j0, m), a1);
+                    a2 = vfma(vsplat(sc[t + 2]), value_part(past_v, new_v, t + 2, P, hv, ld, j0, m), a2);
+                    a3 = vfma(vsplat(sc[t + 3]), value_part(past_v, new_v, t + 3, P, hv, ld, j0, m), a3);
+                }
+                for (; t < T; ++t) a0 = vfma(vsplat(sc[t]), value_part(past_v, new_v, t, P, hv, ld, j0, m), a0);
+                const vfloat acc = (a0 + a1) + (a2 + a3);
+                if (m == VL)
+                    memcpy(out + j0, &acc, sizeof acc);
+                else
+                    vstore_part(out + j0, acc, m);
             }
         }
     }

@@ -3,7 +3,9 @@
 #pragma once
 #include "common.h"
 
-static inline vfloat vsplat(float a) { return (vfloat){0} + a; }
+/* a in every lane (not (vfloat){0} + a: that adds 0 to a, a scalar add before the broadcast) */
+static inline vfloat vsplat(float a) { return (vfloat){a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a}; }
+_Static_assert(VL == 16, "vsplat's lanes are written for 16");
 
 /* lanes of a where m is set, else of b */
 static inline vfloat vselect(vint m, vfloat a, vfloat b) { return (vfloat)((m & (vint)a) | (~m & (vint)b)); }
