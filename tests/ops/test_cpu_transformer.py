@@ -109,6 +109,25 @@ def test_layer_norm_matches_the_generic_op(name, shift):
             _within(got[2], want[2], 2 * (n + 4) * U32 * want[2] * (1 + scale * want[2]))
 
 
+def test_layer_norm_keeps_the_sizes_of_each_shape_with_the_prepared_parameters():
+    """A prepared step keeps each input shape's sizes; a later call of that shape (with those parameters)
+    gives the same bits as the first, another Scale or a strided input the full path's."""
+    cpu, _ = _impls("LayerNormalization")
+    g, b = _f32(16, seed=1), _f32(16, seed=2)
+    prepared = cpu_norm.prepare_params(1, 2)({1: g, 2: b}, {})
+    for shape in ((3, 16), (2, 5, 16), (3, 16)):
+        X = _f32(*shape, seed=len(shape))
+        first = cpu(np, X, g, b, prepared=prepared)
+        assert (X.shape, -1) in prepared
+        for a, c in zip(cpu(np, X, g, b, prepared=prepared), first):
+            np.testing.assert_array_equal(a, c)
+        for a, c in zip(cpu(np, X, g.copy(), b, prepared=prepared), cpu(np, X, g.copy(), b)):
+            np.testing.assert_array_equal(a, c)
+    X = _f32(3, 32, seed=5)[:, ::2]
+    for a, c in zip(cpu(np, X, g, b, prepared=prepared), cpu(np, X.copy(), g, b)):
+        np.testing.assert_array_equal(a, c)
+
+
 def test_layer_norm_in_float16_and_bfloat16_is_computed_in_float32():
     """Half data: the statistics in float32 on both sides; the generic op rounds t = (x - mean) inv to
     float16, then t * Scale and + B in float16 (three roundings), the CPU path the float32 result once."""
