@@ -156,7 +156,13 @@ def test_matmul_integer_native(simd, a_dtype, b_dtype, shape, b_zero):
     got = _session(model, feeds)[0]
     np.testing.assert_array_equal(got, _generic_session(model, feeds)[0])
     assert got.dtype == np.int32
-    if (a_dtype, b_dtype) != (S8, U8) and b_zero != "per_column":  # what onnxruntime's kernel takes
+    bz = dict(inits).get("bz", np.zeros((), b_dtype))
+    exact = (a.astype(np.int64) - az.astype(np.int64)) @ (b.astype(np.int64) - bz.astype(np.int64))
+    np.testing.assert_array_equal(got, exact.astype(np.int32))  # |sums| < 2**31 at these sizes
+    # what onnxruntime's kernel takes; 1.23 gets 8 of the (70, 130) products wrong on an Intel Xeon with
+    # AVX-512 VNNI and AMX (against the exact sums above): compared from 1.24 on
+    ort_wrong = shape == (70, 130) and ort_older_than("1.24")
+    if (a_dtype, b_dtype) != (S8, U8) and b_zero != "per_column" and not ort_wrong:
         np.testing.assert_array_equal(got, run_both(model, feeds)[1][0])
 
 
