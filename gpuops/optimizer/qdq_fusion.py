@@ -62,18 +62,28 @@ def _dtype(graph: Graph, qdq) -> int:
     return TensorProto.UINT8 if graph.value(qdq.input[2]).dtype == np.uint8 else TensorProto.INT8
 
 
-def _conv_weight(graph: Graph, name: str, channels_ok):
-    """The DequantizeLinear of a constant 8-bit conv weight, per tensor or per output channel (axis 0)."""
+def _weight_dq(graph: Graph, name: str, ndim: int):
+    """(the DequantizeLinear, its weight, scale) of a constant 8-bit ``ndim``-D weight with float32
+    scales and a zero point of each scale's shape, or None."""
     node = graph.producer.get(name)
     if node is None or node.op_type != "DequantizeLinear" or not _plain(node) or len(node.input) != 3:
         return None
     if attr(node, "block_size", 0) or attr(node, "output_dtype", 0):
         return None
     w, scale, zero = (graph.const_value(x) for x in node.input)
-    if w is None or scale is None or zero is None or w.dtype not in (np.uint8, np.int8) or w.ndim != 4:
+    if w is None or scale is None or zero is None or w.dtype not in (np.uint8, np.int8) or w.ndim != ndim:
         return None
     if scale.dtype != np.float32 or zero.dtype != w.dtype or scale.shape != zero.shape:
         return None
+    return node, w, scale
+
+
+def _conv_weight(graph: Graph, name: str, channels_ok):
+    """The DequantizeLinear of a constant 8-bit conv weight, per tensor or per output channel (axis 0)."""
+    found = _weight_dq(graph, name, 4)
+    if found is None:
+        return None
+    node, w, scale = found
     if scale.size == 1 and scale.ndim <= 1:
         return node
     if scale.shape == (w.shape[0],) and attr(node, "axis", 1) in (0, -4) and channels_ok:
@@ -145,16 +155,10 @@ def _fuse_pool(graph: Graph, pool):
 
 def _gemm_weight(graph: Graph, name: str, trans_b: int):
     """The DequantizeLinear of a constant 8-bit Gemm weight, per tensor or per output column."""
-    node = graph.producer.get(name)
-    if node is None or node.op_type != "DequantizeLinear" or not _plain(node) or len(node.input) != 3:
+    found = _weight_dq(graph, name, 2)
+    if found is None:
         return None
-    if attr(node, "block_size", 0) or attr(node, "output_dtype", 0):
-        return None
-    w, scale, zero = (graph.const_value(x) for x in node.input)
-    if w is None or scale is None or zero is None or w.dtype not in (np.uint8, np.int8) or w.ndim != 2:
-        return None
-    if scale.dtype != np.float32 or zero.dtype != w.dtype or scale.shape != zero.shape:
-        return None
+    node, w, scale = found
     if scale.size == 1 and scale.ndim <= 1:
         return node
     n_axis = 0 if trans_b else 1
