@@ -158,6 +158,23 @@ static int gemm_rows(const float* pack, const float* B, int64_t ldb, const float
     return 0;
 }
 
+/* A cells-on-lanes tile's accumulators: zero for the first block of K, else the partial sums the
+ * earlier blocks stored in Y (mc channels from p0, nc cells from n0), through the transposing buffer t. */
+static inline __attribute__((always_inline)) void start_tile(int first, const float* Y, int64_t ldy, int64_t p0,
+                                                             int64_t n0, int64_t mc, int64_t nc, float t[MR][NR],
+                                                             gvec acc[MR][NV]) {
+    if (first) {
+        for (int i = 0; i < MR; ++i)
+            for (int v = 0; v < NV; ++v) acc[i][v] = (gvec){0};
+        return;
+    }
+    memset(t, 0, sizeof(float) * MR * NR);
+    for (int64_t j = 0; j < mc; ++j)
+        for (int64_t i = 0; i < nc; ++i) t[i][j] = Y[(p0 + j) * ldy + n0 + i];
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] = gload(&t[i][v * GV]);
+}
+
 /* gemm_f32 with channels on the lanes. */
 static int gemm_cells(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
                       int64_t M, int64_t K, int64_t N, float lo, float hi) {
@@ -186,16 +203,7 @@ static int gemm_cells(const float* pack, const float* B, int64_t ldb, const floa
                     const int64_t w = panel_width(M, p0), mc = m1 - p0 < w ? m1 - p0 : w;
                     float t[MR][NR];
                     gvec acc[MR][NV];
-                    if (first) {
-                        for (int i = 0; i < MR; ++i)
-                            for (int v = 0; v < NV; ++v) acc[i][v] = (gvec){0};
-                    } else {
-                        memset(t, 0, sizeof t);
-                        for (int64_t j = 0; j < mc; ++j)
-                            for (int64_t i = 0; i < nc; ++i) t[i][j] = Y[(p0 + j) * ldy + n0 + i];
-                        for (int i = 0; i < MR; ++i)
-                            for (int v = 0; v < NV; ++v) acc[i][v] = gload(&t[i][v * GV]);
-                    }
+                    start_tile(first, Y, ldy, p0, n0, mc, nc, t, acc);
                     const float* q = pack + p0 * K + k0 * w;
                     if (w == NR)
                         tile(b, lb, q, kc, NV, acc);
@@ -269,16 +277,7 @@ static void conv_cells(const float* pack, const float* x, const int64_t* koff, c
                     const int64_t w = panel_width(M, p0), mc = m1 - p0 < w ? m1 - p0 : w;
                     float t[MR][NR];
                     gvec acc[MR][NV];
-                    if (first) {
-                        for (int i = 0; i < MR; ++i)
-                            for (int v = 0; v < NV; ++v) acc[i][v] = (gvec){0};
-                    } else {
-                        memset(t, 0, sizeof t);
-                        for (int64_t j = 0; j < mc; ++j)
-                            for (int64_t i = 0; i < nc; ++i) t[i][j] = Y[(p0 + j) * ldy + n0 + i];
-                        for (int i = 0; i < MR; ++i)
-                            for (int v = 0; v < NV; ++v) acc[i][v] = gload(&t[i][v * GV]);
-                    }
+                    start_tile(first, Y, ldy, p0, n0, mc, nc, t, acc);
                     const float* q = pack + p0 * K + k0 * w;
                     if (w == NR)
                         tile_taps(x, koff + k0, co, q, kc, NV, acc);
