@@ -36,6 +36,8 @@ CASES = {
     "direct-stem": (1, 3, 8, 32, 30, 7, 2, (3, 3, 3, 3), 1, 1),
     "direct-dilated": (2, 2, 5, 13, 11, 3, 2, (0, 1, 0, 0), 2, 1),
     "long-k-blocks": (1, 96, 32, 6, 6, 3, 1, (1, 1, 1, 1), 1, 1),  # K = 864 > one k block of the GEMM
+    # few input channels but a long window (more taps than DIRECT_MAX_TAPS): the GEMM, not the direct kernel
+    "few-channels-long-window": (1, 2, 20, 40, 37, 12, 5, (2, 0, 3, 1), 1, 1),
     # cells on the vector lanes (short K, many cells): output rows in segments of a vector
     "rows-stride2-wide": (1, 8, 16, 40, 45, 3, 2, (1, 1, 0, 1), 1, 1),
     "rows-dilated-grouped": (2, 8, 12, 20, 37, 3, 1, (2, 2, 2, 2), 2, 2),
@@ -105,7 +107,8 @@ def test_planned_convs_match_the_generic_op(name, activation, residual):
 CASES_1D = {
     "gemm": (1, 129, 128, 3, 3, 1, (1, 1), 1, 1),
     "gemm-strided": (2, 16, 24, 37, 5, 2, (2, 1), 2, 1),
-    "stft-like": (1, 1, 258, 576, 256, 128, (0, 0), 1, 1),  # one input channel: the direct kernel
+    "stft-like": (1, 1, 258, 576, 256, 128, (0, 0), 1, 1),  # one channel, 256 taps: the direct kernel
+    "stft-512": (1, 1, 65, 1760, 512, 160, (0, 0), 1, 1),  # 512 taps, past DIRECT_MAX_TAPS: the GEMM
     "depthwise": (1, 12, 24, 20, 3, 1, (1, 1), 1, 12),
     "one-output-channel": (1, 128, 1, 1, 1, 1, (0, 0), 1, 1),
     "grouped": (1, 8, 8, 9, 3, 1, (1, 1), 1, 2),

@@ -257,7 +257,7 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
                         None if B is None else B.ctypes.data, lo, hi, *activation)
     if group == C and C > 1:  # depthwise, 1x1 too
         name = "depthwise_conv2d_planned_f32"
-    elif group == 1 and C <= DIRECT_MAX_CHANNELS and K > 1:
+    elif group == 1 and C <= DIRECT_MAX_CHANNELS and 1 < K and C * K <= DIRECT_MAX_TAPS:
         name = "direct_conv2d_planned_f32"
     else:
         Mg, CKg = M // group, W.size // M
@@ -465,7 +465,8 @@ def _native_window_conv(name, X, W, B, count, kernel, strides, dilations, pb, ou
     return Y
 
 
-DIRECT_MAX_CHANNELS = 4  # a CNN's first layer: there im2col + GEMM has too short a K to run well
+DIRECT_MAX_CHANNELS = 4  # a CNN's first layer: there im2col + GEMM has too short a K to run well...
+DIRECT_MAX_TAPS = 256  # ...but not an STFT's long window (1 x 512 taps): that K the GEMM runs well
 
 
 def _direct(X, W, B, kernel, strides, dilations, pb, out, clamp_to=None):
@@ -624,7 +625,7 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
     M = W.shape[0]
     if group == C and C > 1 and L > 0 and X.size:  # depthwise, 1x1 too
         return _depthwise(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
-    if group == 1 and C <= DIRECT_MAX_CHANNELS and K > 1 and L > 0 and X.size:
+    if group == 1 and C <= DIRECT_MAX_CHANNELS and 1 < K and C * K <= DIRECT_MAX_TAPS and L > 0 and X.size:
         Y = _direct(X, W, B, kernel, strides, dilations, pb, out, clamp_to)
         if Y is not None:
             return Y
