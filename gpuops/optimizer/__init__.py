@@ -53,10 +53,10 @@ import onnx
 
 from ..errors import GpuopsError
 from . import (attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code,
-               dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv, fold_mul_into_matmul, gelu,
-               gemm_activation, hard_activations, inline_if, layernorm, matmul_add_to_gemm, matmul_integer_to_float,
-               qdq_fusion, reduce_mean_to_pool, restack, shape_to_constant, silu, sink_transposes,
-               transpose_into_matmul)
+               dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv,
+               fold_mul_into_matmul, gelu, gemm_activation, hard_activations, inline_if, layernorm,
+               matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool, restack,
+               shape_to_constant, silu, sink_transposes, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 

@@ -6,7 +6,8 @@ adds it, calls the softmax and transposes back (some twenty NumPy calls).
 
 float32, with or without past (its keys and values first; the present, when asked for, written by the
 kernel), with a key-padding ``mask_index`` of key lengths ``(B)``, end and start positions ``(2B)`` or a
-raw 0/1 mask ``(B, T)`` or ``(B, S, T)``, causal or not, without attention_bias; the rest (and CuPy arrays, ``native.disabled()``) goes to the generic op of
+raw 0/1 mask ``(B, T)`` or ``(B, S, T)``, causal or not, without attention_bias; the rest (and CuPy
+arrays, ``native.disabled()``) goes to the generic op of
 :mod:`gpuops.ops.contrib.transformer`, the fallback and test oracle.
 """
 
