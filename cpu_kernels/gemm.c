@@ -175,6 +175,30 @@ static inline __attribute__((always_inline)) void start_tile(int first, const fl
         for (int v = 0; v < NV; ++v) acc[i][v] = gload(&t[i][v * GV]);
 }
 
+/* A cells-on-lanes tile stored to Y (mc channels from p0, nc cells from n0) through t; after the last
+ * block of K, with the bias of its channels (bb) added and the clamp applied. */
+static inline __attribute__((always_inline)) void finish_tile(int last, const float* bb, float lo, float hi, float* Y,
+                                                              int64_t ldy, int64_t p0, int64_t n0, int64_t mc,
+                                                              int64_t nc, float t[MR][NR], gvec acc[MR][NV]) {
+    if (last)
+        for (int v = 0; v < NV; ++v) {
+            const gvec bv = gload(bb + v * GV);
+            for (int i = 0; i < MR; ++i) acc[i][v] = clamp(acc[i][v] + bv, lo, hi);
+        }
+    for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) memcpy(&t[i][v * GV], &acc[i][v], sizeof(gvec));
+    if (nc == MR)  /* constant bounds: unrolled */
+        for (int64_t j = 0; j < mc; ++j) {
+            float* restrict y = Y + (p0 + j) * ldy + n0;
+            for (int i = 0; i < MR; ++i) y[i] = t[i][j];
+        }
+    else
+        for (int64_t j = 0; j < mc; ++j) {
+            float* restrict y = Y + (p0 + j) * ldy + n0;
+            for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
+        }
+}
+
 /* gemm_f32 with channels on the lanes. */
 static int gemm_cells(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
                       int64_t M, int64_t K, int64_t N, float lo, float hi) {
@@ -209,23 +233,7 @@ static int gemm_cells(const float* pack, const float* B, int64_t ldb, const floa
                         tile(b, lb, q, kc, NV, acc);
                     else
                         tile(b, lb, q, kc, 1, acc);
-                    if (last)
-                        for (int v = 0; v < NV; ++v) {
-                            const gvec bv = gload(bb + p0 - m0 + v * GV);
-                            for (int i = 0; i < MR; ++i) acc[i][v] = clamp(acc[i][v] + bv, lo, hi);
-                        }
-                    for (int i = 0; i < MR; ++i)
-                        for (int v = 0; v < NV; ++v) memcpy(&t[i][v * GV], &acc[i][v], sizeof(gvec));
-                    if (nc == MR)  /* constant bounds: unrolled */
-                        for (int64_t j = 0; j < mc; ++j) {
-                            float* restrict y = Y + (p0 + j) * ldy + n0;
-                            for (int i = 0; i < MR; ++i) y[i] = t[i][j];
-                        }
-                    else
-                        for (int64_t j = 0; j < mc; ++j) {
-                            float* restrict y = Y + (p0 + j) * ldy + n0;
-                            for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
-                        }
+                    finish_tile(last, bb + p0 - m0, lo, hi, Y, ldy, p0, n0, mc, nc, t, acc);
                 }
             }
         }
@@ -283,23 +291,7 @@ static void conv_cells(const float* pack, const float* x, const int64_t* koff, c
                         tile_taps(x, koff + k0, co, q, kc, NV, acc);
                     else
                         tile_taps(x, koff + k0, co, q, kc, 1, acc);
-                    if (last)
-                        for (int v = 0; v < NV; ++v) {
-                            const gvec bv = gload(bb + p0 - m0 + v * GV);
-                            for (int i = 0; i < MR; ++i) acc[i][v] = clamp(acc[i][v] + bv, lo, hi);
-                        }
-                    for (int i = 0; i < MR; ++i)
-                        for (int v = 0; v < NV; ++v) memcpy(&t[i][v * GV], &acc[i][v], sizeof(gvec));
-                    if (nc == MR)
-                        for (int64_t j = 0; j < mc; ++j) {
-                            float* restrict y = Y + (p0 + j) * ldy + n0;
-                            for (int i = 0; i < MR; ++i) y[i] = t[i][j];
-                        }
-                    else
-                        for (int64_t j = 0; j < mc; ++j) {
-                            float* restrict y = Y + (p0 + j) * ldy + n0;
-                            for (int64_t i = 0; i < nc; ++i) y[i] = t[i][j];
-                        }
+                    finish_tile(last, bb + p0 - m0, lo, hi, Y, ldy, p0, n0, mc, nc, t, acc);
                 }
             }
         }
