@@ -90,24 +90,8 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
                     sc[t] += has_key ? (a->causal ? km + cm : km) : cm;
                 }
             }
-            vfloat mv = vsplat(-INFINITY);
-            const int64_t full = T / VL * VL, rest = T - full;
-            for (int64_t t = 0; t < full; t += VL) mv = vmax_nan(mv, vload(sc + t));
-            if (rest) mv = vmax_nan(mv, vload_part(sc + full, rest, -INFINITY));
-            const float m = vmax_lanes(mv);
-            vfloat sv = {0};
-            for (int64_t t = 0; t < full; t += VL) {
-                const vfloat e = vexp_neg(vload(sc + t) - m);
-                sv += e;
-                memcpy(sc + t, &e, sizeof e);
-            }
-            if (rest) {
-                const vfloat e = vexp_neg(vload_part(sc + full, rest, -INFINITY) - m);
-                sv += e;
-                vstore_part(sc + full, e, rest);
-            }
-            const float inv = 1.0f / vsum(sv);  /* as rows.c's softmax: within an ulp of the quotient */
-            for (int64_t t = 0; t < T; ++t) sc[t] *= inv;
+            float max;
+            vscale_row(sc, T, 1.0f / vexp_row(sc, sc, T, 1, &max));  /* the softmax, as rows.c's */
             float* out = a->y + (b * S + s) * N * hv + h * hv;
             for (int64_t j0 = 0; j0 < hv; j0 += VL) {  /* the weighted values, VL columns at a time */
                 const int64_t m = hv - j0 < VL ? hv - j0 : VL;

@@ -38,36 +38,16 @@ int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n) {
 /* Rows [r0, r1) of softmax_rows_f32: the row's max (a NaN winning), e^(x - max) by vexp_neg (within 2 ulp)
  * summed in VL lanes, then divided by the sum (or x - max - log(sum)). */
 static void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n, int64_t log_) {
-    const int64_t full = n / VL * VL, rest = n - full;
     for (int64_t r = r0; r < r1; ++r) {
-        const float* restrict xr = x + r * n;
-        float* restrict yr = y + r * n;
-        vfloat mv = vsplat(-INFINITY);
-        for (int64_t i = 0; i < full; i += VL) mv = vmax_nan(mv, vload(xr + i));
-        if (rest) mv = vmax_nan(mv, vload_part(xr + full, rest, -INFINITY));
-        const float m = vmax_lanes(mv);
-        vfloat sv = {0};
-        for (int64_t i = 0; i < full; i += VL) {
-            const vfloat e = vexp_neg(vload(xr + i) - m);
-            sv += e;
-            if (!log_) memcpy(yr + i, &e, sizeof e);
-        }
-        if (rest) {
-            const vfloat e = vexp_neg(vload_part(xr + full, rest, -INFINITY) - m);  /* padding: e^-inf = 0 */
-            sv += e;
-            if (!log_) vstore_part(yr + full, e, rest);
-        }
-        const float s = vsum(sv);
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m;
+        const float s = vexp_row(xr, yr, n, !log_, &m);
         if (log_) {
             const float ls = logf(s);
             for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
-        } else {  /* by 1 / s: within an ulp of the quotient, a multiply where a divide takes ten */
-            const float inv = 1.0f / s;
-            for (int64_t i = 0; i < full; i += VL) {
-                const vfloat v = vload(yr + i) * inv;
-                memcpy(yr + i, &v, sizeof v);
-            }
-            if (rest) vstore_part(yr + full, vload_part(yr + full, rest, 0.0f) * inv, rest);
+        } else {
+            vscale_row(yr, n, 1.0f / s);
         }
     }
 }

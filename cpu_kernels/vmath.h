@@ -85,3 +85,36 @@ static inline float vmax_lanes(vfloat s) {
     s = vmax_nan(s, SHUF(s, s, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
     return s[0];
 }
+
+/* A softmax row's first passes over x (n floats): its max m (NaN if an element is), and e^(x - m) for
+ * every element, written to y when store is set (y may be x); returns the sum of those exponentials. */
+static inline float vexp_row(const float* x, float* y, int64_t n, int store, float* max) {
+    const int64_t full = n / VL * VL, rest = n - full;
+    vfloat mv = vsplat(-INFINITY);
+    for (int64_t i = 0; i < full; i += VL) mv = vmax_nan(mv, vload(x + i));
+    if (rest) mv = vmax_nan(mv, vload_part(x + full, rest, -INFINITY));
+    const float m = *max = vmax_lanes(mv);
+    vfloat sv = {0};
+    for (int64_t i = 0; i < full; i += VL) {
+        const vfloat e = vexp_neg(vload(x + i) - m);
+        sv += e;
+        if (store) memcpy(y + i, &e, sizeof e);
+    }
+    if (rest) {
+        const vfloat e = vexp_neg(vload_part(x + full, rest, -INFINITY) - m);  /* padding: e^-inf = 0 */
+        sv += e;
+        if (store) vstore_part(y + full, e, rest);
+    }
+    return vsum(sv);
+}
+
+/* y[i] *= s for n floats (a softmax row divided by its sum as a multiply by 1 / sum: within an ulp of
+ * the quotient, where a divide takes ten times as long). */
+static inline void vscale_row(float* y, int64_t n, float s) {
+    const int64_t full = n / VL * VL, rest = n - full;
+    for (int64_t i = 0; i < full; i += VL) {
+        const vfloat v = vload(y + i) * s;
+        memcpy(y + i, &v, sizeof v);
+    }
+    if (rest) vstore_part(y + full, vload_part(y + full, rest, 0.0f) * s, rest);
+}
