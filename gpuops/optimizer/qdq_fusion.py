@@ -62,9 +62,10 @@ def _dtype(graph: Graph, qdq) -> int:
     return TensorProto.UINT8 if graph.value(qdq.input[2]).dtype == np.uint8 else TensorProto.INT8
 
 
-def _weight_dq(graph: Graph, name: str, ndim: int):
-    """(the DequantizeLinear, its weight, scale) of a constant 8-bit ``ndim``-D weight with float32
-    scales and a zero point of each scale's shape, or None."""
+def _weight_dq(graph: Graph, name: str, ndim: int, channel_axis: int):
+    """The DequantizeLinear of a constant 8-bit ``ndim``-D weight with float32 scales and a zero point of
+    each scale's shape, per tensor or per channel of ``channel_axis`` (a conv's output channels, a Gemm's
+    output columns), or None."""
     node = graph.producer.get(name)
     if node is None or node.op_type != "DequantizeLinear" or not _plain(node) or len(node.input) != 3:
         return None
@@ -75,18 +76,9 @@ def _weight_dq(graph: Graph, name: str, ndim: int):
         return None
     if scale.dtype != np.float32 or zero.dtype != w.dtype or scale.shape != zero.shape:
         return None
-    return node, w, scale
-
-
-def _conv_weight(graph: Graph, name: str, channels_ok):
-    """The DequantizeLinear of a constant 8-bit conv weight, per tensor or per output channel (axis 0)."""
-    found = _weight_dq(graph, name, 4)
-    if found is None:
-        return None
-    node, w, scale = found
     if scale.size == 1 and scale.ndim <= 1:
         return node
-    if scale.shape == (w.shape[0],) and attr(node, "axis", 1) in (0, -4) and channels_ok:
+    if scale.shape == (w.shape[channel_axis],) and attr(node, "axis", 1) in (channel_axis, channel_axis - ndim):
         return node
     return None
 
@@ -104,7 +96,7 @@ def _fuse_conv(graph: Graph, conv):
         return None
     q = _q_after(graph, conv)
     dx = _dq(graph, conv.input[0])
-    dw = _conv_weight(graph, conv.input[1], True)
+    dw = _weight_dq(graph, conv.input[1], 4, 0)
     if q is None or dx is None or dw is None:
         return None
     x_type, y_type = _dtype(graph, dx), _dtype(graph, q)
@@ -153,27 +145,13 @@ def _fuse_pool(graph: Graph, pool):
                            channels_last=0), q
 
 
-def _gemm_weight(graph: Graph, name: str, trans_b: int):
-    """The DequantizeLinear of a constant 8-bit Gemm weight, per tensor or per output column."""
-    found = _weight_dq(graph, name, 2)
-    if found is None:
-        return None
-    node, w, scale = found
-    if scale.size == 1 and scale.ndim <= 1:
-        return node
-    n_axis = 0 if trans_b else 1
-    if scale.shape == (w.shape[n_axis],) and attr(node, "axis", 1) % 2 == n_axis:
-        return node
-    return None
-
-
 def _fuse_gemm(graph: Graph, gemm):
     """Gemm -> com.microsoft QGemm: out quantized when a QuantizeLinear follows, else float32."""
     if len(gemm.input) not in (2, 3) or (len(gemm.input) == 3 and not gemm.input[2]) or len(gemm.output) != 1:
         return None
     q = _q_after(graph, gemm)
     da = _dq(graph, gemm.input[0])
-    db = _gemm_weight(graph, gemm.input[1], attr(gemm, "transB", 0))
+    db = _weight_dq(graph, gemm.input[1], 2, 0 if attr(gemm, "transB", 0) else 1)
     if da is None or db is None:
         return None
     a_type = _dtype(graph, da)
