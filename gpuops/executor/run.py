@@ -120,8 +120,9 @@ def _code(plan: Plan) -> list[_Code]:
     code = plan.__dict__.get("_code")
     if code is None:
         code = plan.__dict__["_code"] = [
-            _Code(s, s.impl.fn, call_keywords(s), _lookup(s), s.outputs[0] if len(s.outputs) == 1 and s.outputs[0] else None,
-                  sum(1 for o in s.outputs if o), tuple(s.outputs),
+            _Code(s, s.impl.fn, call_keywords(s), _lookup(s),
+                  s.outputs[0] if len(s.outputs) == 1 and s.outputs[0] else None, sum(1 for o in s.outputs if o),
+                  tuple(s.outputs),
                   tuple((n, n in plan.produced or n in plan.fed) for n in s.release), bool(s.impl.syncs),
                   _reusable(s, plan), s.subgraphs)
             for s in plan.steps]
