@@ -156,8 +156,7 @@ class blas_threads:
     def __enter__(self):
         global _runs, _open
         n = self.n
-        _lock.acquire()
-        try:
+        with _lock:
             if not _runs:
                 if _controllers is None:
                     _blas_controllers()
@@ -167,17 +166,12 @@ class blas_threads:
                 if lib[3] != n:
                     lib[1](n)
                     lib[3] = n
-        finally:
-            _lock.release()
 
     def __exit__(self, *exc):
         global _runs
-        _lock.acquire()
-        try:
+        with _lock:
             _runs -= 1
             if not _runs:
                 for _, put, found, now in _open:
                     if now != found:
                         put(found)
-        finally:
-            _lock.release()

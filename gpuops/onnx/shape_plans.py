@@ -62,6 +62,7 @@ class ShapePlans:
         self.bytes = 0
         self.builds = self.evictions = 0
         self._warned = False
+        self.recent: Entry | None = None  # the entry the last lookup found
 
     @staticmethod
     def key(feeds: dict[str, Any]) -> tuple | None:
@@ -74,11 +75,16 @@ class ShapePlans:
     def lookup(self, key: tuple):
         """(the specialized plan of ``key`` or None, whether this run should record its values' shapes
         and then call :meth:`add`)."""
+        e = self.entries.get(key)  # (a dict read is atomic)
+        if e is not None and e is self.recent:  # the last signature again: already the most recently used
+            e.runs += 1  # (a statistic: outside the lock, concurrent runs may undercount it)
+            return e.plan, False
         with self.lock:
             e = self.entries.get(key)
             if e is not None:
                 self.entries.move_to_end(key)
                 e.runs += 1
+                self.recent = e
                 return e.plan, False
             if key in self.building:
                 return None, False
@@ -109,9 +115,12 @@ class ShapePlans:
             self.building.discard(key)
             self.builds += 1
             self.entries[key] = entry
+            self.recent = None  # (the new entry is the most recently used now)
             self.bytes += entry.bytes
             while len(self.entries) > self.capacity or self.bytes > self.max_bytes:
                 _, old = self.entries.popitem(last=False)
+                if old is self.recent:
+                    self.recent = None
                 self.bytes -= old.bytes
                 self.evictions += 1
 
@@ -133,6 +142,7 @@ class ShapePlans:
         with self.lock:
             self.entries.clear()
             self.seen.clear()
+            self.recent = None
             self.bytes = 0
 
 

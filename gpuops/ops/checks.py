@@ -21,7 +21,11 @@ import numpy as np
 from ..device import to_host
 from ..errors import NodeError
 
-_state = threading.local()
+class _State(threading.local):
+    stack: tuple = ()  # the open deferred blocks' checks (a class default: reading it costs no AttributeError)
+
+
+_state = _State()
 
 
 class Deferred:
@@ -70,7 +74,7 @@ def read_all(values: list) -> list:
 
 def active() -> Deferred | None:
     """The innermost :func:`deferred` block's checks on this thread, if any."""
-    stack = getattr(_state, "stack", None)
+    stack = _state.stack
     return stack[-1] if stack else None
 
 
@@ -82,7 +86,7 @@ class deferred:
 
     def __enter__(self) -> Deferred:
         self.d = Deferred()
-        _state.stack = getattr(_state, "stack", []) + [self.d]
+        _state.stack = (*_state.stack, self.d)
         return self.d
 
     def __exit__(self, *exc):
