@@ -122,6 +122,9 @@ def _rewrite(graph: Graph, inputs: list[str], outputs: list[str], casts: dict) -
         renames[x] = graph.unique(f"{x}_float32")
         nodes.append(graph.make_node("Cast", [x], [renames[x]], to=F32))
     made_f16 = set()
+    for n in graph.nodes:  # first: a node listed before the Cast it reads (an unsorted graph) reads float32 too
+        if id(n) in casts and casts[id(n)][1] == F16:
+            renames[n.output[0]] = graph.unique(f"{n.output[0]}_float32")
     for n in graph.nodes:
         n.input[:] = [renames.get(x, x) for x in n.input]
         for a in n.attribute:
@@ -141,7 +144,6 @@ def _rewrite(graph: Graph, inputs: list[str], outputs: list[str], casts: dict) -
             n.input[0] = rounded
         nodes.append(n)
         if to == F16:  # y stays the float16 value; its readers get it in float32
-            renames[y] = graph.unique(f"{y}_float32")
             made_f16.add(y)
             nodes.append(graph.make_node("Cast", [y], [renames[y]], to=F32))
 

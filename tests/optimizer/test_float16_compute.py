@@ -145,6 +145,24 @@ def test_explicit_casts_keep_float16_rounding():
     assert ops(opt)["Cast"] > ops(model)["Cast"]
 
 
+def test_input_cast_listed_after_its_reader():
+    """onnxconverter-common's keep_io_types models list the graph input's Cast to float16 after the nodes
+    that read it (onnxruntime sorts the graph): those nodes read the float32 value made from it too, so
+    that onnxruntime still runs the rewritten model (no node of float32 weights reads a float16 value)."""
+    x = np.array([[1 + 2 ** -12, 3.14159, -2.5e-8]], np.float32)
+    w = _h(3, 4)
+    nodes = [helper.make_node("MatMul", ["h", "w"], ["Y"]), helper.make_node("Cast", ["X"], ["h"], to=H)]
+    model = make_model(nodes, {"X": x}, [_out("Y")], inits=[("w", w)])
+    got = _run(model, {"X": x})[0]
+    opt = optimize(model, "all", device="cpu")  # (a session sorts the graph first)
+    matmul = next(n for n in opt.graph.node if n.op_type == "MatMul")
+    assert matmul.input[0] != "h" and not [t for t in opt.graph.initializer if t.data_type == H]
+    want = _ref(make_model(nodes[::-1], {"X": x}, [_out("Y")], inits=[("w", w)]), {"X": x})
+    assert_close(got[0].astype(np.float32), want[0].astype(np.float32), 1e-3, 1e-3, "Y")
+    assert_close(np.asarray(run_ort(opt, {"X": x})[0], np.float32), want[0].astype(np.float32), 1e-3, 1e-3,
+                 "onnxruntime Y")
+
+
 def test_dtype_attributes_and_cast_like():
     """Constant and ConstantOfShape tensors, EyeLike's dtype, RandomUniformLike's, CastLike to a
     float16 value and from one: all converted consistently (oracle: onnx's reference evaluator)."""
