@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "common.h"
+#include "vmath.h"
 
 struct conv_params {
     int64_t N, C, H, W, M;  /* images, input channels, input rows and columns, output channels */
@@ -19,7 +20,7 @@ struct conv_params {
     float alpha, beta;  /* parameters */
 };
 
-enum { CONV_CLAMP, CONV_HARD_SIGMOID, CONV_HARD_SWISH, CONV_SIGMOID, CONV_LEAKY_RELU };
+enum { CONV_CLAMP, CONV_HARD_SIGMOID, CONV_HARD_SWISH, CONV_SIGMOID, CONV_LEAKY_RELU, CONV_SILU };
 
 /* Whether the kernels' own store applies p's epilogue (a clamp, no residual), or leaves it to
  * epilogue_rows. */
@@ -54,6 +55,32 @@ static inline float clamp01(float t) {
             }                                                                \
     } while (0)
 
+/* sigmoid(v) in every lane: with e = e^-|v|, 1 / (1 + e) for v >= 0 and e / (1 + e) below (no overflow
+ * either way); NaN stays NaN. */
+static inline vfloat vsigmoid(vfloat v) {
+    const vint neg = v < 0.0f;
+    const vfloat e = vexp_neg(vselect(neg, v, -v));
+    return vselect(neg, e, vsplat(1.0f)) / (1.0f + e);
+}
+
+/* v * sigmoid(v) (SiLU) in every lane. */
+static inline vfloat vsilu(vfloat v) { return v * vsigmoid(v); }
+
+/* yr = SiLU(yr (+ zr)) over n floats, VL at a time. */
+static inline void silu_row(float* yr, const float* zr, int64_t n) {
+    int64_t l = 0;
+    for (; l + VL <= n; l += VL) {
+        const vfloat v = zr ? vload(yr + l) + vload(zr + l) : vload(yr + l);
+        const vfloat s = vsilu(v);
+        memcpy(yr + l, &s, sizeof s);
+    }
+    if (l < n) {
+        const vfloat v = zr ? vload_part(yr + l, n - l, 0.0f) + vload_part(zr + l, n - l, 0.0f)
+                            : vload_part(yr + l, n - l, 0.0f);
+        vstore_part(yr + l, vsilu(v), n - l);
+    }
+}
+
 static inline void epilogue_rows(float* y, int64_t ld, const float* z, int64_t ldz, int64_t r0, int64_t r1,
                                  int64_t n, const struct conv_params* p) {
     const float lo = p->lo, hi = p->hi, alpha = p->alpha, beta = p->beta;
@@ -67,6 +94,8 @@ static inline void epilogue_rows(float* y, int64_t ld, const float* z, int64_t l
             CONV_EPILOGUE(v * clamp01(v * (1.0f / 6.0f) + 0.5f));
         else if (act == CONV_SIGMOID)
             CONV_EPILOGUE(1.0f / (1.0f + expf(-v)));
+        else if (act == CONV_SILU)
+            silu_row(yr, zr, n);
         else if (act == CONV_LEAKY_RELU)
             CONV_EPILOGUE(v >= 0.0f ? v : v * alpha);
         else

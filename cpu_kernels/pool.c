@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "common.h"
+#include "conv_params.h"  /* vsigmoid */
 #include "pool_threads.h"
 
 static int64_t count_in(int64_t start, int64_t k, int64_t d, int64_t lo, int64_t hi) {
@@ -154,6 +155,112 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
     pool_run(pool_part, &a, pool_parts(units, (POOL_MIN_WORK + per_unit - 1) / per_unit));
     free(offs);
     return a.status;
+}
+
+/* Squeeze-and-excitation (gpuops/ops/contrib/private.py's SqueezeExcite): y = x * gate(W2 inner(W1 mean(x) + b1)
+ * + b2), a mean and a gate per plane of x (N images of C planes of HW floats). The weights come transposed,
+ * w1t = W1^T (C, R) and w2t = W2^T (R, C), so that the products run along contiguous rows of outputs. */
+enum { SE_RELU, SE_HARD_SWISH, SE_SILU };  /* inner */
+enum { SE_SIGMOID, SE_HARD_SIGMOID };  /* gate */
+
+typedef struct {
+    const float* x;
+    float *y, *s;  /* s: a plane's mean, then its gate */
+    int64_t planes, HW, scale;  /* scale: the last pass (y = x * s), else the means */
+} SeArgs;
+
+/* v[0:n] = act(v) (one of SE_*: the inner's, or 8 + SE_SIGMOID, 8 + SE_HARD_SIGMOID: the gate's), VL at a time. */
+static void se_activate(float* v, int64_t n, int64_t act, float alpha, float beta) {
+    for (int64_t i = 0; i < n; i += VL) {
+        const int64_t m = n - i < VL ? n - i : VL;
+        vfloat a = m == VL ? vload(v + i) : vload_part(v + i, m, 0.0f);
+        if (act == SE_RELU)
+            a = vclamp(a, 0.0f, __builtin_inff());
+        else if (act == SE_HARD_SWISH)
+            a = a * vclamp(a * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
+        else if (act == SE_SILU)
+            a = vsilu(a);
+        else if (act == 8 + SE_SIGMOID)
+            a = vsigmoid(a);
+        else
+            a = vclamp(a * alpha + beta, 0.0f, 1.0f);
+        if (m == VL)
+            memcpy(v + i, &a, sizeof a);
+        else
+            vstore_part(v + i, a, m);
+    }
+}
+
+/* Planes [p0, p1): their means into s, or y = x * s. */
+static void se_part(void* ctx, int64_t part, int64_t parts) {
+    const SeArgs* a = ctx;
+    const int64_t HW = a->HW;
+    int64_t p0, p1;
+    pool_range(a->planes, 1, part, parts, &p0, &p1);
+    if (HW < 2 * VL) {  /* a few cells a plane: a vector loop's set-up would cost more than its work */
+        const float* restrict x = a->x;
+        float* restrict s = a->s;
+        for (int64_t p = p0; p < p1; ++p) {
+            if (a->scale) {
+                for (int64_t i = p * HW; i < (p + 1) * HW; ++i) a->y[i] = x[i] * s[p];
+            } else {
+                float acc = 0.0f;
+                for (int64_t i = p * HW; i < (p + 1) * HW; ++i) acc += x[i];
+                s[p] = acc / (float)HW;
+            }
+        }
+        return;
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+        const float* restrict xp = a->x + p * HW;
+        if (a->scale) {
+            float* restrict yp = a->y + p * HW;
+            const float g = a->s[p];
+            for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * g;
+        } else {
+            vfloat acc = {0};
+            int64_t i = 0;
+            for (; i + VL <= HW; i += VL) acc += vload(xp + i);
+            if (i < HW) acc += vload_part(xp + i, HW - i, 0.0f);
+            a->s[p] = vsum(acc) / (float)HW;
+        }
+    }
+}
+
+/* out[0:n] = b + sum over k < K of wt[k * n : (k + 1) * n] * v[k], four k at a time. */
+static void matvec_t(const float* restrict wt, const float* restrict v, const float* restrict b, float* restrict out,
+                     int64_t K, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) out[j] = b[j];
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+        const float* w0 = wt + k * n;
+        const float v0 = v[k], v1 = v[k + 1], v2 = v[k + 2], v3 = v[k + 3];
+        for (int64_t j = 0; j < n; ++j) out[j] += w0[j] * v0 + w0[n + j] * v1 + w0[2 * n + j] * v2 + w0[3 * n + j] * v3;
+    }
+    for (; k < K; ++k)
+        for (int64_t j = 0; j < n; ++j) out[j] += wt[k * n + j] * v[k];
+}
+
+int squeeze_excite_f32(const float* x, const float* w1t, const float* b1, const float* w2t, const float* b2, float* y,
+                       int64_t N, int64_t C, int64_t HW, int64_t R, int64_t inner, int64_t gate, float alpha,
+                       float beta) {
+    float* buf = malloc(sizeof(float) * (N * C + R));  /* the planes' s, the hidden values */
+    if (!buf) return 1;
+    SeArgs a = {x, y, buf, N * C, HW, 0};
+    float* h = buf + N * C;
+    const int64_t parts = pool_parts(N * C, (POOL_MIN_WORK + HW) / (HW + 1));
+    pool_run(se_part, &a, parts);
+    for (int64_t n = 0; n < N; ++n) {
+        float* s = a.s + n * C;
+        matvec_t(w1t, s, b1, h, C, R);
+        se_activate(h, R, inner, 0.0f, 0.0f);
+        matvec_t(w2t, h, b2, s, R, C);
+        se_activate(s, C, 8 + gate, alpha, beta);
+    }
+    a.scale = 1;
+    pool_run(se_part, &a, parts);
+    free(buf);
+    return 0;
 }
 
 int pool_set_threads(int64_t n) { return pool_threads_set(n); }

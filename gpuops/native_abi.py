@@ -65,6 +65,9 @@ DECLARATIONS: dict[str, str] = {
         int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
                        int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
                        int64_t dw, int64_t mode, int64_t ph_end, int64_t pw_end);
+        int squeeze_excite_f32(const float* x, const float* w1t, const float* b1, const float* w2t, const float* b2,
+                               float* y, int64_t N, int64_t C, int64_t HW, int64_t R, int64_t inner, int64_t gate,
+                               float alpha, float beta);
         int pool_set_threads(int64_t n);
     """,
     "qgemm.c": """

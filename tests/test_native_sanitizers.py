@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NATIVE_TESTS = ["tests/test_native.py", "tests/test_native_rnn.py", "tests/test_native_quantize.py",
                 "tests/test_conv_epilogue.py", "tests/test_native_gemm.py", "tests/test_native_threads.py",
                 "tests/ml/test_native_trees.py", "tests/ops/test_qgemm_native.py",
-                "tests/ops/test_cpu_transformer.py"]
+                "tests/ops/test_cpu_transformer.py", "tests/ops/test_private_ops.py"]
 
 
 def _runtime(cc: str, name: str) -> str | None:

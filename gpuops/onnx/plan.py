@@ -23,6 +23,7 @@ from .. import registry
 from ..dtypes import tensor_to_numpy
 from ..errors import GpuopsError, ModelError, UnsupportedOpError
 from ..executor.run import call_op
+from ..ops.contrib.private import DOMAIN as PRIVATE_DOMAIN
 
 MAX_FUNCTION_DEPTH = 100
 """How deeply model-local function calls may nest (onnxruntime's bound too)."""
@@ -306,6 +307,8 @@ class PlanBuilder:
             domain = registry.canonical_domain(node.domain)
             key = (domain, node.op_type)
             fn = self.functions.get(key)
+            if fn is not None and domain == PRIVATE_DOMAIN and registry.is_registered(domain, node.op_type):
+                fn = None  # the optimizer's private fused op (its function: the nodes it replaced) runs as the op
             if fn is None and not registry.is_registered(domain, node.op_type) and domain in opsets:
                 fn = self._schema_function(node, opsets[domain])
             if fn is None:

@@ -1,7 +1,8 @@
 """Plan-time graph optimizer: rewrites an ONNX model before gpuops builds its plan.
 
 ``optimize(model, level)`` returns an optimized copy of the model (the input is not changed). The
-result is a valid ONNX model using only ai.onnx and com.microsoft ops, which onnxruntime runs too.
+result is a valid ONNX model using only ai.onnx and com.microsoft ops (and, for the CPU, the functions
+below), which onnxruntime runs too.
 
 Levels (as onnxruntime's graph_optimization_level):
 
@@ -31,6 +32,10 @@ Levels (as onnxruntime's graph_optimization_level):
 With ``device="cpu"`` and level ``"all"``, a float16 graph first computes in float32
 (:mod:`.float16_compute`, as onnxruntime's CPU provider does: NumPy's float16 arithmetic is
 about 100x slower than float32); the graph's inputs and outputs keep their float16 types.
+Then also gpuops' private fused ops (domain ``ai.gpuops``, :mod:`gpuops.ops.contrib.private`), each
+defined in the model as an ONNX function whose body is the nodes it replaced (:mod:`.private_ops`), so
+that the model stays valid ONNX that onnxruntime runs: squeeze-and-excitation blocks -> SqueezeExcite
+(:mod:`.squeeze_excite`), Conv + SiLU -> ConvSilu (:mod:`.conv_silu`).
 
 The rewrites run in rounds until none applies, on the main graph and then, with the same
 rewrites, inside every If/Loop/Scan body (recursively; the values a body reads from the scopes
@@ -56,7 +61,7 @@ from . import (attention, attention_layouts, batchnorm_to_conv, constant_folding
                dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv,
                fold_mul_into_matmul, gelu, gemm_activation, hard_activations, inline_if, layernorm,
                matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool, restack,
-               shape_to_constant, silu, sink_transposes, transpose_into_matmul)
+               shape_to_constant, silu, sink_transposes, squeeze_excite, conv_silu, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 
@@ -116,8 +121,12 @@ def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FO
     if strict is None:
         strict = os.environ.get("GPUOPS_OPTIMIZER_STRICT", "") not in ("", "0")
     graph = Graph(copy)
-    first = [("float16_compute", float16_compute.apply)] if device == "cpu" and level == "all" else []
-    _optimize_graph(graph, first, _passes(level, fold_limit), strict)
+    cpu = device == "cpu" and level == "all"
+    first = [("float16_compute", float16_compute.apply)] if cpu else []
+    passes = _passes(level, fold_limit)
+    if cpu:  # gpuops' private fused ops, which its CPU ops run (elsewhere they would run as their functions)
+        passes[-1:-1] = [("squeeze_excite", squeeze_excite.apply), ("conv_silu", conv_silu.apply)]
+    _optimize_graph(graph, first, passes, strict)
     return copy
 
 

@@ -11,6 +11,7 @@ from . import attention, fusion, normalization, quantized_ort  # noqa: F401  (on
 from . import generation  # noqa: F401  (convert_generation's BeamSearch, GreedySearch, Sampling)
 from . import quantized_ordered  # noqa: F401  (the optimizer's QOrdered fusions)
 from . import encoder_decoder  # noqa: F401  (T5's relative position bias)
+from . import private  # noqa: F401  (gpuops.optimizer's private fused ops)
 
 MS_DOMAIN = "com.microsoft"
 NCHWC_DOMAIN = "com.microsoft.nchwc"

@@ -40,6 +40,7 @@ from ..conv import compute_dtype, conv as _generic_conv
 from ..windows import check_bias, check_conv_shapes, conv_shape_geometry, pad_for_windows
 from ..contrib.fusion import nhwc_conv
 from ..contrib.transformer import FusedConv as _generic_fused_conv, as_clamp, residual_activation
+from ..contrib import private as _private
 from ..legacy import depthwise_conv2d
 from . import native_gemm, winograd
 from ._common import Kept, frozen, on_host
@@ -714,3 +715,29 @@ def DepthwiseConv2d(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, kern
     """The generic DepthwiseConv2d's checks around this module's :func:`conv`."""
     return depthwise_conv2d(xp, X, W, B, lambda *a, **k: conv(*a, **k, kept=prepared), auto_pad=auto_pad,
                             dilations=dilations, kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+_SILU = (5, 0.0, 0.0)  # conv_params.h's CONV_SILU
+
+
+@op("ConvSilu", domain=_private.DOMAIN, since=1, device="cpu", prepare=prepare_conv)
+def ConvSilu(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+             strides=None, prepared=None):
+    """SiLU(Conv(X, W, B)) (:mod:`gpuops.ops.contrib.private`): a planned float32 conv applies the SiLU in
+    its last pass; else the conv, then ``y * sigmoid(y)``."""
+    if prepared is not None and W is prepared.W and B is prepared.B and type(X) is np.ndarray:
+        key = (X.shape, "Silu", True, native.threads())
+        run = prepared.runs.get(key)
+        if run is None:
+            run = prepared.run(key, lambda: X.dtype == _F32 and _plan(prepared, X, group, kernel_shape, auto_pad,
+                                                                      strides, dilations, pads, _NO_CLAMP, _SILU))
+        if run and native.enabled():
+            Y = run(X)
+            if Y is not None:
+                return Y
+    if not on_host(X, W, B):
+        return _private.ConvSilu(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
+                                 kernel_shape=kernel_shape, pads=pads, strides=strides)
+    Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+             strides=strides, kept=prepared)
+    return _private.activate(xp, Y, "Silu").astype(Y.dtype)

@@ -8,6 +8,7 @@ matrix-vector product. The generic ops of :mod:`gpuops.ops.pool` stay their fall
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import numpy as np
@@ -16,10 +17,12 @@ from ... import native
 from ...registry import op
 from .. import pool as _pool
 from .. import windows
+from ..contrib import private as _private
 from ._common import Kept, on_host
 from .conv import Planes
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 _NATIVE = (_F32, np.dtype(np.uint8), np.dtype(np.int8))  # (8-bit maps: MaxPool through float32)
 
 
@@ -146,3 +149,64 @@ def GlobalAveragePool(xp, X):
     S = np.matmul(rows, np.ones(n, dtype=X.dtype))
     S /= n
     return S.reshape(keep)
+
+
+class SqueezeExciteWeights:
+    """A SqueezeExcite step's constant float32 weights as the native kernel takes them: W1 and W2
+    transposed, (C, R) and (R, C), the biases contiguous, and their addresses."""
+
+    def __init__(self, W1, B1, W2, B2):
+        self.W1, self.W2 = W1, W2
+        self.R, self.C = W1.shape[:2]
+        self.arrays = (np.ascontiguousarray(W1.reshape(self.R, self.C).T), np.ascontiguousarray(B1),
+                       np.ascontiguousarray(W2.reshape(self.C, self.R).T), np.ascontiguousarray(B2))
+        self.addresses = tuple(a.ctypes.data for a in self.arrays)
+
+    @classmethod
+    def of(cls, W1, B1, W2, B2):
+        """The weights of a block (the arrays float32 and of its shapes), else None."""
+        if not all(type(a) is np.ndarray and a.dtype == _F32 for a in (W1, B1, W2, B2)) or W1.ndim < 3:
+            return None
+        R, C = W1.shape[:2]
+        if W1.shape[2:] != (1,) * (W1.ndim - 2) or W2.shape != (C, R) + W1.shape[2:] or B1.shape != (R,) \
+                or B2.shape != (C,) or not R * C:
+            return None
+        return cls(W1, B1, W2, B2)
+
+
+def prepare_squeeze_excite(constants: dict, attrs: dict) -> SqueezeExciteWeights | None:
+    """The ``prepare`` hook of SqueezeExcite: :class:`SqueezeExciteWeights` of constant weights."""
+    if not all(i in constants for i in (1, 2, 3, 4)):
+        return None
+    return SqueezeExciteWeights.of(*(constants[i] for i in (1, 2, 3, 4)))
+
+
+def _squeeze_excite(inner: str, gate: str):
+    """The CPU SqueezeExcite of one (inner, gate) pair (:mod:`gpuops.ops.contrib.private`): float32 in one
+    native call (``cpu_kernels/pool.c``: the planes' means, the two small products, the scaling pass)."""
+    codes = (_private.INNER.index(inner), _private.GATES.index(gate))
+
+    @op(f"SqueezeExcite{inner}{gate}", domain=_private.DOMAIN, since=1, device="cpu", prepare=prepare_squeeze_excite)
+    def SqueezeExcite(xp, X, W1, B1, W2, B2, *, alpha=0.2, beta=0.5, prepared=None):
+        kept = prepared if prepared is not None and W1 is prepared.W1 and W2 is prepared.W2 else None
+        fn = native.function("squeeze_excite_f32")
+        if fn is not None and type(X) is np.ndarray and X.dtype == _F32 and X.ndim >= 3 and X.size:
+            kept = kept or SqueezeExciteWeights.of(W1, B1, W2, B2)
+            if kept is not None and X.shape[1] == kept.C:
+                try:
+                    x = _addressof(_from_buffer(X))
+                except (TypeError, ValueError):  # read-only, or not C-contiguous
+                    X = np.ascontiguousarray(X)
+                    x = X.ctypes.data
+                Y = np.empty(X.shape, _F32)
+                native.call(fn, x, *kept.addresses, _addressof(_from_buffer(Y)),
+                            X.shape[0], kept.C, X.size // (X.shape[0] * kept.C), kept.R, *codes, alpha, beta)
+                return Y
+        return _private.squeeze_excite(xp, X, W1, B1, W2, B2, inner, gate, alpha, beta)
+
+    return SqueezeExcite
+
+
+for _inner in _private.INNER:
+    for _gate in _private.GATES:
+        _squeeze_excite(_inner, _gate)

@@ -1,0 +1,80 @@
+"""gpuops' private fused ops (domain ``ai.gpuops``), which its graph optimizer emits on the CPU
+(:mod:`gpuops.optimizer.conv_silu`, :mod:`gpuops.optimizer.squeeze_excite`). The optimized model
+defines each as a model-local ONNX function whose body is the nodes it replaced, so that the model stays
+valid ONNX that onnxruntime runs; gpuops runs a registered private op as the op (the plan inlines only
+the functions it lacks). These are the generic implementations, the CPU's overrides' fallback and
+test oracle.
+
+* ``ConvSilu(X, W, B)``: ``SiLU(Conv(X, W, B))``, SiLU being ``y * sigmoid(y)`` (EfficientNet's
+  activation, which onnxruntime's FusedConv has not); Conv's attributes.
+* ``SqueezeExcite<Inner><Gate>(X, W1, B1, W2, B2)``: a squeeze-and-excitation block, ``X * gate(conv2(
+  inner(conv1(GlobalAveragePool(X)))))`` with 1x1 convs ``W1`` (R, C, 1, 1) and ``W2`` (C, R, 1, 1),
+  ``inner`` one of Relu, HardSwish, Silu and ``gate`` one of Sigmoid, HardSigmoid (attributes
+  ``alpha``, ``beta``): one op per pair, as a function's body cannot depend on an attribute.
+"""
+
+from __future__ import annotations
+
+from ...errors import NodeError
+from ...registry import op
+from ..activation import sigmoid
+from ..conv import conv
+from ..elementwise import clamp
+
+DOMAIN = "ai.gpuops"
+INNER = ("Relu", "HardSwish", "Silu")
+GATES = ("Sigmoid", "HardSigmoid")
+
+
+@op("ConvSilu", domain=DOMAIN, since=1)
+def ConvSilu(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+             strides=None):
+    Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+             strides=strides)
+    return (Y * sigmoid(xp, Y)).astype(Y.dtype)
+
+
+def activate(xp, v, name: str, alpha: float = 0.2, beta: float = 0.5):
+    """``name`` (one of :data:`INNER` or :data:`GATES`) of v."""
+    if name == "Relu":
+        return xp.maximum(v, 0)
+    if name == "HardSwish":
+        return v * clamp(xp, v * (1 / 6) + 0.5, 0, 1)
+    if name == "Silu":
+        return v * sigmoid(xp, v)
+    if name == "Sigmoid":
+        return sigmoid(xp, v)
+    return clamp(xp, v * alpha + beta, 0, 1)
+
+
+def check_squeeze_excite(X, W1, B1, W2, B2) -> None:
+    """A clear error for inputs that are not a squeeze-and-excitation block's."""
+    ok = (X.ndim >= 3 and W1.ndim == X.ndim and W2.ndim == X.ndim and all(d == 1 for d in W1.shape[2:])
+          and all(d == 1 for d in W2.shape[2:]) and W1.shape[1] == X.shape[1] and W2.shape == (X.shape[1], W1.shape[0])
+          + W2.shape[2:] and B1.shape == W1.shape[:1] and B2.shape == W2.shape[:1])
+    if not ok:
+        raise NodeError(f"SqueezeExcite: weights {tuple(W1.shape)}, {tuple(W2.shape)} and biases {tuple(B1.shape)}, "
+                        f"{tuple(B2.shape)} do not fit an input of shape {tuple(X.shape)}")
+
+
+def squeeze_excite(xp, X, W1, B1, W2, B2, inner: str, gate: str, alpha: float = 0.2, beta: float = 0.5):
+    """The generic SqueezeExcite of one (inner, gate) pair."""
+    check_squeeze_excite(X, W1, B1, W2, B2)
+    axes = tuple(range(2, X.ndim))
+    p = xp.mean(X, axis=axes)  # (N, C)
+    h = activate(xp, p @ xp.reshape(W1, W1.shape[:2]).T + B1, inner)
+    g = activate(xp, h @ xp.reshape(W2, W2.shape[:2]).T + B2, gate, alpha, beta)
+    return (X * xp.reshape(g, g.shape + (1,) * len(axes))).astype(X.dtype)
+
+
+def _register(inner: str, gate: str):
+    @op(f"SqueezeExcite{inner}{gate}", domain=DOMAIN, since=1)
+    def SqueezeExcite(xp, X, W1, B1, W2, B2, *, alpha=0.2, beta=0.5):
+        return squeeze_excite(xp, X, W1, B1, W2, B2, inner, gate, alpha, beta)
+
+    return SqueezeExcite
+
+
+for _inner in INNER:
+    for _gate in GATES:
+        _register(_inner, _gate)

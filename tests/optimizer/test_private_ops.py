@@ -1,0 +1,120 @@
+"""The CPU's private fused ops (gpuops/optimizer/squeeze_excite.py, conv_silu.py): squeeze-and-excitation
+blocks and Conv + SiLU in the forms TorchScript and the dynamo exporter write them become one
+``ai.gpuops`` node each, whose model-local function keeps the model valid ONNX: onnx's full check
+passes, onnxruntime runs it to its results on the model as given, and gpuops runs it to its own
+unoptimized results. Without ``device="cpu"`` nothing is rewritten."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import gpuops
+from gpuops.optimizer import optimize
+from tests.conformance.harness import assert_close
+
+from .helpers import make_model, ops, run_ort
+
+rng = np.random.default_rng(3)
+F = TensorProto.FLOAT
+C, R = 16, 4
+
+
+def _f32(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _inner(kind, x, out):
+    if kind == "Relu":
+        return [helper.make_node("Relu", [x], [out])]
+    if kind == "HardSwish":
+        return [helper.make_node("HardSwish", [x], [out])]
+    return [helper.make_node("Sigmoid", [x], [out + "_s"]), helper.make_node("Mul", [x, out + "_s"], [out])]
+
+
+def _gate(kind, x, out):
+    if kind == "Sigmoid":
+        return [helper.make_node("Sigmoid", [x], [out])]
+    return [helper.make_node("HardSigmoid", [x], [out], alpha=1 / 6, beta=0.5)]
+
+
+def _se_model(inner, gate, *, pool="GlobalAveragePool", gate_first=False, batch="N", extra_output=False,
+              fed_weight=False):
+    """X -> 3x3 conv -> SE block -> Y (X's batch axis ``batch``: a symbol or a number; ``fed_weight``: W2 a
+    graph input)."""
+    conv1 = helper.make_node("Conv", ["p", "W1", "B1"], ["c1"])
+    if pool == "GlobalAveragePool":
+        squeeze = [helper.make_node("GlobalAveragePool", ["x"], ["p"])]
+    else:  # the dynamo exporter's mean over the spatial axes
+        squeeze = [helper.make_node("ReduceMean", ["x", "axes"], ["p"], keepdims=1)]
+    nodes = [helper.make_node("Conv", ["X", "W0", "B0"], ["x"], pads=[1, 1, 1, 1]), *squeeze, conv1,
+             *_inner(inner, "c1", "h"), helper.make_node("Conv", ["h", "W2", "B2"], ["c2"]), *_gate(gate, "c2", "g"),
+             helper.make_node("Mul", ["g", "x"] if gate_first else ["x", "g"], ["Y"])]
+    inits = [("W0", _f32(C, 3, 3, 3)), ("B0", _f32(C)), ("W1", _f32(R, C, 1, 1, scale=0.5)), ("B1", _f32(R)),
+             ("W2", _f32(C, R, 1, 1, scale=0.5)), ("B2", _f32(C)), ("axes", np.array([2, 3], np.int64))]
+    outputs = [helper.make_tensor_value_info("Y", F, [batch, C, 9, 11])]
+    if extra_output:
+        outputs.append(helper.make_tensor_value_info("p", F, [batch, C, 1, 1]))
+    feeds = {"X": _f32(2, 3, 9, 11)}
+    if fed_weight:
+        feeds["W2"] = inits.pop(4)[1]
+    model = make_model(nodes, feeds, outputs, inits=inits, opset=18)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = batch
+    return model, feeds
+
+
+def _check(model, feeds, present, absent=(), rtol=1e-5, atol=1e-5):
+    """The CPU-optimized model has ``present`` (and not ``absent``) and is valid ONNX; onnxruntime and
+    gpuops run it to the original model's results."""
+    opt = optimize(model, "all", device="cpu")
+    have = ops(opt)
+    assert all(have[o] for o in present), dict(have)
+    assert not [o for o in absent if have[o]], dict(have)
+    assert not any(n.domain == "ai.gpuops" for n in optimize(model, "all").graph.node)  # the CPU's only
+    onnx.checker.check_model(opt, full_check=True)
+    want = run_ort(model, feeds)
+    for g, w in zip(run_ort(opt, feeds), want):
+        assert_close(np.asarray(g), w, rtol, atol, "onnxruntime")
+    plain = gpuops.InferenceSession(model, device="cpu", optimize="none").run(None, feeds)
+    for g, w in zip(gpuops.InferenceSession(model, device="cpu").run(None, feeds), plain):
+        assert_close(g, w, rtol, atol, "gpuops")
+    return opt
+
+
+@pytest.mark.parametrize("inner", ["Relu", "HardSwish", "Silu"])
+@pytest.mark.parametrize("gate", ["Sigmoid", "HardSigmoid"])
+def test_squeeze_excite_becomes_one_node(inner, gate):
+    model, feeds = _se_model(inner, gate)
+    opt = _check(model, feeds, [f"SqueezeExcite{inner}{gate}"], ["GlobalAveragePool", "Mul", "HardSigmoid"])
+    assert len(opt.graph.node) == 2 and len(opt.functions) == 1
+
+
+def test_dynamo_forms_become_one_node():
+    """ReduceMean for the pool, the gate before x in the Mul, a fixed batch, and the SiLU conv before
+    the block: ConvSilu and SqueezeExcite."""
+    model, feeds = _se_model("Silu", "Sigmoid", pool="ReduceMean", gate_first=True, batch="2")
+    nodes = list(model.graph.node)
+    nodes[0].output[0] = "x0"
+    silu = [helper.make_node("Sigmoid", ["x0"], ["x0_s"]), helper.make_node("Mul", ["x0_s", "x0"], ["x"])]
+    del model.graph.node[:]
+    model.graph.node.extend([nodes[0], *silu, *nodes[1:]])
+    opt = _check(model, feeds, ["ConvSilu", "SqueezeExciteSiluSigmoid"], ["ReduceMean", "Conv", "Sigmoid", "Mul"])
+    assert ops(opt) == {"ConvSilu": 1, "SqueezeExciteSiluSigmoid": 1}
+
+
+def test_conv_silu_without_a_bias():
+    X = _f32(1, 4, 10, 10)
+    nodes = [helper.make_node("Conv", ["X", "W"], ["c"], strides=[2, 2], pads=[0, 1, 1, 0]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["Y"])]
+    model = make_model(nodes, {"X": X}, [helper.make_tensor_value_info("Y", F, [1, 8, 5, 5])],
+                       inits=[("W", _f32(8, 4, 3, 3))], opset=13)
+    _check(model, {"X": X}, ["ConvSilu"], ["Conv", "Sigmoid", "Mul", "QuickGelu"])
+
+
+@pytest.mark.parametrize("case", ["pooled-value-read-elsewhere", "weight-not-constant"])
+def test_blocks_that_do_not_fit_are_kept(case):
+    if case == "pooled-value-read-elsewhere":
+        model, feeds = _se_model("Relu", "Sigmoid", extra_output=True)
+    else:
+        model, feeds = _se_model("Relu", "Sigmoid", fed_weight=True)
+    _check(model, feeds, ["GlobalAveragePool", "Mul"], ["SqueezeExciteReluSigmoid"])
