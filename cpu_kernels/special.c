@@ -1,12 +1,8 @@
 /* Special functions, elementwise, where NumPy has none. Return 0.
  *
- * erf_f32: in double precision, branch-free, so that the loop vectorises (about 1 ulp of float32):
- *   |x| < 0.921875:  x * P(x^2)                      P: degree 7, relative error 1e-11
- *   |x| < 4:         1 - exp(-x^2) * Q(s), s = (2|x| - 4.921875) / 3.078125 in [-1, 1], Q: degree 13,
- *                    relative error 2e-9 (Q fits erfc(x) exp(x^2), smooth there)
- *   beyond:          +-1 (erf(4) is 1 - 1.5e-8, which rounds to 1 in float32)
- * with x^2 exact in double, and exp by 2^k times a degree-11 polynomial on |r| <= ln2 / 2.
- * gelu_f32: x * (1 + erf(x / sqrt(2))) / 2 with the same erf, in double.
+ * erf_f32: vmath.h's verf in float32 lanes (within 1.4 ulp of float32).
+ * gelu_f32: x * (1 + erf(x / sqrt(2))) / 2 in float32 lanes (gelu_of below: within 7 ulp, without the
+ *   formula's cancellation where x < 0).
  * erf_f64: the C library's erf, one call per element (within an ulp).
  * sigmoid_f32: 1 / (1 + e^-x) in double with the same exp (within an ulp of float32).
  * quick_gelu_f32: x * sigmoid(alpha x) in float32 lanes, e^-|alpha x| by vmath.h's vexp_neg (a few ulp:
@@ -23,25 +19,14 @@
 #include "vmath.h"
 
 /* Floating-point exceptions are not observed (NumPy clears the flags before its own loops): without
- * this the compiler keeps erf_f32's selects as branches, and the loop scalar. */
+ * this the compiler keeps sigmoid_f32's selects as branches, and the loop scalar. */
 #if defined(__clang__)
 #pragma clang fp exceptions(ignore)
 #elif defined(__GNUC__)
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-static const double R1[] = {
-    1.1283791670859298, -0.37612638757908134, 0.1128378805418092,
-    -0.026865826808720274, 0.0052223661000951709, -0.00085070259380846144,
-    0.00011460773024419112, -1.0314633747065624e-05};
-static const double R2[] = {
-    0.21374909276497683, -0.11748103245704097, 0.06134659060319636,
-    -0.030617495960359797, 0.014674332008718894, -0.0067790703289169509,
-    0.0030245319896064198, -0.0013092561636008739, 0.00056072252973876104,
-    -0.00023021444537470252, 7.7352627672807353e-05, -2.9744972850111028e-05,
-    2.1957009006175044e-05, -8.3078968426227512e-06};
-
-/* e^y for y in [-16, 0]: y = k ln2 + r, e^r by its Taylor polynomial (|r| <= 0.35: error below 1e-14),
+/* e^y for y in [-104, 0]: y = k ln2 + r, e^r by its Taylor polynomial (|r| <= 0.35: error below 1e-14),
  * 2^k from k's bits as 1.5 * 2^52 + k holds them (plain integer lane arithmetic, which AVX2 has too). */
 static inline double exp_nonpositive(double y) {
     const double magic = 6755399441055744.0, kd = y * 1.4426950408889634 + magic, k = kd - magic;
@@ -59,22 +44,6 @@ static inline double exp_nonpositive(double y) {
     return p * scale;
 }
 
-/* erf(v) of a float32 value v, in double. */
-static inline double erf_of(double v) {
-    const double a = fabs(v), t = v * v;
-    double p = R1[7];
-#pragma GCC unroll 16
-    for (int j = 6; j >= 0; --j) p = p * t + R1[j];
-    const double b = a < 4.0 ? a : 4.0, s = (2.0 * b - 4.921875) / 3.078125;
-    double q = R2[13];
-#pragma GCC unroll 16
-    for (int j = 12; j >= 0; --j) q = q * s + R2[j];
-    const double e = 1.0 - exp_nonpositive(-(b * b)) * q, small = v * p;  /* both computed: selects only */
-    const double tail = copysign(a < 4.0 ? e : 1.0, v);
-    const double r = a < 0.921875 ? small : tail;
-    return v != v ? v : r;
-}
-
 /* 1 / (1 + e^-v) of a float32 value v, in double: e^-|v| (|v| clamped to 104, past which the float32
  * result is 0 or 1 either way), then 1 / (1 + e) or e / (1 + e) by v's sign. */
 static inline double sigmoid_of(double v) {
@@ -85,25 +54,14 @@ static inline double sigmoid_of(double v) {
 typedef struct {
     const void* x;
     void* y;
-    int64_t n, kind;  /* 0: erf_f32, 1: gelu_f32, 2: erf_f64, 3: sigmoid_f32 */
+    int64_t n, kind;  /* 2: erf_f64, 3: sigmoid_f32 */
 } SpecialArgs;
 
 static void special_part(void* ctx, int64_t part, int64_t parts) {
     const SpecialArgs* a = ctx;
     int64_t lo, hi;
     pool_range(a->n, 64, part, parts, &lo, &hi);  /* whole vectors: each element computed as in one part */
-    if (a->kind == 0) {
-        const float* restrict x = a->x;
-        float* restrict y = a->y;
-        for (int64_t i = lo; i < hi; ++i) y[i] = (float)erf_of(x[i]);
-    } else if (a->kind == 1) {
-        const float* restrict x = a->x;
-        float* restrict y = a->y;
-        for (int64_t i = lo; i < hi; ++i) {
-            const double v = x[i];
-            y[i] = (float)(0.5 * v * (1.0 + erf_of(v * 0.70710678118654752440)));  /* Gelu */
-        }
-    } else if (a->kind == 3) {
+    if (a->kind == 3) {
         const float* restrict x = a->x;
         float* restrict y = a->y;
         for (int64_t i = lo; i < hi; ++i) y[i] = (float)sigmoid_of(x[i]);
@@ -121,10 +79,7 @@ static int special(const void* x, void* y, int64_t n, int64_t kind) {
     return 0;
 }
 
-int erf_f32(const float* restrict x, float* restrict y, int64_t n) { return special(x, y, n, 0); }
 
-/* Gelu, x * (1 + erf(x / sqrt(2))) / 2, in one pass (ai.onnx Gelu, com.microsoft Gelu). */
-int gelu_f32(const float* restrict x, float* restrict y, int64_t n) { return special(x, y, n, 1); }
 
 int erf_f64(const double* restrict x, double* restrict y, int64_t n) { return special(x, y, n, 2); }
 
@@ -171,7 +126,7 @@ typedef struct {
     const float* x;
     const float* bias;
     float* y;
-    int64_t size, n, kind;  /* 0: bias_gelu_f32, 1: fast_gelu_f32 */
+    int64_t size, n, kind;  /* 0: bias_gelu_f32, 1: fast_gelu_f32, 2: erf_f32 */
 } BiasArgs;
 
 static inline vfloat fast_gelu_of(vfloat x) {
@@ -181,24 +136,35 @@ static inline vfloat fast_gelu_of(vfloat x) {
     return x * (vselect(z >= 0, one, e) / (one + e));
 }
 
+/* x (1 + erf(x / sqrt(2))) / 2 without 1 + erf's cancellation where x < 0: x (1 + erf(z)) / 2 by vmath.h's
+ * verf_small for |z| = |x| / sqrt(2) < 0.921875, else x erfc(|z|) / 2 or x (1 - erfc(|z|) / 2) by its
+ * verfc_tail, with |z|^2 = x^2 / 2 split from x's top 12 bits (|x| clamped to 14.5, past which the result
+ * is x or 0 in float32). Within a few ulp of float32 over the whole range; +inf gives +inf, -inf NaN (the
+ * formula's -inf * 0). */
+static inline vfloat gelu_of(vfloat x) {
+    const vfloat z = x * 0.70710678118654752f, a = vabs(z), one = vsplat(1.0f), half = vsplat(0.5f);
+    const vfloat c = vselect(a < 10.25f, vabs(x), vsplat(14.5f)), ch = vhigh12(c);
+    const vfloat h = 0.5f * verfc_tail(c * 0.70710678118654752f, 0.5f * (ch * ch), 0.5f * ((c + ch) * (c - ch)));
+    const vfloat small = x * vfma(half, verf_small(z, z * z), half), tail = x * vselect(x < 0, h, one - h);
+    return vselect(x != x, x, vselect(a < 0.921875f, small, tail));
+}
+
+static inline vfloat lanes_of(int64_t kind, vfloat v) {
+    return kind == 0 ? gelu_of(v) : kind == 1 ? fast_gelu_of(v) : verf(v);
+}
+
 static void bias_segment(const BiasArgs* a, int64_t i, int64_t m, const float* b) {
     const float* restrict x = a->x + i;
     float* restrict y = a->y + i;
-    if (a->kind == 0) {
-        for (int64_t j = 0; j < m; ++j) {
-            const double v = b ? x[j] + b[j] : x[j];  /* the float32 sum, then Gelu in double */
-            y[j] = (float)(0.5 * v * (1.0 + erf_of(v * 0.70710678118654752440)));
-        }
-        return;
-    }
     int64_t j = 0;
     for (; j + VL <= m; j += VL) {
-        const vfloat v = fast_gelu_of(b ? vload(x + j) + vload(b + j) : vload(x + j));
-        memcpy(y + j, &v, sizeof v);
+        const vfloat v = b ? vload(x + j) + vload(b + j) : vload(x + j);
+        const vfloat g = lanes_of(a->kind, v);
+        memcpy(y + j, &g, sizeof g);
     }
     if (j < m) {
         const vfloat v = vload_part(x + j, m - j, 0.0f) + (b ? vload_part(b + j, m - j, 0.0f) : (vfloat){0});
-        vstore_part(y + j, fast_gelu_of(v), m - j);
+        vstore_part(y + j, lanes_of(a->kind, v), m - j);
     }
 }
 
@@ -223,6 +189,11 @@ static int biased(const float* x, const float* bias, float* y, int64_t size, int
 int bias_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n) {
     return biased(x, bias, y, size, n, 0);
 }
+
+int erf_f32(const float* x, float* y, int64_t n) { return biased(x, NULL, y, n, n, 2); }
+
+/* Gelu, x * (1 + erf(x / sqrt(2))) / 2, in one pass (ai.onnx Gelu, com.microsoft Gelu). */
+int gelu_f32(const float* x, float* y, int64_t n) { return biased(x, NULL, y, n, n, 0); }
 
 /* FastGelu (com.microsoft; ai.onnx Gelu's tanh form) of x + bias[i % n] (bias NULL: of x). */
 int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n) {

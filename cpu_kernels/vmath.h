@@ -27,7 +27,15 @@ static inline vfloat vload_part(const float* p, int64_t n, float pad) {
 static inline void vstore_part(float* p, vfloat v, int64_t n) {
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
 }
+
+/* 1 / a for a in [1, 2^126]: the 14-bit estimate and a Newton step (within an ulp; a divide takes longer) */
+static inline vfloat vrcp(vfloat a) {
+    const vfloat r = (vfloat)_mm512_rcp14_ps((__m512)a);
+    return vfma(r, vfma(-a, r, vsplat(1.0f)), r);
+}
 #else
+static inline vfloat vrcp(vfloat a) { return 1.0f / a; }
+
 static inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return a * b + c; }
 
 static inline vfloat vload_part(const float* p, int64_t n, float pad) {
@@ -41,17 +49,19 @@ static inline void vstore_part(float* p, vfloat v, int64_t n) {
 }
 #endif
 
-/* e^x for x <= 0 (and NaN, which stays NaN), as Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2
- * in two parts, so that r is exact), e^r by a degree-7 polynomial (within 1 ulp of float32 on that
- * range, about 2 ulp in all), times 2^n built from n's bits. 0 below -87.3365 (where e^x leaves the
- * normal floats: the result is off by at most 1.2e-38 there), computed from 0 in those lanes: subnormal
- * intermediates cost a hundred cycles each (masked keys' -1e4 scores in attention would take them). */
-static inline vfloat vexp_neg(vfloat x) {
+/* e^(x - d) for x - d <= 0 (and NaN, which stays NaN), as Cephes' expf: x - d = n ln2 + r with |r| <= ln2 / 2
+ * (ln2 in two parts, so that x - n ln2 is exact where x is, d a small correction subtracted after it), e^r
+ * by a degree-7 polynomial (within 1 ulp of float32 on that range, about 2 ulp in all), times 2^n built
+ * from n's bits. 0 below -87.3365 (where e^x leaves the normal floats: the result is off by at most
+ * 1.2e-38 there), computed from 0 in those lanes: subnormal intermediates cost a hundred cycles each
+ * (masked keys' -1e4 scores in attention would take them). */
+static inline vfloat vexp_neg_d(vfloat x, vfloat d) {
     const vfloat magic = vsplat(12582912.0f);  /* 1.5 * 2^23: adding it rounds to an integer */
-    const vint under = x < -87.33654475f;
+    const vint under = x - d < -87.33654475f;
     x = vselect(under, (vfloat){0}, x);
-    const vfloat kd = x * 1.44269504088896341f + magic, n = kd - magic;
-    const vfloat r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    d = vselect(under, (vfloat){0}, d);
+    const vfloat kd = (x - d) * 1.44269504088896341f + magic, n = kd - magic;
+    const vfloat r = ((x - n * 0.693359375f) - n * -2.12194440e-4f) - d;
     vfloat p = vfma(vsplat(1.9875691500e-4f), r, vsplat(1.3981999507e-3f));
     p = vfma(p, r, vsplat(8.3334519073e-3f));
     p = vfma(p, r, vsplat(4.1665795894e-2f));
@@ -60,6 +70,52 @@ static inline vfloat vexp_neg(vfloat x) {
     p = vfma(p, r * r, r) + 1.0f;
     const vint scale = (((vint)kd - 0x4B400000) + 127) << 23;  /* kd's low bits hold n */
     return vselect(under, (vfloat){0}, p * (vfloat)scale);
+}
+
+/* e^x for x <= 0: vexp_neg_d without a correction (x - 0 is x: the same instructions as without it). */
+static inline vfloat vexp_neg(vfloat x) { return vexp_neg_d(x, (vfloat){0}); }
+
+/* The erf of |x| < 0.921875 as x + x p(x^2) (p: degree 5, a minimax fit to erf(x) / x - 1 within 1.6e-8
+ * relative); x2 = x * x. */
+static inline vfloat verf_small(vfloat x, vfloat x2) {
+    vfloat p = vfma(vsplat(-5.991083627e-4f), x2, vsplat(4.993228641e-3f));
+    p = vfma(p, x2, vsplat(-2.676665170e-2f));
+    p = vfma(p, x2, vsplat(1.128181722e-1f));
+    p = vfma(p, x2, vsplat(-3.761249380e-1f));
+    p = vfma(p, x2, vsplat(1.283791496e-1f));
+    return vfma(x, p, x);
+}
+
+/* erfc(b) for b in [0.921875, 10.25] as t e^(-b^2 + g(t)), t = 1 / (1 + b / 2) (Numerical Recipes' erfcc
+ * form; g: degree 8 in t - 0.4256, a minimax fit within 5e-9), relative error a few ulp. b^2 = sq + sq_lo
+ * with sq exact (the square of b's top 12 bits) and sq_lo the rest: e^-b^2 keeps its relative accuracy
+ * where b^2 is large (float32's own b * b would be off by up to 6e-6 near 10). */
+static inline vfloat verfc_tail(vfloat b, vfloat sq, vfloat sq_lo) {
+    const vfloat t = vrcp(1.0f + 0.5f * b), s = t - 0.4255793226f;
+    vfloat g = vfma(vsplat(-2.211909887e-1f), s, vsplat(-1.710511221e-1f));
+    g = vfma(g, s, vsplat(2.482953033e-1f));
+    g = vfma(g, s, vsplat(1.976524374e-1f));
+    g = vfma(g, s, vsplat(-2.494688977e-1f));
+    g = vfma(g, s, vsplat(-3.137101109e-1f));
+    g = vfma(g, s, vsplat(2.667852707e-1f));
+    g = vfma(g, s, vsplat(1.311168095f));
+    g = vfma(g, s, vsplat(-7.707132138e-1f));
+    return t * vexp_neg_d(-sq, sq_lo - g);
+}
+
+/* b's top 12 significant bits (b * b of them is exact in float32) */
+static inline vfloat vhigh12(vfloat b) { return (vfloat)((vint)b & ((vint){0} + (int32_t)0xFFFFF000)); }
+
+/* |x| (the sign bit cleared) */
+static inline vfloat vabs(vfloat x) { return (vfloat)((vint)x & ((vint){0} + INT32_MAX)); }
+
+/* erf(x) in float32 lanes, within a few ulp of float32 (NaN stays NaN, +-inf gives +-1): verf_small below
+ * 0.921875, else 1 - erfc(|x|) with the sign of x, |x| clamped to 4 (erfc(4) = 1.5e-8 rounds away). */
+static inline vfloat verf(vfloat x) {
+    const vfloat a = vabs(x), b = vselect(a < 4.0f, a, vsplat(4.0f)), bh = vhigh12(b);
+    const vfloat e = verfc_tail(b, bh * bh, (b + bh) * (b - bh)), one = vsplat(1.0f);
+    const vfloat tail = vselect(x < 0, e - one, one - e), r = vselect(a < 0.921875f, verf_small(x, x * x), tail);
+    return vselect(x != x, x, r);
 }
 
 /* The sum of v's lanes: halves added in a tree. */
