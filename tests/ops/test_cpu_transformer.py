@@ -128,6 +128,35 @@ def test_layer_norm_keeps_the_sizes_of_each_shape_with_the_prepared_parameters()
         np.testing.assert_array_equal(a, c)
 
 
+@pytest.mark.parametrize("shape", [(1, 16, 16, 16), (2, 33, 3, 7), (1, 128, 2, 2), (3, 20, 5), (2, 7, 2, 3, 5)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_of_a_channels_last_view_reads_the_channels_first_data(shape, with_bias):
+    """LayerNormalization over the last axis of a Transpose's channels-last view of channels-first data
+    (ConvNeXt's permute -> LayerNorm) by rows.c's layernorm_channels_f32, without a copy: within the sums'
+    bounds of the generic op, Y C-contiguous; the same bits again from the kept sizes, and as the kernel
+    gives them for any position count (16 positions a tile, the last one partial); a NaN stays in its
+    position."""
+    cpu, generic = _impls("LayerNormalization")
+    C = shape[1]
+    data = _f32(*shape, shift=2.0)
+    data[(0, C - 1) + (0,) * (len(shape) - 2)] = np.nan
+    X = data.transpose(0, *range(2, len(shape)), 1)
+    g, b = _f32(C, seed=1), _f32(C, seed=2) if with_bias else None
+    axes = (X.ndim - 1,)
+    prepared = cpu_norm.prepare_params(1, 2)({1: g} if b is None else {1: g, 2: b}, {})
+    got, want = cpu(np, X, g, b, epsilon=1e-5, prepared=prepared), generic(np, X, g, b, epsilon=1e-5)
+    assert got[0].flags.c_contiguous and (X.shape, X.strides) in prepared
+    _within(got[0], want[0], _norm_bound(X, g, b, axes, 1e-5))
+    assert np.isnan(got[0][(0,) * (X.ndim - 1)]).all() and np.isnan(got[0]).sum() == C
+    scale = np.abs(X.astype(np.float64)).mean(axis=axes, keepdims=True)
+    _within(got[1], want[1], 2 * (C + 2) * U32 * scale + 1e-30)
+    _within(got[2], want[2], 2 * (C + 4) * U32 * want[2] * (1 + scale * want[2]))
+    for a, c in zip(cpu(np, X, g, b, epsilon=1e-5, prepared=prepared), got):
+        np.testing.assert_array_equal(a, c)
+    for a, c in zip(cpu(np, X, g, b, epsilon=1e-5), got):
+        np.testing.assert_array_equal(a, c)
+
+
 def test_layer_norm_in_float16_and_bfloat16_is_computed_in_float32():
     """Half data: the statistics in float32 on both sides; the generic op rounds t = (x - mean) inv to
     float16, then t * Scale and + B in float16 (three roundings), the CPU path the float32 result once."""

@@ -92,6 +92,45 @@ def _as_f32(X):
     return None
 
 
+def _channels_norm(X, Scale, B, epsilon, prepared):
+    """LayerNormalization over the last axis of X, a channels-last view of C-contiguous float32 channels-first
+    data (a Transpose's (0, 2, ..., 1): ConvNeXt's permute before its LayerNorm), by ``rows.c``'s
+    ``layernorm_channels_f32`` reading the channels-first data as it is (no copy, the statistics of 16
+    positions in 16 lanes); Y C-contiguous. None where it does not apply. With the step's prepared
+    parameters, the sizes of each input shape are kept there, as :func:`layer_norm` keeps its own."""
+    key = (X.shape, X.strides)
+    plan = prepared.get(key) if prepared is not None else None
+    if plan is None or plan[0].src is not Scale or (B is not None if plan[1] is None else plan[1].src is not B):
+        plan = _channels_plan(X, Scale, B, prepared)
+        if plan is None:
+            return None
+        if prepared is not None and prepared.get(1) is plan[0] and (plan[1] is None or prepared.get(2) is plan[1]) \
+                and len(prepared) < MAX_PLANS:
+            prepared[key] = plan
+    g, b, fn, outer, c, hw, size, stat, src_axes = plan
+    out = np.empty(size + 2 * outer * hw, np.float32)  # Y, then the mean and 1 / sqrt(var + epsilon)
+    at = native.address(out)
+    native.call(fn, _address(X.transpose(src_axes)), g.address, None if b is None else b.address, at,
+                at + 4 * size, at + 4 * (size + outer * hw), outer, c, hw, epsilon)
+    return out[:size].reshape(X.shape), out[size:size + outer * hw].reshape(stat), out[size + outer * hw:].reshape(stat)
+
+
+def _channels_plan(X, Scale, B, prepared):
+    """:func:`_channels_norm`'s (gamma, beta, kernel, sizes, statistics' shape, axes of the channels-first
+    data), or None where it does not apply."""
+    nd, shape = X.ndim, X.shape
+    src_axes = (0, nd - 1, *range(1, nd - 1))
+    fn = native.function("layernorm_channels_f32")
+    if fn is None or not X.transpose(src_axes).flags.c_contiguous or not X.size:
+        return None
+    c = shape[-1]
+    g = _param(prepared, 1, Scale, (c,), nd)
+    b = None if B is None else _param(prepared, 2, B, (c,), nd)
+    if g is None or (b is None and B is not None):
+        return None
+    return g, b, fn, shape[0], c, X.size // (shape[0] * c), X.size, shape[:-1] + (1,), src_axes
+
+
 def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False):
     """(Y float32, mean, inv_std) of the normalization of ``X`` over axes ``axis``.. (``simplified``: the
     RMS form, mean None), the statistics float32 of shape ``X.shape[:axis] + (1, ...)``; None where the
@@ -115,6 +154,10 @@ def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False):
     if not -nd <= axis < nd:
         return None
     axis %= nd
+    if axis == nd - 1 and nd >= 3 and not simplified and X.dtype == _F32 and not X.flags.c_contiguous:
+        got = _channels_norm(X, Scale, B, epsilon, prepared)
+        if got is not None:
+            return got
     shape = X.shape
     norm = shape[axis:]
     n = math.prod(norm)
