@@ -100,6 +100,8 @@ def test_layer_norm_matches_the_generic_op(name, shift):
         for prepared in (None, cpu_norm.prepare_params(1, 2)({1: g} if b is None else {1: g, 2: b}, {})):
             got = cpu(np, X, g, b, axis=axis, epsilon=1e-5, prepared=prepared)
             want = generic(np, X, g, b, axis=axis, epsilon=1e-5)
+            np.testing.assert_array_equal(cpu(np, X, g, b, axis=axis, epsilon=1e-5, prepared=prepared, n_outputs=1),
+                                          got[0])  # a node with Y alone: the statistics not computed
             _within(got[0], want[0], _norm_bound(X, g, b, axes, 1e-5))
             for s, w in zip(got[1:], want[1:]):  # mean and 1 / std: the two sums' orders
                 assert s.shape == w.shape and s.dtype == w.dtype == np.float32
@@ -155,6 +157,7 @@ def test_layer_norm_of_a_channels_last_view_reads_the_channels_first_data(shape,
         np.testing.assert_array_equal(a, c)
     for a, c in zip(cpu(np, X, g, b, epsilon=1e-5), got):
         np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(cpu(np, X, g, b, epsilon=1e-5, prepared=prepared, n_outputs=1), got[0])
 
 
 def test_layer_norm_in_float16_and_bfloat16_is_computed_in_float32():

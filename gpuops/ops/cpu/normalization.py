@@ -92,11 +92,12 @@ def _as_f32(X):
     return None
 
 
-def _channels_norm(X, Scale, B, epsilon, prepared):
+def _channels_norm(X, Scale, B, epsilon, prepared, stats):
     """LayerNormalization over the last axis of X, a channels-last view of C-contiguous float32 channels-first
     data (a Transpose's (0, 2, ..., 1): ConvNeXt's permute before its LayerNorm), by ``rows.c``'s
     ``layernorm_channels_f32`` reading the channels-first data as it is (no copy, the statistics of 16
-    positions in 16 lanes); Y C-contiguous. None where it does not apply. With the step's prepared
+    positions in 16 lanes); Y C-contiguous, the statistics None unless ``stats``. None where it does not
+    apply. With the step's prepared
     parameters, the sizes of each input shape are kept there, as :func:`layer_norm` keeps its own."""
     key = (X.shape, X.strides)
     plan = prepared.get(key) if prepared is not None else None
@@ -108,6 +109,11 @@ def _channels_norm(X, Scale, B, epsilon, prepared):
                 and len(prepared) < MAX_PLANS:
             prepared[key] = plan
     g, b, fn, outer, c, hw, size, stat, src_axes = plan
+    if not stats:
+        y = np.empty(X.shape, np.float32)
+        native.call(fn, _address(X.transpose(src_axes)), g.address, None if b is None else b.address,
+                    native.address(y), None, None, outer, c, hw, epsilon)
+        return y, None, None
     out = np.empty(size + 2 * outer * hw, np.float32)  # Y, then the mean and 1 / sqrt(var + epsilon)
     at = native.address(out)
     native.call(fn, _address(X.transpose(src_axes)), g.address, None if b is None else b.address, at,
@@ -131,9 +137,10 @@ def _channels_plan(X, Scale, B, prepared):
     return g, b, fn, shape[0], c, X.size // (shape[0] * c), X.size, shape[:-1] + (1,), src_axes
 
 
-def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False):
+def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False, stats=True):
     """(Y float32, mean, inv_std) of the normalization of ``X`` over axes ``axis``.. (``simplified``: the
-    RMS form, mean None), the statistics float32 of shape ``X.shape[:axis] + (1, ...)``; None where the
+    RMS form, mean None), the statistics float32 of shape ``X.shape[:axis] + (1, ...)`` (both None, and not
+    computed, unless ``stats``: a node whose only output is Y); None where the
     native kernel does not apply. With the step's prepared parameters, the sizes of each input shape
     are kept there too, under ``(X.shape, axis)``: a later call of that shape skips their derivation."""
     fn = native.function("layernorm_f32")
@@ -144,18 +151,19 @@ def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False):
     if plan is not None and X.dtype == _F32 and X.flags.c_contiguous:  # a shape seen before: its sizes kept
         g, b, rows, n, stat = plan
         if g.src is Scale and (B is None if b is None else b.src is B):
-            y, inv = np.empty(X.shape, np.float32), np.empty(stat, np.float32)
-            mean = None if simplified else np.empty(stat, np.float32)
+            y = np.empty(X.shape, np.float32)
+            inv = np.empty(stat, np.float32) if stats else None
+            mean = None if simplified or not stats else np.empty(stat, np.float32)
             native.call(fn, _address(X), None, None, None, g.address, None if b is None else b.address,
-                        native.address(y), None, None if mean is None else native.address(mean), native.address(inv),
-                        rows, n, 1, epsilon, int(simplified))
+                        native.address(y), None, None if mean is None else native.address(mean),
+                        None if inv is None else native.address(inv), rows, n, 1, epsilon, int(simplified))
             return y, mean, inv
     nd = X.ndim
     if not -nd <= axis < nd:
         return None
     axis %= nd
     if axis == nd - 1 and nd >= 3 and not simplified and X.dtype == _F32 and not X.flags.c_contiguous:
-        got = _channels_norm(X, Scale, B, epsilon, prepared)
+        got = _channels_norm(X, Scale, B, epsilon, prepared, stats)
         if got is not None:
             return got
     shape = X.shape
@@ -172,35 +180,41 @@ def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False):
         return None
     y = np.empty(shape, np.float32)
     stat = shape[:axis] + (1,) * (nd - axis)
-    inv = np.empty(stat, np.float32)
-    mean = None if simplified else np.empty(stat, np.float32)
+    inv = np.empty(stat, np.float32) if stats else None
+    mean = None if simplified or not stats else np.empty(stat, np.float32)
     native.call(fn, _address(x), None, None, None, g.address, None if b is None else b.address, native.address(y),
-                None, None if mean is None else native.address(mean), native.address(inv), x.size // n, n, 1,
-                epsilon, int(simplified))
+                None, None if mean is None else native.address(mean), None if inv is None else native.address(inv),
+                x.size // n, n, 1, epsilon, int(simplified))
     if prepared is not None and prepared.get(1) is g and (b is None or prepared.get(2) is b) \
             and len(prepared) < MAX_PLANS:
         prepared[key] = (g, b, x.size // n, n, stat)
     return y, mean, inv
 
 
-@op("LayerNormalization", since=17, device="cpu", prepare=prepare_params(1, 2))
-def LayerNormalization(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None):
+@op("LayerNormalization", since=17, device="cpu", prepare=prepare_params(1, 2), n_outputs=True)
+def LayerNormalization(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None, n_outputs=3):
+    """The native kernels' normalization (Y alone, the statistics not computed, for a node with one output)."""
     if stash_type == 1 and X.dtype in _FLOATS and Scale.dtype == X.dtype and (B is None or B.dtype == X.dtype):
-        got = layer_norm(X, Scale, B, axis, epsilon, prepared)
+        got = layer_norm(X, Scale, B, axis, epsilon, prepared, stats=n_outputs > 1)
         if got is not None:
             Y, mean, inv = got
-            return Y if X.dtype == _F32 else Y.astype(X.dtype), mean, inv
-    return _norm.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+            Y = Y if X.dtype == _F32 else Y.astype(X.dtype)
+            return (Y, mean, inv) if n_outputs > 1 else Y
+    got = _norm.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+    return got if n_outputs > 1 else got[0]
 
 
-@op("LayerNormalization", since=1, device="cpu", prepare=prepare_params(1, 2))
-def LayerNormalization_1(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None):
+@op("LayerNormalization", since=1, device="cpu", prepare=prepare_params(1, 2), n_outputs=True)
+def LayerNormalization_1(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None, n_outputs=3):
+    """As :func:`LayerNormalization`, the result in Scale's dtype (onnxruntime's LayerNormalization-1)."""
     if X.dtype in _FLOATS and Scale.dtype in _FLOATS:
-        got = layer_norm(X, Scale, B, axis, epsilon, prepared)
+        got = layer_norm(X, Scale, B, axis, epsilon, prepared, stats=n_outputs > 1)
         if got is not None:
             Y, mean, inv = got
-            return Y if Scale.dtype == _F32 else Y.astype(Scale.dtype), mean, inv
-    return _contrib.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+            Y = Y if Scale.dtype == _F32 else Y.astype(Scale.dtype)
+            return (Y, mean, inv) if n_outputs > 1 else Y
+    got = _contrib.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+    return got if n_outputs > 1 else got[0]
 
 
 @op("SimplifiedLayerNormalization", since=1, device="cpu", prepare=prepare_params(1))
