@@ -360,7 +360,7 @@ def test_native_erf(dtype):
 
 @needs_cc
 def test_native_gelu():
-    """Gelu (approximate "none", float32) in one native pass: within 7 ulp of x erfc(-x / sqrt(2)) / 2 in
+    """Gelu (approximate "none", float32) in one native pass: within 8 ulp of x erfc(-x / sqrt(2)) / 2 in
     float64 (the formula without 1 + erf's cancellation where x < 0), NaN and infinities included
     (Gelu(-inf) is ``x (1 + erf(x / sqrt(2))) / 2``'s NaN, as onnxruntime's formula gives); the NumPy
     formula agrees (to its cancellation's error where x < 0)."""
@@ -379,7 +379,7 @@ def test_native_gelu():
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     fin = np.isfinite(want)
     assert (got[~fin] == want[~fin]).sum() == np.isinf(want).sum()
-    assert (np.abs(got[fin] - want[fin]) <= _ulps_f32(want[fin]) * 7).all()
+    assert (np.abs(got[fin] - want[fin]) <= _ulps_f32(want[fin]) * 8).all()
     with native.disabled():
         ref = Gelu(xp, x)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -397,8 +397,8 @@ def _ulps_f32(want: np.ndarray) -> np.ndarray:
 def test_native_erf_gelu_sweep(fn):
     """vmath.h's float32 erf (Erf) and the Gelu built on it over float32's whole range (every 251st bit pattern
     of either sign, every 13th where erf and Gelu change, |x| in [0.5, 16)), against scipy's float64 erf:
-    within 1.4 ulp (erf) and 7 ulp (Gelu: exp, 1 / (1 + |x| / 2) and the tail's polynomial each add an ulp
-    or two where x < 0)."""
+    within 1.4 ulp (erf) and 8 ulp (Gelu: erfc's exp, 1 / (1 + |x| / 2) and polynomial each add an ulp or
+    two; 6.7 at most over every float32 in [1e-4, 3])."""
     import scipy.special
 
     from gpuops.ops.cpu.activation import Gelu
@@ -413,7 +413,7 @@ def test_native_erf_gelu_sweep(fn):
         if fn == "erf":
             got, want, ulps = erf(xp, x), scipy.special.erf(xd), 1.4
         else:
-            got, want, ulps = Gelu(xp, x), 0.5 * xd * scipy.special.erfc(-xd / np.sqrt(2)), 7
+            got, want, ulps = Gelu(xp, x), 0.5 * xd * scipy.special.erfc(-xd / np.sqrt(2)), 8
         err = np.abs(got - want) / _ulps_f32(want)
         assert err.max() <= ulps, (fn, x[err.argmax()], got[err.argmax()], want[err.argmax()])
 
