@@ -5,14 +5,17 @@ then ``y * gamma + beta``, all over the last axis. With ai.onnx opset >= 17 this
 ai.onnx LayerNormalization(x, gamma, beta, axis=-1). Below opset 17, when x is the sum of two
 3-D tensors of the same shape (static, or the same symbolic dims: a residual connection, as in
 BERT, with dynamic batch and sequence axes), it becomes
-com.microsoft SkipLayerNormalization(a, b, gamma, beta). (The dynamo exporter and TorchScript at
-opset >= 17 emit LayerNormalization itself.)"""
+com.microsoft SkipLayerNormalization(a, b, gamma, beta); otherwise (opset 12 to 16) gpuops'
+LayerNormalization over the last axis (a private op, defined in the model by the function
+:func:`_function_body` makes, :mod:`.private_ops`). (The dynamo exporter
+and TorchScript at opset >= 17 emit LayerNormalization itself.)"""
 
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
+from onnx import AttributeProto, TensorProto, helper
 
+from . import private_ops
 from .graph import MS, Graph, attr
 
 _FLOATS = (TensorProto.FLOAT,)  # what onnxruntime's CPU kernels of both ops take
@@ -100,6 +103,45 @@ def _match(graph: Graph, rm1):
     return x, gamma, beta, float(eps.reshape(())), nodes, badd
 
 
+def _residual(graph: Graph, x: str, nodes):
+    """The Add making ``x`` from two 3-D tensors of its symbolic shape, read by the pattern alone; or None."""
+    res = graph.producer_of(x, "Add")
+    shape = graph.symbolic_shape(x)  # dynamic axes: both operands of the same symbolic shape
+    if res is None or shape is None or len(shape) != 3 or \
+            [graph.symbolic_shape(i) for i in res.input] != [shape, shape] or \
+            any(c not in nodes for c in graph.consumers.get(x, ())) or x in graph.protected:
+        return None
+    return res
+
+
+def _function_body() -> list:
+    """The private LayerNormalization's body for opsets 12 to 16 (a Constant's ``value_float`` taking the
+    node's ``epsilon``; ReduceMean's ``axes`` an attribute)."""
+    eps = helper.make_node("Constant", [], ["eps"])
+    eps.attribute.add(name="value_float", type=AttributeProto.FLOAT, ref_attr_name="epsilon")
+    return [helper.make_node("ReduceMean", ["X"], ["mean"], axes=[-1]),
+            helper.make_node("Sub", ["X", "mean"], ["d"]),
+            helper.make_node("Mul", ["d", "d"], ["d2"]),
+            helper.make_node("ReduceMean", ["d2"], ["var"], axes=[-1]),
+            eps,
+            helper.make_node("Add", ["var", "eps"], ["var_eps"]),
+            helper.make_node("Sqrt", ["var_eps"], ["std"]),
+            helper.make_node("Div", ["d", "std"], ["norm"]),
+            helper.make_node("Mul", ["norm", "Scale"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "B"], ["Y"])]
+
+
+def _become(graph: Graph, node, op_type: str, domain: str, inputs, **attrs) -> None:
+    node.op_type, node.domain = op_type, domain
+    node.input[:] = inputs
+    del node.attribute[:]
+    node.attribute.extend(graph.make_node("X", [], [], **attrs).attribute)
+    if domain == private_ops.DOMAIN:
+        private_ops.define(graph, op_type, ["X", "Scale", "B"], ["Y"], _function_body(), ["epsilon"])
+    elif domain:
+        graph.use_domain(domain)
+
+
 def apply(graph: Graph) -> bool:
     removed = []
     for rm1 in graph.nodes:
@@ -109,23 +151,16 @@ def apply(graph: Graph) -> bool:
         if m is None:
             continue
         x, gamma, beta, eps, nodes, last = m
-        if graph.opset() >= 17:
-            last.op_type, last.domain = "LayerNormalization", ""
-            last.input[:] = [x, gamma, beta]
-            del last.attribute[:]
-            last.attribute.extend(graph.make_node("X", [], [], axis=-1, epsilon=eps).attribute)
-        else:
-            res = graph.producer_of(x, "Add")
-            shape = graph.symbolic_shape(x)  # dynamic axes: both operands of the same symbolic shape
-            if res is None or shape is None or len(shape) != 3 or \
-                    [graph.symbolic_shape(i) for i in res.input] != [shape, shape] or \
-                    any(c not in nodes for c in graph.consumers.get(x, ())) or x in graph.protected:
-                continue
-            last.op_type, last.domain = "SkipLayerNormalization", MS
-            last.input[:] = [res.input[0], res.input[1], gamma, beta]
-            del last.attribute[:]
-            last.attribute.extend(graph.make_node("X", [], [], epsilon=eps).attribute)
+        opset = graph.opset()
+        res = _residual(graph, x, nodes) if opset < 17 else None
+        if opset >= 17:
+            _become(graph, last, "LayerNormalization", "", [x, gamma, beta], axis=-1, epsilon=eps)
+        elif res is not None:
+            _become(graph, last, "SkipLayerNormalization", MS, [res.input[0], res.input[1], gamma, beta], epsilon=eps)
             nodes = nodes + [res]
-            graph.use_domain(MS)
+        elif opset >= 12:  # (the function that defines the op for other runtimes needs opset 12)
+            _become(graph, last, "LayerNormalization", private_ops.DOMAIN, [x, gamma, beta], epsilon=eps)
+        else:
+            continue
         removed.extend(n for n in nodes if n is not last)
     return graph.remove(*removed)

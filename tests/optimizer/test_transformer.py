@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+import gpuops
 from gpuops.optimizer import optimize
+from gpuops.ops.contrib.private import DOMAIN as PRIVATE
 
 from .helpers import check, make_model, ops
 
@@ -120,9 +122,51 @@ def test_skip_layernorm_below_opset17():
     assert len(opt.graph.node) == 1
 
 
-def test_layernorm_below_opset17_without_residual_kept():
+@pytest.mark.parametrize("opset", [12, 14, 16])
+def test_layernorm_below_opset17_without_residual_is_gpuops_own_op(opset):
+    """Below opset 17, a LayerNorm not fed by a residual Add (as openWakeWord's verifier writes it) becomes
+    gpuops' LayerNormalization, defined in the model as a function: onnx's checker and onnxruntime read
+    it through the function, and gpuops' plan runs its registered op (one step)."""
     X = rng.standard_normal((2, 4, 16)).astype(np.float32)
-    m = make_model(_layernorm_nodes("X"), {"X": X}, _out(), inits=_ln_consts(16), opset=14)
+    m = make_model(_layernorm_nodes("X"), {"X": X}, _out(), inits=_ln_consts(16), opset=opset)
+    m.ir_version = 7  # (as TorchScript writes opset 12-13; model-local functions need 8)
+    opt = check(m, {"X": X}, present=["LayerNormalization"], gone=["ReduceMean", "Pow", "Sqrt", "Div"], atol=1e-4)
+    assert [(n.domain, n.op_type) for n in opt.graph.node] == [(PRIVATE, "LayerNormalization")]
+    assert [(f.domain, f.name) for f in opt.functions] == [(PRIVATE, "LayerNormalization")]
+    assert opt.ir_version >= 8
+    sess = gpuops.InferenceSession(m, device="cpu")
+    assert [(s.domain, s.op_type) for s in sess.plan.steps] == [(PRIVATE, "LayerNormalization")]
+
+
+def test_layernorm_of_a_residual_stream_read_elsewhere_is_gpuops_own_op():
+    """A pre-norm block: the residual sum feeds the LayerNorm and the next residual, so no
+    SkipLayerNormalization (which would hide the sum); the LayerNorm alone becomes gpuops' op."""
+    A, B = (rng.standard_normal((2, 4, 16)).astype(np.float32) for _ in range(2))
+    nodes = [helper.make_node("Add", ["A", "B"], ["x"])] + _layernorm_nodes("x") + [
+        helper.make_node("Add", ["x", "Y"], ["Z"])]
+    outs = [helper.make_tensor_value_info("Z", F, None)]
+    m = make_model(nodes, {"A": A, "B": B}, outs, inits=_ln_consts(16), opset=14)
+    opt = check(m, {"A": A, "B": B}, present=["LayerNormalization"], gone=["ReduceMean"], atol=1e-4)
+    assert ops(opt)["Add"] == 2
+
+
+def test_layernorm_inside_an_if_branch_is_defined_once():
+    X = rng.standard_normal((2, 4, 16)).astype(np.float32)
+    then = helper.make_graph(_layernorm_nodes("X"), "then", [], [helper.make_tensor_value_info("Y", F, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["X"], ["Y2"])], "else", [],
+                              [helper.make_tensor_value_info("Y2", F, None)])
+    nodes = [helper.make_node("If", ["c"], ["Y"], then_branch=then, else_branch=other)]
+    for c in (True, False):
+        feeds = {"X": X, "c": np.array(c)}
+        m = make_model(nodes, feeds, _out(), inits=_ln_consts(16), opset=14)
+        opt = check(m, feeds, atol=1e-4)
+        assert [f.name for f in opt.functions] == ["LayerNormalization"]
+
+
+def test_layernorm_below_opset12_kept():
+    """(The function defining gpuops' op needs a Constant's value_float: opset 12.)"""
+    X = rng.standard_normal((2, 4, 16)).astype(np.float32)
+    m = make_model(_layernorm_nodes("X"), {"X": X}, _out(), inits=_ln_consts(16), opset=11)
     assert ops(optimize(m))["ReduceMean"] == 2
 
 

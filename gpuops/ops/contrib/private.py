@@ -1,5 +1,6 @@
 """gpuops' private fused ops (domain ``ai.gpuops``), which its graph optimizer emits on the CPU
-(:mod:`gpuops.optimizer.conv_silu`, :mod:`gpuops.optimizer.squeeze_excite`). The optimized model
+(:mod:`gpuops.optimizer.conv_silu`, :mod:`gpuops.optimizer.squeeze_excite`) and, where no ai.onnx or
+com.microsoft op fits, on every device (:mod:`gpuops.optimizer.layernorm`). The optimized model
 defines each as a model-local ONNX function whose body is the nodes it replaced, so that the model stays
 valid ONNX that onnxruntime runs; gpuops runs a registered private op as the op (the plan inlines only
 the functions it lacks). These are the generic implementations, the CPU's overrides' fallback and
@@ -11,6 +12,8 @@ test oracle.
   inner(conv1(GlobalAveragePool(X)))))`` with 1x1 convs ``W1`` (R, C, 1, 1) and ``W2`` (C, R, 1, 1),
   ``inner`` one of Relu, HardSwish, Silu and ``gate`` one of Sigmoid, HardSigmoid (attributes
   ``alpha``, ``beta``): one op per pair, as a function's body cannot depend on an attribute.
+* ``LayerNormalization(X, Scale, B)``: ai.onnx LayerNormalization-17 over the last axis (attribute
+  ``epsilon``), for models below opset 17 whose LayerNorm is written out and not fed by a residual Add.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ...registry import op
 from ..activation import sigmoid
 from ..conv import conv
 from ..elementwise import clamp
+from .normalization import LayerNormalization
 
 DOMAIN = "ai.gpuops"
 INNER = ("Relu", "HardSwish", "Silu")
@@ -78,3 +82,6 @@ def _register(inner: str, gate: str):
 for _inner in INNER:
     for _gate in GATES:
         _register(_inner, _gate)
+
+
+op("LayerNormalization", domain=DOMAIN, since=1)(LayerNormalization)  # onnxruntime's LayerNormalization-1

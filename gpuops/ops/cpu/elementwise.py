@@ -14,7 +14,7 @@ from ...registry import op
 from .. import activation as _activation
 from .. import elementwise as _elementwise
 
-NATIVE_SPECIAL_MIN = 64  # elements: below, a kernel's call costs more than the NumPy passes save
+NATIVE_SPECIAL_MIN = 1  # elements (the kernel's call costs less than the generic ops' NumPy passes at any size)
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 

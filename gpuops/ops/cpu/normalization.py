@@ -23,6 +23,7 @@ import numpy as np
 from ... import native
 from ...registry import op
 from ..contrib import normalization as _contrib
+from ..contrib.private import DOMAIN as PRIVATE
 from ..contrib import transformer as _transformer
 from .. import norm as _norm
 
@@ -215,6 +216,9 @@ def LayerNormalization_1(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_t
             return (Y, mean, inv) if n_outputs > 1 else Y
     got = _contrib.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
     return got if n_outputs > 1 else got[0]
+
+
+op("LayerNormalization", domain=PRIVATE, since=1, device="cpu", prepare=prepare_params(1, 2))(LayerNormalization_1)
 
 
 @op("SimplifiedLayerNormalization", since=1, device="cpu", prepare=prepare_params(1))
