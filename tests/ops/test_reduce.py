@@ -158,3 +158,24 @@ def test_softmax_float16_large_values():
     node = helper.make_node("Softmax", ["x"], ["y"], axis=0)
     x = np.array([[60000, -60000], [60000, 0]], np.float16)
     _check([node], {"x": x}, 13, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("shape,axes", [((1, 1), [1]), ((3, 4, 5), [-1]), ((3, 4, 5), [0, 2]), ((3, 4, 5), [0, 1, 2]),
+                                        ((2, 0, 3), [2]), ((2, 0, 3), [1]), ((4,), [])])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_cpu_reduce_mean_equals_the_generic_op(dtype, shape, axes, keepdims):
+    """The CPU's ReduceMean (one NumPy reduction, the sum divided in place) gives the generic op's very
+    array: shape, type and bits; empty axes, empty slices and other types go to the generic op."""
+    from gpuops.ops.cpu._common import generic
+    from gpuops.ops.cpu.reduce import ReduceMean, ReduceMean_1
+
+    x = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    pairs = [(ReduceMean(np, x, np.array(axes, np.int64), keepdims=keepdims),
+              generic("ReduceMean", 18)(np, x, np.array(axes, np.int64), keepdims=keepdims))]
+    if axes:
+        pairs.append((ReduceMean_1(np, x, axes=axes, keepdims=keepdims),
+                      generic("ReduceMean", 1)(np, x, axes=axes, keepdims=keepdims)))
+    for got, want in pairs:
+        assert type(got) is np.ndarray and got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

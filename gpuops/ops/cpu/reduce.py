@@ -1,11 +1,14 @@
-"""ArgMax, ArgMin and ReduceSumSquare on the CPU (``@op(..., device="cpu")``): the classic ML exports'
-last steps (a class index, k-means' squared norms), run on a few rows, where the generic ops of
+"""ArgMax, ArgMin, ReduceSumSquare and ReduceMean on the CPU (``@op(..., device="cpu")``): the classic ML
+exports' last steps (a class index, k-means' squared norms) and small means, run on a few rows, where the
+generic ops of
 :mod:`gpuops.ops.reduce` spend more on their general axis handling than on the arithmetic. One NumPy
 call each, the same NumPy functions as the generic op's (equal results); anything else -- several
 axes, select_last_index, an empty axis, half types, CuPy arrays -- goes to the generic op.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -52,3 +55,36 @@ def ReduceSumSquare(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
 
 
 _sum_square = generic("ReduceSumSquare", 18)
+
+
+def _mean(data, axes, keepdims):
+    """ReduceMean of a float32 / float64 NumPy array over the listed non-empty axes as the generic op computes
+    it (the sum divided in place), in one reduction; None for anything else (the generic op's)."""
+    if not axes or type(data) is not np.ndarray or data.dtype not in _FLOATS:
+        return None
+    nd = data.ndim
+    if not all(-nd <= a < nd for a in axes):
+        return None
+    picked = {a % nd for a in axes}
+    if not all(data.shape[a] for a in picked):
+        return None
+    out = np.add.reduce(data, axis=tuple(picked), keepdims=True)
+    out /= math.prod(data.shape[a] for a in picked)
+    return out if keepdims == 1 else out.reshape([d for i, d in enumerate(data.shape) if i not in picked])
+
+
+_mean_1, _mean_18 = generic("ReduceMean", 1), generic("ReduceMean", 18)
+
+
+@op("ReduceMean", since=1, device="cpu")
+def ReduceMean_1(xp, data, *, axes=None, keepdims=1):
+    out = _mean(data, axes, keepdims)
+    return _mean_1(xp, data, axes=axes, keepdims=keepdims) if out is None else out
+
+
+@op("ReduceMean", since=18, device="cpu", host_inputs=(1,))
+def ReduceMean(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    out = None if axes is None else _mean(data, axes.reshape(-1).tolist(), keepdims)
+    if out is None:
+        return _mean_18(xp, data, axes, keepdims=keepdims, noop_with_empty_axes=noop_with_empty_axes)
+    return out
