@@ -143,11 +143,29 @@ def call_keywords(step: Step) -> dict:
 
 
 def _lookup(step: Step):
-    """``env -> tuple of input values`` for a node whose inputs are all named, computed values."""
-    if not step.inputs or not all(step.inputs) or step.host_consts or step.impl.host_inputs or step.subgraphs:
+    """``env -> tuple of input values`` for a node whose inputs are all named, and whose shape-like inputs
+    (``host_inputs``) are all constants (``host_consts``: a Reshape's target, a Squeeze's axes), taken as
+    they are; None where :func:`_gather` must move a computed one to the host."""
+    inputs, consts = step.inputs, step.host_consts
+    if not inputs or not all(inputs) or step.subgraphs or \
+            any(i not in consts for i in step.impl.host_inputs if i < len(inputs)):
         return None
-    get = operator.itemgetter(*step.inputs)
-    return get if len(step.inputs) > 1 else lambda env: (get(env),)
+    if not consts:
+        get = operator.itemgetter(*inputs)
+        return get if len(inputs) > 1 else lambda env: (get(env),)
+    fixed = [consts.get(i) for i in range(len(inputs))]
+    (pos, name), *more = [(i, n) for i, n in enumerate(inputs) if i not in consts] or [(None, None)]
+    if pos is None:
+        every = tuple(fixed)
+        return lambda env: every
+    if more:
+        return None
+
+    def get_one(env):
+        args = fixed.copy()
+        args[pos] = env[name]
+        return args
+    return get_one
 
 
 def _reusable(step: Step, plan: Plan) -> tuple:

@@ -13,7 +13,8 @@ Levels (as onnxruntime's graph_optimization_level):
   (:mod:`.fold_batchnorm`), Mul/Add by constants into Conv (:mod:`.fold_mul_add_into_conv`), Mul by a
   constant into the MatMul (and bias) before it (:mod:`.fold_mul_into_matmul`), Transposes moved
   down through layout-blind ops until they cancel (tf2onnx's NHWC pairs, :mod:`.sink_transposes`),
-  a tensor unstacked and stacked back whole -> itself (:mod:`.restack`), MatMul + Add -> Gemm
+  a tensor unstacked and stacked back whole -> itself (:mod:`.restack`), a reshape of a reshape -> one
+  Reshape (:mod:`.reshape_chains`), MatMul + Add -> Gemm
   (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
   ReduceMean over the spatial axes -> GlobalAveragePool (:mod:`.reduce_mean_to_pool`), an If with a
   constant condition inlined (:mod:`.inline_if`), dead nodes (:mod:`.dead_code`).
@@ -60,8 +61,8 @@ from ..errors import GpuopsError
 from . import (attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code,
                dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv,
                fold_mul_into_matmul, gelu, gemm_activation, hard_activations, inline_if, layernorm,
-               matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool, restack,
-               shape_to_constant, silu, sink_transposes, squeeze_excite, conv_silu, transpose_into_matmul)
+               matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool, reshape_chains,
+               restack, shape_to_constant, silu, sink_transposes, squeeze_excite, conv_silu, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 
@@ -87,8 +88,10 @@ def _passes(level: str, fold_limit: int):
              ("reduce_mean_to_pool", reduce_mean_to_pool.apply),
              ("matmul_add_to_gemm", matmul_add_to_gemm.apply), ("transpose_into_matmul", transpose_into_matmul.apply),
              ("dead_code", dead_code.apply)]
+    # after the fusions, whose patterns (attention masks) hold the chains as exported
+    tail = [("reshape_chains", reshape_chains.apply), ("dead_code", dead_code.apply)]
     if level == "basic":
-        return basic
+        return basic + tail
     # qdq_fusion first: constant folding would turn a weight's DequantizeLinear into a float weight
     return [("qdq_fusion", qdq_fusion.apply)] + basic + [
         ("attention", attention.apply), ("attention_layouts", attention_layouts.apply),
@@ -98,8 +101,7 @@ def _passes(level: str, fold_limit: int):
         ("gemm_activation", gemm_activation.apply),
         ("matmul_integer_to_float", matmul_integer_to_float.apply),
         ("dynamic_quantize_matmul", dynamic_quantize_matmul.apply),
-        ("transpose_into_fused_matmul", partial(transpose_into_matmul.apply, fused_matmul=True)),
-        ("dead_code", dead_code.apply)]
+        ("transpose_into_fused_matmul", partial(transpose_into_matmul.apply, fused_matmul=True))] + tail
 
 
 def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FOLD_LIMIT,

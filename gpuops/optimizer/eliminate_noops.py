@@ -1,6 +1,7 @@
 """Nodes that pass their input through unchanged are removed: Identity, inference-mode Dropout
-(its mask unused), Reshape to the same static shape, Cast to the same type, Transpose with the
-identity permutation, Flatten of a 2-D value at axis 1. Graph output names are kept: when the removed node makes a graph output, the
+(its mask unused), Reshape, Squeeze, Unsqueeze and Expand to the same static shape, a Slice of steps 1
+that keeps the whole static shape, Cast to the same type, Transpose with the identity permutation,
+Flatten of a 2-D value at axis 1. Graph output names are kept: when the removed node makes a graph output, the
 producer of its input is renamed to make that output instead (if nothing else reads it)."""
 
 from __future__ import annotations
@@ -8,6 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from .graph import Graph, attr
+
+
+def _same_shape(graph: Graph, node) -> bool:
+    a = graph.shape(node.input[0])
+    return a is not None and a == graph.shape(node.output[0])
 
 
 def _noop(graph: Graph, node) -> bool:
@@ -23,9 +29,13 @@ def _noop(graph: Graph, node) -> bool:
             mode = graph.const_value(node.input[2])
             return mode is not None and not bool(np.asarray(mode).any())
         return True
-    if op == "Reshape":
-        a, b = graph.shape(node.input[0]), graph.shape(node.output[0])
-        return a is not None and a == b
+    if op in ("Reshape", "Squeeze", "Unsqueeze", "Expand"):
+        return _same_shape(graph, node)
+    if op == "Slice":  # steps of 1 (a step of -1 over the whole axis reverses it)
+        if graph.opset() < 10 or len(node.input) < 5 or not node.input[4]:
+            return _same_shape(graph, node)
+        steps = graph.const_value(node.input[4])
+        return steps is not None and bool((np.asarray(steps) == 1).all()) and _same_shape(graph, node)
     if op == "Cast":
         t = graph.elem_type(node.input[0])
         return t is not None and t == attr(node, "to")

@@ -110,6 +110,24 @@ def test_fused_lstm_weights_kept_per_session_and_fed_weights_follow_each_run():
         assert_same(sess.run(None, feeds), run_ort(model, feeds), 1e-5, 1e-5)
 
 
+@pytest.mark.parametrize("T,H,bias,states", [(1, 128, True, True), (5, 4, True, False), (3, 16, False, True)])
+def test_one_row_lstm_path_matches_onnxruntime(T, H, bias, states, monkeypatch):
+    """A forward LSTM of one batch row with initializer weights (a streaming model's step) takes the CPU's
+    one-row path (the projection by the kept fused weight, the steps in C), where it applies."""
+    from gpuops.ops.cpu import rnn as cpu_rnn
+
+    taken = []
+    row = cpu_rnn._lstm_row
+    monkeypatch.setattr(cpu_rnn, "_lstm_row", lambda *a: taken.append(row(*a)) or taken[-1])
+    feeds = _lstm_feeds(np.random.default_rng(15 + T), 1, T=T, batch=1, I=6, H=H, bias=bias, states=states)
+    fed = {k: feeds.pop(k) for k in ("X", "initial_h", "initial_c") if k in feeds}
+    model = make_model(_lstm_node({**fed, **feeds}, hidden_size=H), fed, inits=list(feeds.items()), opset=14)
+    sess = gpuops.InferenceSession(model, device="cpu")
+    for _ in range(2):
+        assert_same(sess.run(None, fed), run_ort(model, fed), 1e-5, 1e-5, ["Y", "Y_h", "Y_c"])
+    assert taken and all(t is not None for t in taken)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("linear_before_reset", [0, 1])
 @pytest.mark.parametrize("direction,layout,batch", [("forward", 0, 3), ("reverse", 1, 1), ("bidirectional", 0, 1),

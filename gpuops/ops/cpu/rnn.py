@@ -177,10 +177,51 @@ def LSTM_1(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
                 hidden_size=hidden_size, input_forget=input_forget, prepared=prepared)
 
 
+def _lstm_row(kept: RnnWeights, X, W, R, B, h0, c0):
+    """A forward LSTM of default activations over one batch row ``X`` (T, 1, n), float32, its weights
+    ``kept``'s: the input projection as one product by the fused gates' (n, 4H) weight plus their bias,
+    then the steps in C (``lstm_f32``). A streaming model (silero-vad) runs one step a call, where the
+    general driver's checks and layouts cost as much as the arithmetic. None where it does not apply."""
+    if not (type(X) is np.ndarray and X.dtype == np.float32 and X.ndim == 3 and X.shape[1] == 1 and
+            R.ndim == 3 and R.shape[0] == 1 and W.shape[2] == X.shape[2] and kept.fits(W, R, B)):
+        return None
+    T, _, n = X.shape
+    H = R.shape[-1]
+    states = []
+    for s in (h0, c0):
+        if s is None:
+            s = np.zeros((1, 1, H), np.float32)
+        elif not (type(s) is np.ndarray and s.dtype == np.float32 and s.shape == (1, 1, H)):
+            return None
+        states.append(np.ascontiguousarray(s))
+    if W.shape[1] != 4 * H or R.shape[1] != 4 * H or (B is not None and B.shape != (1, 8 * H)) or not T:
+        return None
+    fn = _native("lstm_f32", 1, H, (W, R))
+    if fn is None:
+        return None
+    order, scale = _rnn._LSTM_ORDER, _rnn._LSTM_SCALE
+    wt = kept.get("lstm row W", lambda: _rnn._fused_weight(np, W, order, scale, False)[0])  # (n, 4H)
+    rt = kept.get("lstm fused R", lambda: _rnn._fused_weight(np, R, order, scale, False))  # (1, H, 4H)
+    xw = np.matmul(X.reshape(T, n), wt)  # (T, 4H): the fused loop's (T, 4, D, batch, H) for one row
+    if B is not None:
+        xw += kept.get("lstm row bias", lambda: _rnn._fused_weight(
+            np, (B[:, :4 * H] + B[:, 4 * H:]).reshape(1, 4 * H, 1), order, scale, False)[0, 0])
+    Y, hn, cn = np.empty((T, 1, 1, H), np.float32), np.empty((1, 1, H), np.float32), np.empty((1, 1, H), np.float32)
+    native.call(fn, native.address(xw), native.ptr(rt), *(native.address(a) for a in (*states, Y, hn, cn)),
+                T, 1, 1, H)
+    return Y, hn, cn
+
+
 @op("LSTM", since=7, device="cpu", prepare=_prepare(_run_lstm))
 def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
          hidden_size=None, input_forget=0, layout=0, prepared=None):
+    if type(prepared) is RnnWeights and direction == "forward" and sequence_lens is None and not layout and \
+            (hidden_size is None or hidden_size == R.shape[-1]) and \
+            _rnn.fuses_lstm(activations, clip, direction, input_forget, P):
+        got = _lstm_row(prepared, X, W, R, B, initial_h, initial_c)
+        if got is not None:
+            return got
     kw = dict(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations, clip=clip,
               direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=layout)
     if not on_host(X, W, R, B, sequence_lens, initial_h, initial_c, P):
