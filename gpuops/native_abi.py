@@ -30,6 +30,10 @@ DECLARATIONS: dict[str, str] = {
                           float filter);
         int attention_set_threads(int64_t n);
     """,
+    "cast.c": """
+        int cast_f32_f16(const float* x, void* y, int64_t n);
+        int cast_f16_f32(const void* x, float* y, int64_t n);
+    """,
     "conv.c": """
         int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
                                  int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,

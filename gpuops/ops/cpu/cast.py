@@ -1,0 +1,46 @@
+"""Cast on the CPU (``@op(..., device="cpu")``): float32 <-> float16 by the native kernel
+(``cpu_kernels/cast.c``: the F16C instructions, where NumPy converts an element at a time in
+software, ~7x slower); every other cast, and any input the kernel does not take, is the generic op's."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from ... import native
+from ...registry import op
+from .. import cast as _cast
+
+_F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
+_KERNELS = {(_F32, TensorProto.FLOAT16): ("cast_f32_f16", _F16), (_F16, TensorProto.FLOAT): ("cast_f16_f32", _F32)}
+
+
+def _native(X, to):
+    """X cast to ``to`` (float16 from float32, or back) by the native kernel, or None."""
+    if type(X) is not np.ndarray or not X.size:
+        return None
+    kernel = _KERNELS.get((X.dtype, to))
+    fn = native.function(kernel[0]) if kernel else None
+    if fn is None:
+        return None
+    X = np.ascontiguousarray(X)
+    Y = np.empty(X.shape, kernel[1])
+    return Y if fn(X.ctypes.data, native.address(Y), X.size) == 0 else None  # 1: the compiler has no float16
+
+
+@op("Cast", since=6, device="cpu")
+def Cast(xp, input, *, to):
+    Y = _native(input, to)
+    return _cast.Cast(xp, input, to=to) if Y is None else Y
+
+
+@op("Cast", since=19, device="cpu")
+def Cast19(xp, input, *, to, saturate=1):
+    Y = _native(input, to)  # (saturate is for the float8 types)
+    return _cast.Cast19(xp, input, to=to, saturate=saturate) if Y is None else Y
+
+
+@op("Cast", since=24, device="cpu")
+def Cast24(xp, input, *, to, saturate=1, round_mode="up"):
+    Y = _native(input, to)  # (round_mode is for float8e8m0)
+    return _cast.Cast24(xp, input, to=to, saturate=saturate, round_mode=round_mode) if Y is None else Y
