@@ -10,12 +10,18 @@
  * Per step, direction and batch row: g = xw + h @ rt, then c = f * c + i * tanh(c~), h = o * tanh(c),
  * with the products and sums in the order the NumPy loop uses. Directions are independent; each
  * runs all its steps in turn so that its rt stays in cache (the two of a bidirectional layer on
- * threads of their own: pool_threads.h). Returns 0, or 1 when out of memory. */
+ * threads of their own: pool_threads.h). Returns 0, or 1 when out of memory.
+ * lstm_q8_f32 is the same recurrence with R in 8 bits (com.microsoft DynamicQuantizeLSTM's): rq (D, NB, H,
+ * 64) int8, the 4H columns in that order packed in NB = ceil(4H / 64) blocks of 64 (the last one padded),
+ * each column's product scaled by rs and shifted by its zero point rz (D, 4H) after the sum,
+ * h @ (rs * (rq - rz)) = rs * (h @ rq - rz * sum(h)): a quarter of the float R's bytes to read per step,
+ * where a large R (H = 512: 4 MB a direction) streams from memory at every step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 
+#include "common.h"
 #include "pool_threads.h"
 
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
@@ -72,6 +78,59 @@ static void gemm_acc(float* acc, int64_t lda, const float* h, const float* r, in
     }
 }
 
+/* acc (batch rows lda apart) += h (batch, K) @ (s * (q - z)) over N columns of the 8-bit q, each column's
+ * scale s and zero point z applied after its sum. q is packed in blocks of QB columns (the last one
+ * padded), each block's K rows of QB one after the other: a block's sums stay in registers over its
+ * rows, which it reads in order, once per batch row and step. */
+#define QV 4  /* vectors of column sums in registers: QB columns a block */
+#define QB (QV * VL)
+
+/* VL int8 at p as floats (sign extension and conversion in vector registers, which gcc's generic
+ * vector conversions of 8-bit lanes do not use). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline vfloat widen8(const int8_t* p) {
+    return (vfloat)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+#elif defined(__AVX2__)
+#include <immintrin.h>
+static inline vfloat widen8(const int8_t* p) {
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(p + 8))));
+    vfloat v;
+    memcpy(&v, &lo, sizeof lo);
+    memcpy((char*)&v + sizeof lo, &hi, sizeof hi);
+    return v;
+}
+#else
+static inline vfloat widen8(const int8_t* p) {
+    vfloat v;
+    for (int j = 0; j < VL; ++j) v[j] = (float)p[j];
+    return v;
+}
+#endif
+
+static void gemm_acc_q8(float* acc, int64_t lda, const float* h, const int8_t* q, const float* s, const float* z,
+                        int64_t batch, int64_t K, int64_t N) {
+    for (int64_t b = 0; b < batch; ++b) {
+        const float* restrict hb = h + b * K;
+        float* restrict a = acc + b * lda;
+        float hsum = 0.0f;
+        for (int64_t k = 0; k < K; ++k) hsum += hb[k];
+        for (int64_t j0 = 0; j0 < N; j0 += QB) {
+            const int8_t* qb = q + j0 * K;  /* the block's K rows of QB, one after the other */
+            vfloat dot[QV] = {{0}};
+            for (int64_t k = 0; k < K; ++k) {
+                const float hk = hb[k];
+                for (int v = 0; v < QV; ++v) dot[v] += hk * widen8(qb + k * QB + v * VL);
+            }
+            const int64_t n = N - j0 < QB ? N - j0 : QB;
+            for (int64_t j = 0; j < n; ++j)
+                a[j0 + j] = MADD(s[j0 + j], MADD(-z[j0 + j], hsum, dot[j / VL][j % VL]), a[j0 + j]);
+        }
+    }
+}
+
 /* acc row b, gate g <- xw (T, G, D, batch, H) at step t, direction d. */
 static void load_gates(float* acc, const float* xw, int64_t t, int64_t d, int64_t G, int64_t D, int64_t batch,
                        int64_t H, int64_t gates) {
@@ -80,17 +139,31 @@ static void load_gates(float* acc, const float* xw, int64_t t, int64_t d, int64_
             memcpy(acc + (b * G + g) * H, xw + (((t * G + g) * D + d) * batch + b) * H, sizeof(float) * H);
 }
 
-/* Direction d of lstm_f32 (acc: batch * 4H floats of its own). */
-static void lstm_direction(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n,
-                           float* c_n, int64_t T, int64_t D, int64_t batch, int64_t H, int64_t d, float* acc) {
+typedef struct {
+    const float *xw, *rt, *rbh, *h0, *c0;
+    const int8_t* rq;  /* lstm_q8_f32's R, with its columns' scales and zero points: */
+    const float *rs, *rz;
+    float *y, *h_n, *c_n;
+    int64_t T, D, batch, H, lbr, gru;
+    int status;
+} RnnArgs;
+
+/* Direction d of lstm_f32 / lstm_q8_f32 (acc: batch * 4H floats of its own). */
+static void lstm_direction(const RnnArgs* args, int64_t d, float* acc) {
+    const float *xw = args->xw, *h0 = args->h0;
+    float *y = args->y, *h_n = args->h_n;
+    const int64_t T = args->T, D = args->D, batch = args->batch, H = args->H;
     const int64_t G = 4 * H, BH = batch * H;
-    const float* r = rt + d * H * G;
-    float* c = c_n + d * BH;
-    memcpy(c, c0 + d * BH, sizeof(float) * BH);
+    float* c = args->c_n + d * BH;
+    memcpy(c, args->c0 + d * BH, sizeof(float) * BH);
     for (int64_t t = 0; t < T; ++t) {
         const float* h = t ? y + ((t - 1) * D + d) * BH : h0 + d * BH;
         load_gates(acc, xw, t, d, 4, D, batch, H, 4);
-        gemm_acc(acc, G, h, r, G, batch, H, G);
+        if (args->rq)
+            gemm_acc_q8(acc, G, h, args->rq + d * H * ((G + QB - 1) / QB * QB), args->rs + d * G, args->rz + d * G,
+                        batch, H, G);
+        else
+            gemm_acc(acc, G, h, args->rt + d * H * G, G, batch, H, G);
         for (int64_t b = 0; b < batch; ++b) {
             float* restrict a = acc + b * G;
             float* restrict cb = c + b * H;
@@ -104,13 +177,6 @@ static void lstm_direction(const float* xw, const float* rt, const float* h0, co
     }
     memcpy(h_n + d * BH, T ? y + ((T - 1) * D + d) * BH : h0 + d * BH, sizeof(float) * BH);
 }
-
-typedef struct {
-    const float *xw, *rt, *rbh, *h0, *c0;
-    float *y, *h_n, *c_n;
-    int64_t T, D, batch, H, lbr, gru;
-    int status;
-} RnnArgs;
 
 static void gru_direction(const RnnArgs* a, int64_t d, float* acc);
 
@@ -130,7 +196,7 @@ static void rnn_part(void* ctx, int64_t part, int64_t parts) {
         if (a->gru)
             gru_direction(a, d, acc);
         else
-            lstm_direction(a->xw, a->rt, a->h0, a->c0, a->y, a->h_n, a->c_n, a->T, a->D, a->batch, a->H, d, acc);
+            lstm_direction(a, d, acc);
     free(acc);
 }
 
@@ -144,7 +210,13 @@ static int rnn(RnnArgs* a) {
 
 int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n, float* c_n,
              int64_t T, int64_t D, int64_t batch, int64_t H) {
-    RnnArgs a = {xw, rt, NULL, h0, c0, y, h_n, c_n, T, D, batch, H, 0, 0, 0};
+    RnnArgs a = {xw, rt, NULL, h0, c0, NULL, NULL, NULL, y, h_n, c_n, T, D, batch, H, 0, 0, 0};
+    return rnn(&a);
+}
+
+int lstm_q8_f32(const float* xw, const int8_t* rq, const float* rs, const float* rz, const float* h0, const float* c0,
+                float* y, float* h_n, float* c_n, int64_t T, int64_t D, int64_t batch, int64_t H) {
+    RnnArgs a = {xw, NULL, NULL, h0, c0, rq, rs, rz, y, h_n, c_n, T, D, batch, H, 0, 0, 0};
     return rnn(&a);
 }
 
@@ -204,7 +276,7 @@ static void gru_direction(const RnnArgs* args, int64_t d, float* acc) {
 
 int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0, float* y, float* h_n, int64_t T,
             int64_t D, int64_t batch, int64_t H, int64_t lbr) {
-    RnnArgs a = {xw, rt, rbh, h0, NULL, y, h_n, NULL, T, D, batch, H, lbr, 1, 0};
+    RnnArgs a = {xw, rt, rbh, h0, NULL, NULL, NULL, NULL, y, h_n, NULL, T, D, batch, H, lbr, 1, 0};
     return rnn(&a);
 }
 

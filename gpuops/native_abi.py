@@ -101,6 +101,9 @@ DECLARATIONS: dict[str, str] = {
     "rnn.c": """
         int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n,
                      float* c_n, int64_t T, int64_t D, int64_t batch, int64_t H);
+        int lstm_q8_f32(const float* xw, const int8_t* rq, const float* rs, const float* rz, const float* h0,
+                        const float* c0, float* y, float* h_n, float* c_n, int64_t T, int64_t D, int64_t batch,
+                        int64_t H);
         int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0, float* y, float* h_n,
                     int64_t T, int64_t D, int64_t batch, int64_t H, int64_t lbr);
         int rnn_set_threads(int64_t n);

@@ -91,3 +91,30 @@ def test_dynamic_quantize_lstm_with_constant_weights_matches_onnxruntime(directi
     generic = gpuops.InferenceSession(make_model(node, feeds), device="cpu").run(None, feeds)
     for g, w in zip(got, generic):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("H", [20, 64])
+@pytest.mark.parametrize("w_t", [U8, I8])
+def test_dynamic_quantize_lstm_recurrence_in_8_bits_matches_the_float_lstm(H, w_t, monkeypatch):
+    """With constant weights the CPU runs the recurrence on R kept in 8 bits (cpu_kernels/rnn.c's
+    lstm_q8_f32: 4H columns in blocks of 64, the last one padded when 4H is not a multiple of 64), each
+    column's scale and zero point applied after its sum: the float LSTM on the dequantized weights up to
+    the order of the float32 sums (H + I terms a gate, T steps)."""
+    from gpuops.ops.cpu import rnn as cpu_rnn
+
+    used = []
+    loop = cpu_rnn._lstm_q8_loop
+    monkeypatch.setattr(cpu_rnn, "_lstm_q8_loop", lambda *a: used.append(1) or loop(*a))
+    T, B, I, D = 4, 2, 5, 2
+    shape = (D, 4 * H)
+    feeds = {"x": rand(T, B, I), "w": q8(w_t, D, I, 4 * H), "r": q8(w_t, D, H, 4 * H), "b": rand(D, 8 * H, scale=0.1),
+             "ws": (np.abs(rand(*shape)) * 0.005 + 0.002), "wz": q8(w_t, *shape),
+             "rs": (np.abs(rand(*shape)) * 0.005 + 0.002), "rz": q8(w_t, *shape)}
+    node = ms_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"], ["y", "yh", "yc"],
+                   direction="bidirectional", hidden_size=H)
+    model = _with_initializers(node, feeds, ("w", "r", "b", "ws", "wz", "rs", "rz"))
+    got = _run_cpu(model, {"x": feeds["x"]}, "DynamicQuantizeLSTM")
+    assert used
+    generic = gpuops.InferenceSession(make_model(node, feeds), device="cpu").run(None, feeds)  # fed: float R
+    for g, w in zip(got, generic):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

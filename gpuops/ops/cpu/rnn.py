@@ -234,14 +234,64 @@ def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
 
 class DequantizedLstmWeights:
     """DynamicQuantizeLSTM's constant 8-bit W and R with their scales and zero points, dequantized once
-    into the float layout of ai.onnx LSTM (contiguous), and the :class:`RnnWeights` of that LSTM."""
+    into the float layout of ai.onnx LSTM (contiguous), and the :class:`RnnWeights` of that LSTM; and R
+    kept in 8 bits for the C recurrence (:func:`_q8_recurrence`): ``q8 = (rq, rs, rz)``."""
 
     def __init__(self, params, W, R, B):
         self.params = params  # (W, R, W_scale, W_zero_point, R_scale, R_zero_point) as the node has them
         self.rnn = RnnWeights(W, R, B)
+        self.q8 = _q8_recurrence(*params[1:2], *params[4:6])
 
     def fits(self, params, B) -> bool:
         return all(a is b for a, b in zip(params, self.params)) and B is self.rnn.B
+
+
+Q8_BLOCK = 64
+"""Columns of ``cpu_kernels/rnn.c``'s 8-bit R blocks (its QB)."""
+
+
+def _q8_recurrence(R, scale, zero_point):
+    """DynamicQuantizeLSTM's R (D, H, 4H) of 8 bits, [D] or [D, 4H] scales and zero points, in the layout of
+    ``cpu_kernels/rnn.c``'s lstm_q8_f32: (rq (D, blocks, H, 64) int8, the columns in the fused loop's gate
+    order packed by blocks of :data:`Q8_BLOCK`; rs and rz (D, 4H) float32: each column's scale, the sigmoid
+    gates' halved, and zero point); uint8 weights are shifted to int8 with their zero points. None where it
+    does not apply."""
+    if R.ndim != 3 or R.dtype not in (np.int8, np.uint8) or R.shape[2] % 4 or R.shape[2] != 4 * R.shape[1]:
+        return None
+    D, H = R.shape[0], R.shape[1]
+    order, gate_scale = list(_rnn._LSTM_ORDER), np.array(_rnn._LSTM_SCALE, np.float32)
+
+    def per_column(v, default):
+        v = np.full((D, 4 * H), default, np.float32) if v is None else np.asarray(v, np.float32)
+        if v.size == D:
+            v = np.repeat(v.reshape(D, 1), 4 * H, axis=1)
+        return v.reshape(D, 4, H)[:, order] if v.size == D * 4 * H else None
+
+    rs, rz = per_column(scale, 1.0), per_column(zero_point, 0.0)
+    if rs is None or rz is None:
+        return None
+    q = R.reshape(D, H, 4, H)[:, :, order]
+    if R.dtype == np.uint8:
+        q, rz = (q.astype(np.int16) - 128).astype(np.int8), rz - 128
+    rs = rs * gate_scale[None, :, None]
+    blocks = -(-4 * H // Q8_BLOCK)
+    packed = np.zeros((D, H, blocks * Q8_BLOCK), np.int8)
+    packed[:, :, :4 * H] = q.reshape(D, H, 4 * H)
+    packed = packed.reshape(D, H, blocks, Q8_BLOCK).transpose(0, 2, 1, 3)  # (D, blocks, H, 64)
+    return tuple(frozen(np.ascontiguousarray(a).reshape(shape)) for a, shape in
+                 ((packed, packed.shape), (rs, (D, 4 * H)), (rz, (D, 4 * H))))
+
+
+def _lstm_q8_loop(q8, XW, RT, h0, c0):
+    """The fused LSTM's steps in C with the 8-bit R ``q8`` (:func:`_q8_recurrence`) in place of RT."""
+    T, _, D, batch, H = XW.shape
+    fn = native.function("lstm_q8_f32")
+    if fn is None or XW.dtype != np.float32 or q8[0].shape != (D, -(-4 * H // Q8_BLOCK), H, Q8_BLOCK):
+        return _lstm_loop(XW, RT, h0, c0)
+    h0, c0 = (np.ascontiguousarray(a, np.float32) for a in (h0, c0))
+    Y, hn, cn = np.empty((T, D, batch, H), dtype=np.float32), np.empty_like(h0), np.empty_like(c0)
+    native.call(fn, *(native.ptr(a, a.dtype) for a in (XW, *q8, h0, c0, Y, hn, cn)), T, D, batch, H)
+    return Y, [hn, cn]
 
 
 def _prepare_dynamic_quantize_lstm(constants, attrs):
@@ -269,11 +319,17 @@ def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None,
                         W_scale=None, W_zero_point=None, R_scale=None, R_zero_point=None, *, activation_alpha=None,
                         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
                         input_forget=0, prepared=None):
-    """The ai.onnx LSTM (this module's, native where it pays) on the weights dequantized once per session."""
+    """The ai.onnx LSTM (this module's, native where it pays) on the weights dequantized once per session;
+    its fused loop's recurrence in C with R kept in 8 bits."""
     kw = dict(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations, clip=clip,
               direction=direction, hidden_size=hidden_size, input_forget=input_forget)
     if prepared is not None and prepared.fits((W, R, W_scale, W_zero_point, R_scale, R_zero_point), B):
         _ms_quantized.check_8bit(W, R)
+        if prepared.q8 is not None and on_host(X, B, sequence_lens, initial_h, initial_c, P):
+            Wf, Rf = prepared.rnn.W, prepared.rnn.R
+            return _rnn.lstm(xp, X, Wf, Rf, B, sequence_lens, initial_h, initial_c, P, **kw,
+                             derive=_derive(prepared.rnn, Wf, Rf, B),
+                             loop=lambda XW, RT, h0, c0: _lstm_q8_loop(prepared.q8, XW, RT, h0, c0))
         return LSTM(xp, X, prepared.rnn.W, prepared.rnn.R, B, sequence_lens, initial_h, initial_c, P, **kw,
                     prepared=prepared.rnn)
     return _ms_quantized.DynamicQuantizeLSTM(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, W_scale,
