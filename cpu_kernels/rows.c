@@ -149,13 +149,13 @@ int layernorm_f32(const float* x, const float* skip, const float* skip2, const f
 typedef struct {
     const float *x, *gamma, *beta;
     float *y, *mean, *inv;
-    int64_t outer, c, hw;
+    int64_t outer, c, hw, planes;
     float epsilon;
 } ChannelNormArgs;
 
 /* Positions [p, p + m) (m <= VL) of block o: the statistics of VL positions at once, one lane each, summed
- * over the c channels in order; the results go to y's rows (c floats per position), VL channels at a time
- * as a transposed tile. */
+ * over the c channels in order; the results go to y's planes as x's, or to its rows (c floats per
+ * position), VL channels at a time as a transposed tile. */
 static void channel_norm_block(const ChannelNormArgs* a, int64_t o, int64_t p, int64_t m) {
     const int64_t c = a->c, hw = a->hw;
     const float* x = a->x + o * c * hw + p;
@@ -169,25 +169,37 @@ static void channel_norm_block(const ChannelNormArgs* a, int64_t o, int64_t p, i
     }
     vfloat inv;
     for (int j = 0; j < VL; ++j) inv[j] = 1.0f / sqrtf(acc[j] / (float)c + a->epsilon);
-    float* y = a->y + (o * hw + p) * c;
-    for (int64_t k0 = 0; k0 < c; k0 += VL) {
-        const int64_t kn = c - k0 < VL ? c - k0 : VL;
-        vfloat t[VL];
-        for (int64_t k = 0; k < VL; ++k) {
-            if (k >= kn) {
-                t[k] = (vfloat){0};
-                continue;
-            }
-            const float* xk = x + (k0 + k) * hw;
-            const vfloat v = m == VL ? vload(xk) : vload_part(xk, m, 0.0f);
-            t[k] = (v - mean) * inv * a->gamma[k0 + k] + (a->beta ? a->beta[k0 + k] : 0.0f);
-        }
-        transpose_tile(t);
-        for (int64_t j = 0; j < m; ++j) {
-            if (kn == VL)
-                memcpy(y + j * c + k0, &t[j], sizeof t[j]);
+    if (a->planes) {
+        float* y = a->y + o * c * hw + p;
+        for (int64_t k = 0; k < c; ++k) {
+            const vfloat v = m == VL ? vload(x + k * hw) : vload_part(x + k * hw, m, 0.0f);
+            const vfloat r = (v - mean) * inv * a->gamma[k] + (a->beta ? a->beta[k] : 0.0f);
+            if (m == VL)
+                memcpy(y + k * hw, &r, sizeof r);
             else
-                vstore_part(y + j * c + k0, t[j], kn);
+                vstore_part(y + k * hw, r, m);
+        }
+    } else {
+        float* y = a->y + (o * hw + p) * c;
+        for (int64_t k0 = 0; k0 < c; k0 += VL) {
+            const int64_t kn = c - k0 < VL ? c - k0 : VL;
+            vfloat t[VL];
+            for (int64_t k = 0; k < VL; ++k) {
+                if (k >= kn) {
+                    t[k] = (vfloat){0};
+                    continue;
+                }
+                const float* xk = x + (k0 + k) * hw;
+                const vfloat v = m == VL ? vload(xk) : vload_part(xk, m, 0.0f);
+                t[k] = (v - mean) * inv * a->gamma[k0 + k] + (a->beta ? a->beta[k0 + k] : 0.0f);
+            }
+            transpose_tile(t);
+            for (int64_t j = 0; j < m; ++j) {
+                if (kn == VL)
+                    memcpy(y + j * c + k0, &t[j], sizeof t[j]);
+                else
+                    vstore_part(y + j * c + k0, t[j], kn);
+            }
         }
     }
     if (a->mean) vstore_part(a->mean + o * hw + p, mean, m);  /* m == VL: vstore_part's mask is all ones */
@@ -209,10 +221,11 @@ static void channel_norm_part(void* ctx, int64_t part, int64_t parts) {
  * a channels-last view of it, as ConvNeXt's permute -> LayerNorm exports it): x holds `outer` blocks of c
  * planes of hw floats; position q = o * hw + p is normalized over its c values x[(o * c + k) * hw + p], the
  * statistics in float32 in two passes, and y = (x - mean) / sqrt(var + epsilon) * gamma + beta (beta may be
- * NULL) written channels-last: y[q * c + k]. mean[q] and inv[q] (1 / sqrt(...)) when not NULL. */
+ * NULL) written channels-last, y[q * c + k], or with `planes` channels-first as x, y[(o * c + k) * hw + p].
+ * mean[q] and inv[q] (1 / sqrt(...)) when not NULL. */
 int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* inv,
-                           int64_t outer, int64_t c, int64_t hw, float epsilon) {
-    ChannelNormArgs a = {x, gamma, beta, y, mean, inv, outer, c, hw, epsilon};
+                           int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes) {
+    ChannelNormArgs a = {x, gamma, beta, y, mean, inv, outer, c, hw, planes, epsilon};
     const int64_t blocks = outer * ((hw + VL - 1) / VL);
     pool_run(channel_norm_part, &a, pool_parts(blocks, (16384 + c * VL) / (c * VL + 1) + 1));
     return 0;

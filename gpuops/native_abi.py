@@ -115,7 +115,7 @@ DECLARATIONS: dict[str, str] = {
                           const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,
                           int64_t skip_rows, float epsilon, int64_t simplified);
         int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                                   float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon);
+                                   float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes);
         int rows_set_threads(int64_t n);
     """,
     "special.c": """

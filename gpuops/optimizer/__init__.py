@@ -36,7 +36,8 @@ about 100x slower than float32); the graph's inputs and outputs keep their float
 Then also gpuops' private fused ops (domain ``ai.gpuops``, :mod:`gpuops.ops.contrib.private`), each
 defined in the model as an ONNX function whose body is the nodes it replaced (:mod:`.private_ops`), so
 that the model stays valid ONNX that onnxruntime runs: squeeze-and-excitation blocks -> SqueezeExcite
-(:mod:`.squeeze_excite`), Conv + SiLU -> ConvSilu (:mod:`.conv_silu`).
+(:mod:`.squeeze_excite`), Conv + SiLU -> ConvSilu (:mod:`.conv_silu`), Transpose -> LayerNormalization ->
+Transpose over NCHW's channels -> LayerNormChannels (:mod:`.layernorm_channels`).
 
 The rewrites run in rounds until none applies, on the main graph and then, with the same
 rewrites, inside every If/Loop/Scan body (recursively; the values a body reads from the scopes
@@ -61,8 +62,9 @@ from ..errors import GpuopsError
 from . import (attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code,
                dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv,
                fold_mul_into_matmul, gelu, gemm_activation, hard_activations, inline_if, layernorm,
-               matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool, reshape_chains,
-               restack, shape_to_constant, silu, sink_transposes, squeeze_excite, conv_silu, transpose_into_matmul)
+               layernorm_channels, matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool,
+               reshape_chains, restack, shape_to_constant, silu, sink_transposes, squeeze_excite, conv_silu,
+               transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 
@@ -127,7 +129,8 @@ def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FO
     first = [("float16_compute", float16_compute.apply)] if cpu else []
     passes = _passes(level, fold_limit)
     if cpu:  # gpuops' private fused ops, which its CPU ops run (elsewhere they would run as their functions)
-        passes[-1:-1] = [("squeeze_excite", squeeze_excite.apply), ("conv_silu", conv_silu.apply)]
+        passes[-1:-1] = [("squeeze_excite", squeeze_excite.apply), ("conv_silu", conv_silu.apply),
+                         ("layernorm_channels", layernorm_channels.apply)]
     _optimize_graph(graph, first, passes, strict)
     return copy
 

@@ -160,6 +160,30 @@ def test_layer_norm_of_a_channels_last_view_reads_the_channels_first_data(shape,
     np.testing.assert_array_equal(cpu(np, X, g, b, epsilon=1e-5, prepared=prepared, n_outputs=1), got[0])
 
 
+@pytest.mark.parametrize("shape", [(1, 16, 16, 16), (2, 33, 3, 7), (1, 128, 2, 2)])
+def test_layer_norm_channels_matches_its_function(shape):
+    """gpuops' private LayerNormChannels (ConvNeXt's LayerNorm2d over NCHW's channels) by rows.c's
+    layernorm_channels_f32 writing planes: within the sums' bounds of the generic op (its function's
+    Transpose -> LayerNormalization -> Transpose), Y NCHW; a NaN stays in its position; a rank other than
+    4 is a NodeError from the generic op."""
+    cpu = registry.resolve("ai.gpuops", "LayerNormChannels", 1, "cpu").fn
+    generic = registry.resolve("ai.gpuops", "LayerNormChannels", 1, None).fn
+    C = shape[1]
+    X = _f32(*shape, shift=2.0)
+    X[0, C - 1, 0, 0] = np.nan
+    g, b = _f32(C, seed=1), _f32(C, seed=2)
+    prepared = cpu_norm.prepare_params(1, 2)({1: g, 2: b}, {})
+    got, want = cpu(np, X, g, b, epsilon=1e-5, prepared=prepared), generic(np, X, g, b, epsilon=1e-5)
+    assert got.flags.c_contiguous and got.shape == X.shape
+    Xl = X.transpose(0, 2, 3, 1)
+    _within(got.transpose(0, 2, 3, 1), np.ascontiguousarray(want.transpose(0, 2, 3, 1)),
+            _norm_bound(Xl, g, b, (3,), 1e-5))
+    assert np.isnan(got[0, :, 0, 0]).all() and np.isnan(got).sum() == C
+    np.testing.assert_array_equal(cpu(np, X, g, b, epsilon=1e-5), got)
+    with pytest.raises(NodeError, match="rank 4"):
+        cpu(np, X[0], g, b, epsilon=1e-5)
+
+
 def test_layer_norm_in_float16_and_bfloat16_is_computed_in_float32():
     """Half data: the statistics in float32 on both sides; the generic op rounds t = (x - mean) inv to
     float16, then t * Scale and + B in float16 (three roundings), the CPU path the float32 result once."""

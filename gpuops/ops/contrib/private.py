@@ -8,6 +8,9 @@ test oracle.
 
 * ``ConvSilu(X, W, B)``: ``SiLU(Conv(X, W, B))``, SiLU being ``y * sigmoid(y)`` (EfficientNet's
   activation, which onnxruntime's FusedConv has not); Conv's attributes.
+* ``LayerNormChannels(X, Scale, B)``: LayerNormalization of NCHW X over its channels (attribute
+  ``epsilon``), ConvNeXt's LayerNorm2d: its function is Transpose to NHWC, LayerNormalization over the last
+  axis, Transpose back.
 * ``SqueezeExcite<Inner><Gate>(X, W1, B1, W2, B2)``: a squeeze-and-excitation block, ``X * gate(conv2(
   inner(conv1(GlobalAveragePool(X)))))`` with 1x1 convs ``W1`` (R, C, 1, 1) and ``W2`` (C, R, 1, 1),
   ``inner`` one of Relu, HardSwish, Silu and ``gate`` one of Sigmoid, HardSigmoid (attributes
@@ -24,6 +27,7 @@ from ..activation import sigmoid
 from ..conv import conv
 from ..elementwise import clamp
 from .normalization import LayerNormalization
+from ..norm import LayerNormalization as layer_norm_17
 
 DOMAIN = "ai.gpuops"
 INNER = ("Relu", "HardSwish", "Silu")
@@ -85,3 +89,11 @@ for _inner in INNER:
 
 
 op("LayerNormalization", domain=DOMAIN, since=1)(LayerNormalization)  # onnxruntime's LayerNormalization-1
+
+
+@op("LayerNormChannels", domain=DOMAIN, since=1)
+def LayerNormChannels(xp, X, Scale, B, *, epsilon=1e-5):
+    if X.ndim != 4:
+        raise NodeError(f"LayerNormChannels: the input must be NCHW (rank 4), not of shape {tuple(X.shape)}")
+    Y = layer_norm_17(xp, xp.permute_dims(X, (0, 2, 3, 1)), Scale, B, axis=-1, epsilon=epsilon)[0]
+    return xp.permute_dims(Y, (0, 3, 1, 2))

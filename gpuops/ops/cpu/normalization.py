@@ -26,6 +26,7 @@ from ..contrib import normalization as _contrib
 from ..contrib.private import DOMAIN as PRIVATE
 from ..contrib import transformer as _transformer
 from .. import norm as _norm
+from ..contrib import private as _private
 
 MS = "com.microsoft"
 _F32 = np.dtype(np.float32)
@@ -113,12 +114,12 @@ def _channels_norm(X, Scale, B, epsilon, prepared, stats):
     if not stats:
         y = np.empty(X.shape, np.float32)
         native.call(fn, _address(X.transpose(src_axes)), g.address, None if b is None else b.address,
-                    native.address(y), None, None, outer, c, hw, epsilon)
+                    native.address(y), None, None, outer, c, hw, epsilon, 0)
         return y, None, None
     out = np.empty(size + 2 * outer * hw, np.float32)  # Y, then the mean and 1 / sqrt(var + epsilon)
     at = native.address(out)
     native.call(fn, _address(X.transpose(src_axes)), g.address, None if b is None else b.address, at,
-                at + 4 * size, at + 4 * (size + outer * hw), outer, c, hw, epsilon)
+                at + 4 * size, at + 4 * (size + outer * hw), outer, c, hw, epsilon, 0)
     return out[:size].reshape(X.shape), out[size:size + outer * hw].reshape(stat), out[size + outer * hw:].reshape(stat)
 
 
@@ -219,6 +220,23 @@ def LayerNormalization_1(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_t
 
 
 op("LayerNormalization", domain=PRIVATE, since=1, device="cpu", prepare=prepare_params(1, 2))(LayerNormalization_1)
+
+
+@op("LayerNormChannels", domain=_private.DOMAIN, since=1, device="cpu", prepare=prepare_params(1, 2))
+def LayerNormChannels(xp, X, Scale, B, *, epsilon=1e-5, prepared=None):
+    """gpuops' private LayerNormChannels (ConvNeXt's LayerNorm2d) of float32 NCHW X by ``rows.c``'s
+    ``layernorm_channels_f32``, Y NCHW as X, without the Transposes of its function."""
+    fn = native.function("layernorm_channels_f32")
+    if fn is not None and type(X) is np.ndarray and X.dtype == _F32 and X.ndim == 4 and X.size \
+            and X.flags.c_contiguous:
+        c = X.shape[1]
+        g, b = _param(prepared, 1, Scale, (c,), 4), _param(prepared, 2, B, (c,), 4)
+        if g is not None and b is not None:
+            Y = np.empty(X.shape, np.float32)
+            native.call(fn, _address(X), g.address, b.address, native.address(Y), None, None, X.shape[0], c,
+                        X.size // (X.shape[0] * c), epsilon, 1)
+            return Y
+    return _private.LayerNormChannels(xp, X, Scale, B, epsilon=epsilon)
 
 
 @op("SimplifiedLayerNormalization", since=1, device="cpu", prepare=prepare_params(1))
