@@ -1,4 +1,4 @@
-"""Self-attention written out -> com.microsoft Attention (one node, packed Q/K/V projection).
+"""Self-attention written out -> com.microsoft Attention or QAttention (one node, packed Q/K/V projection).
 
 Matched, as TorchScript and the dynamo exporter write a BERT / GPT-style layer (without past)::
 
@@ -14,7 +14,10 @@ With past key/values (generation, GPT-2 style): K's and V's heads are each Conca
 axis=2) first, and those concatenations (the present values, usually graph outputs) are remade
 from the Attention's present output; the two pasts are stacked into its (2, B, N, P, H) past.
 
-Q, K and V must read the same 3-D x with constant weights and biases. The padding mask becomes
+Q, K and V must read the same 3-D x with constant weights and biases. Dynamically quantized projections
+(com.microsoft MatMulIntegerToFloat of one DynamicQuantizeLinear's outputs, constant 8-bit weights, scales,
+zero points and biases; equal sizes, no past or additive bias) make a com.microsoft QAttention instead: the
+weights side by side, their scales and zero points one value or one per column. The padding mask becomes
 ``mask_index`` (cast to int32, as onnxruntime takes it) with ``mask_filter_value`` = filter.
 
 Dynamic batch and sequence axes: a Reshape target may be computed, ``Concat`` of the batch and
@@ -162,15 +165,56 @@ def _heads(graph: Graph, name: str, nodes: list, perm, readers: list):
         return None
     add = _one_node_and_readers(graph, r.input[0], "Add", nodes, readers)
     if add is None:
-        return None
+        return _quantized_heads(graph, r.input[0], nodes, readers, shape)
     for mm_out, b in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
         mm = graph.producer_of(mm_out, "MatMul")
         if mm is not None and graph.single_use(mm_out):
             W, B = graph.const_value(mm.input[1]), graph.const_value(b)
             if W is not None and B is not None and W.ndim == 2 and B.shape == (W.shape[1],):
                 nodes.append(mm)
-                return mm.input[0], W, B, shape, add.output[0]
+                return mm.input[0], W, B, shape, add.output[0], None
     return None
+
+
+def _quantized_heads(graph: Graph, name: str, nodes: list, readers: list, shape):
+    """As :func:`_heads` for a com.microsoft MatMulIntegerToFloat(A, W, a_scale, w_scale, a_zero, w_zero, b)
+    with a constant 8-bit W and constant w_scale, w_zero and b, each one value or one per column: x is
+    then (A, a_scale, a_zero) and the last entry (w_scale, w_zero or None)."""
+    n = graph.producer.get(name)
+    if n is None or n.op_type != "MatMulIntegerToFloat" or n.domain != MS or name in graph.protected \
+            or len(n.input) < 4:
+        return None
+    others = [c for c in graph.consumers.get(name, ()) if c.op_type != "Shape"]
+    dims = _dim_readers(graph, name, others)
+    if len(others) != 1 or dims is None:
+        return None
+    ins = list(n.input) + [""] * (7 - len(n.input))
+    W, ws = graph.const_value(ins[1]), graph.const_value(ins[3])
+    wz = graph.const_value(ins[5]) if ins[5] else None
+    B = graph.const_value(ins[6]) if ins[6] else None
+    if W is None or W.ndim != 2 or W.dtype not in (np.int8, np.uint8) or ws is None or ws.dtype != np.float32 \
+            or (ins[5] and wz is None) or (ins[6] and B is None):
+        return None
+    cols = W.shape[1]
+    if ws.ndim > 1 or ws.size not in (1, cols) or (wz is not None and (
+            wz.ndim > 1 or wz.size not in (1, cols) or wz.dtype != W.dtype)):
+        return None
+    if B is None:
+        B = np.zeros(cols, np.float32)
+    elif B.shape != (cols,) or B.dtype != np.float32:
+        return None
+    nodes.append(n)
+    readers += dims
+    return (ins[0], ins[2], ins[4]), W, B, shape, name, (ws, wz)
+
+
+def _per_column(values: list, sizes: list, dtype):
+    """One value when ``values`` (arrays of one value or one per column, None: 0) are one value all
+    equal, else the values of all the columns, in order (``sizes`` columns each)."""
+    flat = [np.zeros(1, dtype) if v is None else np.asarray(v, dtype).reshape(-1) for v in values]
+    if all(f.size == 1 for f in flat) and all(f[0] == flat[0][0] for f in flat):
+        return flat[0].reshape(())
+    return np.concatenate([np.broadcast_to(f, (n,)) for f, n in zip(flat, sizes)])
 
 
 def _with_past(graph: Graph, name: str, nodes: list, pasts: list):
@@ -345,9 +389,18 @@ def _match(graph: Graph, sm):
         return None
     if q is None or k is None:
         return None
-    (x, Wq, bq, sq, pq), (xk, Wk, bk, sk, pk), (xv, Wv, bv, sv, pv_) = q, k, v
-    info = graph.symbolic_shape(x)  # ints, or symbols for dynamic batch and sequence axes
-    if xk != x or xv != x or info is None or len(info) != 3 or graph.elem_type(x) != TensorProto.FLOAT:
+    (x, Wq, bq, sq, pq, qq), (xk, Wk, bk, sk, pk, qk_), (xv, Wv, bv, sv, pv_, qv) = q, k, v
+    quantized = qq is not None
+    xa = x[0] if quantized else x  # the tensor of the input's shape
+    info = graph.symbolic_shape(xa)  # ints, or symbols for dynamic batch and sequence axes
+    if xk != x or xv != x or info is None or len(info) != 3:
+        return None
+    if quantized:  # QAttention: one weight type and zero point presence, equal sizes, no past or bias
+        if qk_ is None or qv is None or graph.elem_type(xa) not in (TensorProto.UINT8, TensorProto.INT8) \
+                or not Wq.dtype == Wk.dtype == Wv.dtype or len({z is None for _, z in (qq, qk_, qv)}) != 1 \
+                or pasts or v_pasts or bias is not None or Wv.shape != Wq.shape:
+            return None
+    elif qk_ is not None or qv is not None or graph.elem_type(x) != TensorProto.FLOAT:
         return None
     Bn, S, D = info
     if not isinstance(D, int):
@@ -358,11 +411,11 @@ def _match(graph: Graph, sm):
     hidden, hv = Wq.shape[1], Wv.shape[1]
     if hidden % N or hv % N or sq[3] not in (-1, hidden // N) or sv[3] not in (-1, hv // N):
         return None
-    same = {x, pq, pk, pv_, ctx_t.output[0]}  # values whose axes 0 and 1 are x's
-    if not all(_leading(graph, t, x, same) for t in (sq, sk, sv)):
+    same = {xa, pq, pk, pv_, ctx_t.output[0]}  # values whose axes 0 and 1 are x's
+    if not all(_leading(graph, t, xa, same) for t in (sq, sk, sv)):
         return None
     out = _target(graph, final.input[1])
-    if out is None or len(out) != 3 or out[2] not in (-1, hv) or not _leading(graph, out, x, same):
+    if out is None or len(out) != 3 or out[2] not in (-1, hv) or not _leading(graph, out, xa, same):
         return None
     static = all(isinstance(d, int) for d in info)
     if not static and (pasts or causal is not False):
@@ -387,7 +440,13 @@ def _match(graph: Graph, sm):
         return None
     if any(o in graph.protected for n in nodes if n is not final for o in n.output if o not in presents):
         return None
-    return dict(nodes=nodes, final=final, x=x, W=np.concatenate([Wq, Wk, Wv], axis=1),
+    quant = None
+    if quantized:
+        sizes = [Wq.shape[1]] * 3
+        zeros = [z for _, z in (qq, qk_, qv)]
+        quant = dict(A=x, w_scale=_per_column([s for s, _ in (qq, qk_, qv)], sizes, np.float32),
+                     w_zero=None if zeros[0] is None else _per_column(zeros, sizes, Wq.dtype))
+    return dict(nodes=nodes, final=final, x=xa, quant=quant, W=np.concatenate([Wq, Wk, Wv], axis=1),
                 b=np.concatenate([bq, bk, bv]), N=N, scale=scale * qs * ks, head=hidden // N,
                 causal=causal is not False, mask=mask, bias=bias, sizes=None if hv == hidden else [hidden, hidden, hv],
                 pasts=pasts, readers=readers, present=(2, Bn, N, T, hidden // N) if pasts else None)
@@ -416,6 +475,13 @@ def apply(graph: Graph) -> bool:
             attrs["scale"] = m["scale"]
         inputs = [m["x"], graph.add_const(m["W"], "attention_qkv_weight"),
                   graph.add_const(m["b"], "attention_qkv_bias"), mask_index]
+        op = "Attention"
+        if m["quant"] is not None:  # onnxruntime's QAttention: the same, its product as MatMulIntegerToFloat's
+            q, op = m["quant"], "QAttention"
+            (A, a_scale, a_zero), w_zero = q["A"], q["w_zero"]
+            del attrs["qkv_hidden_sizes"]
+            inputs = inputs[:3] + [a_scale, graph.add_const(q["w_scale"], "attention_qkv_weight_scale"), mask_index,
+                                   a_zero, "" if w_zero is None else graph.add_const(w_zero, "attention_qkv_weight_zero")]
         outputs, extra = [final.output[0]], []
         if m["pasts"]:
             (pk, ck), (pv, cv) = m["pasts"]
@@ -431,7 +497,7 @@ def apply(graph: Graph) -> bool:
             inputs += [""] * (5 - len(inputs)) + [m["bias"]]
         while inputs and not inputs[-1]:
             inputs.pop()
-        node = graph.make_node("Attention", inputs, outputs, domain=MS, **attrs)
+        node = graph.make_node(op, inputs, outputs, domain=MS, **attrs)
         at = graph.nodes.index(final)
         graph.nodes[at:at + 1] = [n for n in extra if n.op_type != "Gather"] + [node] + \
             [n for n in extra if n.op_type == "Gather"]

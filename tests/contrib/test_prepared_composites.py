@@ -51,14 +51,25 @@ def test_qgemm_with_a_constant_weight_matches_onnxruntime(a_type, b_type, transB
 
 
 @pytest.mark.parametrize("signed", [False, True])
-def test_qattention_with_a_constant_weight_matches_onnxruntime(signed):
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qattention_with_a_constant_weight_matches_onnxruntime(signed, per_column):
+    """Per tensor; or a scale and zero point per column with a raw 0/1 key mask (B, T) and a filter value,
+    as the optimizer's fusion of quantized projections writes it."""
     B, S, D = 2, 5, 16
     wt = np.int8 if signed else np.uint8
     feeds = {"x": randint(0, 255, B, S, D, dtype=np.uint8), "w": q8(wt, D, 3 * D), "bias": rand(3 * D),
              "xs": f32(0.02), "ws": f32(0.01), "xzp": np.array(120, np.uint8), "wzp": np.array(3 if signed else 128, wt)}
-    node = ms_node("QAttention", ["x", "w", "bias", "xs", "ws", "", "xzp", "wzp"], ["y"], num_heads=2)
+    attrs = {}
+    if per_column:
+        feeds["ws"] = (np.abs(rand(3 * D)) * 0.01 + 0.005).astype(np.float32)
+        feeds["wzp"] = randint(-5, 5, 3 * D, dtype=wt) if signed else randint(120, 136, 3 * D, dtype=wt)
+        feeds["mask"] = np.ones((B, S), np.int32)
+        feeds["mask"][1, 3:] = 0
+        attrs["mask_filter_value"] = float(np.finfo(np.float32).min)
+    node = ms_node("QAttention", ["x", "w", "bias", "xs", "ws", "mask" if per_column else "", "xzp", "wzp"], ["y"],
+                   num_heads=2, **attrs)
     model = _with_initializers(node, feeds, ("w", "bias", "ws", "wzp"))
-    run_feeds = {k: feeds[k] for k in ("x", "xs", "xzp")}
+    run_feeds = {k: feeds[k] for k in ("x", "xs", "xzp") + (("mask",) if per_column else ())}
     want = run_ort(model, run_feeds)[0]
     got = _run_cpu(model, run_feeds, "QAttention")[0]
     # exact integer products scaled in float32, then a float32 softmax and weighted sum of D terms

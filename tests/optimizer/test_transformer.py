@@ -170,12 +170,15 @@ def test_layernorm_below_opset12_kept():
     assert ops(optimize(m))["ReduceMean"] == 2
 
 
-def _attention_model(style, *, mask=False, causal=False, bias=False, past=0, B=2, S=5, N=2, H=4):
+def _attention_model(style, *, mask=False, causal=False, bias=False, past=0, B=2, S=5, N=2, H=4, weights=None):
     """One self-attention layer as an exporter writes it: TorchScript (Div by sqrt(H), K^T by one
     Transpose (0, 2, 3, 1), HF's padding mask) or dynamo (Q and K each times H^-1/4, K's heads then
     Transpose (0, 1, 3, 2)); optionally causal (a constant lower-triangular Where) and an additive
     (B, 1, S, S) bias input; with ``past`` (its length P), K's and V's heads are concatenated after past
-    key and value inputs (B, N, P, H) and those concatenations are graph outputs, as GPT-2 exports."""
+    key and value inputs (B, N, P, H) and those concatenations are graph outputs, as GPT-2 exports.
+    ``weights`` int8 or uint8: the projections dynamically quantized, as onnxruntime's quantize_dynamic
+    writes them (one DynamicQuantizeLinear of x, MatMulIntegerToFloat with a bias each): int8 weights
+    with a zero point 0 and a scale each, uint8 ones with a zero point and a scale per column for q."""
     D = N * H
     T = S + past
     x = rng.standard_normal((B, S, D)).astype(np.float32)
@@ -185,12 +188,25 @@ def _attention_model(style, *, mask=False, causal=False, bias=False, past=0, B=2
              ("merged", np.array([B, S, D], np.int64)), ("neg", np.float32(np.finfo(np.float32).min)),
              ("tril", np.tril(np.ones((S, T), bool), T - S)[None, None])]
     nodes = []
+    if weights is not None:
+        nodes.append(helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]))
     for p in "qkv":
-        inits += [(f"W{p}", rng.standard_normal((D, D)).astype(np.float32) / 3),
-                  (f"b{p}", rng.standard_normal(D).astype(np.float32))]
-        nodes += [helper.make_node("MatMul", ["x", f"W{p}"], [f"{p}0"]),
-                  helper.make_node("Add", [f"b{p}", f"{p}0"] if p == "k" else [f"{p}0", f"b{p}"], [f"{p}1"]),
-                  helper.make_node("Reshape", [f"{p}1", "heads"], [f"{p}2"])]
+        if weights is None:
+            inits += [(f"W{p}", rng.standard_normal((D, D)).astype(np.float32) / 3),
+                      (f"b{p}", rng.standard_normal(D).astype(np.float32))]
+            nodes += [helper.make_node("MatMul", ["x", f"W{p}"], [f"{p}0"]),
+                      helper.make_node("Add", [f"b{p}", f"{p}0"] if p == "k" else [f"{p}0", f"b{p}"], [f"{p}1"])]
+        else:
+            info = np.iinfo(weights)
+            per_column = weights == np.uint8 and p == "q"
+            zero = rng.integers(100, 156, D if per_column else (), dtype=weights) if weights == np.uint8 else \
+                np.zeros((), weights)
+            scale = rng.uniform(0.01, 0.02, D if per_column else ()).astype(np.float32)
+            inits += [(f"W{p}", rng.integers(info.min, info.max, (D, D), dtype=weights)), (f"ws{p}", scale),
+                      (f"wz{p}", zero), (f"b{p}", rng.standard_normal(D).astype(np.float32))]
+            nodes.append(helper.make_node("MatMulIntegerToFloat", ["xq", f"W{p}", "xs", f"ws{p}", "xz", f"wz{p}",
+                                                                   f"b{p}"], [f"{p}1"], domain="com.microsoft"))
+        nodes.append(helper.make_node("Reshape", [f"{p}1", "heads"], [f"{p}2"]))
     if style == "torchscript":
         nodes += [helper.make_node("Transpose", ["q2"], ["Q"], perm=[0, 2, 1, 3]),
                   helper.make_node("Transpose", ["k2"], ["Kt"], perm=[0, 2, 3, 1]),
@@ -238,7 +254,8 @@ def _attention_model(style, *, mask=False, causal=False, bias=False, past=0, B=2
     nodes += [helper.make_node("MatMul", ["p", v_heads], ["c0"]),
               helper.make_node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["c1", "merged"], ["Y"])]
-    return make_model(nodes, feeds, outputs, inits=inits, opset=14), feeds
+    return make_model(nodes, feeds, outputs, inits=inits, opset=14,
+                      opsets=None if weights is None else {"com.microsoft": 1}), feeds
 
 
 ATTENTION_CASES = [("torchscript", {}), ("torchscript", {"mask": True}), ("dynamo", {"causal": True}),
@@ -374,3 +391,32 @@ def test_attention(style, kw):
     opt = check(m, feeds, present=["Attention"], gone=gone, atol=1e-4)
     # + the Cast of the mask; with past, Unsqueeze x2 and Concat make past, Gather x2 split present
     assert ops(opt)["Attention"] == 1 and len(opt.graph.node) == 1 + ("mask" in kw) + 5 * ("past" in kw)
+
+
+@pytest.mark.parametrize("weights", [np.int8, np.uint8])
+@pytest.mark.parametrize("style,kw", [("torchscript", {"mask": True}), ("dynamo", {"causal": True})])
+def test_quantized_attention(style, kw, weights):
+    """Dynamically quantized q, k and v projections -> one QAttention of their weights side by side (a
+    scale, a zero point per column where they differ), reading the DynamicQuantizeLinear's outputs."""
+    m, feeds = _attention_model(style, weights=weights, **kw)
+    opt = check(m, feeds, present=["QAttention", "DynamicQuantizeLinear"],
+                gone=["MatMulIntegerToFloat", "Softmax", "MatMul", "Transpose", "Reshape", "Where", "Unsqueeze"],
+                atol=1e-4)
+    assert len(opt.graph.node) == 2 + ("mask" in kw)
+    (qa,) = [n for n in opt.graph.node if n.op_type == "QAttention"]
+    inits = {i.name: i for i in opt.graph.initializer}
+    per_column = weights == np.uint8
+    assert [d for d in inits[qa.input[4]].dims] == [3 * 8]  # the three scales differ
+    assert list(inits[qa.input[7]].dims) == ([3 * 8] if per_column else [])
+
+
+def test_quantized_attention_with_a_float_projection_kept():
+    """q quantized, k and v float: no one weight for the three; the pattern stays."""
+    m, feeds = _attention_model("torchscript", weights=np.int8, mask=True)
+    g = m.graph
+    (mk,) = [n for n in g.node if n.output[0] == "k1"]
+    g.node.remove(mk)
+    g.node.insert(0, helper.make_node("MatMul", ["x", "Wkf"], ["k1"]))
+    g.initializer.append(helper.make_tensor("Wkf", F, [8, 8], rng.standard_normal(64).astype(np.float32)))
+    opt = check(m, feeds, gone=["QAttention", "Attention"], kept=["Softmax", "MatMulIntegerToFloat"], atol=1e-4)
+    assert ops(opt)["MatMulIntegerToFloat"] == 2

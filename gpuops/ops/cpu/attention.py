@@ -1,4 +1,5 @@
-"""com.microsoft Attention on the CPU (``@op(..., device="cpu")``): the packed Q|K|V projection as one
+"""com.microsoft Attention on the CPU (``@op(..., device="cpu")``; QAttention's heads too, after its
+8-bit projection, :mod:`.quantize`): the packed Q|K|V projection as one
 ``np.matmul`` plus the bias in place, then the scores, masks, softmax and weighted sum of the values of
 every (batch, head) in one native pass (``cpu_kernels/attention.c``), written in the merged-heads
 layout -- where the generic op splits the heads, transposes, multiplies, builds the additive mask,
@@ -62,29 +63,54 @@ def attention(input, weights, bias, mask_index, past, num_heads, unidirectional,
         return None
     if bias is not None and (type(bias) is not np.ndarray or bias.dtype != _F32 or bias.shape != (hidden,)):
         return None
+    if heads(hidden, num_heads, past, want_present, qkv_hidden_sizes) is None:
+        return None
+    qkv = np.matmul(input.reshape(Bn * S, D), weights)
+    if bias is not None:
+        np.add(qkv, bias, out=qkv)
+    return attend(qkv.reshape(Bn, S, hidden), past, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale,
+                  mask_filter_value, want_present)
+
+
+def heads(hidden: int, num_heads: int, past, want_present, qkv_hidden_sizes=None):
+    """(hq, hv) of the heads of a projection of ``hidden`` columns, or None where the kernel does not apply."""
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [hidden // 3] * 3
     N = num_heads
     if len(sizes) != 3 or sum(sizes) != hidden or sizes[0] != sizes[1] or N < 1 or sizes[0] % N or sizes[2] % N \
             or not sizes[0]:
         return None
     hq, hv = sizes[0] // N, sizes[2] // N
+    if (want_present or past is not None) and hq != hv:
+        return None
+    return hq, hv
+
+
+def attend(qkv, past, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale, mask_filter_value,
+           want_present):
+    """Attention's (output, present or None) of its packed projection ``qkv`` (B, S, Q|K|V float32, bias
+    added) by the native kernel, or None where it does not apply."""
+    fn = native.function("attention_f32")
+    if fn is None or type(qkv) is not np.ndarray or qkv.dtype != _F32 or qkv.ndim != 3 or not qkv.size:
+        return None
+    Bn, S, hidden = qkv.shape
+    N = num_heads
+    sizes = heads(hidden, N, past, want_present, qkv_hidden_sizes)
+    if sizes is None:
+        return None
+    hq, hv = sizes
+    qkv = qkv if qkv.flags.c_contiguous else np.ascontiguousarray(qkv)
     P = 0
     if past is not None:
-        if type(past) is not np.ndarray or past.dtype != _F32 or past.ndim != 5 or hq != hv \
+        if type(past) is not np.ndarray or past.dtype != _F32 or past.ndim != 5 \
                 or past.shape[:3] != (2, Bn, N) or past.shape[4] != hq:
             return None
         P = past.shape[3]
         past = past if past.flags.c_contiguous else np.ascontiguousarray(past)
-    if want_present and hq != hv:
-        return None
     mask = _key_mask(mask_index, Bn, S, P + S)
     if mask is None:
         return None
     key_range, masked, key_form, mask_rows = mask
-    qkv = np.matmul(input.reshape(Bn * S, D), weights)
-    if bias is not None:
-        np.add(qkv, bias, out=qkv)
-    y = np.empty((Bn, S, sizes[2]), np.float32)
+    y = np.empty((Bn, S, N * hv), np.float32)
     present = np.empty((2, Bn, N, P + S, hq), np.float32) if want_present else None
     alpha = 1.0 / math.sqrt(hq) if not scale else float(scale)
     native.call(fn, native.address(qkv), None if past is None else _address(past),

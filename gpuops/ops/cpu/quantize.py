@@ -30,6 +30,7 @@ from ..contrib import quantized as _ms_quantized
 from ..contrib import quantized_ort as _ms_quantized_ort
 from ..contrib import transformer as _ms_transformer
 from ..quantize import centered, integer_product, max_centered, exact_dtype, wrap_int32
+from . import attention as _attention
 from . import conv as _conv
 from . import qgemm as _qgemm
 from ._common import Kept, frozen, on_host
@@ -689,6 +690,18 @@ def QGemm(xp, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scal
 def QAttention(xp, input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,  # noqa: A002
                weight_zero_point=None, past=None, *, num_heads, unidirectional=0, scale=None,
                mask_filter_value=-10000.0, do_rotary=0, past_present_share_buffer=0, n_outputs=1, prepared=None):
+    """The projection as MatMulIntegerToFloat's (the weight's pack kept per session), then the heads as
+    Attention's native kernel; else (other forms, float16 bias) the generic op."""
+    if (n_outputs <= 2 and not do_rotary and not past_present_share_buffer and type(input) is np.ndarray
+            and input.ndim == 3 and type(bias) is np.ndarray and bias.dtype == _FLOAT32 and bias.ndim == 1
+            and type(weight) is np.ndarray and weight.ndim == 2 and bias.shape[0] == weight.shape[1] and native.enabled()
+            and _attention.heads(weight.shape[1], num_heads, past, n_outputs > 1) is not None):
+        qkv = MatMulIntegerToFloat(xp, input, weight, input_scale, weight_scale, input_zero_point, weight_zero_point,
+                                   bias, prepared=prepared)
+        got = _attention.attend(qkv, past, mask_index, num_heads, unidirectional, None, scale, mask_filter_value,
+                                n_outputs > 1)
+        if got is not None:
+            return got[0] if n_outputs == 1 else got
     return _ms_transformer.qattention(
         xp, input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point, weight_zero_point, past,
         num_heads=num_heads, unidirectional=unidirectional, scale=scale, mask_filter_value=mask_filter_value,
