@@ -23,8 +23,8 @@ Levels (as onnxruntime's graph_optimization_level):
   (:mod:`.conv_fusion`), Gemm + activation -> FusedGemm (:mod:`.gemm_activation`), Transposes into
   MatMul -> FusedMatMul, SiLU / Swish -> QuickGelu (:mod:`.silu`), HardSigmoid and HardSwish
   written out -> the ops (:mod:`.hard_activations`), and the transformer patterns
-  (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`; with static shapes, attention whose heads any
-  chain of layout ops splits and merges, as torch's nn.MultiheadAttention exports it:
+  (:mod:`.attention`, :mod:`.gelu`, :mod:`.layernorm`, :mod:`.skip_layernorm`; with static shapes,
+  attention whose heads any chain of layout ops splits and merges, as torch's nn.MultiheadAttention exports it:
   :mod:`.attention_layouts`); and first, QDQ groups -> QLinearConv, QLinearMatMul, QLinearAdd,
   QLinearGlobalAveragePool, QGemm, as onnxruntime fuses them (:mod:`.qdq_fusion`); MatMulInteger +
   Cast + Mul by the scales (+ Add of a bias) -> MatMulIntegerToFloat (:mod:`.matmul_integer_to_float`),
@@ -63,7 +63,8 @@ from . import (attention, attention_layouts, batchnorm_to_conv, constant_folding
                dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv,
                fold_mul_into_matmul, gelu, gemm_activation, hard_activations, inline_if, layernorm,
                layernorm_channels, matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool,
-               reshape_chains, restack, shape_to_constant, silu, sink_transposes, squeeze_excite, conv_silu,
+               reshape_chains, restack, shape_to_constant, silu, sink_transposes, skip_layernorm, squeeze_excite,
+               conv_silu,
                transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
@@ -99,6 +100,7 @@ def _passes(level: str, fold_limit: int):
         ("attention", attention.apply), ("attention_layouts", attention_layouts.apply),
         ("gelu", gelu.apply), ("silu", silu.apply),
         ("hard_activations", hard_activations.apply), ("layernorm", layernorm.apply),
+        ("skip_layernorm", skip_layernorm.apply),
         ("batchnorm_to_conv", batchnorm_to_conv.apply), ("conv_fusion", conv_fusion.apply),
         ("gemm_activation", gemm_activation.apply),
         ("matmul_integer_to_float", matmul_integer_to_float.apply),

@@ -337,7 +337,9 @@ class Graph:
                     g.input.append(helper.make_tensor_value_info(name, elem, dims))
             except Exception:  # a dtype ONNX cannot hold: inference goes on without the value
                 pass
-        g.value_info.extend(self.proto.value_info)
+        # (a declared shape with a dim onnx named afresh says less than inference: it is inferred again)
+        g.value_info.extend(vi for vi in self.proto.value_info if not any(
+            _FRESH.match(d.dim_param) for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")))
         # a fused node's outputs keep the name and value of the node's they replaced, and so the type
         typed = {vi.name for vi in g.value_info} | set(declared)
         for o in restore:

@@ -25,6 +25,16 @@ def standin(node, opset: int):
     keep = [a for a in node.attribute]
     if op in _SAME_AS_FIRST or (op == "Attention" and not any(a.name == "qkv_hidden_sizes" for a in keep)):
         return [helper.make_node("Identity", [node.input[0]], [out])]  # (Attention: (B, S, D) -> (B, S, D))
+    if op in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul") and len(node.input) > 1 and node.input[1]:
+        a, w = out + "_standin_a", out + "_standin_b"
+        return [helper.make_node("Cast", [node.input[0]], [a], to=1),
+                helper.make_node("Cast", [node.input[1]], [w], to=1), helper.make_node("MatMul", [a, w], [out])]
+    if op == "QAttention" and len(node.input) > 1 and node.input[1]:  # (B, S, D) x (D, 3H) -> (B, S, H)
+        a, w, p = out + "_standin_input", out + "_standin_weight", out + "_standin_qkv"
+        split = {"num_outputs": 3} if opset >= 18 else {}
+        return [helper.make_node("Cast", [node.input[0]], [a], to=1),
+                helper.make_node("Cast", [node.input[1]], [w], to=1), helper.make_node("MatMul", [a, w], [p]),
+                helper.make_node("Split", [p], [out, out + "_standin_k", out + "_standin_v"], axis=-1, **split)]
     if op == "FusedConv":
         n = helper.make_node("Conv", list(node.input[:3]), [out])
         n.attribute.extend(a for a in keep if a.name in _CONV)

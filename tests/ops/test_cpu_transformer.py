@@ -251,6 +251,23 @@ def test_skip_layer_norm_matches_the_generic_op(skip_shape, with_bias, with_beta
     np.testing.assert_array_equal(got2[0].reshape(X.shape), got[0])
 
 
+def test_skip_layer_norm_keeps_the_sizes_of_each_pair_of_shapes_with_the_prepared_parameters():
+    """A prepared step keeps the sizes of each (input, skip) pair of shapes; a later call of those shapes
+    (with those parameters) gives the same values, and other parameters or shapes are derived again."""
+    cpu, _ = _impls("SkipLayerNormalization", MS, 1)
+    g, beta, bias = _f32(32, seed=1), _f32(32, seed=2), _f32(32, seed=4)
+    prepared = cpu_norm.prepare_params(2, 3, 4)({2: g, 3: beta, 4: bias}, {})
+    for shapes in (((2, 12, 32), (2, 12, 32)), ((2, 12, 32), (12, 32)), ((3, 32), (3, 32))):
+        X, skip = _f32(*shapes[0]), _f32(*shapes[1], seed=3)
+        first = cpu(np, X, skip, g, beta, bias, epsilon=1e-12, prepared=prepared)
+        assert shapes in prepared
+        for a, c in zip(cpu(np, X, skip, g, beta, bias, epsilon=1e-12, prepared=prepared), first):
+            np.testing.assert_array_equal(a, c)
+        for a, c in zip(cpu(np, X, skip, g.copy(), beta, None, epsilon=1e-12, prepared=prepared),
+                        cpu(np, X, skip, g.copy(), beta, None, epsilon=1e-12)):
+            np.testing.assert_array_equal(a, c)
+
+
 def test_skip_simplified_layer_norm_matches_the_generic_op():
     cpu, generic = _impls("SkipSimplifiedLayerNormalization", MS, 1)
     X, skip, g, bias = _f32(2, 5, 64), _f32(2, 5, 64, seed=3), _f32(64, seed=1), _f32(64, seed=4)
