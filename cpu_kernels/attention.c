@@ -1,7 +1,9 @@
 /* Scaled dot-product attention of a packed Q|K|V projection (com.microsoft Attention), float32,
  * one pass per (batch, head): the scores of each query row, their additive masks, the softmax and the
  * weighted sum of the value rows, written in the merged-heads layout. The arithmetic of the NumPy code
- * (gpuops/ops/contrib/transformer.py): score = (q . k) * scale + mask, the mask being filter where a
+ * (gpuops/ops/contrib/transformer.py): score = (q . k) / divisor + mask (the divisor 1 / scale: the
+ * exporters' Div of the scores by sqrt(head size), bit for bit, which a dynamically quantized model's
+ * next rounding to 8 bits can tell from a product by 1 / sqrt(head size)), the mask being filter where a
  * key is masked plus filter again where it lies after the query (causal); softmax as rows.c's (e^(s -
  * max) within 2 ulp, times 1 / sum); the output's sums of products over the keys in four interleaved parts. Returns 0,
  * or 1 when its scratch cannot be allocated. */
@@ -17,7 +19,7 @@ typedef struct {
     float* y;
     float* present;
     int64_t batch, seq, past_len, heads, hq, hv, key_form, mask_rows, causal;
-    float scale, filter;
+    float divisor, filter;
     int failed;
 } AttentionArgs;
 
@@ -79,7 +81,7 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
                     a1 = vfma(vsplat(q[j + 1]), vload(kt + (j + 1) * tp + t), a1);
                 }
                 if (j < hq) a0 = vfma(vsplat(q[j]), vload(kt + j * tp + t), a0);
-                const vfloat acc = (a0 + a1) * a->scale;
+                const vfloat acc = (a0 + a1) / a->divisor;
                 memcpy(sc + t, &acc, sizeof acc);
             }
             if (has_key || a->causal) {
@@ -139,9 +141,9 @@ static void attention_part(void* ctx, int64_t part, int64_t parts) {
  * threads (pool_threads.h). */
 int attention_f32(const float* qkv, const float* past, const int32_t* key_range, const uint8_t* masked, float* y,
                   float* present, int64_t batch, int64_t seq, int64_t past_len, int64_t heads, int64_t hq,
-                  int64_t hv, int64_t key_form, int64_t mask_rows, int64_t causal, float scale, float filter) {
+                  int64_t hv, int64_t key_form, int64_t mask_rows, int64_t causal, float divisor, float filter) {
     AttentionArgs a = {qkv, past, key_range, masked, y, present, batch, seq, past_len, heads, hq, hv, key_form,
-                       mask_rows, causal, scale, filter, 0};
+                       mask_rows, causal, divisor, filter, 0};
     const int64_t work = seq * (seq + past_len) * (hq + hv) + 1;  /* multiply-adds per pair */
     pool_run(attention_part, &a, pool_parts(batch * heads, POOL_MIN_WORK / work + 1));
     return a.failed;

@@ -112,11 +112,11 @@ def attend(qkv, past, mask_index, num_heads, unidirectional, qkv_hidden_sizes, s
     key_range, masked, key_form, mask_rows = mask
     y = np.empty((Bn, S, N * hv), np.float32)
     present = np.empty((2, Bn, N, P + S, hq), np.float32) if want_present else None
-    alpha = 1.0 / math.sqrt(hq) if not scale else float(scale)
+    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)  # what the exporters divide the scores by
     native.call(fn, native.address(qkv), None if past is None else _address(past),
                 None if key_range is None else _address(key_range), None if masked is None else native.address(masked),
                 native.address(y), None if present is None else native.address(present), Bn, S, P, N, hq, hv,
-                key_form, mask_rows, int(bool(unidirectional)), alpha, float(mask_filter_value))
+                key_form, mask_rows, int(bool(unidirectional)), divisor, float(mask_filter_value))
     return y, present
 
 
