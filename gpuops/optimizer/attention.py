@@ -480,8 +480,9 @@ def apply(graph: Graph) -> bool:
             q, op = m["quant"], "QAttention"
             (A, a_scale, a_zero), w_zero = q["A"], q["w_zero"]
             del attrs["qkv_hidden_sizes"]
+            w_zero = "" if w_zero is None else graph.add_const(w_zero, "attention_qkv_weight_zero")
             inputs = inputs[:3] + [a_scale, graph.add_const(q["w_scale"], "attention_qkv_weight_scale"), mask_index,
-                                   a_zero, "" if w_zero is None else graph.add_const(w_zero, "attention_qkv_weight_zero")]
+                                   a_zero, w_zero]
         outputs, extra = [final.output[0]], []
         if m["pasts"]:
             (pk, ck), (pv, cv) = m["pasts"]

@@ -58,7 +58,8 @@ def test_qattention_with_a_constant_weight_matches_onnxruntime(signed, per_colum
     B, S, D = 2, 5, 16
     wt = np.int8 if signed else np.uint8
     feeds = {"x": randint(0, 255, B, S, D, dtype=np.uint8), "w": q8(wt, D, 3 * D), "bias": rand(3 * D),
-             "xs": f32(0.02), "ws": f32(0.01), "xzp": np.array(120, np.uint8), "wzp": np.array(3 if signed else 128, wt)}
+             "xs": f32(0.02), "ws": f32(0.01), "xzp": np.array(120, np.uint8),
+             "wzp": np.array(3 if signed else 128, wt)}
     attrs = {}
     if per_column:
         feeds["ws"] = (np.abs(rand(3 * D)) * 0.01 + 0.005).astype(np.float32)

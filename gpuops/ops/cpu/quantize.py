@@ -694,7 +694,8 @@ def QAttention(xp, input, weight, bias, input_scale, weight_scale, mask_index=No
     Attention's native kernel; else (other forms, float16 bias) the generic op."""
     if (n_outputs <= 2 and not do_rotary and not past_present_share_buffer and type(input) is np.ndarray
             and input.ndim == 3 and type(bias) is np.ndarray and bias.dtype == _FLOAT32 and bias.ndim == 1
-            and type(weight) is np.ndarray and weight.ndim == 2 and bias.shape[0] == weight.shape[1] and native.enabled()
+            and type(weight) is np.ndarray and weight.ndim == 2 and bias.shape[0] == weight.shape[1]
+            and native.enabled()
             and _attention.heads(weight.shape[1], num_heads, past, n_outputs > 1) is not None):
         qkv = MatMulIntegerToFloat(xp, input, weight, input_scale, weight_scale, input_zero_point, weight_zero_point,
                                    bias, prepared=prepared)
