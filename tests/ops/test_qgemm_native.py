@@ -238,6 +238,11 @@ def test_matmul_integer_to_float_native(simd, a_dtype, b_dtype, per_column, bias
     feeds = {"x": rng.standard_normal((3, K)).astype(np.float32)}
     model = make_model(node, feeds, inits=inits, opset=13, opsets={"com.microsoft": 1})
     np.testing.assert_array_equal(_session(model, feeds)[0], _generic_session(model, feeds)[0])
+    import gpuops
+
+    sess = gpuops.InferenceSession(model, device="cpu")  # later runs of a shape: the product's kept plan
+    for x in (feeds["x"], rng.standard_normal((3, K)).astype(np.float32) * 7, np.full((3, K), np.nan, np.float32)):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], _generic_session(model, {"x": x})[0])
 
 
 @pytest.mark.parametrize("types", list(itertools.product([U8, S8], repeat=2)), ids=str)

@@ -41,6 +41,7 @@ from ._common import Kept, frozen, on_host
 _NATIVE_QUANTIZE_MIN, _NATIVE_DEQUANTIZE_MIN = 1, 1 << 9
 
 _FLOAT32 = np.dtype(np.float32)
+_UINT8 = np.dtype(np.uint8)
 _BYTES = frozenset((np.dtype(np.uint8), np.dtype(np.int8)))
 _SCALES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64))
 
@@ -652,7 +653,26 @@ def MatMulIntegerToFloat(xp, A, B, a_scale, b_scale, a_zero_point=None, b_zero_p
 
 @op("DynamicQuantizeMatMul", domain=MS, since=1, device="cpu", prepare=_prepare(1, 3, _eager_pack))
 def DynamicQuantizeMatMul(xp, A, B, b_scale, b_zero_point=None, bias=None, *, prepared=None):
-    """DynamicQuantizeLinear, then MatMulIntegerToFloat (both the CPU's)."""
+    """DynamicQuantizeLinear, then MatMulIntegerToFloat (both the CPU's): for a float32 input of a shape
+    whose product's plan MatMulIntegerToFloat kept (made for these very constants), the two kernels
+    called here, A's scale and zero point in one scratch array."""
+    if prepared is not None and type(A) is np.ndarray and A.dtype == _FLOAT32 and A.flags.c_contiguous \
+            and prepared.B is B and prepared.zero_point is b_zero_point and A.size:
+        plan = prepared.plans.get(("float", A.shape))
+        quantize = native.function("dynamic_quantize_u8")
+        if plan is not None and plan.x_dtype is _UINT8 and quantize is not None:
+            p = plan.params
+            if p[0] is b_scale and p[1] is b_zero_point and p[2] is bias:
+                a_q, scratch = np.empty(A.shape, np.uint8), np.empty(8, np.uint8)  # scale (float32), zero point
+                s, q = native.address(scratch), native.address(a_q)
+                status = quantize(_address(A), A.size, s, s + 4, q)
+                if status == 0:
+                    y = np.empty(plan.shape, np.float32)
+                    if plan.fn(plan.p, q, s + 4, s, native.address(y)):
+                        raise MemoryError("native kernel could not allocate its scratch")
+                    return y
+                if status != 2:  # 2: a NaN or an infinity, which the generic op handles
+                    raise MemoryError("native kernel dynamic_quantize_u8 failed")
     a_q, a_scale, a_zero_point = DynamicQuantizeLinear(xp, A)
     return MatMulIntegerToFloat(xp, a_q, B, a_scale, b_scale, a_zero_point, b_zero_point, bias, prepared=prepared)
 
