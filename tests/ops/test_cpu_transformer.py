@@ -266,6 +266,12 @@ def test_skip_layer_norm_keeps_the_sizes_of_each_pair_of_shapes_with_the_prepare
         for a, c in zip(cpu(np, X, skip, g.copy(), beta, None, epsilon=1e-12, prepared=prepared),
                         cpu(np, X, skip, g.copy(), beta, None, epsilon=1e-12)):
             np.testing.assert_array_equal(a, c)
+        for n in (1, 2, 3, 4):  # a node's outputs only: Y alone, or Y and the statistics, or all with the sum
+            got = cpu(np, X, skip, g, beta, bias, epsilon=1e-12, prepared=prepared, n_outputs=n)
+            got = (got,) if n == 1 else got
+            assert len(got) == n
+            for a, c in zip(got, first):
+                np.testing.assert_array_equal(a, c)
 
 
 def test_skip_simplified_layer_norm_matches_the_generic_op():

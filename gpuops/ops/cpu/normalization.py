@@ -262,9 +262,10 @@ def _skip_rows(x, skip):
     return skip.size // x.shape[-1]
 
 
-def skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, positions, simplified):  # noqa: A002
+def skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, positions, simplified, outputs=4):  # noqa: A002
     """(Y, mean, inv_std, input + skip + bias) of the float32 skip normalizations, or None where the native
-    kernel does not apply. ``positions``: the inputs gamma, beta and bias are (None: absent). With the
+    kernel does not apply; the first ``outputs`` of them (those a node has), the others None.
+    ``positions``: the inputs gamma, beta and bias are (None: absent). With the
     step's prepared parameters, the sizes of each pair of input shapes are kept there too, under
     ``(input.shape, skip.shape)``: a later call of those shapes skips their derivation."""
     fn = native.function("layernorm_f32")
@@ -274,14 +275,18 @@ def skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, positions, simp
     key = (input.shape, skip.shape)
     plan = prepared.get(key) if prepared is not None else None
     if plan is not None and skip.dtype == _F32 and input.flags.c_contiguous and skip.flags.c_contiguous:
-        kept, rows, D, k, stat = plan  # a pair of shapes seen before: its sizes kept
-        if all(p is None if q is None else q.src is p for q, p in zip(kept, (gamma, beta, bias))):
-            g, b, c = (None if q is None else q.address for q in kept)
-            shape = input.shape
-            y, s = np.empty(shape, np.float32), np.empty(shape, np.float32)
+        srcs, g, b, c, rows, D, k, stat = plan  # a pair of shapes seen before: its sizes kept
+        if srcs[0] is gamma and srcs[1] is beta and srcs[2] is bias:
+            y = np.empty(input.shape, np.float32)
+            if outputs == 1:
+                native.call(fn, _address(input), _address(skip), None, c, g, b, native.address(y), None, None, None,
+                            rows, D, k, epsilon, int(simplified))
+                return y, None, None, None
+            s = np.empty(input.shape, np.float32) if outputs > 3 else None
             mean, inv = np.empty(stat, np.float32), np.empty(stat, np.float32)
-            native.call(fn, _address(input), _address(skip), None, c, g, b, native.address(y), native.address(s),
-                        native.address(mean), native.address(inv), rows, D, k, epsilon, int(simplified))
+            native.call(fn, _address(input), _address(skip), None, c, g, b, native.address(y),
+                        None if s is None else native.address(s), native.address(mean), native.address(inv), rows, D,
+                        k, epsilon, int(simplified))
             return y, mean, inv, s
     k = _skip_rows(input, skip)
     if k is None:
@@ -301,33 +306,38 @@ def skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, positions, simp
             return None
         kept.append(got)
     g, b, c = (None if q is None else q.address for q in kept)
-    y, s = np.empty(shape, np.float32), np.empty(shape, np.float32)
+    y = np.empty(shape, np.float32)
+    s = np.empty(shape, np.float32) if outputs > 3 else None
     stat = shape[:-1] + (1,)
-    mean, inv = np.empty(stat, np.float32), np.empty(stat, np.float32)
-    native.call(fn, _address(x), _address(sk), None, c, g, b, native.address(y), native.address(s),
-                native.address(mean), native.address(inv), x.size // D, D, k, epsilon, int(simplified))
-    if prepared is not None and len(prepared) < MAX_PLANS and all(
+    mean, inv = (np.empty(stat, np.float32), np.empty(stat, np.float32)) if outputs > 1 else (None, None)
+    native.call(fn, _address(x), _address(sk), None, c, g, b, native.address(y),
+                None if s is None else native.address(s), None if mean is None else native.address(mean),
+                None if inv is None else native.address(inv), x.size // D, D, k, epsilon, int(simplified))
+    if prepared is not None and len(prepared) < MAX_PLANS and x is input and sk is skip and all(
             q is None or prepared.get(i) is q for i, q in zip(positions, kept)):
-        prepared[key] = (tuple(kept), x.size // D, D, k, stat)
+        prepared[key] = ((gamma, beta, bias), g, b, c, x.size // D, D, k, stat)
     return y, mean, inv, s
 
 
-@op("SkipLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(2, 3, 4))
+@op("SkipLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(2, 3, 4), n_outputs=True)
 def SkipLayerNormalization(xp, input, skip, gamma, beta=None, bias=None, *, epsilon=1e-12,  # noqa: A002
-                           prepared=None):
-    got = skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, (2, 3, 4), False)
-    if got is not None:
-        return got
-    return _transformer.SkipLayerNormalization(xp, input, skip, gamma, beta, bias, epsilon=epsilon)
+                           prepared=None, n_outputs=4):
+    """The native kernel's normalization: only the outputs the node has (Y alone: neither statistics nor sum)."""
+    got = skip_norm(input, skip, gamma, beta, bias, epsilon, prepared, (2, 3, 4), False, n_outputs)
+    if got is None:
+        got = _transformer.SkipLayerNormalization(xp, input, skip, gamma, beta, bias, epsilon=epsilon)
+    return got[0] if n_outputs == 1 else got[:n_outputs]
 
 
-@op("SkipSimplifiedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(2, 3))
+@op("SkipSimplifiedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(2, 3),
+    n_outputs=True)
 def SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias=None, *, epsilon=1e-12,  # noqa: A002
-                                     prepared=None):
-    got = skip_norm(input, skip, gamma, None, bias, epsilon, prepared, (2, None, 3), True)
-    if got is not None:
-        return got
-    return _contrib.SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias, epsilon=epsilon)
+                                     prepared=None, n_outputs=4):
+    """As :func:`SkipLayerNormalization`, the RMS form."""
+    got = skip_norm(input, skip, gamma, None, bias, epsilon, prepared, (2, None, 3), True, n_outputs)
+    if got is None:
+        got = _contrib.SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias, epsilon=epsilon)
+    return got[0] if n_outputs == 1 else got[:n_outputs]
 
 
 def _rows_of(table, ids):
