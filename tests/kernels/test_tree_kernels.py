@@ -32,7 +32,7 @@ def _rows(n, f, dtype):
 def test_leaves_match_the_generic_traversal(dev, dtype, modes):
     attrs = legacy_attrs(9, 5, 4, 3, "target", modes=modes,
                          as_tensor=TensorProto.DOUBLE if dtype == np.float64 else None)
-    forest = legacy_trees._prepare_regressor({}, _plan_attrs(dict(n_targets=3, **attrs)))
+    forest = legacy_trees.prepare_regressor({}, _plan_attrs(dict(n_targets=3, **attrs)))
     x = _rows(70, 4, dtype)
     got = dev.get(cuda_ml.leaves(dev.xp, forest, dev.put(x)))
     want = trees.leaves(np, forest, x)
@@ -49,7 +49,7 @@ def test_uneven_trees_and_a_single_leaf_tree(dev):
                  nodes_missing_value_tracks_true=[1, 0, 0, 0, 0, 0],
                  target_treeids=[0, 0, 0, 1], target_nodeids=[2, 3, 4, 0], target_ids=[0, 0, 0, 0],
                  target_weights=[1.0, 2.0, 3.0, 4.0])
-    forest = legacy_trees._prepare_regressor({}, dict(n_targets=1, **attrs))
+    forest = legacy_trees.prepare_regressor({}, dict(n_targets=1, **attrs))
     x = _rows(33, 2, np.float32)
     np.testing.assert_array_equal(dev.get(cuda_ml.leaves(dev.xp, forest, dev.put(x))), trees.leaves(np, forest, x))
 
@@ -58,7 +58,7 @@ def test_membership_forests_take_the_generic_traversal(dev):
     from tests.ops.test_ml import random_ensemble
 
     attrs = random_ensemble(n_trees=2, depth=2, n_features=2, n_targets=2, modes=[0, 6])
-    forest = trees._prepare_v5({}, _plan_attrs(attrs))
+    forest = trees.prepare_v5({}, _plan_attrs(attrs))
     x = RNG.integers(-2, 3, size=(9, 2)).astype(np.float32)
     np.testing.assert_array_equal(dev.get(cuda_ml.leaves(dev.xp, forest, dev.put(x))), trees.leaves(np, forest, x))
 
@@ -69,7 +69,7 @@ def test_fused_sums_match_the_generic_aggregation(dev, dtype):
     order: within trees x 2**-53 of the sum of the weights' magnitudes."""
     attrs = legacy_attrs(9, 4, 4, 3, "target", modes=MODES, weights_per_leaf=2,
                          as_tensor=TensorProto.DOUBLE if dtype == np.float64 else None)
-    forest = legacy_trees._prepare_regressor({}, _plan_attrs(dict(n_targets=3, **attrs)))
+    forest = legacy_trees.prepare_regressor({}, _plan_attrs(dict(n_targets=3, **attrs)))
     x = _rows(45, 4, dtype)
     got = dev.get(cuda_ml.fused_sum(dev.xp, forest, dev.put(x)))
     want, _ = trees.aggregate(np, forest, trees.leaves(np, forest, x), "sum")

@@ -109,7 +109,7 @@ def test_tree_regressor_equals_the_generic_op(agg, targets, base):
     (code,) = _code(sess.plan)
     assert set(code.attrs) == {"prepared"}
     got = sess.run(None, {"x": x})[0]
-    want = legacy_trees._tree_regressor(1)(np, x, **attrs)
+    want = legacy_trees.tree_regressor(1)(np, x, **attrs)
     assert got.dtype == want.dtype == np.float32
     _ulp32(got, want)
 
@@ -121,7 +121,7 @@ def test_tree_classifier_equals_the_generic_op(post, classes):
                  classlabels_int64s=list(range(10, 10 + classes)), base_values=[0.1] * classes)
     x = _rows(40)
     got = _session(ml("TreeEnsembleClassifier", ["x"], ["label", "scores"], **attrs), {"x": x}).run(None, {"x": x})
-    want = legacy_trees._tree_classifier(1)(np, x, **attrs)
+    want = legacy_trees.tree_classifier(1)(np, x, **attrs)
     np.testing.assert_array_equal(got[0], want[0])
     _ulp32(got[1], want[1])
 
@@ -138,7 +138,7 @@ def test_tree_ensemble_5_equals_the_generic_op():
     got = gpuops.InferenceSession(model, device="cpu").run(None, {"x": x})[0]
     from onnx import numpy_helper
     plain = {k: numpy_helper.to_array(v) if not isinstance(v, (list, int)) else v for k, v in attrs.items()}
-    want = trees._tree_ensemble_v5()(np, x, **plain)
+    want = trees.tree_ensemble_v5()(np, x, **plain)
     assert got.dtype == want.dtype == np.float32
     _ulp32(got, want)
 

@@ -23,7 +23,7 @@ def _forest(n_trees, depth, n_targets, modes, missing=True, double=False, per_le
     attrs = legacy_attrs(n_trees, depth, 4, n_targets, "target", modes=modes, missing=missing,
                          weights_per_leaf=per_leaf, as_tensor=TensorProto.DOUBLE if double else None)
     attrs = {k: numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for k, v in attrs.items()}
-    return legacy_trees._prepare_regressor({}, dict(n_targets=n_targets, **attrs))
+    return legacy_trees.prepare_regressor({}, dict(n_targets=n_targets, **attrs))
 
 
 def _rows(n, dtype=np.float32):
@@ -55,7 +55,7 @@ def test_trees_of_different_depths():
     deep = legacy_attrs(3, 6, 4, 1, "target", modes=MODES[:1])
     shallow = legacy_attrs(4, 1, 4, 1, "target", modes=MODES[:1])
     attrs = {k: deep[k] + ([t + 3 for t in shallow[k]] if k.endswith("treeids") else shallow[k]) for k in deep}
-    forest = legacy_trees._prepare_regressor({}, dict(n_targets=1, **attrs))
+    forest = legacy_trees.prepare_regressor({}, dict(n_targets=1, **attrs))
     assert list(forest.tree_depth) == [6, 6, 6, 1, 1, 1, 1]
     x = _rows(50)
     np.testing.assert_array_equal(cpu_ml.leaves(np, forest, x), trees.leaves(np, forest, x))

@@ -184,7 +184,7 @@ def _attrs_of(attrs: dict) -> dict:
 
 @holds_attributes
 def _prepare_regressor(constants, attrs):
-    forest = legacy_trees._prepare_regressor(constants, attrs)
+    forest = legacy_trees.prepare_regressor(constants, attrs)
     base = pick("", a=attrs.get("base_values"), b=attrs.get("base_values_as_tensor"))
     base = None if base is None else base.astype(np.float32)  # (as the generic op reads it, once)
     return _Prepared(forest, _attrs_of(attrs), (base, attrs.get("aggregate_function", "SUM"),
@@ -193,19 +193,19 @@ def _prepare_regressor(constants, attrs):
 
 @holds_attributes
 def _prepare_classifier(constants, attrs):
-    forest = legacy_trees._prepare_classifier(constants, attrs)
+    forest = legacy_trees.prepare_classifier(constants, attrs)
     base = pick("", a=attrs.get("base_values"), b=attrs.get("base_values_as_tensor"))
     return _Prepared(forest, _attrs_of(attrs), (base, attrs.get("post_transform", "NONE")))
 
 
 @holds_attributes
 def _prepare_v5(constants, attrs):
-    return _Prepared(trees._prepare_v5(constants, attrs), _attrs_of(attrs),
+    return _Prepared(trees.prepare_v5(constants, attrs), _attrs_of(attrs),
                      (attrs.get("aggregate_function", 1), attrs.get("post_transform", 0)))
 
 
 def _tree_regressor(since):
-    generic = legacy_trees._tree_regressor(since, walk=leaves)
+    generic = legacy_trees.tree_regressor(since, walk=leaves)
 
     def TreeEnsembleRegressor(xp, X, *, aggregate_function="SUM", base_values=None, base_values_as_tensor=None,
                               n_targets=None, nodes_falsenodeids=None, nodes_featureids=None, nodes_hitrates=None,
@@ -214,7 +214,7 @@ def _tree_regressor(since):
                               nodes_values_as_tensor=None, post_transform="NONE", target_ids=None,
                               target_nodeids=None, target_treeids=None, target_weights=None,
                               target_weights_as_tensor=None, prepared=None):
-        """:func:`gpuops.ops.ml.legacy_trees._tree_regressor`'s op, prepared once per session."""
+        """:func:`gpuops.ops.ml.legacy_trees.tree_regressor`'s op, prepared once per session."""
         if type(prepared) is not _Prepared:
             attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
             return generic(xp, X, prepared=prepared, **attrs)
@@ -230,7 +230,7 @@ def _tree_regressor(since):
 
 
 def _tree_classifier(since):
-    generic = legacy_trees._tree_classifier(since, walk=leaves)
+    generic = legacy_trees.tree_classifier(since, walk=leaves)
 
     def TreeEnsembleClassifier(xp, X, *, base_values=None, base_values_as_tensor=None, class_ids=None,
                                class_nodeids=None, class_treeids=None, class_weights=None,
@@ -240,7 +240,7 @@ def _tree_classifier(since):
                                nodes_modes=None, nodes_nodeids=None, nodes_treeids=None, nodes_truenodeids=None,
                                nodes_values=None, nodes_values_as_tensor=None, post_transform="NONE",
                                prepared=None):
-        """:func:`gpuops.ops.ml.legacy_trees._tree_classifier`'s op, prepared once per session."""
+        """:func:`gpuops.ops.ml.legacy_trees.tree_classifier`'s op, prepared once per session."""
         if type(prepared) is not _Prepared:
             attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
             return generic(xp, X, prepared=prepared, **attrs)
@@ -260,7 +260,7 @@ def _tree_classifier(since):
     return TreeEnsembleClassifier
 
 
-_generic_v5 = trees._tree_ensemble_v5(walk=leaves)
+_generic_v5 = trees.tree_ensemble_v5(walk=leaves)
 
 
 @op("TreeEnsemble", domain=ML, since=5, device="cpu", prepare=_prepare_v5)
@@ -268,7 +268,7 @@ def TreeEnsemble(xp, X, *, nodes_featureids=None, nodes_modes=None, nodes_splits
                  nodes_falsenodeids=None, nodes_trueleafs=None, nodes_falseleafs=None, leaf_targetids=None,
                  leaf_weights=None, tree_roots=None, n_targets=None, aggregate_function=1, post_transform=0,
                  nodes_hitrates=None, nodes_missing_value_tracks_true=None, membership_values=None, prepared=None):
-    """:func:`gpuops.ops.ml.trees._tree_ensemble_v5`'s op, prepared once per session."""
+    """:func:`gpuops.ops.ml.trees.tree_ensemble_v5`'s op, prepared once per session."""
     if type(prepared) is not _Prepared:
         attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
         return _generic_v5(xp, X, prepared=prepared, **attrs)
@@ -311,7 +311,7 @@ def _prepare_linear_classifier(constants, attrs):
     labels, _ = class_labels("LinearClassifier", attrs.get("classlabels_strings"), attrs.get("classlabels_ints"))
     inter = np.asarray(attrs.get("intercepts") or [], np.float32)
     C = inter.size if inter.size else labels.size
-    W = linear._matrix(attrs.get("coefficients"), C, "LinearClassifier", "coefficients")
+    W = linear.coefficient_matrix(attrs.get("coefficients"), C, "LinearClassifier", "coefficients")
     fast = None
     if C > 1 and labels.size >= C:  # (one score per class: the binary forms go to the generic op)
         same = labels.dtype == np.intp == np.int64 and np.array_equal(labels[:C], np.arange(C))  # labels: indices
@@ -357,9 +357,9 @@ def Scaler(xp, X, *, offset=None, scale=None, prepared=None):
     got = prepared.fast.get(n)
     if got is None:  # (one entry per width the node meets; a wrong width raises in the generic op)
         a = prepared.attrs
-        off = preprocess._per_column(a.get("offset") if a.get("offset") is not None else [0.0], n, "Scaler",
+        off = preprocess.per_column(a.get("offset") if a.get("offset") is not None else [0.0], n, "Scaler",
                                      "offset").astype(np.float32)
-        sc = preprocess._per_column(a.get("scale") if a.get("scale") is not None else [1.0], n, "Scaler",
+        sc = preprocess.per_column(a.get("scale") if a.get("scale") is not None else [1.0], n, "Scaler",
                                     "scale").astype(np.float32)
         got = prepared.fast[n] = (off, sc)
     off, sc = got

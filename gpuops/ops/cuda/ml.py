@@ -63,9 +63,9 @@ def fused_sum(xp, forest: trees.Forest, X):
 leaves.fused_sum = fused_sum
 
 
-op("TreeEnsemble", domain=ML, since=5, device="cuda", prepare=trees._prepare_v5)(trees._tree_ensemble_v5(walk=leaves))
+op("TreeEnsemble", domain=ML, since=5, device="cuda", prepare=trees.prepare_v5)(trees.tree_ensemble_v5(walk=leaves))
 for _v in (1, 3):
-    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cuda", prepare=legacy_trees._prepare_classifier)(
-        legacy_trees._tree_classifier(_v, walk=leaves))
-    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cuda", prepare=legacy_trees._prepare_regressor)(
-        legacy_trees._tree_regressor(_v, walk=leaves))
+    op("TreeEnsembleClassifier", domain=ML, since=_v, device="cuda", prepare=legacy_trees.prepare_classifier)(
+        legacy_trees.tree_classifier(_v, walk=leaves))
+    op("TreeEnsembleRegressor", domain=ML, since=_v, device="cuda", prepare=legacy_trees.prepare_regressor)(
+        legacy_trees.tree_regressor(_v, walk=leaves))

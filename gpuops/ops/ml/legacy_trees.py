@@ -86,7 +86,9 @@ def _legacy_forest(op_type, attrs, *, targets, combine="sum"):
         n_targets=targets, combine=combine)
 
 
-def _prepare_classifier(constants, attrs):
+def prepare_classifier(constants, attrs):
+    """The prepare hook of TreeEnsembleClassifier: its attributes as a :class:`Forest` (with the class
+    labels and the binary case's flags), checked and built once per session."""
     labels, _ = class_labels("TreeEnsembleClassifier", attrs.get("classlabels_strings"),
                              attrs.get("classlabels_int64s"))
     if labels.size < 2:
@@ -145,7 +147,10 @@ def classified(xp, forest, s, hit, base_values, post_transform):
     return label, xp.where(xp.reshape(two, (-1, 1)), both, one), not forest.binary_case
 
 
-def _tree_classifier(since, walk=leaves):
+def tree_classifier(since, walk=leaves):
+    """TreeEnsembleClassifier ``since`` as an op whose rows walk the trees by ``walk`` (the device's
+    traversal: the generic :func:`.trees.leaves` or a native or CUDA one of the same signature)."""
+
     def TreeEnsembleClassifier(xp, X, *, base_values=None, base_values_as_tensor=None, class_ids=None,
                                class_nodeids=None, class_treeids=None, class_weights=None,
                                class_weights_as_tensor=None, classlabels_int64s=None, classlabels_strings=None,
@@ -156,7 +161,7 @@ def _tree_classifier(since, walk=leaves):
                                prepared=None):
         """[N, F] -> (labels [N], scores [N, classes]) as onnxruntime computes them."""
         attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
-        forest = prepared if prepared is not None else _prepare_classifier({}, attrs)
+        forest = prepared if prepared is not None else prepare_classifier({}, attrs)
         base = pick("", a=base_values, b=base_values_as_tensor)
         label, scores, literal = _classify(xp, forest, X, base, post_transform, walk)
         if literal and forest.labels.dtype != object:
@@ -166,7 +171,9 @@ def _tree_classifier(since, walk=leaves):
     return TreeEnsembleClassifier
 
 
-def _prepare_regressor(constants, attrs):
+def prepare_regressor(constants, attrs):
+    """The prepare hook of TreeEnsembleRegressor: its attributes as a :class:`Forest`, checked and built
+    once per session."""
     agg = attrs.get("aggregate_function", "SUM")
     if agg not in ("AVERAGE", "SUM", "MIN", "MAX"):
         raise NodeError(f"TreeEnsembleRegressor: aggregate_function must be AVERAGE, SUM, MIN or MAX, got {agg!r}")
@@ -202,7 +209,10 @@ def regressed(xp, forest, y, hit, base_values, aggregate_function, post_transfor
     return apply_transform(xp, y, post_transform)
 
 
-def _tree_regressor(since, walk=leaves):
+def tree_regressor(since, walk=leaves):
+    """TreeEnsembleRegressor ``since`` as an op whose rows walk the trees by ``walk`` (as
+    :func:`tree_classifier`)."""
+
     def TreeEnsembleRegressor(xp, X, *, aggregate_function="SUM", base_values=None, base_values_as_tensor=None,
                               n_targets=None, nodes_falsenodeids=None, nodes_featureids=None, nodes_hitrates=None,
                               nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None, nodes_modes=None,
@@ -212,7 +222,7 @@ def _tree_regressor(since, walk=leaves):
                               target_weights_as_tensor=None, prepared=None):
         """[N, F] -> [N, n_targets] float32 as onnxruntime computes it."""
         attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
-        forest = prepared if prepared is not None else _prepare_regressor({}, attrs)
+        forest = prepared if prepared is not None else prepare_regressor({}, attrs)
         base = pick("", a=base_values, b=base_values_as_tensor)
         return _regress(xp, forest, X, base, aggregate_function, post_transform, walk).astype(np.float32)
 
@@ -220,6 +230,6 @@ def _tree_regressor(since, walk=leaves):
 
 
 for _v in (1, 3):
-    op("TreeEnsembleClassifier", domain=ML, since=_v, prepare=_prepare_classifier)(_tree_classifier(_v))
-    op("TreeEnsembleRegressor", domain=ML, since=_v, prepare=_prepare_regressor)(_tree_regressor(_v))
+    op("TreeEnsembleClassifier", domain=ML, since=_v, prepare=prepare_classifier)(tree_classifier(_v))
+    op("TreeEnsembleRegressor", domain=ML, since=_v, prepare=prepare_regressor)(tree_regressor(_v))
 

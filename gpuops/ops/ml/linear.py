@@ -26,7 +26,9 @@ def _floats(xp, X, op_type):
     return rows_2d(xp, X, op_type).astype(np.float32)
 
 
-def _matrix(values, rows: int, op_type: str, what: str) -> np.ndarray:
+def coefficient_matrix(values, rows: int, op_type: str, what: str) -> np.ndarray:
+    """``values`` as a float32 matrix of ``rows`` rows (a clear error naming ``op_type`` and ``what``
+    when their count is not a multiple of it)."""
     a = np.asarray(values, dtype=np.float32).reshape(-1)
     if rows <= 0 or a.size % rows:
         raise NodeError(f"{op_type}: {what} has {a.size} values, not a multiple of {rows}")
@@ -46,7 +48,7 @@ def LinearClassifier(xp, X, *, coefficients, classlabels_ints=None, classlabels_
     labels, _ = class_labels("LinearClassifier", classlabels_strings, classlabels_ints)
     inter = np.asarray(intercepts or [], np.float32)
     C = inter.size if inter.size else labels.size
-    W = _matrix(coefficients, C, "LinearClassifier", "coefficients")
+    W = coefficient_matrix(coefficients, C, "LinearClassifier", "coefficients")
     x = _floats(xp, X, "LinearClassifier")
     _check_features(x, W.shape[1], "LinearClassifier")
     s = xp.matmul(x, xp.asarray(W.T))
@@ -70,7 +72,8 @@ def LinearRegressor(xp, X, *, coefficients=None, intercepts=None, post_transform
     """[N, F] -> [N, targets]: ``X @ coefficients.T + intercepts`` (intercepts used only when there
     is one per target, as onnxruntime)."""
     post = transform_name("LinearRegressor", post_transform)
-    W = _matrix(coefficients if coefficients is not None else [], int(targets), "LinearRegressor", "coefficients")
+    W = coefficient_matrix(coefficients if coefficients is not None else [], int(targets), "LinearRegressor",
+                           "coefficients")
     x = _floats(xp, X, "LinearRegressor")
     _check_features(x, W.shape[1], "LinearRegressor")
     y = xp.matmul(x, xp.asarray(W.T))
@@ -154,7 +157,7 @@ def SVMClassifier(xp, X, *, classlabels_ints=None, classlabels_strings=None, coe
     V = sum(per_class)
     all_positive = bool((coef >= 0).all())
     if V == 0:  # linear SVM: one row of coefficients per class
-        W = _matrix(coef, C, "SVMClassifier", "coefficients")
+        W = coefficient_matrix(coef, C, "SVMClassifier", "coefficients")
         _check_features(x, W.shape[1], "SVMClassifier")
         s = xp.matmul(x, xp.asarray(W.T)) + rho[0]
         top = xp.argmax(s, axis=1)
@@ -165,7 +168,7 @@ def SVMClassifier(xp, X, *, classlabels_ints=None, classlabels_strings=None, coe
         return labels_of(xp, labels, top), apply_transform(xp, s, post)
     if len(per_class) != C:
         raise NodeError(f"SVMClassifier: vectors_per_class has {len(per_class)} entries for {C} class labels")
-    sv = _matrix(support_vectors or [], V, "SVMClassifier", "support_vectors")
+    sv = coefficient_matrix(support_vectors or [], V, "SVMClassifier", "support_vectors")
     _check_features(x, sv.shape[1], "SVMClassifier")
     pairs = [(i, j) for i in range(C) for j in range(i + 1, C)]
     if coef.size < (C - 1) * V or rho.size < len(pairs) or (prob_a.size and prob_a.size < len(pairs)):
@@ -221,7 +224,7 @@ def SVMRegressor(xp, X, *, coefficients=None, kernel_params=None, kernel_type="L
         raise NodeError("SVMRegressor: coefficients and rho are required")
     x = _floats(xp, X, "SVMRegressor")
     if n_supports > 0:
-        sv = _matrix(support_vectors or [], int(n_supports), "SVMRegressor", "support_vectors")
+        sv = coefficient_matrix(support_vectors or [], int(n_supports), "SVMRegressor", "support_vectors")
         _check_features(x, sv.shape[1], "SVMRegressor")
         if coef.size < n_supports:
             raise NodeError(f"SVMRegressor: {coef.size} coefficients for {n_supports} support vectors")

@@ -36,7 +36,9 @@ def Binarizer(xp, X, *, threshold=0.0):
     return (X > threshold).astype(X.dtype)
 
 
-def _per_column(values, n: int, op_type: str, what: str) -> np.ndarray:
+def per_column(values, n: int, op_type: str, what: str) -> np.ndarray:
+    """``values`` (one for all ``n`` columns, or one per column) as a float64 vector; an error naming
+    ``op_type`` and ``what`` for any other count."""
     v = np.asarray(values if values is not None else [], dtype=np.float64).reshape(-1)
     if v.size not in (1, n):
         raise NodeError(f"{op_type}: {what} has {v.size} values for {n} columns (1 or {n} expected)")
@@ -47,8 +49,8 @@ def _per_column(values, n: int, op_type: str, what: str) -> np.ndarray:
 def Scaler(xp, X, *, offset=None, scale=None):
     """``(X - offset) * scale`` per column, float32."""
     n = int(X.shape[-1]) if X.ndim else 1
-    off = _per_column(offset if offset is not None else [0.0], n, "Scaler", "offset").astype(np.float32)
-    sc = _per_column(scale if scale is not None else [1.0], n, "Scaler", "scale").astype(np.float32)
+    off = per_column(offset if offset is not None else [0.0], n, "Scaler", "offset").astype(np.float32)
+    sc = per_column(scale if scale is not None else [1.0], n, "Scaler", "scale").astype(np.float32)
     return ((X.astype(np.float32) - xp.asarray(off)) * xp.asarray(sc)).astype(np.float32)
 
 
@@ -79,7 +81,7 @@ def Imputer(xp, X, *, imputed_value_floats=None, imputed_value_int64s=None, repl
     if np.dtype(X.dtype).kind == "f":
         if not imputed_value_floats:
             raise NodeError("Imputer: a float input needs imputed_value_floats")
-        fill = xp.asarray(_per_column(imputed_value_floats, n, "Imputer", "imputed_value_floats").astype(X.dtype))
+        fill = xp.asarray(per_column(imputed_value_floats, n, "Imputer", "imputed_value_floats").astype(X.dtype))
         hit = xp.isnan(X) if np.isnan(replaced_value_float) else X == np.dtype(X.dtype).type(replaced_value_float)
     else:
         if not imputed_value_int64s:

@@ -225,7 +225,8 @@ def scores(xp, forest: Forest, X, how: str, walk=leaves):
 # -- TreeEnsemble (5) ----------------------------------------------------------------------------
 
 
-def _prepare_v5(constants, attrs):
+def prepare_v5(constants, attrs):
+    """The prepare hook of TreeEnsemble (5): its attributes as a :class:`Forest`, built once per session."""
     return forest_v5(**{k: v for k, v in attrs.items() if k not in ("aggregate_function", "post_transform")})
 
 
@@ -295,7 +296,9 @@ def _v5_transform(xp, y, post_transform: int):
     raise NodeError(f"TreeEnsemble post_transform must be 0..4, got {post_transform}")
 
 
-def _tree_ensemble_v5(walk=leaves):
+def tree_ensemble_v5(walk=leaves):
+    """TreeEnsemble (5) as an op whose rows walk the trees by ``walk`` (the device's traversal)."""
+
     def TreeEnsemble(xp, X, *, nodes_featureids, nodes_modes, nodes_splits, nodes_truenodeids, nodes_falsenodeids,
                      nodes_trueleafs, nodes_falseleafs, leaf_targetids, leaf_weights, tree_roots, n_targets=None,
                      aggregate_function=1, post_transform=0, nodes_hitrates=None,
@@ -305,7 +308,7 @@ def _tree_ensemble_v5(walk=leaves):
         swaps those two."""
         if aggregate_function not in (0, 1, 2, 3):
             raise NodeError(f"TreeEnsemble aggregate_function must be 0..3, got {aggregate_function}")
-        forest = prepared if prepared is not None else _prepare_v5({}, dict(
+        forest = prepared if prepared is not None else prepare_v5({}, dict(
             nodes_featureids=nodes_featureids, nodes_modes=nodes_modes, nodes_splits=nodes_splits,
             nodes_truenodeids=nodes_truenodeids, nodes_falsenodeids=nodes_falsenodeids, nodes_trueleafs=nodes_trueleafs,
             nodes_falseleafs=nodes_falseleafs, leaf_targetids=leaf_targetids, leaf_weights=leaf_weights,
@@ -326,4 +329,4 @@ def v5_result(xp, forest: Forest, y, dtype, aggregate_function: int, post_transf
     return _v5_transform(xp, y.astype(ct), post_transform).astype(dtype)
 
 
-op("TreeEnsemble", domain=ML, since=5, prepare=_prepare_v5)(_tree_ensemble_v5())
+op("TreeEnsemble", domain=ML, since=5, prepare=prepare_v5)(tree_ensemble_v5())
