@@ -138,29 +138,44 @@ def _float32_thresholds(forest: trees.Forest) -> bool:
     return exact
 
 
+def _summing(forest: trees.Forest, dtype: np.dtype):
+    """(the planned kernel, the address of the forest's :class:`TreeArgs`, the comparison type, the row
+    of "has a score" every row shares [1, targets]) for rows of ``dtype``, made once per forest and
+    type; None where the generic op must run."""
+    kept = forest.__dict__.get("_summing")
+    if kept is None:
+        kept = forest.__dict__["_summing"] = {}
+    if dtype in kept:
+        return kept[dtype]
+    got = None
+    if (dtype == _F32 or dtype == _F64) and forest.uniform and forest.members is None:
+        cdt = _F64 if dtype == _F64 or (forest.threshold.dtype == _F64 and not _float32_thresholds(forest)) else _F32
+        fn = native.function("tree_sum_planned_f64" if cdt is _F64 else "tree_sum_planned_f32")
+        if fn is not None:
+            C = forest.n_targets
+            row = forest.has[:1] if forest.has.shape[0] and forest.roots.size else np.zeros((1, C), dtype=bool)
+            got = (fn, _tree_args(forest, cdt)[0], cdt, np.ascontiguousarray(row))
+    kept[dtype] = got
+    return got
+
+
 def _summed(forest: trees.Forest, X):
     """(the reached leaves' weights summed per row and target [N, targets] float64, the row of "has a
     score" every row shares [1, targets]) by the native kernel, for a NumPy ``X`` of rows of floats that
     has the features the trees test; None where the generic op must run (it also gives its errors)."""
-    if type(X) is not np.ndarray or X.ndim != 2 or (X.dtype != _F32 and X.dtype != _F64) \
-            or not forest.uniform or forest.members is not None or int(X.shape[1]) < forest.n_features:
+    if type(X) is not np.ndarray or X.ndim != 2 or int(X.shape[1]) < forest.n_features or not native.enabled():
         return None
-    cdt = _F64 if X.dtype == _F64 or (forest.threshold.dtype == _F64 and not _float32_thresholds(forest)) else _F32
-    fn = native.function("tree_sum_planned_f64" if cdt is _F64 else "tree_sum_planned_f32")
-    if fn is None:
+    got = _summing(forest, X.dtype)
+    if got is None:
         return None
-    row = forest.__dict__.get("_hit_row")
-    if row is None:
-        C = forest.n_targets
-        row = forest.has[:1] if forest.has.shape[0] and forest.roots.size else np.zeros((1, C), dtype=bool)
-        row = forest.__dict__["_hit_row"] = np.ascontiguousarray(row)
+    fn, args, cdt, row = got
     x = X if X.dtype == cdt and X.flags.c_contiguous else np.ascontiguousarray(X, dtype=cdt)
     N = x.shape[0]
     y = np.empty((N, row.shape[1]), dtype=np.float64)
     if not y.size:
         return y, row
-    if fn(_tree_args(forest, cdt)[0], native.address(x) if x.flags.writeable and x.size else x.ctypes.data, N,
-          x.shape[1], native.address(y)):
+    if fn(args, native.address(x) if x.flags.writeable and x.size else x.ctypes.data, N, x.shape[1],
+          native.address(y)):
         raise MemoryError(f"native kernel {fn.__name__} could not allocate its scratch")
     return y, row
 
@@ -187,8 +202,12 @@ def _prepare_regressor(constants, attrs):
     forest = legacy_trees.prepare_regressor(constants, attrs)
     base = pick("", a=attrs.get("base_values"), b=attrs.get("base_values_as_tensor"))
     base = None if base is None else base.astype(np.float32)  # (as the generic op reads it, once)
-    return _Prepared(forest, _attrs_of(attrs), (base, attrs.get("aggregate_function", "SUM"),
-                                                attrs.get("post_transform", "NONE")))
+    agg, post = attrs.get("aggregate_function", "SUM"), attrs.get("post_transform", "NONE")
+    # one target summed and no transform (PROBIT is the one a single target takes): the sums in float32
+    # plus the one base value, as legacy_trees.regressed computes them
+    plain = forest.n_targets == 1 and agg == "SUM" and post != "PROBIT"
+    one = base[:1] if base is not None and base.size == 1 else None
+    return _Prepared(forest, _attrs_of(attrs), (base, agg, post, plain, one))
 
 
 @holds_attributes
@@ -219,11 +238,16 @@ def _tree_regressor(since):
             attrs = {k: v for k, v in locals().items() if k not in ("xp", "X", "prepared")}
             return generic(xp, X, prepared=prepared, **attrs)
         forest = prepared.generic
-        base, agg, post = prepared.fast
+        base, agg, post, plain, one = prepared.fast
         got = _summed(forest, X) if agg in ("SUM", "AVERAGE") else None
         if got is None:
             return prepared.fallback(generic, xp, X)
         y, hit = got
+        if plain:
+            y = y.astype(np.float32)
+            if one is not None:
+                y += one
+            return y
         return legacy_trees.regressed(np, forest, y, hit, base, agg, post).astype(np.float32, copy=False)
 
     return TreeEnsembleRegressor
