@@ -65,6 +65,11 @@ DECLARATIONS: dict[str, str] = {
         int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
         int gemm_set_threads(int64_t n);
     """,
+    "linear_ml.c": """
+        int linear_classifier_f32(const float* x, const float* w, const float* b, float* s, int64_t* label,
+                                  int64_t rows, int64_t n_features, int64_t n_classes, int64_t softmax);
+        int normalize_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t norm);
+    """,
     "pool.c": """
         int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
                        int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,

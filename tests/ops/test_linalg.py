@@ -123,3 +123,34 @@ def test_det_batched_formula():
 def test_det_not_square():
     with pytest.raises(gpuops.GpuopsError, match="square matrices"):
         _run(helper.make_node("Det", ["x"], ["y"]), {"x": rand(3, 4)}, 11)
+
+
+@pytest.mark.parametrize("transA, transB", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("c_shape", [None, (), (1,), (5,), (1, 5), (4, 1), (4, 5)])
+@pytest.mark.parametrize("alpha, beta", [(1.0, 1.0), (-2.0, 0.5), (0.25, 0.0)])
+@pytest.mark.parametrize("activation", [None, "Relu"])
+def test_cpu_gemm_and_fused_gemm_equal_the_generic_ops(transA, transB, c_shape, alpha, beta, activation):
+    """The CPU overrides' float32 path (gpuops/ops/cpu/linalg.py) makes the generic ops' NumPy calls in
+    their order: the same bits."""
+    from gpuops.ops.contrib import transformer
+    from gpuops.ops.cpu import linalg as cpu_linalg
+    from gpuops.ops import linalg
+
+    A = rand(*((3, 4) if transA else (4, 3)))
+    B = rand(*((5, 3) if transB else (3, 5)))
+    C = None if c_shape is None else rand(*c_shape)
+    kw = dict(alpha=alpha, beta=beta, transA=transA, transB=transB)
+    if activation is None:
+        got, want = cpu_linalg.Gemm(np, A, B, C, **kw), linalg.Gemm(np, A, B, C, **kw)
+    else:
+        got = cpu_linalg.FusedGemm(np, A, B, C, activation=activation, **kw)
+        want = transformer.FusedGemm(np, A, B, C, activation=activation, **kw)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == (4, 5)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cpu_gemm_bad_bias_is_the_generic_error():
+    from gpuops.ops.cpu import linalg as cpu_linalg
+
+    with pytest.raises(gpuops.NodeError, match="unidirectionally broadcastable"):
+        cpu_linalg.Gemm(np, rand(4, 3), rand(3, 5), rand(2, 5))

@@ -1,5 +1,7 @@
 """MatMul and Gemm on the CPU (``@op(..., device="cpu")``): float32 and float64 MatMul straight to
-``np.matmul`` (the generic op's product without its dtype dispatch); a float16/bfloat16 weight's float32 copy
+``np.matmul`` (the generic op's product without its dtype dispatch); float32 Gemm and com.microsoft
+FusedGemm of 2-D operands with the generic op's arithmetic (the same product, scaling, bias add and
+activation in the same order) without its general checks; a float16/bfloat16 weight's float32 copy
 (NumPy has no bfloat16 BLAS and accumulates float16 in float16, so the generic ops of
 :mod:`gpuops.ops.linalg` multiply in float32) made once per session, kept on the plan step (the
 ops' ``prepare`` hook), instead of on every run.
@@ -11,6 +13,7 @@ import numpy as np
 
 from ...registry import op
 from .. import linalg as _linalg
+from ..contrib import transformer as _transformer
 from ._common import frozen
 
 
@@ -54,10 +57,54 @@ def Gemm_1(xp, A, B, C=None, *, alpha=1.0, beta=1.0, broadcast=0, transA=0, tran
     return Y.astype(A.dtype, copy=False)
 
 
+_F32 = np.dtype(np.float32)
+
+
+def _gemm32(A, B, C, alpha, beta, transA, transB):
+    """:func:`gpuops.ops.linalg.Gemm`'s result for 2-D float32 NumPy operands whose shapes fit (C
+    broadcasting to the output), in the same operations; None for anything else (the generic op then
+    runs, and gives its errors)."""
+    if type(A) is not np.ndarray or type(B) is not np.ndarray or A.dtype != _F32 or B.dtype != _F32 \
+            or A.ndim != 2 or B.ndim != 2:
+        return None
+    a = A.T if transA else A
+    b = B.T if transB else B
+    if a.shape[1] != b.shape[0]:
+        return None
+    bias = C is not None and beta != 0.0
+    if bias:
+        if type(C) is not np.ndarray or C.dtype != _F32 or C.ndim > 2:
+            return None
+        cs = C.shape
+        if cs and (cs[-1] != 1 and cs[-1] != b.shape[1] or len(cs) == 2 and cs[0] != 1 and cs[0] != a.shape[0]):
+            return None
+    y = np.matmul(a, b)
+    if alpha != 1.0:
+        y *= alpha
+    if bias:
+        y += C * beta if beta != 1.0 else C
+    return y
+
+
 @op("Gemm", since=7, device="cpu", prepare=prepare_float32)
 def Gemm(xp, A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, prepared=None):
     if prepared is None:
+        y = _gemm32(A, B, C, alpha, beta, transA, transB)
+        if y is not None:
+            return y
         return _linalg.Gemm(xp, A, B, C, alpha=alpha, beta=beta, transA=transA, transB=transB)
     Y = _linalg.Gemm(xp, _up(prepared, 0, A), _up(prepared, 1, B), None if C is None else _up(prepared, 2, C),
                      alpha=alpha, beta=beta, transA=transA, transB=transB)
     return Y.astype(A.dtype, copy=False)
+
+
+@op("FusedGemm", domain="com.microsoft", since=1, device="cpu")
+def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activation_beta=None,
+              activation_gamma=None, alpha=1.0, beta=1.0, transA=0, transB=0):
+    y = _gemm32(A, B, C, alpha, beta, transA, transB)
+    if y is None:
+        return _transformer.FusedGemm(xp, A, B, C, activation=activation, activation_alpha=activation_alpha,
+                                      activation_beta=activation_beta, activation_gamma=activation_gamma,
+                                      alpha=alpha, beta=beta, transA=transA, transB=transB)
+    return _transformer.fused_activation(xp, y, activation, activation_alpha, activation_beta, activation_gamma,
+                                         own=True)

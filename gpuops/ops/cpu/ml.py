@@ -11,7 +11,8 @@ arithmetic is most of its time: each node is prepared once per session (its ``pr
 the converted attributes, so the op is called with ``prepared=`` alone: see
 :func:`gpuops.executor.run.call_keywords`), and a call on NumPy arrays does its arithmetic in as few
 NumPy passes as the generic op's results allow (the same operations in the same order). Anything else
-goes to the generic op.
+goes to the generic op. LinearClassifier (scores, labels and SOFTMAX, over a few rows) and Normalizer
+are one call each of ``cpu_kernels/linear_ml.c``.
 """
 
 from __future__ import annotations
@@ -339,8 +340,20 @@ def _prepare_linear_classifier(constants, attrs):
     fast = None
     if C > 1 and labels.size >= C:  # (one score per class: the binary forms go to the generic op)
         same = labels.dtype == np.intp == np.int64 and np.array_equal(labels[:C], np.arange(C))  # labels: indices
-        fast = (W, inter if inter.size else None, None if same else labels, post)
+        W = np.ascontiguousarray(W)
+        fast = (W, inter if inter.size else None, None if same else labels, post, W.ctypes.data,
+                inter.ctypes.data if inter.size else None)
     return _Prepared(None, _attrs_of(attrs), fast)
+
+
+_NATIVE_MACS = 1 << 15
+"""rows x features x classes up to which a LinearClassifier's scores are the native kernel's (its plain
+loop over the few rows of a typical call); beyond, BLAS's product."""
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a non-empty C-contiguous array, read-only (a feed) or not."""
+    return native.address(a) if a.flags.writeable else a.ctypes.data
 
 
 @op("LinearClassifier", domain=ML, since=1, device="cpu", prepare=_prepare_linear_classifier)
@@ -354,7 +367,15 @@ def LinearClassifier(xp, X, *, coefficients=None, classlabels_ints=None, classla
     x = _rows32(X)
     if x is None or prepared.fast is None or x.shape[1] != prepared.fast[0].shape[1]:
         return linear.LinearClassifier(xp, X, **prepared.attrs)
-    W, inter, labels, post = prepared.fast
+    W, inter, labels, post, w_at, b_at = prepared.fast
+    N, F, C = x.shape[0], x.shape[1], W.shape[0]
+    fn = native.function("linear_classifier_f32") if (post == "SOFTMAX" or post == "NONE") \
+        and 0 < N * F <= _NATIVE_MACS // C else None
+    if fn is not None:  # scores, labels and softmax in one call
+        x = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        s, best = np.empty((N, C), dtype=np.float32), np.empty(N, dtype=np.int64)
+        fn(_address(x), w_at, b_at, native.address(s), native.address(best), N, F, C, post == "SOFTMAX")
+        return (best if labels is None else labels[best] if labels.dtype == object else labels.take(best)), s
     s = np.matmul(x, W.T)  # (the generic op's product: the same BLAS call)
     if inter is not None:
         s += inter
@@ -392,13 +413,27 @@ def Scaler(xp, X, *, offset=None, scale=None, prepared=None):
     return y
 
 
+_NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+
+
 @op("Normalizer", domain=ML, since=1, device="cpu")
 def Normalizer(xp, X, *, norm="MAX"):
-    """:func:`gpuops.ops.ml.preprocess.Normalizer` on float32 rows in three NumPy passes (a row whose
-    norm is 0 divided by 1: unchanged, as the generic op leaves it)."""
+    """:func:`gpuops.ops.ml.preprocess.Normalizer` on float32 rows: one native call
+    (``cpu_kernels/linear_ml.c``: the norms summed in order, within a row's length in ulp of NumPy's
+    pairwise sums), else three NumPy passes (a row whose norm is 0 divided by 1: unchanged, as the
+    generic op leaves it)."""
     x = _rows32(X)
     if x is None:
         return preprocess.Normalizer(xp, X, norm=norm)
+    code = _NORMS.get(norm)
+    if code is None:
+        raise NodeError(f"Normalizer: norm must be MAX, L1 or L2, got {norm!r}")
+    fn = native.function("normalize_rows_f32") if x.size else None
+    if fn is not None:  # one pass a row
+        x = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        y = np.empty(X.shape, dtype=np.float32)
+        fn(_address(x), native.address(y), x.shape[0], x.shape[1], code)
+        return y
     if norm == "L1":
         z = np.abs(x).sum(axis=1, keepdims=True)
     elif norm == "L2":

@@ -50,7 +50,7 @@ def ReduceSumSquare(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     if axes is not None and type(data) is np.ndarray and data.dtype in _FLOATS and axes.size == 1:
         a = _axis(data, int(axes.reshape(-1)[0]))
         if a is not None:
-            return np.sum(data * data, axis=a, keepdims=keepdims == 1, dtype=data.dtype)
+            return np.add.reduce(data * data, axis=a, keepdims=keepdims == 1)  # (np.sum's, without its wrapper)
     return _sum_square(xp, data, axes, keepdims=keepdims, noop_with_empty_axes=noop_with_empty_axes)
 
 
