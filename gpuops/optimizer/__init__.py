@@ -18,8 +18,8 @@ Levels (as onnxruntime's graph_optimization_level):
   (:mod:`.matmul_add_to_gemm`), Transposes into Gemm (:mod:`.transpose_into_matmul`),
   ReduceMean over the spatial axes -> GlobalAveragePool (:mod:`.reduce_mean_to_pool`), an If with a
   constant condition inlined (:mod:`.inline_if`), a classifier's label lookup (ArgMax,
-  ArrayFeatureExtractor, Reshape, Cast) -> ArgMax (+ Gather) (:mod:`.argmax_labels`), dead nodes
-  (:mod:`.dead_code`).
+  ArrayFeatureExtractor, Reshape, Cast) -> ArgMax (+ Gather) (:mod:`.argmax_labels`), a Scaler into
+  the LinearClassifier / LinearRegressor it feeds (:mod:`.fold_scaler`), dead nodes (:mod:`.dead_code`).
 * ``"all"``: also the com.microsoft fusions: a BatchNormalization left over becomes a 1x1
   depthwise Conv (:mod:`.batchnorm_to_conv`), Conv + Add + activation -> FusedConv
   (:mod:`.conv_fusion`), Gemm + activation -> FusedGemm (:mod:`.gemm_activation`), Transposes into
@@ -61,13 +61,12 @@ from functools import partial
 import onnx
 
 from ..errors import GpuopsError
-from . import (argmax_labels, attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, cse, dead_code,
-               dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm, fold_mul_add_into_conv,
-               fold_mul_into_matmul, gelu, gemm_activation, hard_activations, inline_if, layernorm,
-               layernorm_channels, matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion, reduce_mean_to_pool,
-               reshape_chains, restack, shape_to_constant, silu, sink_transposes, skip_layernorm, squeeze_excite,
-               conv_silu,
-               transpose_into_matmul)
+from . import (argmax_labels, attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, conv_silu,
+               cse, dead_code, dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm,
+               fold_mul_add_into_conv, fold_mul_into_matmul, fold_scaler, gelu, gemm_activation, hard_activations,
+               inline_if, layernorm, layernorm_channels, matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion,
+               reduce_mean_to_pool, reshape_chains, restack, shape_to_constant, silu, sink_transposes, skip_layernorm,
+               squeeze_excite, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
 from .graph import Graph, subgraphs
 
@@ -92,7 +91,8 @@ def _passes(level: str, fold_limit: int):
              ("fold_mul_into_matmul", fold_mul_into_matmul.apply),
              ("reduce_mean_to_pool", reduce_mean_to_pool.apply),
              ("matmul_add_to_gemm", matmul_add_to_gemm.apply), ("transpose_into_matmul", transpose_into_matmul.apply),
-             ("argmax_labels", argmax_labels.apply), ("dead_code", dead_code.apply)]
+             ("argmax_labels", argmax_labels.apply), ("fold_scaler", fold_scaler.apply),
+             ("dead_code", dead_code.apply)]
     # after the fusions, whose patterns (attention masks) hold the chains as exported
     tail = [("reshape_chains", reshape_chains.apply), ("dead_code", dead_code.apply)]
     if level == "basic":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from .graph import Graph, attr
+from .graph import Graph, attr, set_attrs
 
 _ML = "ai.onnx.ml"
 
@@ -85,9 +85,7 @@ def apply(graph: Graph) -> bool:
     for argmax, chain, labels in found:
         out = chain[-1].output[0]
         drop.update(id(n) for n in chain)
-        kept = [a for a in argmax.attribute if a.name != "keepdims"]
-        del argmax.attribute[:]
-        argmax.attribute.extend(kept + [helper.make_attribute("keepdims", 0)])
+        set_attrs(argmax, keepdims=0)
         if labels.dtype == np.int64 and np.array_equal(labels, np.arange(labels.size)):
             argmax.output[0] = out
             continue
