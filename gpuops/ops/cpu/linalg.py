@@ -106,5 +106,7 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
         return _transformer.FusedGemm(xp, A, B, C, activation=activation, activation_alpha=activation_alpha,
                                       activation_beta=activation_beta, activation_gamma=activation_gamma,
                                       alpha=alpha, beta=beta, transA=transA, transB=transB)
+    if activation == "Relu":  # (fused_activation's, without its dispatch)
+        return np.maximum(y, 0, out=y)
     return _transformer.fused_activation(xp, y, activation, activation_alpha, activation_beta, activation_gamma,
                                          own=True)

@@ -33,15 +33,15 @@ def _arg(fn, generic):
         a = _axis(data, axis)
         if a is None or select_last_index:
             return generic(xp, data, axis=axis, keepdims=keepdims, select_last_index=select_last_index)
-        idx = fn(data, axis=a, keepdims=bool(keepdims))
+        idx = fn(data, axis=a, keepdims=bool(keepdims))  # (the ndarray method: np.argmax's, without its wrapper)
         return idx if idx.dtype == np.int64 else idx.astype(np.int64)
 
     arg.__name__ = arg.__qualname__ = generic.__name__
     return arg
 
 
-ArgMax = op("ArgMax", since=12, device="cpu")(_arg(np.argmax, _reduce.ArgMax))
-ArgMin = op("ArgMin", since=12, device="cpu")(_arg(np.argmin, _reduce.ArgMin))
+ArgMax = op("ArgMax", since=12, device="cpu")(_arg(np.ndarray.argmax, _reduce.ArgMax))
+ArgMin = op("ArgMin", since=12, device="cpu")(_arg(np.ndarray.argmin, _reduce.ArgMin))
 
 @op("ReduceSumSquare", since=18, device="cpu", host_inputs=(1,))
 def ReduceSumSquare(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):

@@ -18,8 +18,19 @@ from .. import softmax as _softmax
 _HALF, _axis, _trailing, _generic = _softmax._HALF, _softmax.checked_axis, _softmax.trailing_axes, _softmax.normalise
 
 
+_F32 = np.dtype(np.float32)
+
+
 def normalise(xp, x, axes: tuple[int, ...], log: bool):
     """:func:`gpuops.ops.softmax.normalise`, trailing axes of NumPy arrays as rows."""
+    if type(x) is np.ndarray and x.dtype == _F32 and axes == (x.ndim - 1,) and x.size and x.flags.c_contiguous:
+        fn = native.function("softmax_rows_f32")  # (the common case first: float32 rows, as they lie)
+        if fn is not None:
+            y = np.empty(x.shape, dtype=np.float32)
+            n = x.shape[-1]
+            native.call(fn, native.address(x) if x.flags.writeable else x.ctypes.data, native.address(y),
+                        x.size // n, n, int(log))
+            return y
     if type(x) is not np.ndarray or not x.size or axes != tuple(range(axes[0], x.ndim)):
         return _generic(xp, x, axes, log)
     dtype = x.dtype
