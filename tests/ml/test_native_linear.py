@@ -70,8 +70,9 @@ def check_linear(x, attrs, got):
     assert label.dtype == want_label.dtype and scores.dtype == np.float32 and scores.shape == want.shape
     raw = linear.LinearClassifier(np, x, **{**attrs, "post_transform": "NONE"})[1].astype(np.float64)
     d = score_bound(x, attrs)
-    top2 = np.sort(np.where(np.isnan(raw), np.inf, raw), axis=1)[:, -2:]
-    clear = (top2[:, 1] - top2[:, 0] > 2 * d.max(axis=1)) | np.isnan(raw).any(axis=1)
+    nan = np.isnan(raw).any(axis=1)
+    top2 = np.sort(np.where(np.isnan(raw), 0.0, raw), axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0] > 2 * d.max(axis=1)) | nan
     np.testing.assert_array_equal(label[clear], want_label[clear])
     C = want.shape[1]
     if attrs["post_transform"] == "NONE":
