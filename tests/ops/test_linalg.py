@@ -154,3 +154,17 @@ def test_cpu_gemm_bad_bias_is_the_generic_error():
 
     with pytest.raises(gpuops.NodeError, match="unidirectionally broadcastable"):
         cpu_linalg.Gemm(np, rand(4, 3), rand(3, 5), rand(2, 5))
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 9), (3, 200)])
+def test_cpu_fused_gemm_sigmoid_by_the_native_kernel(rows, cols):
+    """FusedGemm's Sigmoid on the CPU (the native kernel, within an ulp) against the generic op, down to
+    one output element (openWakeWord's last node)."""
+    from gpuops.ops.contrib import transformer
+    from gpuops.ops.cpu import linalg as cpu_linalg
+
+    A, B, C = rand(rows, 16), rand(cols, 16), rand(cols)
+    got = cpu_linalg.FusedGemm(np, A, B, C, activation="Sigmoid", transB=1)
+    want = transformer.FusedGemm(np, A, B, C, activation="Sigmoid", transB=1)
+    assert got.dtype == np.float32 and got.shape == want.shape == (rows, cols)
+    np.testing.assert_allclose(got, want, rtol=2.4e-7, atol=0)

@@ -15,6 +15,7 @@ from ...registry import op
 from .. import linalg as _linalg
 from ..contrib import transformer as _transformer
 from ._common import frozen
+from .elementwise import native_special
 
 
 def prepare_float32(constants, attrs):
@@ -108,5 +109,9 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
                                       alpha=alpha, beta=beta, transA=transA, transB=transB)
     if activation == "Relu":  # (fused_activation's, without its dispatch)
         return np.maximum(y, 0, out=y)
+    if activation == "Sigmoid":  # the native kernel, one pass (the generic sigmoid's five NumPy passes cost more)
+        s = native_special("sigmoid", y, (np.float32,))
+        if s is not None:
+            return s
     return _transformer.fused_activation(xp, y, activation, activation_alpha, activation_beta, activation_gamma,
                                          own=True)
