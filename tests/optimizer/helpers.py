@@ -79,3 +79,21 @@ def _valid(model) -> bool:
     except onnx.checker.ValidationError:
         return False
     return True
+
+
+def check_cpu_private(model, feeds, present, absent=(), rtol=1e-5, atol=1e-5):
+    """The model optimized for the CPU has the op types ``present`` (gpuops' private fused ops, or what a
+    rewrite must leave) and not ``absent``; the private ops appear only with ``device="cpu"``; the model
+    passes onnx's full check; onnxruntime and gpuops run it to the original model's results."""
+    opt = optimize(model, "all", device="cpu")
+    have = ops(opt)
+    assert all(have[o] for o in present), dict(have)
+    assert not [o for o in absent if have[o]], dict(have)
+    assert not any(n.domain == "ai.gpuops" for n in optimize(model, "all").graph.node)  # the CPU's only
+    onnx.checker.check_model(opt, full_check=True)
+    for g, w in zip(run_ort(opt, feeds), run_ort(model, feeds)):
+        assert_close(np.asarray(g), w, rtol, atol, "onnxruntime")
+    plain = gpuops.InferenceSession(model, device="cpu", optimize="none").run(None, feeds)
+    for g, w in zip(gpuops.InferenceSession(model, device="cpu").run(None, feeds), plain):
+        assert_close(g, w, rtol, atol, "gpuops")
+    return opt

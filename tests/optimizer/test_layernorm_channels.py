@@ -4,15 +4,10 @@ valid ONNX (onnx's full check), onnxruntime runs the optimized model to the orig
 to its unoptimized ones; forms that do not fit are kept, and without ``device="cpu"`` nothing changes."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import gpuops
-from gpuops.optimizer import optimize
-from tests.conformance.harness import assert_close
-
-from .helpers import make_model, ops, run_ort
+from .helpers import check_cpu_private, make_model
 
 rng = np.random.default_rng(5)
 F = TensorProto.FLOAT
@@ -39,25 +34,10 @@ def _model(*, axis=-1, back=(0, 3, 1, 2), extra_output=False, epsilon=1e-6):
     return make_model(nodes, feeds, outputs, inits=inits, opset=18), feeds
 
 
-def _check(model, feeds, present, absent=()):
-    opt = optimize(model, "all", device="cpu")
-    have = ops(opt)
-    assert all(have[o] for o in present), dict(have)
-    assert not [o for o in absent if have[o]], dict(have)
-    assert not any(n.domain == "ai.gpuops" for n in optimize(model, "all").graph.node)  # the CPU's only
-    onnx.checker.check_model(opt, full_check=True)
-    for g, w in zip(run_ort(opt, feeds), run_ort(model, feeds)):
-        assert_close(np.asarray(g), w, 1e-5, 1e-5, "onnxruntime")
-    plain = gpuops.InferenceSession(model, device="cpu", optimize="none").run(None, feeds)
-    for g, w in zip(gpuops.InferenceSession(model, device="cpu").run(None, feeds), plain):
-        assert_close(g, w, 1e-5, 1e-5, "gpuops")
-    return opt
-
-
 @pytest.mark.parametrize("axis", [-1, 3])
 def test_layer_norm_2d_becomes_one_node(axis):
     model, feeds = _model(axis=axis)
-    opt = _check(model, feeds, ["LayerNormChannels"], ["Transpose", "LayerNormalization"])
+    opt = check_cpu_private(model, feeds, ["LayerNormChannels"], ["Transpose", "LayerNormalization"])
     assert len(opt.graph.node) == 3 and len(opt.functions) == 1
 
 
@@ -67,4 +47,4 @@ def test_forms_that_do_not_fit_are_kept(case):
         model, feeds = _model(extra_output=True)
     else:
         model, feeds = _model(back=(0, 3, 2, 1))
-    _check(model, feeds, ["Transpose", "LayerNormalization"], ["LayerNormChannels"])
+    check_cpu_private(model, feeds, ["Transpose", "LayerNormalization"], ["LayerNormChannels"])

@@ -5,15 +5,11 @@ passes, onnxruntime runs it to its results on the model as given, and gpuops run
 unoptimized results. Without ``device="cpu"`` nothing is rewritten."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import gpuops
-from gpuops.optimizer import optimize
-from tests.conformance.harness import assert_close
 
-from .helpers import make_model, ops, run_ort
+from .helpers import check_cpu_private, make_model, ops
 
 rng = np.random.default_rng(3)
 F = TensorProto.FLOAT
@@ -63,29 +59,11 @@ def _se_model(inner, gate, *, pool="GlobalAveragePool", gate_first=False, batch=
     return model, feeds
 
 
-def _check(model, feeds, present, absent=(), rtol=1e-5, atol=1e-5):
-    """The CPU-optimized model has ``present`` (and not ``absent``) and is valid ONNX; onnxruntime and
-    gpuops run it to the original model's results."""
-    opt = optimize(model, "all", device="cpu")
-    have = ops(opt)
-    assert all(have[o] for o in present), dict(have)
-    assert not [o for o in absent if have[o]], dict(have)
-    assert not any(n.domain == "ai.gpuops" for n in optimize(model, "all").graph.node)  # the CPU's only
-    onnx.checker.check_model(opt, full_check=True)
-    want = run_ort(model, feeds)
-    for g, w in zip(run_ort(opt, feeds), want):
-        assert_close(np.asarray(g), w, rtol, atol, "onnxruntime")
-    plain = gpuops.InferenceSession(model, device="cpu", optimize="none").run(None, feeds)
-    for g, w in zip(gpuops.InferenceSession(model, device="cpu").run(None, feeds), plain):
-        assert_close(g, w, rtol, atol, "gpuops")
-    return opt
-
-
 @pytest.mark.parametrize("inner", ["Relu", "HardSwish", "Silu"])
 @pytest.mark.parametrize("gate", ["Sigmoid", "HardSigmoid"])
 def test_squeeze_excite_becomes_one_node(inner, gate):
     model, feeds = _se_model(inner, gate)
-    opt = _check(model, feeds, [f"SqueezeExcite{inner}{gate}"], ["GlobalAveragePool", "Mul", "HardSigmoid"])
+    opt = check_cpu_private(model, feeds, [f"SqueezeExcite{inner}{gate}"], ["GlobalAveragePool", "Mul", "HardSigmoid"])
     assert len(opt.graph.node) == 2 and len(opt.functions) == 1
 
 
@@ -98,7 +76,7 @@ def test_dynamo_forms_become_one_node():
     silu = [helper.make_node("Sigmoid", ["x0"], ["x0_s"]), helper.make_node("Mul", ["x0_s", "x0"], ["x"])]
     del model.graph.node[:]
     model.graph.node.extend([nodes[0], *silu, *nodes[1:]])
-    opt = _check(model, feeds, ["ConvSilu", "SqueezeExciteSiluSigmoid"], ["ReduceMean", "Conv", "Sigmoid", "Mul"])
+    opt = check_cpu_private(model, feeds, ["ConvSilu", "SqueezeExciteSiluSigmoid"], ["ReduceMean", "Conv", "Sigmoid", "Mul"])
     assert ops(opt) == {"ConvSilu": 1, "SqueezeExciteSiluSigmoid": 1}
 
 
@@ -108,7 +86,7 @@ def test_conv_silu_without_a_bias():
              helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["Y"])]
     model = make_model(nodes, {"X": X}, [helper.make_tensor_value_info("Y", F, [1, 8, 5, 5])],
                        inits=[("W", _f32(8, 4, 3, 3))], opset=13)
-    _check(model, {"X": X}, ["ConvSilu"], ["Conv", "Sigmoid", "Mul", "QuickGelu"])
+    check_cpu_private(model, {"X": X}, ["ConvSilu"], ["Conv", "Sigmoid", "Mul", "QuickGelu"])
 
 
 @pytest.mark.parametrize("case", ["pooled-value-read-elsewhere", "weight-not-constant"])
@@ -117,4 +95,4 @@ def test_blocks_that_do_not_fit_are_kept(case):
         model, feeds = _se_model("Relu", "Sigmoid", extra_output=True)
     else:
         model, feeds = _se_model("Relu", "Sigmoid", fed_weight=True)
-    _check(model, feeds, ["GlobalAveragePool", "Mul"], ["SqueezeExciteReluSigmoid"])
+    check_cpu_private(model, feeds, ["GlobalAveragePool", "Mul"], ["SqueezeExciteReluSigmoid"])
