@@ -27,6 +27,9 @@ read size must be provably x's size on that axis: the same axis of x or of a val
 pattern, or an axis of the same symbolic dim (``dim_param``); 0 (copy) and one -1 also do. The
 Shape nodes that read values of the pattern are then made to read x. Without past key/values
 and causal masks only (their checks need static sizes).
+
+One module, past 500 lines: the float and the dynamically quantized forms share one matcher of the
+scores, mask and head layouts (:func:`_match`); only their projections differ.
 """
 
 from __future__ import annotations
