@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from gpuops.optimizer import optimize
 
+from ..ort_versions import ort_older_than
 from .helpers import check, make_model, ops
 
 RNG = np.random.default_rng(7)
@@ -62,7 +63,10 @@ def test_scaler_folded_into_linear_classifier(post, F, C):
     d = _bound(x, params)
     # NONE: the scores move by d; SOFTMAX, LOGISTIC: a probability by at most 2 d; L1 normalizing: 2 d more
     atol = 3 * d if post == "NONE" else 8 * d + 1e-7
-    opt = check(m, {"X": x}, gone=["Scaler"], kept=["LinearClassifier"], level="basic", rtol=0, atol=atol)
+    # onnxruntime before 1.25 gives a one-score classifier's LOGISTIC scores untransformed ([1 - s, s]; see
+    # tests/ml/test_ops.py's check_binary): there gpuops' unoptimized run is the only oracle
+    ort = not (C == 1 and post == "LOGISTIC" and ort_older_than("1.25"))
+    opt = check(m, {"X": x}, gone=["Scaler"], kept=["LinearClassifier"], level="basic", rtol=0, atol=atol, ort=ort)
     assert len(opt.graph.node) == len(m.graph.node) - 1
 
 
