@@ -193,33 +193,38 @@ def layer_norm(X, Scale, B, axis, epsilon, prepared, simplified=False, stats=Tru
     return y, mean, inv
 
 
-@op("LayerNormalization", since=17, device="cpu", prepare=prepare_params(1, 2), n_outputs=True)
-def LayerNormalization(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None, n_outputs=3):
-    """The native kernels' normalization (Y alone, the statistics not computed, for a node with one output)."""
-    if stash_type == 1 and X.dtype in _FLOATS and Scale.dtype == X.dtype and (B is None or B.dtype == X.dtype):
+def _layer_norm_op(xp, fallback, native_ok: bool, out_dtype, X, Scale, B, axis, epsilon, stash_type, prepared,
+                   n_outputs):
+    """The native kernels' normalization where ``native_ok``, Y in ``out_dtype`` (Y alone, the statistics not
+    computed, for a node with one output); else ``fallback``, the generic op."""
+    if native_ok:
         got = layer_norm(X, Scale, B, axis, epsilon, prepared, stats=n_outputs > 1)
         if got is not None:
             Y, mean, inv = got
-            Y = Y if X.dtype == _F32 else Y.astype(X.dtype)
+            Y = Y if out_dtype == _F32 else Y.astype(out_dtype)
             return (Y, mean, inv) if n_outputs > 1 else Y
-    got = _norm.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
+    got = fallback(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
     return got if n_outputs > 1 else got[0]
+
+
+@op("LayerNormalization", since=17, device="cpu", prepare=prepare_params(1, 2), n_outputs=True)
+def LayerNormalization(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None, n_outputs=3):
+    """The native kernels' normalization (Y alone, the statistics not computed, for a node with one output)."""
+    native_ok = stash_type == 1 and X.dtype in _FLOATS and Scale.dtype == X.dtype and (B is None or B.dtype == X.dtype)
+    return _layer_norm_op(xp, _norm.LayerNormalization, native_ok, X.dtype, X, Scale, B, axis, epsilon, stash_type,
+                          prepared, n_outputs)
 
 
 @op("LayerNormalization", since=1, device="cpu", prepare=prepare_params(1, 2), n_outputs=True)
 def LayerNormalization_1(xp, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, prepared=None, n_outputs=3):
     """As :func:`LayerNormalization`, the result in Scale's dtype (onnxruntime's LayerNormalization-1)."""
-    if X.dtype in _FLOATS and Scale.dtype in _FLOATS:
-        got = layer_norm(X, Scale, B, axis, epsilon, prepared, stats=n_outputs > 1)
-        if got is not None:
-            Y, mean, inv = got
-            Y = Y if Scale.dtype == _F32 else Y.astype(Scale.dtype)
-            return (Y, mean, inv) if n_outputs > 1 else Y
-    got = _contrib.LayerNormalization(xp, X, Scale, B, axis=axis, epsilon=epsilon, stash_type=stash_type)
-    return got if n_outputs > 1 else got[0]
+    native_ok = X.dtype in _FLOATS and Scale.dtype in _FLOATS
+    return _layer_norm_op(xp, _contrib.LayerNormalization, native_ok, Scale.dtype, X, Scale, B, axis, epsilon,
+                          stash_type, prepared, n_outputs)
 
 
-op("LayerNormalization", domain=PRIVATE, since=1, device="cpu", prepare=prepare_params(1, 2))(LayerNormalization_1)
+op("LayerNormalization", domain=PRIVATE, since=1, device="cpu", prepare=prepare_params(1, 2),
+   n_outputs=True)(LayerNormalization_1)
 
 
 @op("LayerNormChannels", domain=_private.DOMAIN, since=1, device="cpu", prepare=prepare_params(1, 2))
