@@ -5,9 +5,15 @@
 
 #include <string.h>
 
-/* VL floats held in registers (GNU C vector extensions, which gcc and clang lower to the widest
- * vectors -march=native has: one AVX-512 register, two AVX2 ones). Loads and stores are unaligned. */
+/* VL floats held in registers (GNU C vector extensions): one AVX-512 register, else one AVX2 register
+ * (two NEON ones). Wider than the target's registers, gcc splits each vector and spills the halves
+ * (16-float vectors on 16 ymm registers ran the depthwise, pool and direct kernels 2-10x slower than 8).
+ * gpuops/native.py's vector_lanes() says which. Loads and stores are unaligned. */
+#if defined(__AVX512F__)
 #define VL 16
+#else
+#define VL 8
+#endif
 #define ROWS 4  /* output rows computed together: independent sums hide the add latency */
 typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
 typedef int32_t vint __attribute__((vector_size(VL * sizeof(int32_t))));
@@ -152,9 +158,8 @@ static inline int block_init(const Windows* g, Block* b, float pad) {
 
 #define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 
-/* t[i][j] <- t[j][i] for a VL x VL tile (VL == 16): four rounds of swapping the off-diagonal blocks
- * of 8, 4, 2, 1. */
-_Static_assert(VL == 16, "transpose_tile's shuffles are written for 16 lanes");
+/* t[i][j] <- t[j][i] for a VL x VL tile: rounds of swapping the off-diagonal blocks of VL / 2, ..., 2, 1. */
+#if VL == 16
 static inline void transpose_tile(vfloat* t) {
     for (int i = 0; i < 8; ++i) {
         const vfloat a = t[i], c = t[i + 8];
@@ -179,6 +184,27 @@ static inline void transpose_tile(vfloat* t) {
         t[i + 1] = SHUF(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
     }
 }
+#else
+_Static_assert(VL == 8, "transpose_tile's shuffles are written for 8 or 16 lanes");
+static inline void transpose_tile(vfloat* t) {
+    for (int i = 0; i < 4; ++i) {
+        const vfloat a = t[i], c = t[i + 4];
+        t[i] = SHUF(a, c, 0, 1, 2, 3, 8, 9, 10, 11);
+        t[i + 4] = SHUF(a, c, 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (int h = 0; h < 8; h += 4)
+        for (int i = h; i < h + 2; ++i) {
+            const vfloat a = t[i], c = t[i + 2];
+            t[i] = SHUF(a, c, 0, 1, 8, 9, 4, 5, 12, 13);
+            t[i + 2] = SHUF(a, c, 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int i = 0; i < 8; i += 2) {
+        const vfloat a = t[i], c = t[i + 1];
+        t[i] = SHUF(a, c, 0, 8, 2, 10, 4, 12, 6, 14);
+        t[i + 1] = SHUF(a, c, 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+}
+#endif
 
 /* Load nc planes (plane_stride floats apart) into the block's input cells, VL cells at a time. Returns
  * whether they hold a NaN. */

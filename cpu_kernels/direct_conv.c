@@ -19,9 +19,9 @@
 #define MB_SMALL 16  /* for M a multiple of 16 and not of 24: no chunk left part empty */
 #define MB_TINY 8  /* for fewer channels (a stem of 8) */
 #else
-#define MB 6  /* 12 of the 16 AVX2 registers (a vector is two of them) */
-#define MB_SMALL 4
-#define MB_TINY 2
+#define MB 12  /* 12 of the 16 AVX2 registers */
+#define MB_SMALL 8
+#define MB_TINY 4
 #endif
 
 /* Output channels [m0, m0 + mb) of the VL cells from (oy, ox): mb a constant where inlined, so that

@@ -82,8 +82,8 @@ static void gemm_acc(float* acc, int64_t lda, const float* h, const float* r, in
  * scale s and zero point z applied after its sum. q is packed in blocks of QB columns (the last one
  * padded), each block's K rows of QB one after the other: a block's sums stay in registers over its
  * rows, which it reads in order, once per batch row and step. */
-#define QV 4  /* vectors of column sums in registers: QB columns a block */
-#define QB (QV * VL)
+#define QB 64  /* columns a block (gpuops/ops/cpu/rnn.py's Q8_BLOCK) */
+#define QV (QB / VL)  /* vectors of column sums in registers */
 
 /* VL int8 at p as floats (sign extension and conversion in vector registers, which gcc's generic
  * vector conversions of 8-bit lanes do not use). */
@@ -94,13 +94,9 @@ static inline vfloat widen8(const int8_t* p) {
 }
 #elif defined(__AVX2__)
 #include <immintrin.h>
+_Static_assert(VL == 8, "one AVX2 register");
 static inline vfloat widen8(const int8_t* p) {
-    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
-    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(p + 8))));
-    vfloat v;
-    memcpy(&v, &lo, sizeof lo);
-    memcpy((char*)&v + sizeof lo, &hi, sizeof hi);
-    return v;
+    return (vfloat)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
 }
 #else
 static inline vfloat widen8(const int8_t* p) {

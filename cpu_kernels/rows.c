@@ -19,14 +19,10 @@ static inline float row_sum(const float* x, int64_t n) {
         a0 += vload(x + i);
         i += VL;
     }
-    vfloat s = a0 + a1;
-    s += SHUF(s, s, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    s += SHUF(s, s, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    s += SHUF(s, s, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    s += SHUF(s, s, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    const float s = vsum(a0 + a1);
     float tail = 0.0f;
     for (; i < n; ++i) tail += x[i];
-    return s[0] + tail;
+    return s + tail;
 }
 
 /* y[r] = mean of row r of x (rows of n). */

@@ -4,8 +4,12 @@
 #include "common.h"
 
 /* a in every lane (not (vfloat){0} + a: that adds 0 to a, a scalar add before the broadcast) */
+#if VL == 16
 static inline vfloat vsplat(float a) { return (vfloat){a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a}; }
-_Static_assert(VL == 16, "vsplat's lanes are written for 16");
+#else
+_Static_assert(VL == 8, "vsplat's lanes are written for 8 or 16");
+static inline vfloat vsplat(float a) { return (vfloat){a, a, a, a, a, a, a, a}; }
+#endif
 
 /* lanes of a where m is set, else of b */
 static inline vfloat vselect(vint m, vfloat a, vfloat b) { return (vfloat)((m & (vint)a) | (~m & (vint)b)); }
@@ -121,10 +125,16 @@ static inline vfloat verf(vfloat x) {
 
 /* The sum of v's lanes: halves added in a tree. */
 static inline float vsum(vfloat s) {
+#if VL == 16
     s += SHUF(s, s, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
     s += SHUF(s, s, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
     s += SHUF(s, s, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
     s += SHUF(s, s, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+#else
+    s += SHUF(s, s, 4, 5, 6, 7, 0, 1, 2, 3);
+    s += SHUF(s, s, 2, 3, 0, 1, 6, 7, 4, 5);
+    s += SHUF(s, s, 1, 0, 3, 2, 5, 4, 7, 6);
+#endif
     return s[0];
 }
 
@@ -136,10 +146,16 @@ static inline vfloat vmax_nan(vfloat a, vfloat b) {
 
 /* The largest of v's lanes, NaN if one is. */
 static inline float vmax_lanes(vfloat s) {
+#if VL == 16
     s = vmax_nan(s, SHUF(s, s, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
     s = vmax_nan(s, SHUF(s, s, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
     s = vmax_nan(s, SHUF(s, s, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
     s = vmax_nan(s, SHUF(s, s, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+#else
+    s = vmax_nan(s, SHUF(s, s, 4, 5, 6, 7, 0, 1, 2, 3));
+    s = vmax_nan(s, SHUF(s, s, 2, 3, 0, 1, 6, 7, 4, 5));
+    s = vmax_nan(s, SHUF(s, s, 1, 0, 3, 2, 5, 4, 7, 6));
+#endif
     return s[0];
 }
 

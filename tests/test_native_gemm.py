@@ -160,6 +160,14 @@ def test_bad_operands_are_refused():
         native_gemm.packed(np.ones((8, 4), np.float32), np.ones(7, np.float32))
 
 
+@needs_cc
+def test_kernel_lanes_match_vector_lanes():
+    """The Python side's lane count (tile thresholds, pack widths) is the one the kernels were built with."""
+    width = native.function("gemm_pack_width_f32")
+    assert width(0) == native.vector_lanes() and native_gemm.pack_width(False) == width(0)
+    assert native_gemm.pack_width(True) == width(1)
+
+
 def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
     """The choice between the kernel and OpenBLAS: lane fill by the CPU's vector width, the cells-on-lanes
     layout for poorly filled channels, and OpenBLAS where the kernel's column tiles cannot feed every
