@@ -183,3 +183,5 @@ def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
     assert pays(8, 64, 784, threads=1) and pays(64, 64, 3136, threads=1)  # the cells on the lanes
     assert not pays(40, 240, 784, threads=1) and not pays(128, 256, 784, threads=1)  # channels: OpenBLAS
     assert not pays(64, 64, 49, threads=1)  # a small map puts the channels on the lanes
+    assert pays(32, 400, 729, threads=1, columns=True) and not pays(32, 400, 729, threads=1)  # no im2col copy
+    assert not pays(192, 576, 3025, threads=1, columns=True)  # ... but many channels: OpenBLAS

@@ -268,7 +268,7 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
         if padded > (SMALL_MACS if Mg >= SMALL_MIN_CHANNELS else SMALL_MACS >> 4):
             if winograd.applies(X, W, kernel, strides, dilations, group, out) or (
                     group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L)) or \
-                    not native_gemm.gemm_pays(Mg, CKg, L):
+                    not native_gemm.gemm_pays(Mg, CKg, L, columns=K > 1):
                 return None
         packs = kept.packs(kept.W, kept.B, group, rows)
         if not packs:

@@ -144,7 +144,7 @@ def gemm_into(p: Packed, b: int, ldb: int, y: int, ldy: int, N: int, lo: float, 
 MR = {16: 7, 8: 6}  # cells per tile of the channels layout, by vector lanes (cpu_kernels/gemm.c)
 
 
-def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
+def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool = False) -> bool:
     """Whether :func:`gemm` beats ``np.matmul`` plus the native bias-and-clamp pass on an M x K x N
     product at ``threads`` threads (None: the native kernels' count now).
 
@@ -159,7 +159,11 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
 
     AVX2 (:func:`gpuops.native.vector_lanes` 8; the same machine with the kernels built for x86-64-v3
     and ``OPENBLAS_CORETYPE=Haswell``): only the cells-on-lanes layout pays (0.86-0.95x); channels on
-    8 lanes ran at 1.02-1.45x on every shape measured, so OpenBLAS runs those. End to end (light
+    8 lanes ran at 1.02-1.45x on every shape measured, so OpenBLAS runs those, except for a conv of
+    more than one tap (``columns``: OpenBLAS then needs an im2col copy, which the kernel reads in place
+    from the input's planes) of at most 64 output channels and K <= 800: squeezenet's and inception_v1's 3x3
+    and 5x5 convs of 16-24 input channels ran at 0.71-0.79x of im2col plus OpenBLAS, 32-64 channels at
+    0.89-1.04x; more channels or K lost up to 1.2-1.45x. End to end (light
     models, one thread, against the AVX-512 rules with 8 lanes): resnet50 0.96x, densenet121 0.90x,
     inception_v1 0.98x, squeezenet and shufflenet 1.00x of their time. (Winograd's :func:`.winograd.pays`
     was checked the same way and kept: raising its tile threshold, which single convs favoured, made
@@ -177,7 +181,7 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
         return False
     cells = rows_layout(M, K, N) and N >= 96
     if lanes < 16:
-        return cells and K >= 16
+        return (cells and K >= 16) or (columns and M <= 64 and K <= 800)
     if M % lanes:
         if cells:
             return K >= 32
