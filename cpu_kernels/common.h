@@ -18,6 +18,13 @@
 typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
 typedef int32_t vint __attribute__((vector_size(VL * sizeof(int32_t))));
 
+/* A float parameter of a planned kernel's int64_t parameters (a double's bits: gpuops/onnx/programs.py). */
+static inline float param_float(const int64_t* p, int64_t k) {
+    double d;
+    memcpy(&d, p + k, sizeof d);
+    return (float)d;
+}
+
 static inline vfloat vload(const float* p) { vfloat v; memcpy(&v, p, sizeof v); return v; }
 static inline vfloat vmax(vfloat a, vfloat b) { const vint m = b > a; return (vfloat)((m & (vint)b) | (~m & (vint)a)); }
 

@@ -157,6 +157,13 @@ int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64
     return a.status;
 }
 
+/* pool2d_f32 as a program step: p holds its arguments after the two arrays. */
+int pool2d_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
+    (void)unused;
+    return pool2d_f32(x, y, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13],
+                      p[14], p[15]);
+}
+
 /* Squeeze-and-excitation (gpuops/ops/contrib/private.py's SqueezeExcite): y = x * gate(W2 inner(W1 mean(x) + b1)
  * + b2), a mean and a gate per plane of x (N images of C planes of HW floats). The weights come transposed,
  * w1t = W1^T (C, R) and w2t = W2^T (R, C), so that the products run along contiguous rows of outputs. */
@@ -261,6 +268,15 @@ int squeeze_excite_f32(const float* x, const float* w1t, const float* b1, const 
     pool_run(se_part, &a, parts);
     free(buf);
     return 0;
+}
+
+/* squeeze_excite_f32 as a program step: p = {w1t, b1, w2t, b2 (addresses), N, C, HW, R, inner, gate,
+ * alpha, beta (param_float)}. */
+int squeeze_excite_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
+    (void)unused;
+    return squeeze_excite_f32(x, (const float*)(intptr_t)p[0], (const float*)(intptr_t)p[1],
+                              (const float*)(intptr_t)p[2], (const float*)(intptr_t)p[3], y, p[4], p[5], p[6], p[7],
+                              p[8], p[9], param_float(p, 10), param_float(p, 11));
 }
 
 int pool_set_threads(int64_t n) { return pool_threads_set(n); }

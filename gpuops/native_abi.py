@@ -63,6 +63,7 @@ DECLARATIONS: dict[str, str] = {
         int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
                      int64_t M, int64_t K, int64_t N, int64_t rows, float lo, float hi);
         int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
+        int gemm_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int gemm_set_threads(int64_t n);
     """,
     "linear_ml.c": """
@@ -77,7 +78,14 @@ DECLARATIONS: dict[str, str] = {
         int squeeze_excite_f32(const float* x, const float* w1t, const float* b1, const float* w2t, const float* b2,
                                float* y, int64_t N, int64_t C, int64_t HW, int64_t R, int64_t inner, int64_t gate,
                                float alpha, float beta);
+        int pool2d_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
+        int squeeze_excite_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int pool_set_threads(int64_t n);
+    """,
+    "program.c": """
+        int program_run(const struct program_step* steps, int64_t n, void* arena, const int64_t* ext);
+        int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
+        int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
     """,
     "qgemm.c": """
         int qconv_u8(const int64_t* p, const void* x, void* y);
@@ -115,6 +123,7 @@ DECLARATIONS: dict[str, str] = {
     """,
     "rows.c": """
         int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n);
+        int row_mean_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_);
         int layernorm_f32(const float* x, const float* skip, const float* skip2, const float* bias, const float* gamma,
                           const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,

@@ -26,7 +26,7 @@ from ..optimizer import optimize as optimize_model
 from ..optimizer import save_model
 from ..threads import blas_threads
 from ..threads import resolve as resolve_threads
-from . import specialize
+from . import programs, specialize
 from .model import load_model
 from .plan import Plan, PlanBuilder, node_count
 from .shape_plans import DEFAULT_CACHE as DEFAULT_SHAPE_PLANS
@@ -128,8 +128,7 @@ class InferenceSession:
                         if cuda_graph and self.device.kind == "cuda" else None)
         self._host_nodes: set = set()  # (op, dtypes) already logged as running on the host
         self._shape_plans = (ShapePlans(self._specialized_plan, shape_plans)
-                             if self.device.kind == "cpu" and shape_plans and optimize != "none"
-                             and self._shapes_vary() else None)
+                             if self.device.kind == "cpu" and shape_plans and optimize != "none" else None)
         self._closed = False
 
     # -- introspection -------------------------------------------------------------------------
@@ -312,16 +311,27 @@ class InferenceSession:
 
     def _specialized_plan(self, feeds, shapes):
         """(the plan for ``feeds``' shapes or None when it saves nothing, the bytes it holds alone, what it
-        did): for :class:`ShapePlans`."""
-        model, spec = self._specialize(feeds, shapes)
-        opsets = {canonical_domain(imp.domain): imp.version for imp in model.opset_import} or {"": 1}
-        functions = {(canonical_domain(f.domain), f.name): f for f in model.functions}
-        plan = PlanBuilder(opsets, self.device.kind, functions, model).build(model.graph)
-        info = {"nodes": node_count(plan), "base_nodes": node_count(self.plan), "folded": len(spec.folded)}
-        if info["nodes"] >= info["base_nodes"]:
-            return None, 0, {**info, "reason": "specializing saves no node"}
-        plan.upload(self.device, like=self.plan)
-        return plan, owned_bytes(plan, self.plan), info
+        did): for :class:`ShapePlans`. The model specialized to the shapes (where they can vary) and
+        optimized again, then its runs of natively bound nodes made native programs
+        (:mod:`gpuops.onnx.programs`)."""
+        base = node_count(self.plan)
+        plan, info, nbytes = self.plan, {"nodes": base, "base_nodes": base, "folded": 0}, 0
+        if self._shapes_vary():
+            model, spec = self._specialize(feeds, shapes)
+            opsets = {canonical_domain(imp.domain): imp.version for imp in model.opset_import} or {"": 1}
+            functions = {(canonical_domain(f.domain), f.name): f for f in model.functions}
+            built = PlanBuilder(opsets, self.device.kind, functions, model).build(model.graph)
+            info = {"nodes": node_count(built), "base_nodes": base, "folded": len(spec.folded)}
+            if info["nodes"] < base:
+                built.upload(self.device, like=self.plan)
+                plan, nbytes = built, owned_bytes(built, self.plan)
+        compiled = programs.compile_programs(plan, shapes)
+        if compiled is not None:
+            plan, made = compiled
+            info.update(made, nodes=node_count(plan))
+        elif plan is self.plan:
+            return None, 0, {**info, "reason": "specializing saves no node, and no native program forms"}
+        return plan, nbytes, info
 
     def close(self) -> None:
         """Release every device buffer this session holds (weights and CUDA graphs included)."""

@@ -10,4 +10,4 @@ which stays the fallback and the test oracle (``native.disabled()`` turns the na
 """
 
 from . import (activation, attention, cast, conv, elementwise, indexing, linalg, ml, nchwc,  # noqa: F401
-               normalization, pool, quantize, reduce, rnn, softmax)
+               normalization, pool, quantize, reduce, rnn, shape, softmax)

@@ -42,7 +42,7 @@ from ..contrib.fusion import nhwc_conv
 from ..contrib.transformer import FusedConv as _generic_fused_conv, as_clamp, residual_activation
 from ..contrib import private as _private
 from ..legacy import depthwise_conv2d
-from . import native_gemm, winograd
+from . import native_gemm, planned, winograd
 from ._common import Kept, frozen, on_host
 
 _NO_CLAMP = (-math.inf, math.inf)
@@ -748,3 +748,45 @@ def ConvSilu(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, ke
     Y = conv(xp, X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
              strides=strides, kept=prepared)
     return _private.activate(xp, Y, "Silu").astype(Y.dtype)
+
+
+# -- native programs (gpuops.onnx.programs): the planned convs, the ones the ops above run --------------
+
+
+def _planned_step(step, operands, key, plan_args):
+    """The :class:`.planned.NativeStep` of a conv step whose weights were prepared: its planned conv for
+    the input's shape (the one the op runs: planned now, under the op's key, if no run has yet)."""
+    kept, X = step.prepared, operands[0]
+    if kept is None or not planned.is_f32(X) or operands[1] is not kept.W or \
+            (operands[2] if len(operands) > 2 else None) is not kept.B:
+        return None
+    a = step.attrs
+    run = kept.run(key(X), lambda: _plan(kept, planned.placeholder(X), a.get("group", 1), a.get("kernel_shape"),
+                                         a.get("auto_pad", "NOTSET"), a.get("strides"), a.get("dilations"),
+                                         a.get("pads"), *plan_args))
+    if not run:
+        return None
+    Z = operands[3] if len(operands) > 3 else None
+    if Z is not None and not (planned.is_f32(Z) and Z.shape == run.shape):
+        return None
+    return planned.NativeStep(run.shape, (planned.Call(run.fn, run.address, 0, None if Z is None else 3),), holds=run)
+
+
+@planned.planned("Conv")
+def _conv_step(step, operands):
+    return _planned_step(step, operands, lambda X: (X.shape, None, False, native.threads()), (None,))
+
+
+@planned.planned("FusedConv", "com.microsoft")
+def _fused_conv_step(step, operands):
+    act = _activation(step.attrs.get("activation"), step.attrs.get("activation_params"))
+    if act is None:
+        return None
+    Z = operands[3] if len(operands) > 3 else None
+    return _planned_step(step, operands, lambda X: (X.shape, step.attrs.get("activation"), Z is None,
+                                                    native.threads()), act)
+
+
+@planned.planned("ConvSilu", _private.DOMAIN)
+def _conv_silu_step(step, operands):
+    return _planned_step(step, operands, lambda X: (X.shape, "Silu", True, native.threads()), (_NO_CLAMP, _SILU))

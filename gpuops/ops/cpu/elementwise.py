@@ -13,6 +13,7 @@ from ... import native
 from ...registry import op
 from .. import activation as _activation
 from .. import elementwise as _elementwise
+from . import planned
 
 NATIVE_SPECIAL_MIN = 1  # elements (the kernel's call costs less than the generic ops' NumPy passes at any size)
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -47,3 +48,46 @@ def Erf(xp, input):
 def Sigmoid(xp, X):
     Y = native_special("sigmoid", X, (np.float32,))
     return _activation.Sigmoid(xp, X) if Y is None else Y
+
+
+# -- native programs (gpuops.onnx.programs): float32 Add and Mul -------------------------------------------
+
+_BINARY = {"Add": 0, "Mul": 1}  # cpu_kernels/program.c's BINARY_*
+_SAME, _CHANNEL, _SCALAR = 0, 1, 2  # and BROADCAST_*
+
+
+def _broadcast(full: tuple, other: tuple):
+    """(mode, outer, channels, inner) of ``other`` broadcast against ``full`` (the output's shape), or None."""
+    n = int(np.prod(full, dtype=np.int64))
+    if other == full:
+        return _SAME, 1, 1, n
+    if int(np.prod(other, dtype=np.int64)) == 1 and len(other) <= len(full):
+        return _SCALAR, 1, 1, n
+    if len(other) <= len(full) and len(full) >= 2:  # one value per channel (axis 1): (C, 1, 1), (1, C, 1, 1)
+        padded = (1,) * (len(full) - len(other)) + tuple(other)
+        if padded[1] == full[1] and all(d == 1 for i, d in enumerate(padded) if i != 1):
+            return _CHANNEL, full[0], full[1], int(np.prod(full[2:], dtype=np.int64))
+    return None
+
+
+def _binary_step(step, operands):
+    fn = planned.kernel("binary_planned_f32")
+    if fn is None or len(operands) != 2 or step.impl.since < 7:
+        return None
+    A, B = operands
+    shape_of = lambda x: x.shape if type(x) is planned.Operand else (  # noqa: E731
+        x.shape if type(x) is np.ndarray and x.dtype == np.float32 else None)
+    sa, sb = shape_of(A), shape_of(B)
+    if sa is None or sb is None or not (planned.is_f32(A) or planned.is_f32(B)):
+        return None
+    a, b, mode = 0, 1, _broadcast(sa, sb)
+    if mode is None:  # the first operand is the broadcast one (both ops are commutative, to the bit)
+        a, b, mode = 1, 0, _broadcast(sb, sa)
+    if mode is None:
+        return None
+    p = planned.params(_BINARY[step.op_type], *mode[1:], mode[0])
+    return planned.NativeStep(sa if a == 0 else sb, (planned.Call(fn, p, a, b),), holds=p)
+
+
+for _name in _BINARY:
+    planned.planned(_name)(_binary_step)

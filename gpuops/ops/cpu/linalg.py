@@ -9,11 +9,14 @@ ops' ``prepare`` hook), instead of on every run.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...registry import op
 from .. import linalg as _linalg
 from ..contrib import transformer as _transformer
+from . import native_gemm, planned
 from ._common import frozen
 from .elementwise import native_special
 
@@ -115,3 +118,37 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
             return s
     return _transformer.fused_activation(xp, y, activation, activation_alpha, activation_beta, activation_gamma,
                                          own=True)
+
+
+# -- native programs (gpuops.onnx.programs) ------------------------------------------------------------
+
+MAX_PACKED = 1 << 22  # floats of a weight a program packs for the native GEMM (a copy of it)
+
+
+@planned.planned("Gemm")
+def _gemm_step(step, operands):
+    """A fully connected layer of one row (``A`` 1 x K, a constant float32 ``B`` and bias ``C``): the native
+    GEMM on the packed weight, ``Y^T = B^T A^T + C`` (one row: the transposes are the same memory)."""
+    A, B = operands[0], operands[1]
+    C = operands[2] if len(operands) > 2 else None
+    a = step.attrs
+    if step.impl.since < 7 or not planned.is_f32(A) or A.ndim != 2 or A.shape[0] != 1 or a.get("transA", 0) \
+            or a.get("alpha", 1.0) != 1.0 or type(B) is not np.ndarray or B.dtype != np.float32 or B.ndim != 2 \
+            or B.size > MAX_PACKED:
+        return None
+    W = B if a.get("transB", 0) else B.T
+    M, K = W.shape
+    if K != A.shape[1] or not M:
+        return None
+    if C is not None:
+        if type(C) is not np.ndarray or C.dtype != np.float32 or C.size != M or C.shape not in ((M,), (1, M)) \
+                or a.get("beta", 1.0) != 1.0:
+            return None
+        C = C.reshape(M)
+    packs = native_gemm.packed(np.ascontiguousarray(W), C, rows=False)
+    fn = planned.kernel("gemm_planned_f32")
+    if not packs or fn is None:
+        return None
+    pk = packs[0]
+    p = planned.params(pk.address, pk.bias_address or 0, 1, 1, M, K, 1, 0, -math.inf, math.inf)
+    return planned.NativeStep((1, M), (planned.Call(fn, p, 0),), holds=(p, pk))

@@ -18,6 +18,7 @@ from ...registry import op
 from .. import pool as _pool
 from .. import windows
 from ..contrib import private as _private
+from . import planned
 from ._common import Kept, on_host
 from .conv import Planes
 
@@ -210,3 +211,60 @@ def _squeeze_excite(inner: str, gate: str):
 for _inner in _private.INNER:
     for _gate in _private.GATES:
         _squeeze_excite(_inner, _gate)
+
+
+# -- native programs (gpuops.onnx.programs): the kernels the ops above run --------------------------------
+
+
+def _window_step(step, operands, mode):
+    X = operands[0]
+    if not planned.is_f32(X) or X.ndim != 4 or step.attrs.get("n_outputs", 1) != 1:
+        return None
+    a = step.attrs
+    geo = _windows(step.prepared, planned.placeholder(X), mode, a.get("kernel_shape"), a.get("strides"),
+                   a.get("dilations"), a.get("pads"), a.get("auto_pad", "NOTSET"), a.get("ceil_mode", 0))
+    tail, whole = geo[7], geo[6]
+    fn = planned.kernel("pool2d_planned_f32")
+    if tail is None or whole or fn is None:
+        return None
+    p = planned.params(*tail)
+    return planned.NativeStep(X.shape[:2] + tuple(geo[5]), (planned.Call(fn, p, 0),), holds=p)
+
+
+@planned.planned("MaxPool")
+def _max_pool_step(step, operands):
+    return _window_step(step, operands, 0)
+
+
+@planned.planned("AveragePool")
+def _average_pool_step(step, operands):
+    return _window_step(step, operands, 2 if step.attrs.get("count_include_pad", 0) else 1)
+
+
+@planned.planned("GlobalAveragePool")
+def _global_average_pool_step(step, operands):
+    X = operands[0]
+    fn = planned.kernel("row_mean_planned_f32")
+    if fn is None or not planned.is_f32(X) or X.ndim < 3 or not math.prod(X.shape):
+        return None
+    p = planned.params(X.shape[0] * X.shape[1], math.prod(X.shape[2:]))
+    return planned.NativeStep(X.shape[:2] + (1,) * (X.ndim - 2), (planned.Call(fn, p, 0),), holds=p)
+
+
+def _squeeze_excite_step(step, operands, inner: str, gate: str):
+    X, kept = operands[0], step.prepared
+    fn = planned.kernel("squeeze_excite_planned_f32")
+    if fn is None or kept is None or not planned.is_f32(X) or X.ndim < 3 or not math.prod(X.shape) \
+            or X.shape[1] != kept.C or operands[1] is not kept.W1 or operands[3] is not kept.W2:
+        return None
+    a = step.attrs
+    p = planned.params(*kept.addresses, X.shape[0], kept.C, math.prod(X.shape) // (X.shape[0] * kept.C), kept.R,
+                       _private.INNER.index(inner), _private.GATES.index(gate), float(a.get("alpha", 0.2)),
+                       float(a.get("beta", 0.5)))
+    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=(p, kept))
+
+
+for _inner in _private.INNER:
+    for _gate in _private.GATES:
+        planned.planned(f"SqueezeExcite{_inner}{_gate}", _private.DOMAIN)(
+            lambda step, operands, inner=_inner, gate=_gate: _squeeze_excite_step(step, operands, inner, gate))

@@ -1,0 +1,74 @@
+/* Native programs: a run of planned kernels called in one go (gpuops/onnx/programs.py), and the small
+ * planned kernels only programs need (copies into a concatenation, element-wise sums and products).
+ *
+ * A step calls fn(params, a, b, y): a planned kernel of this or another file (the *_planned_* functions,
+ * whose parameters were set once per input shape). Its operands are locations: a byte offset into the
+ * run's arena (>= 0), the external address ext[-1 - loc] (loc < 0: the program's inputs, outputs and
+ * constants), or PROGRAM_NONE (NULL). */
+#include "common.h"
+
+#define PROGRAM_NONE INT64_MIN
+
+typedef int (*program_fn)(const void* params, const void* a, const void* b, void* y);
+
+struct program_step {
+    program_fn fn;
+    const void* params;
+    int64_t a, b, y;
+};
+
+static inline void* locate(int64_t loc, char* arena, const int64_t* ext) {
+    if (loc == PROGRAM_NONE) return NULL;
+    return loc >= 0 ? (void*)(arena + loc) : (void*)(intptr_t)ext[-1 - loc];
+}
+
+/* Steps [0, n) in order; the first non-zero status is returned (a kernel's scratch allocation). */
+int program_run(const struct program_step* steps, int64_t n, void* arena, const int64_t* ext) {
+    char* base = arena;
+    for (int64_t i = 0; i < n; ++i) {
+        const struct program_step* s = steps + i;
+        const int rc = s->fn(s->params, locate(s->a, base, ext), locate(s->b, base, ext), locate(s->y, base, ext));
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* p = {rows, bytes, stride, offset}: row r of a (bytes long) to y + r * stride + offset (one input of a
+ * Concat: rows are the product of the dimensions before the axis). */
+int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void* y) {
+    (void)unused;
+    const int64_t rows = p[0], bytes = p[1], stride = p[2], offset = p[3];
+    const char* src = a;
+    char* dst = (char*)y + offset;
+    for (int64_t r = 0; r < rows; ++r) memcpy(dst + r * stride, src + r * bytes, (size_t)bytes);
+    return 0;
+}
+
+enum { BINARY_ADD, BINARY_MUL };
+enum { BROADCAST_SAME, BROADCAST_CHANNEL, BROADCAST_SCALAR };
+
+/* p = {op, outer, channels, inner, broadcast}: y = a op b over outer x channels x inner floats, b of
+ * a's size (BROADCAST_SAME), one value per channel (BROADCAST_CHANNEL) or one value (BROADCAST_SCALAR).
+ * One rounding per element, as NumPy's. */
+int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
+    const int64_t op = p[0], outer = p[1], C = p[2], inner = p[3], broadcast = p[4];
+    const int64_t n = outer * C * inner;
+    if (broadcast == BROADCAST_SAME) {
+        if (op == BINARY_ADD)
+            for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+        else
+            for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+        return 0;
+    }
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t c = 0; c < C; ++c) {
+            const float v = broadcast == BROADCAST_SCALAR ? b[0] : b[c];
+            const float* x = a + (o * C + c) * inner;
+            float* out = y + (o * C + c) * inner;
+            if (op == BINARY_ADD)
+                for (int64_t i = 0; i < inner; ++i) out[i] = x[i] + v;
+            else
+                for (int64_t i = 0; i < inner; ++i) out[i] = x[i] * v;
+        }
+    return 0;
+}

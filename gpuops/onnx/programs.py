@@ -1,0 +1,260 @@
+"""Native programs: a CPU plan's runs of consecutive nodes whose ops have planned native kernels for one
+feed-shape signature, run as one step that calls the kernels from C (``cpu_kernels/program.c``).
+
+A small model spends as much time between its kernels as in them: the executor's loop, the op's
+Python, a new NumPy array per node, and the caches those evict (a node of ResNet-18's narrow stages
+takes 6 us in its kernel and 10-12 us in a run). A program does the Python once per run: it takes its
+inputs, allocates its outputs and one arena for the values that live and die inside it, and hands C
+the list of calls. Each node's binding (:mod:`gpuops.ops.cpu.planned`) sets its kernels' parameters
+once, from the shapes of the signature, to what the op itself computes.
+
+:func:`compile_programs` makes them for a plan whose values' shapes a run recorded (the shape-specialized
+plans of :mod:`gpuops.onnx.shape_plans`). The arena places each internal value at an offset by first
+fit over the run's lifetimes, allocating a node's output before freeing its inputs, so that no kernel
+writes over what it reads. A program checks its inputs' shapes and dtypes at each run; inputs of
+other shapes (a value whose shape depends on data) run the nodes one by one, as the plan would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import numpy as np
+
+from .. import native
+from ..ops.cpu import planned as _planned
+from ..registry import OpImpl
+from .plan import Plan, Step, plan_liveness
+
+log = logging.getLogger("gpuops")
+
+DOMAIN = "ai.gpuops"
+MIN_CALLS = 2  # a program of one kernel call saves nothing over the node's own step
+ALIGN = 64
+NONE = np.iinfo(np.int64).min  # cpu_kernels/program.c's PROGRAM_NONE
+_F32 = np.dtype(np.float32)
+
+
+def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] | None:
+    """``plan`` with its runs of natively bound nodes as program steps, and ``{"programs", "program_nodes"}``;
+    None when no run forms (or native kernels are unavailable). ``shapes``: name -> (shape, dtype) of
+    the values a run of ``plan`` stored."""
+    if native.function("program_run") is None:
+        return None
+    known = dict(shapes)
+    consts = {k: v for k, v in plan.weights.items() if k not in plan.optional_inputs}
+    bound: list[_planned.NativeStep | None] = []
+    for step in plan.steps:
+        ns = _bind(step, known, consts)
+        if ns is not None:
+            known[step.outputs[0]] = (tuple(ns.shape), _F32)
+        bound.append(ns)
+    runs, i = [], 0
+    while i < len(bound):
+        j = i
+        while j < len(bound) and bound[j] is not None:
+            j += 1
+        if sum(len(ns.calls) for ns in bound[i:j]) >= MIN_CALLS:
+            runs.append((i, j))
+        i = j + 1
+    if not runs:
+        return None
+    later = _readers(plan)
+    keep = set(plan.outputs) | set(plan.initializers)
+    steps, done, n_nodes = [], 0, 0
+    for i, j in runs:
+        steps.extend(dataclasses.replace(s, release=[]) for s in plan.steps[done:i])
+        program = Program(plan.steps[i:j], bound[i:j], known, consts, later, keep, j)
+        steps.append(program.step())
+        n_nodes += j - i
+        done = j
+    steps.extend(dataclasses.replace(s, release=[]) for s in plan.steps[done:])
+    out = dataclasses.replace(plan, steps=steps)
+    plan_liveness(out, keep=keep)
+    return out, {"programs": len(runs), "program_nodes": n_nodes}
+
+
+def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
+    """The step's :class:`NativeStep` for the known shapes, or None."""
+    hook = _planned.binding(step.domain, step.op_type)
+    if hook is None or step.subgraphs or step.impl.device not in (None, "cpu") \
+            or sum(1 for o in step.outputs if o) != 1 or not step.outputs[0]:
+        return None
+    operands: list[Any] = []
+    for i, name in enumerate(step.inputs):
+        if not name:
+            operands.append(None)
+        elif i in step.host_consts:
+            operands.append(step.host_consts[i])
+        elif name in consts:
+            operands.append(consts[name])
+        elif name in known:
+            operands.append(_planned.Operand(*known[name]))
+        else:
+            return None
+    try:
+        ns = hook(step, operands)
+    except Exception as e:  # noqa: BLE001 - the node runs as its own step, which reports a real error
+        log.debug("gpuops: no native step for %s: %s: %s", step.describe(), type(e).__name__, e)
+        return None
+    if ns is None:
+        return None
+    for c in ns.calls:  # what the calls read at run time must be run-time values or float32 constants
+        for pos in (c.a, c.b):
+            if pos is not None and not (_planned.is_f32(operands[pos]) or _const_f32(operands[pos])):
+                return None
+    if ns.alias is not None and not _planned.is_f32(operands[ns.alias]):
+        return None
+    return ns
+
+
+def _const_f32(a) -> bool:
+    return type(a) is np.ndarray and a.dtype == _F32 and a.flags.c_contiguous
+
+
+def _readers(plan: Plan) -> dict[str, int]:
+    """name -> the index of the last step that reads it (subgraph bodies' outer names included)."""
+    last: dict[str, int] = {}
+    for k, step in enumerate(plan.steps):
+        for name in step.inputs:
+            if name:
+                last[name] = k
+        for sub in step.subgraphs.values():
+            for name in sub.free_names:
+                last[name] = k
+    return last
+
+
+class Program:
+    """The steps ``steps[i]`` bound as ``bound[i]``, as one step: its inputs (values made before it,
+    read by its calls), outputs (values read after it, or the plan's), arena layout and C step table."""
+
+    def __init__(self, steps: list[Step], bound: list, known: dict, consts: dict, later: dict[str, int],
+                 keep: set[str], end: int):
+        self.nodes = steps
+        self.consts = consts
+        produced = {s.outputs[0]: k for k, s in enumerate(steps)}
+        root: dict[str, str] = {}  # value -> the value whose buffer it is (an alias's source)
+        for s, ns in zip(steps, bound):
+            out = s.outputs[0]
+            root[out] = root.get(s.inputs[ns.alias], s.inputs[ns.alias]) if ns.alias is not None else out
+        escapes = {o for o in produced if o in keep or later.get(o, -1) >= end}
+        owned = {root[o] for o in escapes}  # buffers the program returns (as themselves or reshaped)
+        self.in_names: list[str] = []
+        last_use: dict[str, int] = {}
+        for k, (s, ns) in enumerate(zip(steps, bound)):
+            reads = [c.a for c in ns.calls] + [c.b for c in ns.calls] + ([ns.alias] if ns.alias is not None else [])
+            for pos in reads:
+                if pos is None:
+                    continue
+                name = s.inputs[pos]
+                r = root.get(name, name)
+                last_use[r] = k
+                if name not in produced and name not in consts and name not in self.in_names \
+                        and pos not in s.host_consts:
+                    self.in_names.append(name)
+        self.shapes = {n: tuple(known[n][0]) for n in list(self.in_names) + list(produced)}
+        self.in_shapes = [self.shapes[n] for n in self.in_names]
+        self.out_names = sorted(escapes, key=lambda o: produced[o])
+        self.out_roots = sorted((r for r in owned if r in produced), key=lambda o: produced[o])
+        const_names: list[str] = []
+        loc: dict[str, int] = {n: -1 - i for i, n in enumerate(self.in_names)}
+        for i, n in enumerate(self.out_roots):
+            loc[n] = -1 - (len(self.in_names) + i)
+        # the arena: first fit over the internal buffers' lifetimes
+        free: list[tuple[int, int]] = []  # (offset, size), sorted
+        size = 0
+        table, holds = [], []
+        for k, (s, ns) in enumerate(zip(steps, bound)):
+            out = s.outputs[0]
+            if ns.alias is None and out not in loc:
+                nbytes = _aligned(4 * int(np.prod(ns.shape, dtype=np.int64)))
+                for f, (off, room) in enumerate(free):
+                    if room >= nbytes:
+                        free[f] = (off + nbytes, room - nbytes)
+                        loc[out] = off
+                        break
+                else:
+                    loc[out] = size
+                    size += nbytes
+            elif ns.alias is not None:
+                loc[out] = loc[root[out]]
+            for c in ns.calls:
+                table.append((_planned.address(c.fn), _planned.address(c.params),
+                              self._where(s, c.a, loc, root, const_names),
+                              self._where(s, c.b, loc, root, const_names), loc[out]))
+                holds.append(c)
+            holds.append(ns.holds)
+            for r, last in list(last_use.items()):
+                if last == k and r in produced and loc[r] >= 0:
+                    free.append((loc[r], _aligned(4 * int(np.prod(self.shapes[r], dtype=np.int64)))))
+                    free.sort()
+                    del last_use[r]
+        self.arena_bytes = size
+        self.holds = holds
+        self.table = np.array(table, dtype=np.int64).reshape(-1, 5)
+        self.n_in, self.n_out = len(self.in_names), len(self.out_roots)
+        self.ext = np.zeros(self.n_in + self.n_out + len(const_names), np.int64)
+        for i, n in enumerate(const_names):
+            self.ext[self.n_in + self.n_out + i] = consts[n].ctypes.data
+        self.root = {o: root[o] for o in self.out_names}
+        self.run = native.function("program_run")
+        self.name = f"{steps[0].name}..{steps[-1].name}" if len(steps) > 1 else steps[0].name
+
+    def _where(self, s: Step, pos: int | None, loc: dict, root: dict, const_names: list) -> int:
+        if pos is None:
+            return NONE
+        name = s.inputs[pos]
+        if name in loc or root.get(name, name) in loc:
+            return loc[name] if name in loc else loc[root[name]]
+        if name not in const_names:  # a float32 weight: an external address fixed at plan time
+            const_names.append(name)
+        return -1 - (len(self.in_names) + len(self.out_roots) + const_names.index(name))
+
+    def step(self) -> Step:
+        """The plan step that runs this program."""
+        impl = OpImpl("NativeProgram", DOMAIN, 1, self, device="cpu")
+        return Step(self.name, "NativeProgram", DOMAIN, impl, list(self.in_names), list(self.out_names), {})
+
+    def __call__(self, xp, *inputs):
+        ext = self.ext.copy()
+        keep = []
+        for i, (x, shape) in enumerate(zip(inputs, self.in_shapes)):
+            if type(x) is not np.ndarray or x.dtype != _F32 or x.shape != shape:
+                return self.one_by_one(xp, inputs)
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+                keep.append(x)
+            ext[i] = x.ctypes.data
+        arrays = {}
+        for i, n in enumerate(self.out_roots):
+            a = arrays[n] = np.empty(self.shapes[n], _F32)
+            ext[self.n_in + i] = a.ctypes.data
+        arena = np.empty(self.arena_bytes, np.uint8)
+        if self.run(self.table.ctypes.data, len(self.table), arena.ctypes.data, ext.ctypes.data):
+            raise MemoryError(f"a native kernel of {self.name} could not allocate its scratch")
+        outs = []
+        for n in self.out_names:
+            r = self.root[n]
+            a = arrays.get(r)
+            if a is None:  # a reshape of an input
+                a = inputs[self.in_names.index(r)]
+            outs.append(a if a.shape == self.shapes[n] else a.reshape(self.shapes[n]))
+        return tuple(outs)
+
+    def one_by_one(self, xp, inputs):
+        """The nodes run as their own steps would (inputs of other shapes than planned)."""
+        env = dict(zip(self.in_names, inputs))
+        for s in self.nodes:
+            args = [s.host_consts[i] if i in s.host_consts else
+                    (env[n] if n in env else self.consts[n]) if n else None for i, n in enumerate(s.inputs)]
+            while args and args[-1] is None:
+                args.pop()
+            env[s.outputs[0]] = s.impl.fn(xp, *args, **s.attrs)
+        return tuple(env[n] for n in self.out_names)
+
+
+def _aligned(n: int) -> int:
+    return max(ALIGN, -(-n // ALIGN) * ALIGN)
