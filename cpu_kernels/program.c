@@ -44,10 +44,20 @@ int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void*
     return 0;
 }
 
-enum { BINARY_ADD, BINARY_MUL };
+enum { BINARY_ADD, BINARY_MUL, BINARY_MAX, BINARY_SUB, BINARY_DIV };
+
+static inline float binary(int64_t op, float a, float b) {
+    switch (op) {
+        case BINARY_ADD: return a + b;
+        case BINARY_MUL: return a * b;
+        case BINARY_MAX: return (a >= b || a != a) ? a : b;  /* NumPy's maximum: a NaN wins */
+        case BINARY_SUB: return a - b;
+        default: return a / b;
+    }
+}
 enum { BROADCAST_SAME, BROADCAST_CHANNEL, BROADCAST_SCALAR };
 
-/* p = {op, outer, channels, inner, broadcast}: y = a op b over outer x channels x inner floats, b of
+/* p = {op, outer, channels, inner, broadcast}: y = a op b (b op a is the caller's swap, for commutative ops) over outer x channels x inner floats, b of
  * a's size (BROADCAST_SAME), one value per channel (BROADCAST_CHANNEL) or one value (BROADCAST_SCALAR).
  * One rounding per element, as NumPy's. */
 int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
@@ -56,8 +66,10 @@ int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* 
     if (broadcast == BROADCAST_SAME) {
         if (op == BINARY_ADD)
             for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
-        else
+        else if (op == BINARY_MUL)
             for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+        else
+            for (int64_t i = 0; i < n; ++i) y[i] = binary(op, a[i], b[i]);
         return 0;
     }
     for (int64_t o = 0; o < outer; ++o)
@@ -67,8 +79,10 @@ int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* 
             float* out = y + (o * C + c) * inner;
             if (op == BINARY_ADD)
                 for (int64_t i = 0; i < inner; ++i) out[i] = x[i] + v;
-            else
+            else if (op == BINARY_MUL)
                 for (int64_t i = 0; i < inner; ++i) out[i] = x[i] * v;
+            else
+                for (int64_t i = 0; i < inner; ++i) out[i] = binary(op, x[i], v);
         }
     return 0;
 }

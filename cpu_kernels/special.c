@@ -196,3 +196,27 @@ int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int
 }
 
 int special_set_threads(int64_t n) { return pool_threads_set(n); }
+
+/* The element-wise activations of native programs (gpuops/onnx/programs.py), one rounding per
+ * operation as the NumPy ops make them: NaN stays NaN (NumPy's maximum and minimum return it). */
+enum { UNARY_RELU, UNARY_SIGMOID, UNARY_HARD_SWISH, UNARY_HARD_SIGMOID };
+
+static inline float max_nan(float x, float lo) { return (x >= lo || x != x) ? x : lo; }
+static inline float min_nan(float x, float hi) { return (x <= hi || x != x) ? x : hi; }
+
+/* p = {kind, n, alpha, beta (param_float)}: y = kind(a) over n floats. */
+int unary_planned_f32(const int64_t* p, const float* a, const void* unused, float* y) {
+    (void)unused;
+    const int64_t kind = p[0], n = p[1];
+    if (kind == UNARY_SIGMOID) return sigmoid_f32(a, y, n);
+    if (kind == UNARY_RELU) {
+        for (int64_t i = 0; i < n; ++i) y[i] = max_nan(a[i], 0.0f);
+    } else if (kind == UNARY_HARD_SWISH) {
+        const float sixth = (float)(1.0 / 6.0);
+        for (int64_t i = 0; i < n; ++i) y[i] = a[i] * min_nan(max_nan(a[i] * sixth + 0.5f, 0.0f), 1.0f);
+    } else {
+        const float alpha = param_float(p, 2), beta = param_float(p, 3);
+        for (int64_t i = 0; i < n; ++i) y[i] = min_nan(max_nan(a[i] * alpha + beta, 0.0f), 1.0f);
+    }
+    return 0;
+}

@@ -140,6 +140,7 @@ DECLARATIONS: dict[str, str] = {
         int quick_gelu_f32(const float* x, float* y, int64_t n, float alpha);
         int bias_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n);
         int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n);
+        int unary_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int special_set_threads(int64_t n);
     """,
     "tree_ensemble.c": """

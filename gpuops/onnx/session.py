@@ -325,7 +325,7 @@ class InferenceSession:
             if info["nodes"] < base:
                 built.upload(self.device, like=self.plan)
                 plan, nbytes = built, owned_bytes(built, self.plan)
-        compiled = programs.compile_programs(plan, shapes)
+        compiled = programs.compile_programs(plan, {**feeds, **shapes})
         if compiled is not None:
             plan, made = compiled
             info.update(made, nodes=node_count(plan))

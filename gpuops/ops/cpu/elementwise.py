@@ -50,9 +50,10 @@ def Sigmoid(xp, X):
     return _activation.Sigmoid(xp, X) if Y is None else Y
 
 
-# -- native programs (gpuops.onnx.programs): float32 Add and Mul -------------------------------------------
+# -- native programs (gpuops.onnx.programs): float32 binary ops and activations ----------------------------
 
-_BINARY = {"Add": 0, "Mul": 1}  # cpu_kernels/program.c's BINARY_*
+_BINARY = {"Add": 0, "Mul": 1, "Max": 2, "Sub": 3, "Div": 4}  # cpu_kernels/program.c's BINARY_*
+_COMMUTATIVE = ("Add", "Mul", "Max")
 _SAME, _CHANNEL, _SCALAR = 0, 1, 2  # and BROADCAST_*
 
 
@@ -72,7 +73,7 @@ def _broadcast(full: tuple, other: tuple):
 
 def _binary_step(step, operands):
     fn = planned.kernel("binary_planned_f32")
-    if fn is None or len(operands) != 2 or step.impl.since < 7:
+    if fn is None or len(operands) != 2 or (step.impl.since < 7 and step.op_type != "Max"):
         return None
     A, B = operands
     shape_of = lambda x: x.shape if type(x) is planned.Operand else (  # noqa: E731
@@ -81,7 +82,7 @@ def _binary_step(step, operands):
     if sa is None or sb is None or not (planned.is_f32(A) or planned.is_f32(B)):
         return None
     a, b, mode = 0, 1, _broadcast(sa, sb)
-    if mode is None:  # the first operand is the broadcast one (both ops are commutative, to the bit)
+    if mode is None and step.op_type in _COMMUTATIVE:  # the first operand is the broadcast one (exact swap)
         a, b, mode = 1, 0, _broadcast(sb, sa)
     if mode is None:
         return None
@@ -91,3 +92,20 @@ def _binary_step(step, operands):
 
 for _name in _BINARY:
     planned.planned(_name)(_binary_step)
+
+
+_UNARY = {"Relu": 0, "Sigmoid": 1, "HardSwish": 2, "HardSigmoid": 3}  # special.c's UNARY_*
+
+
+def _unary_step(step, operands):
+    fn = planned.kernel("unary_planned_f32")
+    X = operands[0] if operands else None
+    if fn is None or not planned.is_f32(X) or step.impl.since < 6:
+        return None
+    p = planned.params(_UNARY[step.op_type], int(np.prod(X.shape, dtype=np.int64)),
+                       float(step.attrs.get("alpha", 0.2)), float(step.attrs.get("beta", 0.5)))
+    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=p)
+
+
+for _name in _UNARY:
+    planned.planned(_name)(_unary_step)

@@ -1,0 +1,238 @@
+"""Native programs (gpuops/onnx/programs.py): a CPU session's third run of a signature runs its natively
+bound nodes as one step, with the results the nodes give one by one."""
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gpuops
+from gpuops import native
+from gpuops.onnx.shape_plans import ShapePlans
+
+pytestmark = pytest.mark.skipif(native.function("program_run") is None, reason="native kernels unavailable")
+F = TensorProto.FLOAT
+U = float(np.finfo(np.float32).eps) / 2  # float32's unit roundoff
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, F, None) for n in outputs],
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _runs(model, feeds, optimize="all"):
+    """(the program session's third-run outputs, the outputs without programs, its plan's signature)."""
+    prog = gpuops.InferenceSession(model, device="cpu", threads=1, optimize=optimize)
+    for _ in range(3):
+        got = prog.run(None, feeds)
+    want = gpuops.InferenceSession(model, device="cpu", threads=1, optimize=optimize, shape_plans=0).run(None, feeds)
+    (sig,) = prog.shape_plan_status()["signatures"]
+    return got, want, sig
+
+
+def _plan(sess, feeds):
+    plan, _ = sess._shape_plans.lookup(ShapePlans.key(sess._check_feeds(feeds)))
+    return plan
+
+
+def _same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def _awkward(rng, shape):
+    """Normal values with NaN, infinities, signed zeros and values near the activations' kinks."""
+    x = rng.standard_normal(shape).astype(np.float32) * 4
+    flat = x.reshape(-1)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3.0, -3.0, 2.5, -2.5], np.float32)
+    flat[:specials.size] = specials[:flat.size]
+    return x
+
+
+def test_a_cnn_runs_as_one_program_with_the_nodes_results():
+    rng = np.random.default_rng(0)
+    w1, b1 = rng.standard_normal((8, 3, 3, 3)), rng.standard_normal(8)
+    w2, b2 = rng.standard_normal((8, 8, 3, 3)) * 0.2, rng.standard_normal(8)
+    dw = rng.standard_normal((8, 1, 3, 3))
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "p1"], ["s2"]),
+             helper.make_node("Relu", ["s2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "dw"], ["d2"], group=8, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("AveragePool", ["d2"], ["a2"], kernel_shape=[2, 2], pads=[0, 0, 1, 1],
+                              count_include_pad=1),
+             helper.make_node("GlobalAveragePool", ["a2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"])]
+    m = _model(nodes, [("x", [1, 3, 17, 17])], ["y", "r2"], [("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2),
+                                                             ("dw", dw)])
+    got, want, sig = _runs(m, {"x": rng.standard_normal((1, 3, 17, 17)).astype(np.float32)})
+    _same(got, want)
+    assert sig["programs"] == 1 and sig["nodes"] == 1 and sig["program_nodes"] == sig["base_nodes"]
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul", "Max", "Sub", "Div"])
+@pytest.mark.parametrize("other, swap", [((2, 5, 3, 4), False), ((5, 1, 1), False), ((1, 5, 1, 1), True),
+                                         ((1,), False), ((), True)])
+def test_binary_ops_broadcast_as_numpy(op, other, swap):
+    rng = np.random.default_rng(1)
+    c = _awkward(rng, other) if other else np.float32(rng.standard_normal())
+    a, b = ("k", "r") if swap else ("r", "k")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node(op, [a, b], ["y"]),
+             helper.make_node("Relu", ["y"], ["z"])]
+    m = _model(nodes, [("x", [2, 5, 3, 4])], ["z", "y"], [("k", c)], opset=13)
+    got, want, sig = _runs(m, {"x": _awkward(rng, (2, 5, 3, 4))})
+    _same(got, want)
+    commutes = op in ("Add", "Mul", "Max")
+    assert sig.get("program_nodes") == (3 if not swap or commutes or other == (2, 5, 3, 4) else None)
+
+
+@pytest.mark.parametrize("op, attrs", [("Relu", {}), ("Sigmoid", {}), ("HardSwish", {}),
+                                       ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4})])
+def test_activations_match_the_ops_to_the_bit(op, attrs):
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Add", ["x", "x"], ["d"]), helper.make_node(op, ["d"], ["y"], **attrs),
+             helper.make_node("Mul", ["y", "x"], ["z"])]
+    got, want, sig = _runs(_model(nodes, [("x", [3, 7, 5])], ["z", "y"]), {"x": _awkward(rng, (3, 7, 5))},
+                           optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == 3
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_concat_copies_each_input_into_place(axis):
+    rng = np.random.default_rng(3)
+    shapes = {0: [(2, 3, 4), (1, 3, 4), (0, 3, 4)], 1: [(2, 3, 4), (2, 1, 4), (2, 0, 4)],
+              2: [(2, 3, 4), (2, 3, 2), (2, 3, 0)], -1: [(2, 3, 1), (2, 3, 5), (2, 3, 1)]}[axis]
+    names = ["a", "b", "c"]
+    nodes = [helper.make_node("Relu", [n], [n + "r"]) for n in names] + [
+        helper.make_node("Concat", [n + "r" for n in names], ["y"], axis=axis), helper.make_node("Relu", ["y"], ["z"])]
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+    got, want, sig = _runs(_model(nodes, [(n, list(s)) for n, s in zip(names, shapes)], ["z"]), feeds,
+                           optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == 5
+
+
+def test_reshapes_alias_and_values_read_after_the_program_escape():
+    """A reshape's output shares its input's buffer; one that is a graph output, or read by a node after
+    the program (Transpose, unbound), comes back as an array of its own shape: of an input too."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["x2"]),  # an input's alias, a graph output
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"], axis=2),
+             helper.make_node("Unsqueeze", ["f", "ax"], ["u"]),
+             helper.make_node("Squeeze", ["u", "ax"], ["q"]),
+             helper.make_node("Identity", ["q"], ["i"]),
+             helper.make_node("Mul", ["i", "i"], ["m"]),
+             helper.make_node("Add", ["m", "f"], ["s"]),
+             helper.make_node("Transpose", ["f"], ["t"], perm=[1, 0]),  # reads an alias after the program
+             helper.make_node("Reshape", ["s", "s2"], ["y"])]
+    m = _model(nodes, [("x", [2, 3, 4, 5])], ["y", "t", "x2", "u"],
+               [("s1", np.array([6, 20])), ("s2", np.array([-1])), ("ax", np.array([0]))])
+    for t in m.graph.initializer:
+        if t.name in ("s1", "s2", "ax"):
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.int64), t.name))
+    got, want, sig = _runs(m, {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32)}, optimize="basic")
+    _same(got, want)
+    assert sig["programs"] == 1
+
+
+def test_a_long_chain_reuses_the_arena_without_overwriting_live_values():
+    rng = np.random.default_rng(5)
+    nodes, prev, keep = [], "x", []
+    for i in range(12):
+        nodes.append(helper.make_node("Mul", [prev, "k"], [f"m{i}"]))
+        other = keep[i // 2] if keep else "x"
+        nodes.append(helper.make_node("Add", [f"m{i}", other], [f"a{i}"]))
+        keep.append(f"a{i}")
+        prev = f"a{i}"
+    nodes.append(helper.make_node("Concat", [keep[0], keep[5], keep[-1]], ["y"], axis=1))
+    m = _model(nodes, [("x", [1, 4, 6, 6])], ["y"], [("k", np.float32(0.75))])
+    got, want, sig = _runs(m, {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)
+
+
+def test_gemm_of_one_row_is_within_the_float32_bound_of_the_product():
+    """The native GEMM sums in another order than BLAS: each output within gamma_K (sum |a_i b_i| + |c|)."""
+    rng = np.random.default_rng(6)
+    K, N = 300, 37
+    for trans in (0, 1):
+        B = rng.standard_normal((N, K) if trans else (K, N)).astype(np.float32)
+        C = rng.standard_normal(N).astype(np.float32)
+        nodes = [helper.make_node("Relu", ["x"], ["r"]),
+                 helper.make_node("Gemm", ["r", "B", "C"], ["g"], transB=trans),
+                 helper.make_node("Relu", ["g"], ["y"])]
+        x = rng.standard_normal((1, K)).astype(np.float32)
+        got, _, sig = _runs(_model(nodes, [("x", [1, K])], ["g", "y"], [("B", B), ("C", C)]), {"x": x},
+                            optimize="basic")
+        assert sig["program_nodes"] == 3
+        r = np.maximum(x, 0).astype(np.float64)
+        W = (B.T if trans else B).astype(np.float64)
+        exact = r @ W + C
+        gamma = (K + 1) * U / (1 - (K + 1) * U)
+        assert np.all(np.abs(got[0] - exact) <= gamma * (np.abs(r) @ np.abs(W) + np.abs(C)))
+
+
+def test_other_shapes_than_planned_run_the_nodes_one_by_one():
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])]
+    m = _model(nodes, [("x", ["n", 3])], ["y"])
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1, optimize="basic")
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    for _ in range(3):
+        sess.run(None, {"x": x})
+    (step,) = [s for s in _plan(sess, {"x": x}).steps if s.op_type == "NativeProgram"]
+    program = step.impl.fn
+    other = rng.standard_normal((2, 3)).astype(np.float32)
+    (y,) = program(np, other)
+    np.testing.assert_array_equal(y, np.maximum(other, 0) + other)
+    (y,) = program(np, np.asfortranarray(rng.standard_normal((4, 3)).astype(np.float32)))  # copied to C order
+    assert y.shape == (4, 3)
+
+
+def test_concurrent_runs_of_one_program_agree():
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"]),
+             helper.make_node("Add", ["y", "c"], ["z"])]
+    m = _model(nodes, [("x", [1, 4, 9, 9])], ["z"], [("w", w)])
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1)
+    xs = [rng.standard_normal((1, 4, 9, 9)).astype(np.float32) for _ in range(4)]
+    want = [gpuops.InferenceSession(m, device="cpu", threads=1, shape_plans=0).run(None, {"x": x})[0] for x in xs]
+    for _ in range(3):
+        sess.run(None, {"x": xs[0]})
+    bad = []
+
+    def work(k):
+        for i in range(50):
+            x = xs[(i + k) % 4]
+            if not np.array_equal(sess.run(None, {"x": x})[0], want[(i + k) % 4]):
+                bad.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad and sess.shape_plan_status()["signatures"][0]["programs"] == 1
+
+
+def test_no_program_without_native_kernels():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])]
+    m = _model(nodes, [("x", [2, 3])], ["y"])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    with native.disabled():
+        sess = gpuops.InferenceSession(m, device="cpu", threads=1)
+        for _ in range(3):
+            (y,) = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0) + x)
+    (sig,) = sess.shape_plan_status()["signatures"]
+    assert not sig["specialized"] and "programs" not in sig
