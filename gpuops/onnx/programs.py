@@ -17,6 +17,7 @@ other shapes (a value whose shape depends on data) run the nodes one by one, as 
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 from typing import Any
@@ -35,6 +36,7 @@ MIN_CALLS = 2  # a program of one kernel call saves nothing over the node's own 
 ALIGN = 64
 NONE = np.iinfo(np.int64).min  # cpu_kernels/program.c's PROGRAM_NONE
 _F32 = np.dtype(np.float32)
+_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 
 
 def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] | None:
@@ -195,6 +197,7 @@ class Program:
         self.arena_bytes = size
         self.holds = holds
         self.table = np.array(table, dtype=np.int64).reshape(-1, 5)
+        self.table_address, self.n_calls = self.table.ctypes.data, len(self.table)
         self.n_in, self.n_out = len(self.in_names), len(self.out_roots)
         self.ext = np.zeros(self.n_in + self.n_out + len(const_names), np.int64)
         for i, n in enumerate(const_names):
@@ -220,20 +223,25 @@ class Program:
 
     def __call__(self, xp, *inputs):
         ext = self.ext.copy()
-        keep = []
-        for i, (x, shape) in enumerate(zip(inputs, self.in_shapes)):
-            if type(x) is not np.ndarray or x.dtype != _F32 or x.shape != shape:
+        copies = []  # inputs copied to C order, alive until the kernels are done
+        for i, x in enumerate(inputs):
+            if type(x) is not np.ndarray or x.dtype != _F32 or x.shape != self.in_shapes[i]:
                 return self.one_by_one(xp, inputs)
-            if not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x)
-                keep.append(x)
-            ext[i] = x.ctypes.data
+            try:
+                ext[i] = _addressof(_from_buffer(x))
+            except (TypeError, ValueError):  # read-only, or not C-contiguous
+                if not x.flags.c_contiguous:
+                    x = np.ascontiguousarray(x)
+                    copies.append(x)
+                ext[i] = x.ctypes.data
         arrays = {}
-        for i, n in enumerate(self.out_roots):
+        k = self.n_in
+        for n in self.out_roots:
             a = arrays[n] = np.empty(self.shapes[n], _F32)
-            ext[self.n_in + i] = a.ctypes.data
-        arena = np.empty(self.arena_bytes, np.uint8)
-        if self.run(self.table.ctypes.data, len(self.table), arena.ctypes.data, ext.ctypes.data):
+            ext[k] = _addressof(_from_buffer(a)) if a.size else 0
+            k += 1
+        arena = _addressof(_from_buffer(np.empty(self.arena_bytes, np.uint8))) if self.arena_bytes else 0
+        if self.run(self.table_address, self.n_calls, arena, _addressof(_from_buffer(ext))):
             raise MemoryError(f"a native kernel of {self.name} could not allocate its scratch")
         outs = []
         for n in self.out_names:
