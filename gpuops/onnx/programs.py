@@ -240,8 +240,9 @@ class Program:
             a = arrays[n] = np.empty(self.shapes[n], _F32)
             ext[k] = _addressof(_from_buffer(a)) if a.size else 0
             k += 1
-        arena = _addressof(_from_buffer(np.empty(self.arena_bytes, np.uint8))) if self.arena_bytes else 0
-        if self.run(self.table_address, self.n_calls, arena, _addressof(_from_buffer(ext))):
+        arena = np.empty(self.arena_bytes, np.uint8)  # (held here while the kernels run)
+        base = _addressof(_from_buffer(arena)) if self.arena_bytes else 0
+        if self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext))):
             raise MemoryError(f"a native kernel of {self.name} could not allocate its scratch")
         outs = []
         for n in self.out_names:
