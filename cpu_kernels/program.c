@@ -86,3 +86,27 @@ int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* 
         }
     return 0;
 }
+
+/* Data movement (Transpose, Slice, Resize to the nearest, Gather of constant indices...), as the index of
+ * each output element in the input, worked out at plan time. p = {n, index (int32_t[n] address)}:
+ * y[i] = a[index[i]]. */
+int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y) {
+    (void)unused;
+    const int64_t n = p[0];
+    const int32_t* index = (const int32_t*)(intptr_t)p[1];
+    for (int64_t i = 0; i < n; ++i) y[i] = a[index[i]];
+    return 0;
+}
+
+/* The same where the indices run in long stretches: p = {runs, table (int64_t[2 runs]: start in a,
+ * length)}, the stretches copied one after another into y. */
+int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float* y) {
+    (void)unused;
+    const int64_t runs = p[0];
+    const int64_t* table = (const int64_t*)(intptr_t)p[1];
+    for (int64_t r = 0; r < runs; ++r) {
+        memcpy(y, a + table[2 * r], sizeof(float) * (size_t)table[2 * r + 1]);
+        y += table[2 * r + 1];
+    }
+    return 0;
+}

@@ -86,6 +86,8 @@ DECLARATIONS: dict[str, str] = {
         int program_run(const struct program_step* steps, int64_t n, void* arena, const int64_t* ext);
         int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
         int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
+        int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
+        int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
     """,
     "qgemm.c": """
         int qconv_u8(const int64_t* p, const void* x, void* y);

@@ -236,3 +236,46 @@ def test_no_program_without_native_kernels():
     np.testing.assert_array_equal(y, np.maximum(x, 0) + x)
     (sig,) = sess.shape_plan_status()["signatures"]
     assert not sig["specialized"] and "programs" not in sig
+
+
+def _i64(name, values):
+    return numpy_helper.from_array(np.asarray(values, np.int64), name)
+
+
+@pytest.mark.parametrize("case", ["transpose", "slice", "slice_back", "resize_asym", "resize_half", "expand",
+                                  "tile", "depth_to_space", "space_to_depth", "gather"])
+def test_data_movement_is_bound_by_its_index_map(case):
+    rng = np.random.default_rng(9)
+    shape = [2, 4, 6, 6]
+    consts, attrs, inputs = [], {}, ["r"]
+    op = {"transpose": "Transpose", "slice": "Slice", "slice_back": "Slice", "resize_asym": "Resize",
+          "resize_half": "Resize", "expand": "Expand", "tile": "Tile", "depth_to_space": "DepthToSpace",
+          "space_to_depth": "SpaceToDepth", "gather": "Gather"}[case]
+    if case == "transpose":
+        attrs = {"perm": [0, 2, 3, 1]}
+    elif case.startswith("slice"):
+        back = case == "slice_back"
+        consts = [_i64("st", [5, -1] if back else [1, 0]), _i64("en", [0, -7] if back else [4, 6]),
+                  _i64("ax", [3, 1] if back else [1, 2]), _i64("sp", [-2, -1] if back else [2, 1])]
+        inputs += ["st", "en", "ax", "sp"]
+    elif case.startswith("resize"):
+        consts = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")]
+        inputs += ["", "sc"]
+        attrs = {"mode": "nearest", "coordinate_transformation_mode":
+                 "asymmetric" if case == "resize_asym" else "half_pixel"}
+    elif case == "expand":
+        shape = [2, 4, 1, 6]
+        consts, inputs = [_i64("sh", [3, 2, 4, 5, 6])], ["r", "sh"]
+    elif case == "tile":
+        consts, inputs = [_i64("rp", [1, 2, 1, 3])], ["r", "rp"]
+    elif case in ("depth_to_space", "space_to_depth"):
+        attrs = {"blocksize": 2}
+    else:
+        consts, inputs, attrs = [_i64("ix", [[3, 0], [1, 3]])], ["r", "ix"], {"axis": 1}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node(op, inputs, ["m"], **attrs),
+             helper.make_node("Add", ["m", "m"], ["y"])]
+    m = _model(nodes, [("x", shape)], ["y"], opset=18)
+    m.graph.initializer.extend(consts)
+    got, want, sig = _runs(m, {"x": _awkward(rng, shape)}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == 3

@@ -1,7 +1,10 @@
-"""Reshapes and Concat in native programs (:mod:`gpuops.onnx.programs`; the ops themselves are the generic
+"""Reshapes, Concat and data movement in native programs (:mod:`gpuops.onnx.programs`; the ops themselves are the generic
 ones of :mod:`gpuops.ops.shape` and :mod:`gpuops.ops.constants`). A reshape's output is its input's
 buffer seen with another shape: its shape comes from the op itself, called on a stand-in that carries
-only a shape, so the rules (and errors) are the op's. A Concat copies each input's rows into place."""
+only a shape, so the rules (and errors) are the op's. A Concat copies each input's rows into place.
+An op that only moves data (Transpose, Slice, Resize to the nearest, Gather of constant indices...) is
+bound by its index map: the op itself run once on the input's element indices (exact in float64) says
+where each output element comes from."""
 
 from __future__ import annotations
 
@@ -79,3 +82,39 @@ def _concat_step(step, operands):
             holds.append(p)
         offset += n
     return planned.NativeStep(lead + (total,) + tail, tuple(calls), holds=holds)
+
+
+MAX_MOVED = 1 << 22  # elements of a data movement's index map (4 or more bytes each, held by the program)
+
+
+def _move_step(step, operands):
+    X = operands[0]
+    if not planned.is_f32(X) or any(type(o) is planned.Operand for o in operands[1:]):
+        return None
+    if step.op_type == "Resize" and step.attrs.get("mode", "nearest") != "nearest":
+        return None
+    n = math.prod(X.shape)
+    if not n or n > MAX_MOVED:
+        return None
+    index = step.impl.fn(np, np.arange(n, dtype=np.float64).reshape(X.shape), *operands[1:], **step.attrs)
+    if type(index) is not np.ndarray or index.dtype != np.float64 or not 0 < index.size <= MAX_MOVED:
+        return None
+    flat = np.ascontiguousarray(index.reshape(-1)).astype(np.int64)
+    if not (np.array_equal(flat, index.reshape(-1)) and flat.min() >= 0 and flat.max() < n):  # copies only
+        return None
+    breaks = np.flatnonzero(np.diff(flat) != 1) + 1
+    if 4 * (breaks.size + 1) <= flat.size:  # long stretches: copied as such
+        starts = np.concatenate([[0], breaks])
+        lengths = np.diff(np.concatenate([starts, [flat.size]]))
+        table = np.ascontiguousarray(np.stack([flat[starts], lengths], axis=1))
+        fn, p = planned.kernel("runs_planned_f32"), planned.params(starts.size, table.ctypes.data)
+    else:
+        table = flat.astype(np.int32)
+        fn, p = planned.kernel("gather_planned_f32"), planned.params(flat.size, table.ctypes.data)
+    if fn is None:
+        return None
+    return planned.NativeStep(tuple(index.shape), (planned.Call(fn, p, 0),), holds=(p, table))
+
+
+for _op in ("Transpose", "Slice", "Resize", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Gather"):
+    planned.planned(_op)(_move_step)
