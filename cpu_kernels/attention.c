@@ -150,3 +150,40 @@ int attention_f32(const float* qkv, const float* past, const int32_t* key_range,
 }
 
 int attention_set_threads(int64_t n) { return pool_threads_set(n); }
+
+/* Attention as a (wide) program step (gpuops/onnx/programs.py): the packed projection qkv = x W + bias
+ * by the BLAS's sgemm (found at plan time, as matmul_planned_f32 in program.c calls it), into scratch,
+ * then attention_f32. p = {sgemm, 64-bit integers, W, bias (or 0), batch, seq, D, hidden, heads, hq, hv,
+ * mask (0 none, 1 or 2 key ranges: the int32 mask_index of batch or 2 batch values, 3 one int32 mask
+ * row of total keys per batch, 4 one per query), causal, divisor, filter (param_float), past length};
+ * past, present: (2, batch, heads, past, hq) and (2, batch, heads, past + seq, hq), or NULL. */
+typedef void (*att_sgemm32)(int, int, int, int32_t, int32_t, int32_t, float, const float*, int32_t, const float*,
+                            int32_t, float, float*, int32_t);
+typedef void (*att_sgemm64)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                            int64_t, float, float*, int64_t);
+
+int attention_planned_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
+                          float* present) {
+    const int64_t B = p[4], S = p[5], D = p[6], hidden = p[7], rows = B * S, kind = p[11], P = p[15];
+    const float* w = (const float*)(intptr_t)p[2];
+    const float* bias = (const float*)(intptr_t)p[3];
+    const int64_t T = P + S, mask_rows = kind == 3 ? 1 : kind == 4 ? S : 0;
+    const int64_t masked_n = kind >= 3 ? B * mask_rows * T : 0;
+    float* qkv = malloc(sizeof(float) * (size_t)(rows * hidden) + (size_t)masked_n);
+    if (!qkv) return 1;
+    uint8_t* masked = kind >= 3 ? (uint8_t*)(qkv + rows * hidden) : NULL;
+    for (int64_t i = 0; i < masked_n; ++i) masked[i] = mask[i] <= 0;  /* as the op: mask <= 0 */
+    if (p[1])
+        ((att_sgemm64)(intptr_t)p[0])(101, 111, 111, rows, hidden, D, 1.0f, x, D, w, hidden, 0.0f, qkv, hidden);
+    else
+        ((att_sgemm32)(intptr_t)p[0])(101, 111, 111, (int32_t)rows, (int32_t)hidden, (int32_t)D, 1.0f, x, (int32_t)D,
+                                      w, (int32_t)hidden, 0.0f, qkv, (int32_t)hidden);
+    if (bias)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < hidden; ++j) qkv[r * hidden + j] += bias[j];
+    const int rc = attention_f32(qkv, past, kind == 1 || kind == 2 ? mask : NULL, masked, y, present, B, S, P, p[8],
+                                 p[9], p[10], kind == 1 || kind == 2 ? kind : 0, mask_rows, p[12], param_float(p, 13),
+                                 param_float(p, 14));
+    free(qkv);
+    return rc;
+}

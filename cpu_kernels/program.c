@@ -10,11 +10,13 @@
 #define PROGRAM_NONE INT64_MIN
 
 typedef int (*program_fn)(const void* params, const void* a, const void* b, void* y);
+typedef int (*program_wide_fn)(const void* params, const void* a, const void* b, void* y, const void* c, void* z);
 
+/* A step: fn (a program_wide_fn when wide, which also reads c and writes z) and its locations. */
 struct program_step {
     program_fn fn;
     const void* params;
-    int64_t a, b, y;
+    int64_t a, b, y, c, z, wide;
 };
 
 static inline void* locate(int64_t loc, char* arena, const int64_t* ext) {
@@ -27,7 +29,11 @@ int program_run(const struct program_step* steps, int64_t n, void* arena, const 
     char* base = arena;
     for (int64_t i = 0; i < n; ++i) {
         const struct program_step* s = steps + i;
-        const int rc = s->fn(s->params, locate(s->a, base, ext), locate(s->b, base, ext), locate(s->y, base, ext));
+        const int rc = s->wide ? ((program_wide_fn)s->fn)(s->params, locate(s->a, base, ext), locate(s->b, base, ext),
+                                                           locate(s->y, base, ext), locate(s->c, base, ext),
+                                                           locate(s->z, base, ext))
+                               : s->fn(s->params, locate(s->a, base, ext), locate(s->b, base, ext),
+                                                     locate(s->y, base, ext));
         if (rc) return rc;
     }
     return 0;
@@ -108,5 +114,32 @@ int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float
         memcpy(y, a + table[2 * r], sizeof(float) * (size_t)table[2 * r + 1]);
         y += table[2 * r + 1];
     }
+    return 0;
+}
+
+/* A matrix product by the BLAS NumPy uses (its cblas_sgemm, found at plan time): p = {sgemm, int64 (its
+ * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b)}: y (M x N) = a (M x K)
+ * b (K x N, or N x K with transB), all row-major and contiguous. */
+typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float*, int32_t, const float*,
+                           int32_t, float, float*, int32_t);
+typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                           int64_t, float, float*, int64_t);
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
+    const int64_t M = p[2], N = p[3], K = p[4], tb = p[5];
+    if (p[6]) b = (const float*)(intptr_t)p[6];
+    if (!M || !N) return 0;
+    if (!K) {
+        memset(y, 0, sizeof(float) * (size_t)(M * N));
+        return 0;
+    }
+    const int64_t ldb = tb ? K : N;
+    if (p[1])
+        ((sgemm64_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, M, N, K, 1.0f, a, K, b, ldb, 0.0f,
+                                     y, N);
+    else
+        ((sgemm32_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, (int32_t)M, (int32_t)N, (int32_t)K,
+                                     1.0f, a, (int32_t)K, b, (int32_t)ldb, 0.0f, y, (int32_t)N);
     return 0;
 }

@@ -147,6 +147,16 @@ int layernorm_f32(const float* x, const float* skip, const float* skip2, const f
     return 0;
 }
 
+/* layernorm_f32 as a (wide) program step: p = {bias, gamma, beta (addresses or 0), rows, n, skip_rows,
+ * epsilon (param_float), simplified}; skip: SkipLayerNormalization's (NULL: none); sum: its input + skip +
+ * bias output (NULL: not wanted). */
+int layernorm_planned_f32(const int64_t* p, const float* x, const float* skip, float* y, const void* unused,
+                          float* sum) {
+    (void)unused;
+    return layernorm_f32(x, skip, NULL, (const float*)(intptr_t)p[0], (const float*)(intptr_t)p[1],
+                         (const float*)(intptr_t)p[2], y, sum, NULL, NULL, p[3], p[4], p[5], param_float(p, 6), p[7]);
+}
+
 /* layernorm_channels_f32's arguments: `outer` blocks of c planes of hw floats. */
 typedef struct {
     const float *x, *gamma, *beta;

@@ -220,3 +220,16 @@ int unary_planned_f32(const int64_t* p, const float* a, const void* unused, floa
     }
     return 0;
 }
+
+/* The GELU family as a program step: p = {kind, size, n, bias (address or 0), alpha (param_float)}:
+ * gelu_f32 (0), bias_gelu_f32 (1), fast_gelu_f32 (2), quick_gelu_f32 (3), as the ops call them. */
+int gelu_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
+    (void)unused;
+    const float* bias = (const float*)(intptr_t)p[3];
+    switch (p[0]) {
+        case 0: return gelu_f32(x, y, p[1]);
+        case 1: return bias_gelu_f32(x, bias, y, p[1], p[2]);
+        case 2: return fast_gelu_f32(x, bias, y, p[1], p[2]);
+        default: return quick_gelu_f32(x, y, p[1], param_float(p, 4));
+    }
+}

@@ -28,6 +28,8 @@ DECLARATIONS: dict[str, str] = {
                           float* y, float* present, int64_t batch, int64_t seq, int64_t past_len, int64_t heads,
                           int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows, int64_t causal, float divisor,
                           float filter);
+        int attention_planned_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
+                                  float* present);
         int attention_set_threads(int64_t n);
     """,
     "cast.c": """
@@ -88,6 +90,7 @@ DECLARATIONS: dict[str, str] = {
         int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
         int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
+        int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
     """,
     "qgemm.c": """
         int qconv_u8(const int64_t* p, const void* x, void* y);
@@ -130,6 +133,8 @@ DECLARATIONS: dict[str, str] = {
         int layernorm_f32(const float* x, const float* skip, const float* skip2, const float* bias, const float* gamma,
                           const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,
                           int64_t skip_rows, float epsilon, int64_t simplified);
+        int layernorm_planned_f32(const int64_t* p, const float* x, const float* skip, float* y, const void* unused,
+                                  float* sum);
         int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                    float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes);
         int rows_set_threads(int64_t n);
@@ -143,6 +148,7 @@ DECLARATIONS: dict[str, str] = {
         int bias_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n);
         int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n);
         int unary_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
+        int gelu_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int special_set_threads(int64_t n);
     """,
     "tree_ensemble.c": """

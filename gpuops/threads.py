@@ -122,6 +122,35 @@ def _handle(c) -> tuple:
     return c.get_num_threads, c.set_num_threads
 
 
+_sgemm: list = []  # [(address, 64-bit integers) or None], found once
+
+
+def blas_sgemm() -> tuple[int, bool] | None:
+    """(the address of ``cblas_sgemm`` of the OpenBLAS NumPy uses, whether its integers are 64-bit), or None
+    (threadpoolctl absent, another BLAS): for native programs' matrix products, which then run as NumPy
+    would run them. An OpenBLAS built for 64-bit integers names its symbols with a 64 suffix."""
+    if not _sgemm:
+        import ctypes
+
+        found = None
+        for c in _blas_controllers():
+            if getattr(c, "internal_api", None) != "openblas":
+                continue
+            try:
+                lib = ctypes.CDLL(c.filepath, mode=getattr(os, "RTLD_NOLOAD", 0) | ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            for pre, suf in _AFFIXES:
+                fn = getattr(lib, f"{pre}cblas_sgemm{suf}", None)
+                if fn is not None:
+                    found = (ctypes.cast(fn, ctypes.c_void_p).value, "64" in suf)
+                    break
+            if found:
+                break
+        _sgemm.append(found)
+    return _sgemm[0]
+
+
 def resolve(threads: int | None) -> int:
     """The thread count for ``threads`` (None: :func:`default_threads`); a clear error for bad values."""
     found = _blas_controllers(refresh=True)

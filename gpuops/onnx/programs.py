@@ -51,7 +51,8 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] 
     for step in plan.steps:
         ns = _bind(step, known, consts)
         if ns is not None:
-            known[step.outputs[0]] = (tuple(ns.shape), _F32)
+            for k, shape in _outputs(step, ns):
+                known[step.outputs[k]] = (tuple(shape), _F32)
         bound.append(ns)
     runs, i = [], 0
     while i < len(bound):
@@ -78,11 +79,16 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] 
     return out, {"programs": len(runs), "program_nodes": n_nodes}
 
 
+def _outputs(step: Step, ns: _planned.NativeStep) -> list[tuple[int, tuple]]:
+    """(output index, shape) of each output the bound step makes."""
+    return [(0, tuple(ns.shape))] + [(k, tuple(shape)) for k, shape in ns.extra]
+
+
 def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
     """The step's :class:`NativeStep` for the known shapes, or None."""
     hook = _planned.binding(step.domain, step.op_type)
-    if hook is None or step.subgraphs or step.impl.device not in (None, "cpu") \
-            or sum(1 for o in step.outputs if o) != 1 or not step.outputs[0]:
+    if hook is None or step.subgraphs or step.impl.device not in (None, "cpu") or not step.outputs \
+            or not step.outputs[0]:
         return None
     operands: list[Any] = []
     for i, name in enumerate(step.inputs):
@@ -103,10 +109,16 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
         return None
     if ns is None:
         return None
-    for c in ns.calls:  # what the calls read at run time must be run-time values or float32 constants
-        for pos in (c.a, c.b):
-            if pos is not None and not (_planned.is_f32(operands[pos]) or _const_f32(operands[pos])):
+    made = {k for k, _ in _outputs(step, ns)}
+    if any(o and k not in made for k, o in enumerate(step.outputs)) or (ns.alias is not None and ns.extra):
+        return None  # an output the binding does not make
+    for c in ns.calls:  # what the calls read at run time: run-time values (of the types the binding checked)
+        for pos in (c.a, c.b, c.c):  # or float32 constants
+            if pos is not None and pos != _planned.OUTPUT and not (
+                    type(operands[pos]) is _planned.Operand or _const_f32(operands[pos])):
                 return None
+        if c.z is not None and (c.z >= len(step.outputs) or not step.outputs[c.z]):
+            return None
     if ns.alias is not None and not _planned.is_f32(operands[ns.alias]):
         return None
     return ns
@@ -137,43 +149,63 @@ class Program:
                  keep: set[str], end: int):
         self.nodes = steps
         self.consts = consts
-        produced = {s.outputs[0]: k for k, s in enumerate(steps)}
+        produced: dict[str, int] = {}  # value -> the index of the step that makes it
         root: dict[str, str] = {}  # value -> the value whose buffer it is (an alias's source)
-        for s, ns in zip(steps, bound):
+        for k, (s, ns) in enumerate(zip(steps, bound)):
+            for i, _ in _outputs(s, ns):
+                produced[s.outputs[i]] = k
             out = s.outputs[0]
             root[out] = root.get(s.inputs[ns.alias], s.inputs[ns.alias]) if ns.alias is not None else out
+            for i, _ in ns.extra:
+                root[s.outputs[i]] = s.outputs[i]
         escapes = {o for o in produced if o in keep or later.get(o, -1) >= end}
         owned = {root[o] for o in escapes}  # buffers the program returns (as themselves or reshaped)
         self.in_names: list[str] = []
         last_use: dict[str, int] = {}
         for k, (s, ns) in enumerate(zip(steps, bound)):
-            reads = [c.a for c in ns.calls] + [c.b for c in ns.calls] + ([ns.alias] if ns.alias is not None else [])
+            reads = [pos for c in ns.calls for pos in (c.a, c.b, c.c)] + [ns.alias]
             for pos in reads:
-                if pos is None:
+                if pos is None or pos == _planned.OUTPUT:
                     continue
                 name = s.inputs[pos]
-                r = root.get(name, name)
-                last_use[r] = k
-                if name not in produced and name not in consts and name not in self.in_names \
-                        and pos not in s.host_consts:
+                last_use[root.get(name, name)] = k
+                if name not in produced and name not in consts and name not in self.in_names:
                     self.in_names.append(name)
         self.shapes = {n: tuple(known[n][0]) for n in list(self.in_names) + list(produced)}
         self.in_shapes = [self.shapes[n] for n in self.in_names]
+        self.in_dtypes = [np.dtype(known[n][1]) for n in self.in_names]
         self.out_names = sorted(escapes, key=lambda o: produced[o])
         self.out_roots = sorted((r for r in owned if r in produced), key=lambda o: produced[o])
+        self.n_in, self.n_out = len(self.in_names), len(self.out_roots)
         const_names: list[str] = []
         loc: dict[str, int] = {n: -1 - i for i, n in enumerate(self.in_names)}
         for i, n in enumerate(self.out_roots):
-            loc[n] = -1 - (len(self.in_names) + i)
-        # the arena: first fit over the internal buffers' lifetimes
-        free: list[tuple[int, int]] = []  # (offset, size), sorted
+            loc[n] = -1 - (self.n_in + i)
+
+        def where(s: Step, pos: int | None) -> int:
+            if pos is None:
+                return NONE
+            if pos == _planned.OUTPUT:
+                return loc[s.outputs[0]]
+            name = s.inputs[pos]
+            if name in loc:
+                return loc[name]
+            if name not in const_names:  # a float32 weight: an external address fixed at plan time
+                const_names.append(name)
+            return -1 - (self.n_in + self.n_out + const_names.index(name))
+
+        free: list[tuple[int, int]] = []  # (offset, size) of the arena's free blocks, sorted
         size = 0
         table, holds = [], []
         for k, (s, ns) in enumerate(zip(steps, bound)):
-            out = s.outputs[0]
-            if ns.alias is None and out not in loc:
-                nbytes = _aligned(4 * int(np.prod(ns.shape, dtype=np.int64)))
-                for f, (off, room) in enumerate(free):
+            if ns.alias is not None:
+                loc[s.outputs[0]] = loc[root[s.outputs[0]]]
+            for i, shape in ([] if ns.alias is not None else _outputs(s, ns)):
+                out = s.outputs[i]
+                if out in loc:  # returned: an array of its own
+                    continue
+                nbytes = _aligned(4 * int(np.prod(shape, dtype=np.int64)))
+                for f, (off, room) in enumerate(free):  # first fit; made before the inputs are freed
                     if room >= nbytes:
                         free[f] = (off + nbytes, room - nbytes)
                         loc[out] = off
@@ -181,12 +213,10 @@ class Program:
                 else:
                     loc[out] = size
                     size += nbytes
-            elif ns.alias is not None:
-                loc[out] = loc[root[out]]
             for c in ns.calls:
-                table.append((_planned.address(c.fn), _planned.address(c.params),
-                              self._where(s, c.a, loc, root, const_names),
-                              self._where(s, c.b, loc, root, const_names), loc[out]))
+                table.append((_planned.address(c.fn), _planned.address(c.params), where(s, c.a), where(s, c.b),
+                              loc[s.outputs[0]], where(s, c.c), NONE if c.z is None else loc[s.outputs[c.z]],
+                              int(c.wide)))
                 holds.append(c)
             holds.append(ns.holds)
             for r, last in list(last_use.items()):
@@ -196,25 +226,14 @@ class Program:
                     del last_use[r]
         self.arena_bytes = size
         self.holds = holds
-        self.table = np.array(table, dtype=np.int64).reshape(-1, 5)
+        self.table = np.array(table, dtype=np.int64).reshape(-1, 8)
         self.table_address, self.n_calls = self.table.ctypes.data, len(self.table)
-        self.n_in, self.n_out = len(self.in_names), len(self.out_roots)
         self.ext = np.zeros(self.n_in + self.n_out + len(const_names), np.int64)
         for i, n in enumerate(const_names):
             self.ext[self.n_in + self.n_out + i] = consts[n].ctypes.data
         self.root = {o: root[o] for o in self.out_names}
         self.run = native.function("program_run")
         self.name = f"{steps[0].name}..{steps[-1].name}" if len(steps) > 1 else steps[0].name
-
-    def _where(self, s: Step, pos: int | None, loc: dict, root: dict, const_names: list) -> int:
-        if pos is None:
-            return NONE
-        name = s.inputs[pos]
-        if name in loc or root.get(name, name) in loc:
-            return loc[name] if name in loc else loc[root[name]]
-        if name not in const_names:  # a float32 weight: an external address fixed at plan time
-            const_names.append(name)
-        return -1 - (len(self.in_names) + len(self.out_roots) + const_names.index(name))
 
     def step(self) -> Step:
         """The plan step that runs this program."""
@@ -225,7 +244,7 @@ class Program:
         ext = self.ext.copy()
         copies = []  # inputs copied to C order, alive until the kernels are done
         for i, x in enumerate(inputs):
-            if type(x) is not np.ndarray or x.dtype != _F32 or x.shape != self.in_shapes[i]:
+            if type(x) is not np.ndarray or x.dtype != self.in_dtypes[i] or x.shape != self.in_shapes[i]:
                 return self.one_by_one(xp, inputs)
             try:
                 ext[i] = _addressof(_from_buffer(x))
@@ -261,7 +280,10 @@ class Program:
                     (env[n] if n in env else self.consts[n]) if n else None for i, n in enumerate(s.inputs)]
             while args and args[-1] is None:
                 args.pop()
-            env[s.outputs[0]] = s.impl.fn(xp, *args, **s.attrs)
+            result = s.impl.fn(xp, *args, **s.attrs)
+            for name, value in zip(s.outputs, result if isinstance(result, tuple) else (result,)):
+                if name:
+                    env[name] = value
         return tuple(env[n] for n in self.out_names)
 
 

@@ -16,6 +16,7 @@ from ...registry import op
 from .. import activation as _activation
 from ..contrib import fusion as _fusion
 from ..contrib import transformer as _transformer
+from . import planned
 from ._common import on_host
 from .elementwise import erf, native_special
 
@@ -100,3 +101,45 @@ def QuickGelu(xp, X, *, alpha=1.702):
     S += 1
     with np.errstate(invalid="ignore"):  # -inf / inf: NaN, as -inf * sigmoid(-inf) = -inf * 0 is
         return np.divide(X, S, out=S)
+
+
+# -- native programs (gpuops.onnx.programs): the GELU family, as the ops above call special.c ----------------
+
+
+def _gelu_step(X, kind: int, bias=None, alpha: float = 0.0):
+    fn = planned.kernel("gelu_planned_f32")
+    if fn is None or not planned.is_f32(X) or not X.ndim or not math.prod(X.shape):
+        return None
+    n = X.shape[-1]
+    if bias is not None and (type(bias) is not np.ndarray or bias.dtype != np.float32 or bias.shape != (n,)):
+        return None
+    b = None if bias is None else np.ascontiguousarray(bias)
+    p = planned.params(kind, math.prod(X.shape), n, 0 if b is None else b.ctypes.data, float(alpha))
+    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=(p, b))
+
+
+@planned.planned("Gelu")
+def _onnx_gelu_step(step, operands):
+    approximate = step.attrs.get("approximate", "none")
+    return _gelu_step(operands[0], 0 if approximate == "none" else 2) if approximate in ("none", "tanh") else None
+
+
+@planned.planned("Gelu", MS)
+def _ms_gelu_step(step, operands):
+    return _gelu_step(operands[0], 1)
+
+
+@planned.planned("BiasGelu", MS)
+def _bias_gelu_step(step, operands):
+    return _gelu_step(operands[0], 1, operands[1]) if len(operands) > 1 and operands[1] is not None else None
+
+
+@planned.planned("FastGelu", MS)
+def _fast_gelu_step(step, operands):
+    bias = operands[1] if len(operands) > 1 else None
+    return None if type(bias) is planned.Operand else _gelu_step(operands[0], 2, bias)
+
+
+@planned.planned("QuickGelu", MS)
+def _quick_gelu_step(step, operands):
+    return _gelu_step(operands[0], 3, alpha=float(step.attrs.get("alpha", 1.702)))

@@ -18,9 +18,10 @@ import math
 
 import numpy as np
 
-from ... import native
+from ... import native, threads
 from ...registry import op
 from ..contrib import transformer as _transformer
+from . import planned
 
 MS = "com.microsoft"
 _F32 = np.dtype(np.float32)
@@ -135,3 +136,55 @@ def Attention(xp, input, weights, bias=None, mask_index=None, past=None, attenti
         unidirectional=unidirectional, qkv_hidden_sizes=qkv_hidden_sizes, scale=scale,
         mask_filter_value=mask_filter_value, do_rotary=do_rotary, rotary_embedding_dim=rotary_embedding_dim,
         past_present_share_buffer=past_present_share_buffer, n_outputs=n_outputs)
+
+
+# -- native programs (gpuops.onnx.programs) ------------------------------------------------------------
+
+
+@planned.planned("Attention", MS)
+def _attention_step(step, operands):
+    """Attention without attention bias or rotary embedding: its mask absent, 1-D int32 key ranges, or int32
+    masks of every key; a past of the kernel's form and its present. The projection by the BLAS and the
+    kernel of :func:`attend`, in one call."""
+    x, weights = operands[0], operands[1]
+    bias, mask, past = (operands[i] if len(operands) > i else None for i in (2, 3, 4))
+    a = step.attrs
+    fn, sgemm = planned.kernel("attention_planned_f32"), threads.blas_sgemm()
+    if fn is None or sgemm is None or any(o is not None for o in operands[5:]) or a.get("do_rotary", 0) \
+            or a.get("past_present_share_buffer", 0) or not planned.is_f32(x) or x.ndim != 3 \
+            or not math.prod(x.shape) or type(weights) is not np.ndarray or weights.dtype != _F32 \
+            or weights.ndim != 2 or not weights.flags.c_contiguous:
+        return None
+    Bn, S, D = x.shape
+    hidden, N = weights.shape[1], a["num_heads"]
+    want_present = len(step.outputs) > 1 and bool(step.outputs[1])
+    if weights.shape[0] != D or not hidden or any(step.outputs[2:]):
+        return None
+    if bias is not None and (type(bias) is not np.ndarray or bias.dtype != _F32 or bias.shape != (hidden,)):
+        return None
+    sizes = heads(hidden, N, past, want_present, a.get("qkv_hidden_sizes"))
+    if sizes is None:
+        return None
+    hq, hv = sizes
+    P = 0
+    if past is not None:
+        if not planned.is_f32(past) or past.ndim != 5 or past.shape[:3] != (2, Bn, N) or past.shape[4] != hq:
+            return None
+        P = past.shape[3]
+    kind = 0
+    if mask is not None:
+        if type(mask) is not planned.Operand or mask.dtype != _I32:
+            return None
+        kind = {(Bn,): 1, (2 * Bn,): 2, (Bn, P + S): 3, (Bn, S, P + S): 4}.get(tuple(mask.shape))
+        if kind is None:
+            return None
+    scale = a.get("scale")
+    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)
+    b = None if bias is None else np.ascontiguousarray(bias)
+    p = planned.params(sgemm[0], int(sgemm[1]), weights.ctypes.data, 0 if b is None else b.ctypes.data, Bn, S, D,
+                       hidden, N, hq, hv, kind, int(bool(a.get("unidirectional", 0))), float(divisor),
+                       float(a.get("mask_filter_value", -10000.0)), P)
+    call = planned.Call(fn, p, 0, None if mask is None else 3, None if past is None else 4,
+                        1 if want_present else None, wide=True)
+    extra = ((1, (2, Bn, N, P + S, hq)),) if want_present else ()
+    return planned.NativeStep((Bn, S, N * hv), (call,), holds=(p, weights, b), extra=extra)

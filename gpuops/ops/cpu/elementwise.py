@@ -76,8 +76,8 @@ def _binary_step(step, operands):
     if fn is None or len(operands) != 2 or (step.impl.since < 7 and step.op_type != "Max"):
         return None
     A, B = operands
-    shape_of = lambda x: x.shape if type(x) is planned.Operand else (  # noqa: E731
-        x.shape if type(x) is np.ndarray and x.dtype == np.float32 else None)
+    shape_of = lambda x: x.shape if planned.is_f32(x) or (  # noqa: E731
+        type(x) is np.ndarray and x.dtype == np.float32) else None
     sa, sb = shape_of(A), shape_of(B)
     if sa is None or sb is None or not (planned.is_f32(A) or planned.is_f32(B)):
         return None

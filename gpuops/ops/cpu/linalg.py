@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ... import threads
 from ...registry import op
 from .. import linalg as _linalg
 from ..contrib import transformer as _transformer
@@ -125,16 +126,44 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
 MAX_PACKED = 1 << 22  # floats of a weight a program packs for the native GEMM (a copy of it)
 
 
+def _product(A, B, trans_b: bool):
+    """The :class:`.planned.Call` of ``A @ B`` (``B.T`` with ``trans_b``) by the BLAS's sgemm, A a float32
+    operand (..., K) and B a 2-D float32 operand or C-contiguous constant; None where it does not apply."""
+    sgemm = threads.blas_sgemm()
+    fn = planned.kernel("matmul_planned_f32")
+    if sgemm is None or fn is None or not planned.is_f32(A) or A.ndim < 2:
+        return None
+    const = type(B) is np.ndarray
+    if B is None or B.ndim != 2 or (const and (B.dtype != np.float32 or not B.flags.c_contiguous)) \
+            or (not const and not planned.is_f32(B)):
+        return None
+    N, K = B.shape if trans_b else B.shape[::-1]
+    if A.shape[-1] != K:
+        return None
+    M = math.prod(A.shape[:-1])
+    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), B.ctypes.data if const else 0)
+    return planned.Call(fn, p, 0, None if const else 1), A.shape[:-1] + (N,), (p, B)
+
+
+@planned.planned("MatMul")
+def _matmul_step(step, operands):
+    if step.prepared is not None:  # a float16 weight, multiplied in float32
+        return None
+    got = _product(operands[0], operands[1], False)
+    return None if got is None else planned.NativeStep(got[1], (got[0],), holds=got[2])
+
+
 @planned.planned("Gemm")
 def _gemm_step(step, operands):
-    """A fully connected layer of one row (``A`` 1 x K, a constant float32 ``B`` and bias ``C``): the native
-    GEMM on the packed weight, ``Y^T = B^T A^T + C`` (one row: the transposes are the same memory)."""
+    """A fully connected layer: one row (``A`` 1 x K, a constant float32 ``B`` and bias ``C``) by the native
+    GEMM on the packed weight, ``Y^T = B^T A^T + C`` (one row: the transposes are the same memory); more rows
+    by the BLAS, then the bias added along the rows."""
     A, B = operands[0], operands[1]
     C = operands[2] if len(operands) > 2 else None
     a = step.attrs
-    if step.impl.since < 7 or not planned.is_f32(A) or A.ndim != 2 or A.shape[0] != 1 or a.get("transA", 0) \
-            or a.get("alpha", 1.0) != 1.0 or type(B) is not np.ndarray or B.dtype != np.float32 or B.ndim != 2 \
-            or B.size > MAX_PACKED:
+    if step.impl.since < 7 or step.prepared is not None or not planned.is_f32(A) or A.ndim != 2 \
+            or a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or type(B) is not np.ndarray \
+            or B.dtype != np.float32 or B.ndim != 2:
         return None
     W = B if a.get("transB", 0) else B.T
     M, K = W.shape
@@ -145,10 +174,21 @@ def _gemm_step(step, operands):
                 or a.get("beta", 1.0) != 1.0:
             return None
         C = C.reshape(M)
-    packs = native_gemm.packed(np.ascontiguousarray(W), C, rows=False)
-    fn = planned.kernel("gemm_planned_f32")
-    if not packs or fn is None:
+    if A.shape[0] == 1 and B.size <= MAX_PACKED:
+        packs = native_gemm.packed(np.ascontiguousarray(W), C, rows=False)
+        fn = planned.kernel("gemm_planned_f32")
+        if packs and fn is not None:
+            pk = packs[0]
+            p = planned.params(pk.address, pk.bias_address or 0, 1, 1, M, K, 1, 0, -math.inf, math.inf)
+            return planned.NativeStep((1, M), (planned.Call(fn, p, 0),), holds=(p, pk))
+    got = _product(A, np.ascontiguousarray(B), bool(a.get("transB", 0)))
+    add = planned.kernel("binary_planned_f32")
+    if got is None or add is None:
         return None
-    pk = packs[0]
-    p = planned.params(pk.address, pk.bias_address or 0, 1, 1, M, K, 1, 0, -math.inf, math.inf)
-    return planned.NativeStep((1, M), (planned.Call(fn, p, 0),), holds=(p, pk))
+    calls, holds = [got[0]], [got[2]]
+    if C is not None:
+        C = np.ascontiguousarray(C)
+        p = planned.params(0, A.shape[0], M, 1, 1)  # program.c: BINARY_ADD, one value per column
+        calls.append(planned.Call(add, p, planned.OUTPUT, 2))
+        holds.append((p, C))
+    return planned.NativeStep(got[1], tuple(calls), holds=holds)

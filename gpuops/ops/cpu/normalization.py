@@ -27,6 +27,7 @@ from ..contrib.private import DOMAIN as PRIVATE
 from ..contrib import transformer as _transformer
 from .. import norm as _norm
 from ..contrib import private as _private
+from . import planned
 
 MS = "com.microsoft"
 _F32 = np.dtype(np.float32)
@@ -420,3 +421,57 @@ def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None
     return _transformer.EmbedLayerNormalization(
         xp, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, mask,
         position_ids, epsilon=epsilon, mask_index_type=mask_index_type)
+
+
+# -- native programs (gpuops.onnx.programs): the normalizations of one output -----------------------------
+
+
+def _vector(a, n: int):
+    """A float32 constant of ``n`` values along the last axis (leading 1s allowed) as a contiguous vector."""
+    if type(a) is not np.ndarray or a.dtype != _F32 or a.size != n or any(d != 1 for d in a.shape[:-1]):
+        return None
+    return np.ascontiguousarray(a.reshape(n))
+
+
+def _norm_step(X, skip, skip_rows, vectors, epsilon, simplified, sum_output=None):
+    fn = planned.kernel("layernorm_planned_f32")
+    n = X.shape[-1]
+    got = [None if v is None else _vector(v, n) for v in vectors]
+    if fn is None or any(g is None and v is not None for g, v in zip(got, vectors)) or got[1] is None:
+        return None
+    p = planned.params(*(0 if g is None else g.ctypes.data for g in got), math.prod(X.shape) // n, n, skip_rows,
+                       float(epsilon), int(simplified))
+    call = planned.Call(fn, p, 0, skip, z=sum_output, wide=True)
+    extra = () if sum_output is None else ((sum_output, X.shape),)
+    return planned.NativeStep(X.shape, (call,), holds=(p, got), extra=extra)
+
+
+@planned.planned("LayerNormalization")
+def _layer_norm_step(step, operands):
+    X, Scale = operands[0], operands[1]
+    B = operands[2] if len(operands) > 2 else None
+    a = step.attrs
+    if not planned.is_f32(X) or not X.ndim or not X.shape[-1] or a.get("axis", -1) not in (-1, X.ndim - 1):
+        return None
+    return _norm_step(X, None, 1, (None, Scale, B), a.get("epsilon", 1e-5), False)
+
+
+@planned.planned("SkipLayerNormalization", MS)
+def _skip_layer_norm_step(step, operands):
+    """Y, and the sum input + skip + bias where the node has that output (not the statistics)."""
+    X, skip = operands[0], operands[1]
+    gamma, beta, bias = (operands[i] if len(operands) > i else None for i in (2, 3, 4))
+    outputs = step.outputs
+    if not planned.is_f32(X) or X.ndim not in (2, 3) or not math.prod(X.shape) or any(outputs[1:3]) or not (
+            planned.is_f32(skip) or (type(skip) is np.ndarray and skip.dtype == _F32 and skip.flags.c_contiguous)):
+        return None
+    D = X.shape[-1]
+    if tuple(skip.shape) == X.shape:
+        k = math.prod(X.shape) // D
+    else:
+        tail = _strip(tuple(skip.shape))
+        if not tail or X.shape[X.ndim - len(tail):] != tail:
+            return None
+        k = math.prod(skip.shape) // D
+    return _norm_step(X, 1, k, (bias, gamma, beta), step.attrs.get("epsilon", 1e-12), False,
+                      3 if len(outputs) > 3 and outputs[3] else None)

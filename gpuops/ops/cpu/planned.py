@@ -8,7 +8,8 @@ known shape and dtype computed at run time), a constant array (a weight, or a sh
 at plan time), or None (omitted). A binding must compute what the op computes, to the bit where the op
 runs the same kernel, and within float32 rounding of the op elsewhere.
 
-Each kernel call is ``int fn(const void* params, const void* a, const void* b, void* y)``
+Each kernel call is ``int fn(const void* params, const void* a, const void* b, void* y)``, or for a
+wide one ``int fn(const void* params, const void* a, const void* b, void* y, const void* c, void* z)``
 (``cpu_kernels/program.c``): the ``*_planned_*`` functions of the kernel files.
 """
 
@@ -35,26 +36,35 @@ class Operand(NamedTuple):
         return len(self.shape)
 
 
+OUTPUT = -1  # a call's operand position that reads the step's output (a later pass over it)
+
+
 class Call(NamedTuple):
     """One kernel call: ``fn`` (a ctypes function of :mod:`gpuops.native`) with ``params`` (an array or
     ctypes structure it reads, or its address as an int), reading inputs ``a`` and ``b`` (input
-    positions, or None)."""
+    positions, :data:`OUTPUT`, or None), writing output 0. A ``wide`` kernel,
+    ``fn(params, a, b, y, c, z)``, also reads input ``c`` and writes output ``z`` (an output index)."""
 
     fn: Any
     params: Any
     a: int | None
     b: int | None = None
+    c: int | None = None
+    z: int | None = None
+    wide: bool = False
 
 
 class NativeStep(NamedTuple):
-    """A node as a program computes it: ``calls`` in order, all writing the output (float32, ``shape``),
-    or, with no calls, ``alias``: the output is input ``alias`` seen with ``shape`` (a reshape). ``holds``:
-    what the calls' parameters point into (kept alive with the program)."""
+    """A node as a program computes it: ``calls`` in order, writing its output 0 (float32, ``shape``) and
+    the outputs ``extra`` lists as (index, shape); or, with no calls, ``alias``: output 0 is input ``alias``
+    seen with ``shape`` (a reshape). ``holds``: what the calls' parameters point into (kept alive with the
+    program)."""
 
     shape: tuple
     calls: tuple = ()
     alias: int | None = None
     holds: Any = None
+    extra: tuple = ()
 
 
 _BINDINGS: dict[tuple[str, str], Callable] = {}
