@@ -61,11 +61,12 @@ static inline float binary(int64_t op, float a, float b) {
         default: return a / b;
     }
 }
-enum { BROADCAST_SAME, BROADCAST_CHANNEL, BROADCAST_SCALAR };
+enum { BROADCAST_SAME, BROADCAST_CHANNEL, BROADCAST_SCALAR, BROADCAST_ROWS };
 
-/* p = {op, outer, channels, inner, broadcast}: y = a op b (b op a is the caller's swap, for commutative ops) over outer x channels x inner floats, b of
- * a's size (BROADCAST_SAME), one value per channel (BROADCAST_CHANNEL) or one value (BROADCAST_SCALAR).
- * One rounding per element, as NumPy's. */
+/* p = {op, outer, channels, inner, broadcast}: y = a op b (b op a is the caller's swap, for commutative
+ * ops) over outer x channels x inner floats, b of a's size (BROADCAST_SAME), one value per channel
+ * (BROADCAST_CHANNEL), one value (BROADCAST_SCALAR), or inner values repeated (BROADCAST_ROWS: the last
+ * axes). One rounding per element, as NumPy's. */
 int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
     const int64_t op = p[0], outer = p[1], C = p[2], inner = p[3], broadcast = p[4];
     const int64_t n = outer * C * inner;
@@ -76,6 +77,11 @@ int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* 
             for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
         else
             for (int64_t i = 0; i < n; ++i) y[i] = binary(op, a[i], b[i]);
+        return 0;
+    }
+    if (broadcast == BROADCAST_ROWS) {
+        for (int64_t o = 0; o < outer; ++o)
+            for (int64_t i = 0; i < inner; ++i) y[o * inner + i] = binary(op, a[o * inner + i], b[i]);
         return 0;
     }
     for (int64_t o = 0; o < outer; ++o)
@@ -141,5 +147,41 @@ int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* 
     else
         ((sgemm32_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, (int32_t)M, (int32_t)N, (int32_t)K,
                                      1.0f, a, (int32_t)K, b, (int32_t)ldb, 0.0f, y, (int32_t)N);
+    return 0;
+}
+
+/* Gather of rows of a float32 table by int64 (or int32) indices: p = {rows, width (floats a row), table,
+ * count, 32-bit indices}; a negative index counts from the end. 2 (nothing written past what was done)
+ * for an index out of range: the caller runs the node itself, which raises its error. */
+int gather_rows_planned_f32(const int64_t* p, const void* indices, const void* unused, float* y) {
+    (void)unused;
+    const int64_t rows = p[0], width = p[1], count = p[3];
+    const float* table = (const float*)(intptr_t)p[2];
+    for (int64_t i = 0; i < count; ++i) {
+        int64_t k = p[4] ? ((const int32_t*)indices)[i] : ((const int64_t*)indices)[i];
+        if (k < 0) k += rows;
+        if (k < 0 || k >= rows) return 2;
+        memcpy(y + i * width, table + k * width, sizeof(float) * (size_t)width);
+    }
+    return 0;
+}
+
+enum { CAST_I64_I32, CAST_I64_F32, CAST_I32_F32 };
+
+/* p = {kind, n}: the integer casts NumPy's astype makes (int64 to int32 keeps the low 32 bits; to float32
+ * rounds to nearest). */
+int cast_planned(const int64_t* p, const void* a, const void* unused, void* y) {
+    (void)unused;
+    const int64_t n = p[1];
+    switch (p[0]) {
+        case CAST_I64_I32:
+            for (int64_t i = 0; i < n; ++i) ((int32_t*)y)[i] = (int32_t)(uint32_t)((const uint64_t*)a)[i];
+            break;
+        case CAST_I64_F32:
+            for (int64_t i = 0; i < n; ++i) ((float*)y)[i] = (float)((const int64_t*)a)[i];
+            break;
+        default:
+            for (int64_t i = 0; i < n; ++i) ((float*)y)[i] = (float)((const int32_t*)a)[i];
+    }
     return 0;
 }

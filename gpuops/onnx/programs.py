@@ -51,8 +51,8 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] 
     for step in plan.steps:
         ns = _bind(step, known, consts)
         if ns is not None:
-            for k, shape in _outputs(step, ns):
-                known[step.outputs[k]] = (tuple(shape), _F32)
+            for k, shape, dtype in _outputs(step, ns):
+                known[step.outputs[k]] = (shape, dtype)
         bound.append(ns)
     runs, i = [], 0
     while i < len(bound):
@@ -79,9 +79,9 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] 
     return out, {"programs": len(runs), "program_nodes": n_nodes}
 
 
-def _outputs(step: Step, ns: _planned.NativeStep) -> list[tuple[int, tuple]]:
-    """(output index, shape) of each output the bound step makes."""
-    return [(0, tuple(ns.shape))] + [(k, tuple(shape)) for k, shape in ns.extra]
+def _outputs(step: Step, ns: _planned.NativeStep) -> list[tuple[int, tuple, np.dtype]]:
+    """(output index, shape, dtype) of each output the bound step makes."""
+    return [(0, tuple(ns.shape), np.dtype(ns.dtype))] + [(k, tuple(shape), _F32) for k, shape in ns.extra]
 
 
 def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
@@ -109,7 +109,7 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
         return None
     if ns is None:
         return None
-    made = {k for k, _ in _outputs(step, ns)}
+    made = {k for k, _, _ in _outputs(step, ns)}
     if any(o and k not in made for k, o in enumerate(step.outputs)) or (ns.alias is not None and ns.extra):
         return None  # an output the binding does not make
     for c in ns.calls:  # what the calls read at run time: run-time values (of the types the binding checked)
@@ -119,7 +119,7 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
                 return None
         if c.z is not None and (c.z >= len(step.outputs) or not step.outputs[c.z]):
             return None
-    if ns.alias is not None and not _planned.is_f32(operands[ns.alias]):
+    if ns.alias is not None and not (_planned.is_f32(operands[ns.alias]) and ns.dtype == _F32):
         return None
     return ns
 
@@ -152,7 +152,7 @@ class Program:
         produced: dict[str, int] = {}  # value -> the index of the step that makes it
         root: dict[str, str] = {}  # value -> the value whose buffer it is (an alias's source)
         for k, (s, ns) in enumerate(zip(steps, bound)):
-            for i, _ in _outputs(s, ns):
+            for i, _, _ in _outputs(s, ns):
                 produced[s.outputs[i]] = k
             out = s.outputs[0]
             root[out] = root.get(s.inputs[ns.alias], s.inputs[ns.alias]) if ns.alias is not None else out
@@ -172,6 +172,7 @@ class Program:
                 if name not in produced and name not in consts and name not in self.in_names:
                     self.in_names.append(name)
         self.shapes = {n: tuple(known[n][0]) for n in list(self.in_names) + list(produced)}
+        self.dtypes = {n: np.dtype(known[n][1]) for n in list(self.in_names) + list(produced)}
         self.in_shapes = [self.shapes[n] for n in self.in_names]
         self.in_dtypes = [np.dtype(known[n][1]) for n in self.in_names]
         self.out_names = sorted(escapes, key=lambda o: produced[o])
@@ -200,11 +201,11 @@ class Program:
         for k, (s, ns) in enumerate(zip(steps, bound)):
             if ns.alias is not None:
                 loc[s.outputs[0]] = loc[root[s.outputs[0]]]
-            for i, shape in ([] if ns.alias is not None else _outputs(s, ns)):
+            for i, shape, dtype in ([] if ns.alias is not None else _outputs(s, ns)):
                 out = s.outputs[i]
                 if out in loc:  # returned: an array of its own
                     continue
-                nbytes = _aligned(4 * int(np.prod(shape, dtype=np.int64)))
+                nbytes = _aligned(dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
                 for f, (off, room) in enumerate(free):  # first fit; made before the inputs are freed
                     if room >= nbytes:
                         free[f] = (off + nbytes, room - nbytes)
@@ -221,7 +222,7 @@ class Program:
             holds.append(ns.holds)
             for r, last in list(last_use.items()):
                 if last == k and r in produced and loc[r] >= 0:
-                    free.append((loc[r], _aligned(4 * int(np.prod(self.shapes[r], dtype=np.int64)))))
+                    free.append((loc[r], self._bytes(r)))
                     free.sort()
                     del last_use[r]
         self.arena_bytes = size
@@ -234,6 +235,9 @@ class Program:
         self.root = {o: root[o] for o in self.out_names}
         self.run = native.function("program_run")
         self.name = f"{steps[0].name}..{steps[-1].name}" if len(steps) > 1 else steps[0].name
+
+    def _bytes(self, name: str) -> int:
+        return _aligned(self.dtypes[name].itemsize * int(np.prod(self.shapes[name], dtype=np.int64)))
 
     def step(self) -> Step:
         """The plan step that runs this program."""
@@ -256,12 +260,15 @@ class Program:
         arrays = {}
         k = self.n_in
         for n in self.out_roots:
-            a = arrays[n] = np.empty(self.shapes[n], _F32)
+            a = arrays[n] = np.empty(self.shapes[n], self.dtypes[n])
             ext[k] = _addressof(_from_buffer(a)) if a.size else 0
             k += 1
         arena = np.empty(self.arena_bytes, np.uint8)  # (held here while the kernels run)
         base = _addressof(_from_buffer(arena)) if self.arena_bytes else 0
-        if self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext))):
+        rc = self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext)))
+        if rc:
+            if rc == _planned.RERUN:
+                return self.one_by_one(xp, inputs)
             raise MemoryError(f"a native kernel of {self.name} could not allocate its scratch")
         outs = []
         for n in self.out_names:

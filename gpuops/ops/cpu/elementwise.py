@@ -54,7 +54,7 @@ def Sigmoid(xp, X):
 
 _BINARY = {"Add": 0, "Mul": 1, "Max": 2, "Sub": 3, "Div": 4}  # cpu_kernels/program.c's BINARY_*
 _COMMUTATIVE = ("Add", "Mul", "Max")
-_SAME, _CHANNEL, _SCALAR = 0, 1, 2  # and BROADCAST_*
+_SAME, _CHANNEL, _SCALAR, _ROWS = 0, 1, 2, 3  # and BROADCAST_*
 
 
 def _broadcast(full: tuple, other: tuple):
@@ -68,6 +68,12 @@ def _broadcast(full: tuple, other: tuple):
         padded = (1,) * (len(full) - len(other)) + tuple(other)
         if padded[1] == full[1] and all(d == 1 for i, d in enumerate(padded) if i != 1):
             return _CHANNEL, full[0], full[1], int(np.prod(full[2:], dtype=np.int64))
+    if len(other) <= len(full):  # the last axes, repeated: (S, H) or (1, S, H) against (B, S, H)
+        padded = (1,) * (len(full) - len(other)) + tuple(other)
+        j = next((i for i, d in enumerate(padded) if d != 1), len(full))
+        if padded[j:] == tuple(full[j:]):
+            m = int(np.prod(full[j:], dtype=np.int64))
+            return _ROWS, n // max(m, 1), 1, m
     return None
 
 

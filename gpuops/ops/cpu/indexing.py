@@ -7,10 +7,14 @@ oracle, which raises the error naming the input and the accepted bounds.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...registry import op
 from .. import indexing as _indexing
+from . import planned
+from . import shape as _shape
 
 
 @op("Gather", since=1, device="cpu")
@@ -21,3 +25,23 @@ def Gather(xp, data, indices, *, axis=0):
         except IndexError:  # numpy's AxisError is one too
             pass
     return _indexing.Gather(xp, data, indices, axis=axis)
+
+
+# -- native programs (gpuops.onnx.programs): an embedding lookup, rows of a constant table ---------------
+
+
+@planned.planned("Gather")
+def _gather_step(step, operands):
+    """Rows of a float32 constant by run-time int64 or int32 indices (axis 0); constant indices move data
+    (:mod:`.shape`'s index maps)."""
+    data, indices = operands
+    if type(indices) is not planned.Operand:
+        return _shape.move_step(step, operands)
+    fn = planned.kernel("gather_rows_planned_f32")
+    if fn is None or step.attrs.get("axis", 0) not in (0, -data.ndim if type(data) is np.ndarray else 0) \
+            or type(data) is not np.ndarray or data.dtype != np.float32 or not data.flags.c_contiguous \
+            or not data.ndim or indices.dtype not in (np.dtype(np.int64), np.dtype(np.int32)):
+        return None
+    p = planned.params(data.shape[0], math.prod(data.shape[1:]), data.ctypes.data, math.prod(indices.shape),
+                       int(indices.dtype == np.int32))
+    return planned.NativeStep(tuple(indices.shape) + data.shape[1:], (planned.Call(fn, p, 1),), holds=(p, data))

@@ -36,6 +36,7 @@ class Operand(NamedTuple):
         return len(self.shape)
 
 
+RERUN = 2  # a call's status: run the nodes one by one (cpu_kernels/program.c)
 OUTPUT = -1  # a call's operand position that reads the step's output (a later pass over it)
 
 
@@ -55,16 +56,19 @@ class Call(NamedTuple):
 
 
 class NativeStep(NamedTuple):
-    """A node as a program computes it: ``calls`` in order, writing its output 0 (float32, ``shape``) and
-    the outputs ``extra`` lists as (index, shape); or, with no calls, ``alias``: output 0 is input ``alias``
-    seen with ``shape`` (a reshape). ``holds``: what the calls' parameters point into (kept alive with the
-    program)."""
+    """A node as a program computes it: ``calls`` in order, writing its output 0 (``dtype``, ``shape``) and
+    the float32 outputs ``extra`` lists as (index, shape); or, with no calls, ``alias``: output 0 is input
+    ``alias`` seen with ``shape`` (a reshape). ``holds``: what the calls' parameters point into (kept alive
+    with the program). A call returns 0, non-zero when its scratch could not be allocated, or
+    :data:`RERUN` (its input is out of the node's domain: an index out of range), which runs the program's
+    nodes one by one, so that the node raises its own error."""
 
     shape: tuple
     calls: tuple = ()
     alias: int | None = None
     holds: Any = None
     extra: tuple = ()
+    dtype: np.dtype = np.dtype(np.float32)
 
 
 _BINDINGS: dict[tuple[str, str], Callable] = {}

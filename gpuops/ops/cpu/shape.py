@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ...dtypes import np_dtype
 from .. import shape as _shape
 from . import planned
 
@@ -87,7 +88,7 @@ def _concat_step(step, operands):
 MAX_MOVED = 1 << 22  # elements of a data movement's index map (4 or more bytes each, held by the program)
 
 
-def _move_step(step, operands):
+def move_step(step, operands):
     X = operands[0]
     if not planned.is_f32(X) or any(type(o) is planned.Operand for o in operands[1:]):
         return None
@@ -116,5 +117,24 @@ def _move_step(step, operands):
     return planned.NativeStep(tuple(index.shape), (planned.Call(fn, p, 0),), holds=(p, table))
 
 
-for _op in ("Transpose", "Slice", "Resize", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Gather"):
-    planned.planned(_op)(_move_step)
+for _op in ("Transpose", "Slice", "Resize", "Expand", "Tile", "DepthToSpace", "SpaceToDepth"):
+    planned.planned(_op)(move_step)  # (and Gather of constant indices: .indexing)
+
+
+_CASTS = {(np.dtype(np.int64), np.dtype(np.int32)): 0, (np.dtype(np.int64), np.dtype(np.float32)): 1,
+          (np.dtype(np.int32), np.dtype(np.float32)): 2}  # program.c's CAST_*
+
+
+@planned.planned("Cast")
+def _cast_step(step, operands):
+    """The integer casts of index and mask inputs (int64 to int32, to float32), as NumPy's astype."""
+    X = operands[0]
+    fn = planned.kernel("cast_planned")
+    if fn is None or type(X) is not planned.Operand or "to" not in step.attrs or step.attrs.get("saturate", 1) != 1:
+        return None
+    to = np_dtype(step.attrs["to"])
+    kind = _CASTS.get((np.dtype(X.dtype), np.dtype(to)))
+    if kind is None:
+        return None
+    p = planned.params(kind, math.prod(X.shape))
+    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=p, dtype=np.dtype(to))
