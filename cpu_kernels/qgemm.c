@@ -620,3 +620,18 @@ int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_sc
 }
 
 int qgemm_set_threads(int64_t n) { return pool_threads_set(n); }
+
+/* The planned calls of native programs (gpuops/onnx/programs.py): QLinearConv's qconv_u8 with its plan's
+ * parameters p, and QGemm's kernels with q = {p, A's zero point, a_scale (float out) or 0}. */
+int qconv_planned_u8(const int64_t* p, const void* x, const void* unused, void* y) {
+    (void)unused;
+    return qconv_u8(p, x, y);
+}
+
+int qgemm_planned_8(const int64_t* q, const void* a, const void* unused, void* y) {
+    (void)unused;
+    const int64_t* p = (const int64_t*)(intptr_t)q[0];
+    const void* za = (const void*)(intptr_t)q[1];
+    if (q[2]) return qgemm_f32(p, a, za, (const float*)(intptr_t)q[2], y);
+    return qgemm_u8(p, a, za, y);
+}

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <stdint.h>
 
+#include "common.h"
 #include "pool_threads.h"
 
 #define KCHUNK 32768 /* 32768 * 255 * 128 < 2**31: one chunk's dot product fits int32 */
@@ -337,3 +338,27 @@ int qlinear_global_average_pool_8(const void* x, int64_t rows, int64_t n, int64_
 }
 
 int quantize_set_threads(int64_t n) { return pool_threads_set(n); }
+
+/* The per-tensor kernels above as program steps (gpuops/onnx/programs.py), their scalars in p
+ * (param_float for scales). Quantize: p = {n, scale, zp, y_signed}; dequantize: p = {n, x_signed, zp,
+ * scale}; QLinearAdd of two inputs of one shape: p = {n, signs, a_scale, a_zp, b_scale, b_zp, c_scale,
+ * c_zp}; QLinearGlobalAveragePool: p = {rows, n, signs, x_scale, x_zp, y_scale, y_zp}. */
+int quantize_planned_f32(const int64_t* p, const float* x, const void* unused, void* y) {
+    (void)unused;
+    return quantize_linear_f32(x, p[0], param_float(p, 1), p[2], p[3], y);
+}
+
+int dequantize_planned_f32(const int64_t* p, const void* x, const void* unused, float* y) {
+    (void)unused;
+    return dequantize_linear_f32(x, p[0], p[1], p[2], param_float(p, 3), y);
+}
+
+int qlinear_add_planned_8(const int64_t* p, const void* a, const void* b, void* y) {
+    return qlinear_add_8(a, 1, b, 1, p[0], p[1], param_float(p, 2), p[3], param_float(p, 4), p[5],
+                         param_float(p, 6), p[7], y);
+}
+
+int qlinear_global_average_pool_planned_8(const int64_t* p, const void* x, const void* unused, void* y) {
+    (void)unused;
+    return qlinear_global_average_pool_8(x, p[0], p[1], p[2], param_float(p, 3), p[4], param_float(p, 5), p[6], y);
+}

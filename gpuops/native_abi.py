@@ -98,6 +98,8 @@ DECLARATIONS: dict[str, str] = {
         int qconv_u8(const int64_t* p, const void* x, void* y);
         int qgemm_u8(const int64_t* p, const void* a, const void* za, void* y);
         int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y);
+        int qconv_planned_u8(const int64_t* p, const void* x, const void* unused, void* y);
+        int qgemm_planned_8(const int64_t* q, const void* a, const void* unused, void* y);
         int qgemm_set_threads(int64_t n);
     """,
     "quantize.c": """
@@ -116,6 +118,10 @@ DECLARATIONS: dict[str, str] = {
         int qlinear_add_8(const void* a, int64_t a_step, const void* b, int64_t b_step, int64_t n, int64_t signs,
                           float a_scale, int64_t a_zp, float b_scale, int64_t b_zp, float c_scale, int64_t c_zp,
                           void* y);
+        int quantize_planned_f32(const int64_t* p, const float* x, const void* unused, void* y);
+        int dequantize_planned_f32(const int64_t* p, const void* x, const void* unused, float* y);
+        int qlinear_add_planned_8(const int64_t* p, const void* a, const void* b, void* y);
+        int qlinear_global_average_pool_planned_8(const int64_t* p, const void* x, const void* unused, void* y);
         int quantize_set_threads(int64_t n);
     """,
     "rnn.c": """

@@ -50,6 +50,8 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] 
     bound: list[_planned.NativeStep | None] = []
     for step in plan.steps:
         ns = _bind(step, known, consts)
+        if ns is not None and ns.alias is not None:  # a reshape keeps its input's dtype
+            ns = ns._replace(dtype=np.dtype(known[step.inputs[ns.alias]][1]))
         if ns is not None:
             for k, shape, dtype in _outputs(step, ns):
                 known[step.outputs[k]] = (shape, dtype)
@@ -119,7 +121,7 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
                 return None
         if c.z is not None and (c.z >= len(step.outputs) or not step.outputs[c.z]):
             return None
-    if ns.alias is not None and not (_planned.is_f32(operands[ns.alias]) and ns.dtype == _F32):
+    if ns.alias is not None and type(operands[ns.alias]) is not _planned.Operand:
         return None
     return ns
 

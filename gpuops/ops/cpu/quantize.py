@@ -18,6 +18,7 @@ One module, past 500 lines: the CPU's quantized ops share the weights kept per s
 from __future__ import annotations
 
 import ctypes
+import math
 
 import ml_dtypes
 import numpy as np
@@ -32,6 +33,7 @@ from ..contrib import transformer as _ms_transformer
 from ..quantize import centered, integer_product, max_centered, exact_dtype, wrap_int32
 from . import attention as _attention
 from . import conv as _conv
+from . import planned
 from . import qgemm as _qgemm
 from ._common import Kept, frozen, on_host
 
@@ -728,3 +730,115 @@ def QAttention(xp, input, weight, bias, input_scale, weight_scale, mask_index=No
         num_heads=num_heads, unidirectional=unidirectional, scale=scale, mask_filter_value=mask_filter_value,
         do_rotary=do_rotary, past_present_share_buffer=past_present_share_buffer, n_outputs=n_outputs,
         matmul_integer=_matmul_integer(prepared))
+
+
+# -- native programs (gpuops.onnx.programs): the 8-bit kernels above, as the ops call them -----------------
+
+
+def _bytes_operand(x) -> bool:
+    return type(x) is planned.Operand and x.dtype in _BYTES and bool(x.ndim) and bool(math.prod(x.shape))
+
+
+def _kept_plan(kept, tag: str, x, params):
+    """The plan the op made for ``x``'s shape with these very parameter inputs (its recording run's), or None."""
+    plan = None if kept is None else kept.plans.get((tag, x.shape))
+    if plan is None or plan.x_dtype != x.dtype or len(plan.params) != len(params) or any(
+            a is not b for a, b in zip(plan.params, params)):
+        return None
+    return plan
+
+
+@planned.planned("QLinearConv")
+def _qlinear_conv_step(step, operands):
+    x, kept = operands[0], step.prepared
+    B = operands[8] if len(operands) > 8 else None
+    if not _bytes_operand(x) or kept is None or kept.B is not operands[3]:
+        return None
+    plan = _kept_plan(kept, "conv", x, tuple(operands[i] for i in (1, 2, 4, 5, 6, 7)) + (B,))
+    fn = planned.kernel("qconv_planned_u8")
+    if plan is None or fn is None:
+        return None
+    return planned.NativeStep(plan.shape, (planned.Call(fn, plan.p, 0),), holds=plan, dtype=plan.dtype)
+
+
+@planned.planned("QGemm", MS)
+def _qgemm_step(step, operands):
+    A, kept = operands[0], step.prepared
+    if not _bytes_operand(A) or kept is None or kept.source is not operands[3] or kept.zero_point is not operands[5]:
+        return None
+    params = tuple(operands[i] if len(operands) > i else None for i in (1, 2, 4, 5, 6, 7, 8))
+    plan = _kept_plan(kept, "qgemm", A, params)
+    fn = planned.kernel("qgemm_planned_8")
+    if plan is None or fn is None:
+        return None
+    q = planned.params(plan.p, *plan.extra, *((0,) * (3 - len(plan.extra))))
+    return planned.NativeStep(plan.shape, (planned.Call(fn, q, 0),), holds=(q, plan), dtype=plan.dtype)
+
+
+def _quantize_step(step, operands):
+    x, scale = operands[0], operands[1]
+    zero = operands[2] if len(operands) > 2 else None
+    a = step.attrs
+    dtype = np.dtype(zero.dtype) if zero is not None else (
+        np_dtype(a["output_dtype"]) if a.get("output_dtype") else _UINT8)
+    fn = planned.kernel("quantize_planned_f32")
+    if fn is None or not planned.is_f32(x) or not math.prod(x.shape) or math.prod(x.shape) < _NATIVE_QUANTIZE_MIN \
+            or dtype not in _BYTES or a.get("block_size", 0) or a.get("precision", 0) not in (0, 1) \
+            or (a.get("output_dtype") and np_dtype(a["output_dtype"]) != dtype) or not _one(scale, (_FLOAT32,), x) \
+            or not (zero is None or _one(zero, (dtype,), x)) or a.get("saturate", 1) != 1:
+        return None
+    p = planned.params(math.prod(x.shape), float(scale.item()), 0 if zero is None else int(zero.item()),
+                       int(dtype == np.int8))
+    return planned.NativeStep(tuple(x.shape), (planned.Call(fn, p, 0),), holds=p, dtype=dtype)
+
+
+def _dequantize_step(step, operands):
+    x, scale = operands[0], operands[1]
+    zero = operands[2] if len(operands) > 2 else None
+    a = step.attrs
+    fn = planned.kernel("dequantize_planned_f32")
+    if fn is None or not _bytes_operand(x) or math.prod(x.shape) < _NATIVE_DEQUANTIZE_MIN or a.get("block_size", 0) \
+            or not _one(scale, (_FLOAT32,), x) or not (zero is None or _one(zero, (x.dtype,), x)) \
+            or (a.get("output_dtype") and np_dtype(a["output_dtype"]) != _FLOAT32):
+        return None
+    p = planned.params(math.prod(x.shape), int(x.dtype == np.int8), 0 if zero is None else int(zero.item()),
+                       float(scale.item()))
+    return planned.NativeStep(tuple(x.shape), (planned.Call(fn, p, 0),), holds=p)
+
+
+planned.planned("QuantizeLinear")(_quantize_step)
+planned.planned("DequantizeLinear")(_dequantize_step)
+
+
+@planned.planned("QLinearAdd", MS)
+def _qlinear_add_step(step, operands):
+    A, B, kept = operands[0], operands[3], step.prepared
+    fn = planned.kernel("qlinear_add_planned_8")
+    if fn is None or kept is None or not _bytes_operand(A) or not _bytes_operand(B) or A.shape != B.shape or any(
+            a is not b for a, b in zip(kept.params, (operands[i] if len(operands) > i else None
+                                                     for i in (1, 2, 4, 5, 6, 7)))):
+        return None
+    c_zero = operands[7] if len(operands) > 7 else None
+    dtype = A.dtype if c_zero is None else np.dtype(c_zero.dtype)
+    v = kept.values
+    p = planned.params(math.prod(A.shape), (A.dtype == np.int8) + 2 * (B.dtype == np.int8) + 4 * (dtype == np.int8),
+                       float(v[0]), int(v[1]), float(v[2]), int(v[3]), float(v[4]), int(v[5]))
+    return planned.NativeStep(tuple(A.shape), (planned.Call(fn, p, 0, 3),), holds=p, dtype=dtype)
+
+
+@planned.planned("QLinearGlobalAveragePool", MS)
+def _qlinear_global_average_pool_step(step, operands):
+    X, x_scale, x_zero, y_scale = operands[:4]
+    y_zero = operands[4] if len(operands) > 4 else None
+    fn = planned.kernel("qlinear_global_average_pool_planned_8")
+    if fn is None or not _bytes_operand(X) or X.ndim < 3 or step.attrs.get("channels_last", 0) \
+            or not _one(x_scale, (_FLOAT32,), X) or not _one(y_scale, (_FLOAT32,), X) or not _zero(x_zero, X) \
+            or not _zero(y_zero, X) or (x_zero is not None and x_zero.dtype != X.dtype):
+        return None
+    dtype = X.dtype if y_zero is None else np.dtype(y_zero.dtype)
+    shape = tuple(X.shape[:2]) + (1,) * (X.ndim - 2)
+    rows = math.prod(shape)
+    p = planned.params(rows, math.prod(X.shape) // rows, (X.dtype == np.int8) + 2 * (dtype == np.int8),
+                       float(x_scale.item()), 0 if x_zero is None else int(x_zero.item()), float(y_scale.item()),
+                       0 if y_zero is None else int(y_zero.item()))
+    return planned.NativeStep(shape, (planned.Call(fn, p, 0),), holds=p, dtype=dtype)

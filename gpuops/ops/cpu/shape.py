@@ -40,7 +40,7 @@ class _ShapeOnly:
 
 def _alias_step(step, operands):
     X = operands[0]
-    if not planned.is_f32(X):
+    if type(X) is not planned.Operand:
         return None
     args = [_Shaped(X.shape)] + [o for o in operands[1:]]
     if any(type(o) is planned.Operand for o in args[1:]):  # a shape computed at run time
@@ -58,7 +58,7 @@ for _op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
 @planned.planned("Identity")
 def _identity_step(step, operands):
     X = operands[0] if operands else None
-    return planned.NativeStep(X.shape, alias=0) if planned.is_f32(X) else None
+    return planned.NativeStep(X.shape, alias=0) if type(X) is planned.Operand else None
 
 
 @planned.planned("Concat")
