@@ -279,3 +279,147 @@ def test_data_movement_is_bound_by_its_index_map(case):
     got, want, sig = _runs(m, {"x": _awkward(rng, shape)}, optimize="basic")
     _same(got, want)
     assert sig["program_nodes"] == 3
+
+
+def _bound(got, exact, terms, K):
+    """|got - exact| <= gamma_K * terms elementwise (Higham's bound for sums of K products, any order)."""
+    gamma = K * U / (1 - K * U)
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= gamma * terms + 1e-30)
+
+
+def test_matmul_and_gemm_by_the_blas_within_their_bounds():
+    rng = np.random.default_rng(10)
+    W = rng.standard_normal((24, 40)).astype(np.float32)
+    G = rng.standard_normal((16, 24)).astype(np.float32)
+    C = rng.standard_normal(16).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("MatMul", ["r", "W"], ["m"]),  # (2, 3, 24) @ (24, 40)
+             helper.make_node("Transpose", ["m"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "q"], ["p"]),  # a run-time B: (2, 40, 3) @ (3, 5)
+             helper.make_node("Reshape", ["r", "s"], ["r2"]),
+             helper.make_node("Gemm", ["r2", "G", "C"], ["g"], transB=1)]  # (6, 24) x (16, 24)^T + C
+    m = _model(nodes, [("x", [2, 3, 24]), ("q", [3, 5])], ["p", "g"], [("W", W), ("G", G), ("C", C)])
+    m.graph.initializer.append(_i64("s", [6, 24]))
+    x = rng.standard_normal((2, 3, 24)).astype(np.float32)
+    q = rng.standard_normal((3, 5)).astype(np.float32)
+    got, _, sig = _runs(m, {"x": x, "q": q}, optimize="basic")
+    assert sig["program_nodes"] == 6
+    r = np.maximum(x, 0).astype(np.float64)
+    mm = r @ W
+    exact_p = mm.transpose(0, 2, 1) @ q
+    # p's inputs carry m's rounding: bound by the terms of both products
+    terms_m = np.abs(r) @ np.abs(W)
+    _bound(got[0], exact_p, (terms_m.transpose(0, 2, 1) @ np.abs(q)) * 2 + np.abs(mm.transpose(0, 2, 1)) @ np.abs(q),
+           24 + 3)
+    r2 = r.reshape(6, 24)
+    _bound(got[1], r2 @ G.T + C, np.abs(r2) @ np.abs(G.T) + np.abs(C), 25)
+
+
+def test_normalizations_and_gelus_run_the_ops_kernels():
+    rng = np.random.default_rng(11)
+    H = 16
+    g, b, bias = (rng.standard_normal(H).astype(np.float32) for _ in range(3))
+    pos = rng.standard_normal((5, H)).astype(np.float32)
+    ms = "com.microsoft"
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], epsilon=1e-5),
+             helper.make_node("SkipLayerNormalization", ["n", "x", "g", "b", "bias"], ["s", "", "", "sum"],
+                              domain=ms),
+             helper.make_node("SkipLayerNormalization", ["s", "pos", "g", "b"], ["s2"], domain=ms),
+             helper.make_node("BiasGelu", ["s2", "bias"], ["bg"], domain=ms),
+             helper.make_node("FastGelu", ["bg", "bias"], ["fg"], domain=ms),
+             helper.make_node("Gelu", ["fg"], ["ge"], domain=ms),
+             helper.make_node("QuickGelu", ["ge"], ["qg"], domain=ms, alpha=1.5),
+             helper.make_node("Gelu", ["qg"], ["y"], approximate="tanh")]
+    m = _model(nodes, [("x", [2, 5, H])], ["y", "sum"], [("g", g), ("b", b), ("bias", bias), ("pos", pos)], opset=20)
+    m.opset_import.append(helper.make_opsetid(ms, 1))
+    got, want, sig = _runs(m, {"x": _awkward(rng, (2, 5, H))}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)
+
+
+@pytest.mark.parametrize("mask", [None, "ranges", "keys", "queries", "past"])
+def test_attention_runs_as_the_op(mask):
+    rng = np.random.default_rng(12)
+    Bn, S, D, N = 2, 4, 8, 2
+    P = 3 if mask == "past" else 0
+    W = (rng.standard_normal((D, 3 * D)) * 0.5).astype(np.float32)
+    bias = rng.standard_normal(3 * D).astype(np.float32)
+    inputs = ["r", "W", "bias"]
+    feeds = {"x": rng.standard_normal((Bn, S, D)).astype(np.float32)}
+    shapes = [("x", [Bn, S, D])]
+    if mask in ("ranges", "keys", "queries"):
+        m_shape = {"ranges": (Bn,), "keys": (Bn, S), "queries": (Bn, S, S)}[mask]
+        feeds["mask"] = rng.integers(0, 2 if mask != "ranges" else S + 1, m_shape).astype(np.int64)
+        shapes.append(("mask", list(m_shape)))
+        inputs.append("mask32")
+    if mask == "past":
+        feeds["past"] = rng.standard_normal((2, Bn, N, P, D // N)).astype(np.float32)
+        shapes.append(("past", [2, Bn, N, P, D // N]))
+        inputs += ["", "past"]
+    outputs = ["a", "present"] if mask == "past" else ["a"]
+    nodes = [helper.make_node("Relu", ["x"], ["r"])]
+    if "mask" in feeds:
+        nodes.append(helper.make_node("Cast", ["mask"], ["mask32"], to=TensorProto.INT32))
+    nodes += [helper.make_node("Attention", inputs, outputs, domain="com.microsoft", num_heads=N,
+                               unidirectional=int(mask == "past")),
+              helper.make_node("Add", ["a", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.INT64 if n == "mask" else F, s)
+                                           for n, s in shapes],
+                              [helper.make_tensor_value_info(n, F, None) for n in ["y"] + outputs[1:]],
+                              [numpy_helper.from_array(W, "W"), numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    got, want, sig = _runs(model, feeds, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)
+
+
+def test_embedding_lookups_and_integer_casts():
+    rng = np.random.default_rng(13)
+    table = rng.standard_normal((7, 3)).astype(np.float32)
+    nodes = [helper.make_node("Cast", ["ids"], ["i32"], to=TensorProto.INT32),
+             helper.make_node("Gather", ["table", "i32"], ["e32"]),
+             helper.make_node("Gather", ["table", "ids"], ["e64"]),
+             helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["i32"], ["f2"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["f", "f2"], ["s"]),
+             helper.make_node("Add", ["e32", "e64"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+                              [helper.make_tensor_value_info(n, F, None) for n in ("y", "s")],
+                              [numpy_helper.from_array(table, "table")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ids = np.array([[0, 6, -1, -7, 3], [2, 2, 5, 1, 4]], np.int64)
+    got, want, sig = _runs(m, {"ids": ids}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1, optimize="basic")
+    for _ in range(3):
+        sess.run(None, {"ids": ids})
+    with pytest.raises(gpuops.GpuopsError, match="Gather"):  # the node's own error, from a rerun of the nodes
+        sess.run(None, {"ids": np.where(ids == 5, 7, ids)})
+
+
+def test_an_8_bit_cnn_runs_as_one_program():
+    rng = np.random.default_rng(14)
+    C, M = 3, 8
+    w = rng.integers(-20, 20, (M, C, 3, 3)).astype(np.int8)
+    B = rng.integers(-50, 50, M).astype(np.int32)
+    u8, s8 = TensorProto.UINT8, TensorProto.INT8
+    inits = [numpy_helper.from_array(np.array(v, t), n) for n, v, t in [
+        ("xs", 0.05, np.float32), ("xz", 128, np.uint8), ("ws", 0.02, np.float32), ("wz", 0, np.int8),
+        ("ys", 0.1, np.float32), ("yz", 120, np.uint8), ("as", 0.2, np.float32), ("az", 100, np.uint8)]]
+    inits += [numpy_helper.from_array(w, "w"), numpy_helper.from_array(B, "B")]
+    ms = "com.microsoft"
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+             helper.make_node("QLinearConv", ["q", "xs", "xz", "w", "ws", "wz", "ys", "yz", "B"], ["c"],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearAdd", ["c", "ys", "yz", "c", "ys", "yz", "as", "az"], ["a"], domain=ms),
+             helper.make_node("QLinearGlobalAveragePool", ["a", "as", "az", "ys", "yz"], ["p"], domain=ms),
+             helper.make_node("DequantizeLinear", ["a", "as", "az"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, C, 16, 16])],
+                              [helper.make_tensor_value_info("y", F, None),
+                               helper.make_tensor_value_info("p", u8, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ms, 1)])
+    assert s8  # (the weights are int8)
+    got, want, sig = _runs(m, {"x": (rng.standard_normal((1, C, 16, 16)) * 3).astype(np.float32)}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import native
 from ..ops.cpu import planned as _planned
+from ..executor.run import node_error
 from ..registry import OpImpl
 from .plan import Plan, Step, plan_liveness
 
@@ -282,14 +283,21 @@ class Program:
         return tuple(outs)
 
     def one_by_one(self, xp, inputs):
-        """The nodes run as their own steps would (inputs of other shapes than planned)."""
+        """The nodes run as their own steps would (inputs of other shapes than planned, or a kernel's
+        input out of its node's domain), an error naming its node."""
         env = dict(zip(self.in_names, inputs))
         for s in self.nodes:
             args = [s.host_consts[i] if i in s.host_consts else
                     (env[n] if n in env else self.consts[n]) if n else None for i, n in enumerate(s.inputs)]
             while args and args[-1] is None:
                 args.pop()
-            result = s.impl.fn(xp, *args, **s.attrs)
+            try:
+                result = s.impl.fn(xp, *args, **s.attrs)
+            except Exception as e:
+                err = node_error(e, s.describe(), s.name)
+                if err is e:
+                    raise
+                raise err from e
             for name, value in zip(s.outputs, result if isinstance(result, tuple) else (result,)):
                 if name:
                     env[name] = value
