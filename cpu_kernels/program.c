@@ -50,6 +50,17 @@ int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void*
     return 0;
 }
 
+/* p = {rows, bytes, stride, offset}: row r of y (bytes long) from a + r * stride + offset (one output of a
+ * Split). */
+int copy_from_rows_planned(const int64_t* p, const void* a, const void* unused, void* y) {
+    (void)unused;
+    const int64_t rows = p[0], bytes = p[1], stride = p[2], offset = p[3];
+    const char* src = (const char*)a + offset;
+    char* dst = y;
+    for (int64_t r = 0; r < rows; ++r) memcpy(dst + r * bytes, src + r * stride, (size_t)bytes);
+    return 0;
+}
+
 enum { BINARY_ADD, BINARY_MUL, BINARY_MAX, BINARY_SUB, BINARY_DIV };
 
 static inline float binary(int64_t op, float a, float b) {

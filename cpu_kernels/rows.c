@@ -75,6 +75,12 @@ int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t 
     return 0;
 }
 
+/* softmax_rows_f32 as a program step: p = {rows, n, log}. */
+int softmax_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
+    (void)unused;
+    return softmax_rows_f32(x, y, p[0], p[1], p[2]);
+}
+
 /* The normalization of rows [r0, r1): see layernorm_f32. */
 typedef struct {
     const float *x, *skip, *skip2, *bias, *gamma, *beta;
@@ -241,6 +247,14 @@ int layernorm_channels_f32(const float* x, const float* gamma, const float* beta
     const int64_t blocks = outer * ((hw + VL - 1) / VL);
     pool_run(channel_norm_part, &a, pool_parts(blocks, (16384 + c * VL) / (c * VL + 1) + 1));
     return 0;
+}
+
+/* layernorm_channels_f32 as a program step, Y as X: p = {gamma, beta (addresses), outer, c, hw, epsilon
+ * (param_float)}. */
+int layernorm_channels_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
+    (void)unused;
+    return layernorm_channels_f32(x, (const float*)(intptr_t)p[0], (const float*)(intptr_t)p[1], y, NULL, NULL, p[2],
+                                  p[3], p[4], param_float(p, 5), 1);
 }
 
 int rows_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -87,6 +87,7 @@ DECLARATIONS: dict[str, str] = {
     "program.c": """
         int program_run(const struct program_step* steps, int64_t n, void* arena, const int64_t* ext);
         int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
+        int copy_from_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
         int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
         int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
@@ -138,6 +139,7 @@ DECLARATIONS: dict[str, str] = {
         int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n);
         int row_mean_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_);
+        int softmax_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int layernorm_f32(const float* x, const float* skip, const float* skip2, const float* bias, const float* gamma,
                           const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,
                           int64_t skip_rows, float epsilon, int64_t simplified);
@@ -145,6 +147,7 @@ DECLARATIONS: dict[str, str] = {
                                   float* sum);
         int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                    float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes);
+        int layernorm_channels_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int rows_set_threads(int64_t n);
     """,
     "special.c": """

@@ -423,3 +423,28 @@ def test_an_8_bit_cnn_runs_as_one_program():
     got, want, sig = _runs(m, {"x": (rng.standard_normal((1, C, 16, 16)) * 3).astype(np.float32)}, optimize="basic")
     _same(got, want)
     assert sig["program_nodes"] == len(nodes)
+
+
+@pytest.mark.parametrize("case", ["softmax", "softmax_1", "log_softmax", "split", "split_1"])
+def test_softmax_and_split(case):
+    """(ConvNeXt's LayerNormChannels, a private op, runs in programs on the corpus: tests/corpus.)"""
+    rng = np.random.default_rng(15)
+    shape, opset, outputs, extra_inits = [2, 6, 4, 3], 18, ["y"], []
+    if case.startswith("softmax") or case == "log_softmax":
+        op = "LogSoftmax" if case == "log_softmax" else "Softmax"
+        opset = 11 if case == "softmax_1" else 18
+        mid = [helper.make_node(op, ["r"], ["y"], axis=2 if case == "softmax_1" else -1)]
+    elif case.startswith("split"):
+        outputs = ["y", "y2", "y3"]
+        if case == "split":
+            extra_inits = [_i64("sp", [1, 3, 2])]
+            mid = [helper.make_node("Split", ["r", "sp"], ["s0", "s1", "s2"], axis=1)]
+        else:
+            mid = [helper.make_node("Split", ["r"], ["s0", "s1", "s2"], axis=-1, num_outputs=3)]
+        mid += [helper.make_node("Relu", [f"s{k}"], [o]) for k, o in enumerate(outputs)]
+    nodes = [helper.make_node("Relu", ["x"], ["r"])] + mid
+    m = _model(nodes, [("x", shape)], outputs, opset=opset)
+    m.graph.initializer.extend(extra_inits)
+    got, want, sig = _runs(m, {"x": _awkward(rng, shape)}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)

@@ -120,7 +120,7 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
             if pos is not None and pos != _planned.OUTPUT and not (
                     type(operands[pos]) is _planned.Operand or _const_f32(operands[pos])):
                 return None
-        if c.z is not None and (c.z >= len(step.outputs) or not step.outputs[c.z]):
+        if any(k is not None and (k >= len(step.outputs) or not step.outputs[k]) for k in (c.z, c.out)):
             return None
     if ns.alias is not None and type(operands[ns.alias]) is not _planned.Operand:
         return None
@@ -219,7 +219,7 @@ class Program:
                     size += nbytes
             for c in ns.calls:
                 table.append((_planned.address(c.fn), _planned.address(c.params), where(s, c.a), where(s, c.b),
-                              loc[s.outputs[0]], where(s, c.c), NONE if c.z is None else loc[s.outputs[c.z]],
+                              loc[s.outputs[c.out]], where(s, c.c), NONE if c.z is None else loc[s.outputs[c.z]],
                               int(c.wide)))
                 holds.append(c)
             holds.append(ns.holds)

@@ -475,3 +475,18 @@ def _skip_layer_norm_step(step, operands):
         k = math.prod(skip.shape) // D
     return _norm_step(X, 1, k, (bias, gamma, beta), step.attrs.get("epsilon", 1e-12), False,
                       3 if len(outputs) > 3 and outputs[3] else None)
+
+
+@planned.planned("LayerNormChannels", PRIVATE)
+def _layer_norm_channels_step(step, operands):
+    X, Scale, B = operands[:3]
+    fn = planned.kernel("layernorm_channels_planned_f32")
+    if fn is None or not planned.is_f32(X) or X.ndim != 4 or not math.prod(X.shape):
+        return None
+    c = X.shape[1]
+    g, b = _param(step.prepared, 1, Scale, (c,), 4), _param(step.prepared, 2, B, (c,), 4)
+    if g is None or b is None:
+        return None
+    p = planned.params(g.address, b.address, X.shape[0], c, math.prod(X.shape[2:]), float(step.attrs.get("epsilon",
+                                                                                                       1e-5)))
+    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=(p, g, b))

@@ -43,8 +43,8 @@ OUTPUT = -1  # a call's operand position that reads the step's output (a later p
 class Call(NamedTuple):
     """One kernel call: ``fn`` (a ctypes function of :mod:`gpuops.native`) with ``params`` (an array or
     ctypes structure it reads, or its address as an int), reading inputs ``a`` and ``b`` (input
-    positions, :data:`OUTPUT`, or None), writing output 0. A ``wide`` kernel,
-    ``fn(params, a, b, y, c, z)``, also reads input ``c`` and writes output ``z`` (an output index)."""
+    positions, :data:`OUTPUT`, or None), writing output ``out`` (an output index). A ``wide`` kernel,
+    ``fn(params, a, b, y, c, z)``, also reads input ``c`` and writes output ``z``."""
 
     fn: Any
     params: Any
@@ -53,6 +53,7 @@ class Call(NamedTuple):
     c: int | None = None
     z: int | None = None
     wide: bool = False
+    out: int = 0
 
 
 class NativeStep(NamedTuple):

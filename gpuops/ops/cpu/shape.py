@@ -138,3 +138,33 @@ def _cast_step(step, operands):
         return None
     p = planned.params(kind, math.prod(X.shape))
     return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=p, dtype=np.dtype(to))
+
+
+@planned.planned("Split")
+def _split_step(step, operands):
+    """Split: each output's rows copied out of the input (Concat's copy, the other way); the sizes as the op
+    works them out, from a stand-in of the axis' indices."""
+    fn = planned.kernel("copy_from_rows_planned")
+    X = operands[0]
+    if fn is None or not planned.is_f32(X) or not X.ndim or any(type(o) is planned.Operand for o in operands[1:]):
+        return None
+    axis = _shape.normalize_axis(step.attrs.get("axis", 0), X.ndim)
+    probe = np.arange(X.shape[axis], dtype=np.float64).reshape((1,) * axis + (-1,) + (1,) * (X.ndim - axis - 1))
+    parts = step.impl.fn(np, probe, *operands[1:], **step.attrs)
+    parts = parts if isinstance(parts, (tuple, list)) else (parts,)
+    if len(parts) != len(step.outputs):
+        return None
+    rows, inner, width = math.prod(X.shape[:axis]), math.prod(X.shape[axis + 1:]), X.shape[axis]
+    calls, holds, shapes, offset = [], [], [], 0
+    for k, part in enumerate(parts):
+        size = part.shape[axis]
+        if not np.array_equal(part.reshape(-1), np.arange(offset, offset + size)):
+            return None
+        shapes.append(X.shape[:axis] + (size,) + X.shape[axis + 1:])
+        if size and rows * inner and step.outputs[k]:
+            p = planned.params(rows, 4 * size * inner, 4 * width * inner, 4 * offset * inner)
+            holds.append(p)
+            calls.append(planned.Call(fn, p, 0, out=k))
+        offset += size
+    extra = tuple((k, shape) for k, shape in enumerate(shapes) if k and step.outputs[k])
+    return planned.NativeStep(shapes[0], tuple(calls), holds=holds, extra=extra)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ... import native
 from ...registry import op
+from . import planned
 from .. import softmax as _softmax
 
 
@@ -72,3 +73,24 @@ def LogSoftmax_1(xp, input, *, axis=1):  # noqa: A002
 @op("LogSoftmax", since=13, device="cpu")
 def LogSoftmax(xp, input, *, axis=-1):  # noqa: A002
     return normalise(xp, input, (_axis(axis, input.ndim),), log=True)
+
+
+# -- native programs (gpuops.onnx.programs) --------------------------------------------------------------
+
+
+def _softmax_step(step, operands, log: bool):
+    x = operands[0]
+    fn = planned.kernel("softmax_planned_f32")
+    if fn is None or not planned.is_f32(x) or not x.ndim or not math.prod(x.shape):
+        return None
+    axis = step.attrs.get("axis", 1 if step.impl.since < 13 else -1)
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis < x.ndim or (step.impl.since >= 13 and axis != x.ndim - 1):
+        return None
+    n = math.prod(x.shape[axis:])  # (Softmax-1: the trailing axes from axis, as rows)
+    p = planned.params(math.prod(x.shape) // n, n, int(log))
+    return planned.NativeStep(x.shape, (planned.Call(fn, p, 0),), holds=p)
+
+
+planned.planned("Softmax")(lambda step, operands: _softmax_step(step, operands, False))
+planned.planned("LogSoftmax")(lambda step, operands: _softmax_step(step, operands, True))
