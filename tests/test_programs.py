@@ -74,7 +74,13 @@ def test_a_cnn_runs_as_one_program_with_the_nodes_results():
                                                              ("dw", dw)])
     got, want, sig = _runs(m, {"x": rng.standard_normal((1, 3, 17, 17)).astype(np.float32)})
     _same(got, want)
-    assert sig["programs"] == 1 and sig["nodes"] == 1 and sig["program_nodes"] == sig["base_nodes"]
+    assert sig["programs"] == 1 and sig["program_nodes"] == sig["nodes"] == sig["base_nodes"]
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1)
+    x = rng.standard_normal((1, 3, 17, 17)).astype(np.float32)
+    for _ in range(3):
+        want = sess.run(None, {"x": x})
+    _same(sess.run(None, {"x": x}, profile=True), want)  # a profiled run times each node
+    assert len(sess.last_profile["nodes"]) == sig["nodes"]
 
 
 @pytest.mark.parametrize("op", ["Add", "Mul", "Max", "Sub", "Div"])

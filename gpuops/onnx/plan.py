@@ -68,6 +68,7 @@ class Plan:
     produced: set[str] = field(default_factory=set)  # values made by this plan's steps
     fed: set[str] = field(default_factory=set)  # graph inputs a run feeds (the top-level plan's)
     output_info: list[onnx.ValueInfoProto] = field(default_factory=list)
+    by_node: "Plan | None" = None  # this plan without native programs (gpuops.onnx.programs): profiled runs
 
     def upload(self, device, outer: dict[str, Any] | None = None, like: "Plan | None" = None) -> None:
         """Copy initializers (this plan's and its subgraphs') to ``device`` once. Host-resident ones

@@ -77,7 +77,7 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] 
         n_nodes += j - i
         done = j
     steps.extend(dataclasses.replace(s, release=[]) for s in plan.steps[done:])
-    out = dataclasses.replace(plan, steps=steps)
+    out = dataclasses.replace(plan, steps=steps, by_node=plan)
     plan_liveness(out, keep=keep)
     return out, {"programs": len(runs), "program_nodes": n_nodes}
 

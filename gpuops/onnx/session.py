@@ -220,6 +220,8 @@ class InferenceSession:
             if key is not None:
                 plan, record = self._shape_plans.lookup(key)
                 plan = plan or self.plan
+                if profile and plan.by_node is not None:  # node by node, each timed
+                    plan = plan.by_node
         env = specialize.ShapeRecorder(plan.weights) if record else dict(plan.weights)
         env.update(feeds)
         shapes_of = {k: (v.shape, v.dtype) for k, v in feeds.items()} if record else None
@@ -328,7 +330,7 @@ class InferenceSession:
         compiled = programs.compile_programs(plan, {**feeds, **shapes})
         if compiled is not None:
             plan, made = compiled
-            info.update(made, nodes=node_count(plan))
+            info.update(made)
         elif plan is self.plan:
             return None, 0, {**info, "reason": "specializing saves no node, and no native program forms"}
         return plan, nbytes, info
