@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NATIVE_TESTS = ["tests/test_native.py", "tests/test_native_rnn.py", "tests/test_native_quantize.py",
                 "tests/test_conv_epilogue.py", "tests/test_native_gemm.py", "tests/test_native_threads.py",
                 "tests/ml/test_native_trees.py", "tests/ml/test_native_linear.py", "tests/ops/test_qgemm_native.py",
-                "tests/ops/test_cpu_transformer.py", "tests/ops/test_private_ops.py", "tests/ops/test_cast_native.py"]
+                "tests/ops/test_cpu_transformer.py", "tests/ops/test_private_ops.py", "tests/ops/test_cast_native.py",
+                "tests/test_programs.py"]
 
 
 def _runtime(cc: str, name: str) -> str | None:
@@ -43,5 +44,5 @@ def test_native_kernels_are_clean_under_sanitizers(tmp_path):
     assert r.returncode == 0, report
     assert "AddressSanitizer" not in report and "runtime error" not in report, report
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").glob("*.so")) == [
-        "attention", "cast", "conv", "direct_conv", "gemm", "linear_ml", "pool", "qgemm", "quantize", "rnn", "rows",
-        "special", "tree_ensemble", "winograd"]
+        "attention", "cast", "conv", "direct_conv", "gemm", "linear_ml", "pool", "program", "qgemm", "quantize", "rnn",
+        "rows", "special", "tree_ensemble", "winograd"]
