@@ -454,3 +454,23 @@ def test_softmax_and_split(case):
     got, want, sig = _runs(m, {"x": _awkward(rng, shape)}, optimize="basic")
     _same(got, want)
     assert sig["program_nodes"] == len(nodes)
+
+
+def test_if_branches_get_their_programs():
+    """Both: the one a run took from its recorded shapes, the other from the outer values' shapes."""
+    rng = np.random.default_rng(16)
+
+    def branch(name, k):
+        nodes = [helper.make_node("Relu", ["x"], [f"{name}_r"]), helper.make_node("Mul", [f"{name}_r", k], [f"{name}_m"]),
+                 helper.make_node("Add", [f"{name}_m", "x"], [f"{name}_y"])]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", F, None)])
+
+    nodes = [helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+             helper.make_node("Greater", ["mx", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("then", "k1"), else_branch=branch("else", "k2"))]
+    m = _model(nodes, [("x", [3, 4])], ["y"], [("zero", np.float32(0)), ("k1", np.float32(2)), ("k2", np.float32(-3))])
+    for x in (np.abs(rng.standard_normal((3, 4))).astype(np.float32), -np.abs(rng.standard_normal((3, 4)))
+              .astype(np.float32)):
+        got, want, sig = _runs(m, {"x": x}, optimize="basic")
+        _same(got, want)
+        assert sig["programs"] == 2 and sig["program_nodes"] == 6

@@ -40,23 +40,32 @@ _F32 = np.dtype(np.float32)
 _addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 
 
-def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] | None:
-    """``plan`` with its runs of natively bound nodes as program steps, and ``{"programs", "program_nodes"}``;
-    None when no run forms (or native kernels are unavailable). ``shapes``: name -> (shape, dtype) of
-    the values a run of ``plan`` stored."""
+def compile_programs(plan: Plan, shapes: dict[str, tuple], outer: dict | None = None) -> tuple[Plan, dict] | None:
+    """``plan`` with its runs of natively bound nodes as program steps, its subgraphs' too (an If's branches,
+    a Loop's body: those a run recorded), and ``{"programs", "program_nodes"}``; None when no run forms
+    (or native kernels are unavailable). ``shapes``: name -> (shape, dtype) of the values a run of
+    ``plan`` stored; ``outer``: an enclosing plan's constants, by name."""
     if native.function("program_run") is None:
         return None
     known = dict(shapes)
-    consts = {k: v for k, v in plan.weights.items() if k not in plan.optional_inputs}
+    consts = {**(outer or {}), **{k: v for k, v in plan.weights.items() if k not in plan.optional_inputs}}
     bound: list[_planned.NativeStep | None] = []
-    for step in plan.steps:
+    subgraphs: dict[int, dict] = {}  # step index -> its compiled subgraphs
+    made = {"programs": 0, "program_nodes": 0}
+    for k, step in enumerate(plan.steps):
         ns = _bind(step, known, consts)
         if ns is not None and ns.alias is not None:  # a reshape keeps its input's dtype
             ns = ns._replace(dtype=np.dtype(known[step.inputs[ns.alias]][1]))
         if ns is not None:
-            for k, shape, dtype in _outputs(step, ns):
-                known[step.outputs[k]] = (shape, dtype)
+            for i, shape, dtype in _outputs(step, ns):
+                known[step.outputs[i]] = (shape, dtype)
         bound.append(ns)
+        for name, sub in step.subgraphs.items():
+            got = compile_programs(sub, known, consts)
+            if got is not None:
+                subgraphs.setdefault(k, dict(step.subgraphs))[name] = got[0]
+                for key in made:
+                    made[key] += got[1][key]
     runs, i = [], 0
     while i < len(bound):
         j = i
@@ -65,21 +74,26 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple]) -> tuple[Plan, dict] 
         if sum(len(ns.calls) for ns in bound[i:j]) >= MIN_CALLS:
             runs.append((i, j))
         i = j + 1
-    if not runs:
+    if not runs and not subgraphs:
         return None
     later = _readers(plan)
     keep = set(plan.outputs) | set(plan.initializers)
-    steps, done, n_nodes = [], 0, 0
+
+    def copy(k: int) -> Step:
+        s = plan.steps[k]
+        return dataclasses.replace(s, release=[], subgraphs=subgraphs.get(k, s.subgraphs))
+
+    steps, done = [], 0
     for i, j in runs:
-        steps.extend(dataclasses.replace(s, release=[]) for s in plan.steps[done:i])
-        program = Program(plan.steps[i:j], bound[i:j], known, consts, later, keep, j)
-        steps.append(program.step())
-        n_nodes += j - i
+        steps.extend(copy(k) for k in range(done, i))
+        steps.append(Program(plan.steps[i:j], bound[i:j], known, consts, later, keep, j).step())
+        made["programs"] += 1
+        made["program_nodes"] += j - i
         done = j
-    steps.extend(dataclasses.replace(s, release=[]) for s in plan.steps[done:])
+    steps.extend(copy(k) for k in range(done, len(plan.steps)))
     out = dataclasses.replace(plan, steps=steps, by_node=plan)
     plan_liveness(out, keep=keep)
-    return out, {"programs": len(runs), "program_nodes": n_nodes}
+    return out, made
 
 
 def _outputs(step: Step, ns: _planned.NativeStep) -> list[tuple[int, tuple, np.dtype]]:
