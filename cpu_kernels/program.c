@@ -110,14 +110,15 @@ int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* 
     return 0;
 }
 
-/* Data movement (Transpose, Slice, Resize to the nearest, Gather of constant indices...), as the index of
- * each output element in the input, worked out at plan time. p = {n, index (int32_t[n] address)}:
- * y[i] = a[index[i]]. */
+/* Data movement (Transpose, Slice, Resize to the nearest, Gather of constant indices, Pad...), as the
+ * index of each output element in the input, worked out at plan time. p = {n, index (int32_t[n]
+ * address), fill (param_float)}: y[i] = a[index[i]], or fill where the index is negative (padding). */
 int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y) {
     (void)unused;
     const int64_t n = p[0];
     const int32_t* index = (const int32_t*)(intptr_t)p[1];
-    for (int64_t i = 0; i < n; ++i) y[i] = a[index[i]];
+    const float fill = param_float(p, 2);
+    for (int64_t i = 0; i < n; ++i) y[i] = index[i] >= 0 ? a[index[i]] : fill;
     return 0;
 }
 

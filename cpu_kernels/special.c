@@ -199,24 +199,41 @@ int special_set_threads(int64_t n) { return pool_threads_set(n); }
 
 /* The element-wise activations of native programs (gpuops/onnx/programs.py), one rounding per
  * operation as the NumPy ops make them: NaN stays NaN (NumPy's maximum and minimum return it). */
-enum { UNARY_RELU, UNARY_SIGMOID, UNARY_HARD_SWISH, UNARY_HARD_SIGMOID };
+enum { UNARY_RELU, UNARY_SIGMOID, UNARY_HARD_SWISH, UNARY_HARD_SIGMOID, UNARY_SQRT, UNARY_RECIPROCAL, UNARY_NEG,
+       UNARY_ABS, UNARY_TANH, UNARY_EXP, UNARY_LOG, UNARY_SQUARE, UNARY_CLIP, UNARY_ERF };
 
 static inline float max_nan(float x, float lo) { return (x >= lo || x != x) ? x : lo; }
 static inline float min_nan(float x, float hi) { return (x <= hi || x != x) ? x : hi; }
 
-/* p = {kind, n, alpha, beta (param_float)}: y = kind(a) over n floats. */
+/* p = {kind, n, alpha, beta (param_float)}: y = kind(a) over n floats (HardSigmoid: alpha and beta; Clip:
+ * [alpha, beta]). Sqrt, the reciprocal, negation, absolute value, square and the clamps round as NumPy's
+ * ufuncs (once, correctly); tanh, exp and log are libm's, within an ulp or two of NumPy's own loops;
+ * sigmoid and erf are the CPU ops' kernels. */
 int unary_planned_f32(const int64_t* p, const float* a, const void* unused, float* y) {
     (void)unused;
     const int64_t kind = p[0], n = p[1];
-    if (kind == UNARY_SIGMOID) return sigmoid_f32(a, y, n);
-    if (kind == UNARY_RELU) {
-        for (int64_t i = 0; i < n; ++i) y[i] = max_nan(a[i], 0.0f);
-    } else if (kind == UNARY_HARD_SWISH) {
-        const float sixth = (float)(1.0 / 6.0);
-        for (int64_t i = 0; i < n; ++i) y[i] = a[i] * min_nan(max_nan(a[i] * sixth + 0.5f, 0.0f), 1.0f);
-    } else {
-        const float alpha = param_float(p, 2), beta = param_float(p, 3);
-        for (int64_t i = 0; i < n; ++i) y[i] = min_nan(max_nan(a[i] * alpha + beta, 0.0f), 1.0f);
+    const float alpha = param_float(p, 2), beta = param_float(p, 3);
+    switch (kind) {
+        case UNARY_SIGMOID: return sigmoid_f32(a, y, n);
+        case UNARY_ERF: return erf_f32(a, y, n);
+        case UNARY_RELU: for (int64_t i = 0; i < n; ++i) y[i] = max_nan(a[i], 0.0f); break;
+        case UNARY_HARD_SWISH: {
+            const float sixth = (float)(1.0 / 6.0);
+            for (int64_t i = 0; i < n; ++i) y[i] = a[i] * min_nan(max_nan(a[i] * sixth + 0.5f, 0.0f), 1.0f);
+            break;
+        }
+        case UNARY_HARD_SIGMOID:
+            for (int64_t i = 0; i < n; ++i) y[i] = min_nan(max_nan(a[i] * alpha + beta, 0.0f), 1.0f);
+            break;
+        case UNARY_SQRT: for (int64_t i = 0; i < n; ++i) y[i] = sqrtf(a[i]); break;
+        case UNARY_RECIPROCAL: for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / a[i]; break;
+        case UNARY_NEG: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
+        case UNARY_ABS: for (int64_t i = 0; i < n; ++i) y[i] = fabsf(a[i]); break;
+        case UNARY_TANH: for (int64_t i = 0; i < n; ++i) y[i] = tanhf(a[i]); break;
+        case UNARY_EXP: for (int64_t i = 0; i < n; ++i) y[i] = expf(a[i]); break;
+        case UNARY_LOG: for (int64_t i = 0; i < n; ++i) y[i] = logf(a[i]); break;
+        case UNARY_SQUARE: for (int64_t i = 0; i < n; ++i) y[i] = a[i] * a[i]; break;
+        default: for (int64_t i = 0; i < n; ++i) y[i] = min_nan(max_nan(a[i], alpha), beta);
     }
     return 0;
 }

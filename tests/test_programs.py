@@ -474,3 +474,53 @@ def test_if_branches_get_their_programs():
         got, want, sig = _runs(m, {"x": x}, optimize="basic")
         _same(got, want)
         assert sig["programs"] == 2 and sig["program_nodes"] == 6
+
+
+def _ulps(got, want, n):
+    """got within n float32 ulps of want (NaN where NaN, infinities equal)."""
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    fin = np.isfinite(want)
+    assert np.array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
+    spacing = np.spacing(np.abs(want[fin])).astype(np.float64)
+    assert np.all(np.abs(got[fin].astype(np.float64) - want[fin]) <= n * spacing)
+
+
+@pytest.mark.parametrize("op, exact", [("Sqrt", True), ("Reciprocal", True), ("Neg", True), ("Abs", True),
+                                       ("Erf", True), ("Tanh", False), ("Exp", False), ("Log", False),
+                                       ("Pow2", False), ("Clip", True), ("Clip6", True)])
+def test_more_activations(op, exact):
+    rng = np.random.default_rng(17)
+    inits, opset, attrs, inputs = [], 13, {}, ["r"]
+    if op.startswith("Pow"):
+        inits, inputs, name = [("e", np.float32(2.0))], ["r", "e"], "Pow"
+    elif op == "Clip":
+        inits, inputs, name = [("lo", np.float32(-1.5)), ("hi", np.float32(2.0))], ["r", "lo", "hi"], "Clip"
+    elif op == "Clip6":
+        opset, name, attrs = 10, "Clip", {"min": -1.5, "max": 2.0}
+    else:
+        name = op
+    nodes = [helper.make_node("Mul", ["x", "x"], ["r"]) if op == "Log" else
+             helper.make_node("Add", ["x", "x"], ["r"]), helper.make_node(name, inputs, ["y"], **attrs),
+             helper.make_node("Add", ["y", "y"], ["z"])]
+    m = _model(nodes, [("x", [4, 33])], ["z", "y"], inits, opset=opset)
+    got, want, sig = _runs(m, {"x": _awkward(rng, (4, 33))}, optimize="basic")
+    assert sig["program_nodes"] == 3
+    if exact:
+        _same(got, want)
+    else:  # libm's, against NumPy's own loops (Pow: x * x, against powf)
+        for g, w in zip(got, want):
+            _ulps(g, w, 4)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_is_a_copy_with_its_constant(mode):
+    rng = np.random.default_rng(18)
+    inputs = ["r", "pads"] + (["cv"] if mode == "constant" else [])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Pad", inputs, ["p"], mode=mode),
+             helper.make_node("Add", ["p", "p"], ["y"])]
+    m = _model(nodes, [("x", [2, 3, 5])], ["y"], [("cv", np.float32(-2.5))], opset=13)
+    m.graph.initializer.append(_i64("pads", [0, 1, 2, 0, 2, 1]))
+    got, want, sig = _runs(m, {"x": _awkward(rng, (2, 3, 5))}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == 3

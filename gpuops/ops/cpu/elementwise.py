@@ -7,6 +7,8 @@ EfficientNet-B0's SiLU shapes). NumPy's own exp and tanh are vectorised already 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ... import native
@@ -100,18 +102,54 @@ for _name in _BINARY:
     planned.planned(_name)(_binary_step)
 
 
-_UNARY = {"Relu": 0, "Sigmoid": 1, "HardSwish": 2, "HardSigmoid": 3}  # special.c's UNARY_*
+_UNARY = {"Relu": 0, "Sigmoid": 1, "HardSwish": 2, "HardSigmoid": 3, "Sqrt": 4, "Reciprocal": 5, "Neg": 6, "Abs": 7,
+          "Tanh": 8, "Exp": 9, "Log": 10, "Erf": 13}  # special.c's UNARY_*
+_SQUARE, _CLIP = 11, 12
+
+
+def _unary_call(X, kind: int, alpha: float = 0.0, beta: float = 0.0):
+    fn = planned.kernel("unary_planned_f32")
+    if fn is None or not planned.is_f32(X):
+        return None
+    p = planned.params(kind, int(np.prod(X.shape, dtype=np.int64)), float(alpha), float(beta))
+    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=p)
 
 
 def _unary_step(step, operands):
-    fn = planned.kernel("unary_planned_f32")
     X = operands[0] if operands else None
-    if fn is None or not planned.is_f32(X) or step.impl.since < 6:
+    if step.impl.since < 6:
         return None
-    p = planned.params(_UNARY[step.op_type], int(np.prod(X.shape, dtype=np.int64)),
-                       float(step.attrs.get("alpha", 0.2)), float(step.attrs.get("beta", 0.5)))
-    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=p)
+    return _unary_call(X, _UNARY[step.op_type], step.attrs.get("alpha", 0.2), step.attrs.get("beta", 0.5))
 
 
 for _name in _UNARY:
     planned.planned(_name)(_unary_step)
+
+
+@planned.planned("Pow")
+def _pow_step(step, operands):
+    """X ** 2 for a constant exponent, as X * X (one rounding; NumPy's power, libm's powf, within an ulp).
+    (Not X ** 0.5 as a square root: pow(-0, 0.5) is +0 and pow(-inf, 0.5) +inf, where sqrt gives -0 and NaN.)"""
+    X, Y = operands
+    if type(Y) is not np.ndarray or Y.size != 1 or Y.dtype.kind != "f" or Y.ndim > len(getattr(X, "shape", ())):
+        return None
+    e = float(Y.reshape(-1)[0])
+    return _unary_call(X, _SQUARE) if e == 2.0 else None
+
+
+@planned.planned("Clip")
+def _clip_step(step, operands):
+    """Clip of float32 between constant bounds (attributes before opset 11, inputs from it)."""
+    X = operands[0]
+    if step.impl.since >= 11:
+        bounds = [operands[i] if len(operands) > i else None for i in (1, 2)]
+        if any(b is not None and (type(b) is not np.ndarray or b.size != 1 or b.dtype != np.float32) for b in bounds):
+            return None
+        lo, hi = (-math.inf if bounds[0] is None else float(bounds[0].reshape(-1)[0]),
+                  math.inf if bounds[1] is None else float(bounds[1].reshape(-1)[0]))
+    elif step.impl.since >= 6:
+        big = float(np.finfo(np.float32).max)
+        lo, hi = (float(step.attrs.get(k, d)) for k, d in (("min", -big), ("max", big)))
+    else:
+        return None
+    return _unary_call(X, _CLIP, lo, hi)

@@ -88,7 +88,9 @@ def _concat_step(step, operands):
 MAX_MOVED = 1 << 22  # elements of a data movement's index map (4 or more bytes each, held by the program)
 
 
-def move_step(step, operands):
+def move_step(step, operands, fill=None):
+    """``fill``: the value of the output elements that come from no input element (a Pad's), which the op
+    run on the indices plus one gives as 0; None: every element comes from the input."""
     X = operands[0]
     if not planned.is_f32(X) or any(type(o) is planned.Operand for o in operands[1:]):
         return None
@@ -97,21 +99,24 @@ def move_step(step, operands):
     n = math.prod(X.shape)
     if not n or n > MAX_MOVED:
         return None
-    index = step.impl.fn(np, np.arange(n, dtype=np.float64).reshape(X.shape), *operands[1:], **step.attrs)
+    shift = 0 if fill is None else 1
+    index = step.impl.fn(np, np.arange(shift, n + shift, dtype=np.float64).reshape(X.shape), *operands[1:],
+                         **step.attrs)
     if type(index) is not np.ndarray or index.dtype != np.float64 or not 0 < index.size <= MAX_MOVED:
         return None
-    flat = np.ascontiguousarray(index.reshape(-1)).astype(np.int64)
-    if not (np.array_equal(flat, index.reshape(-1)) and flat.min() >= 0 and flat.max() < n):  # copies only
-        return None
+    flat = np.ascontiguousarray(index.reshape(-1)).astype(np.int64) - shift
+    if not (np.array_equal(flat + shift, index.reshape(-1)) and flat.min() >= -shift and flat.max() < n):
+        return None  # copies (and fills) only
     breaks = np.flatnonzero(np.diff(flat) != 1) + 1
-    if 4 * (breaks.size + 1) <= flat.size:  # long stretches: copied as such
+    if fill is None and 4 * (breaks.size + 1) <= flat.size:  # long stretches: copied as such
         starts = np.concatenate([[0], breaks])
         lengths = np.diff(np.concatenate([starts, [flat.size]]))
         table = np.ascontiguousarray(np.stack([flat[starts], lengths], axis=1))
         fn, p = planned.kernel("runs_planned_f32"), planned.params(starts.size, table.ctypes.data)
     else:
         table = flat.astype(np.int32)
-        fn, p = planned.kernel("gather_planned_f32"), planned.params(flat.size, table.ctypes.data)
+        fn = planned.kernel("gather_planned_f32")
+        p = planned.params(flat.size, table.ctypes.data, float(np.float32(0.0 if fill is None else fill)))
     if fn is None:
         return None
     return planned.NativeStep(tuple(index.shape), (planned.Call(fn, p, 0),), holds=(p, table))
@@ -119,6 +124,33 @@ def move_step(step, operands):
 
 for _op in ("Transpose", "Slice", "Resize", "Expand", "Tile", "DepthToSpace", "SpaceToDepth"):
     planned.planned(_op)(move_step)  # (and Gather of constant indices: .indexing)
+
+
+@planned.planned("Pad")
+def _pad_step(step, operands):
+    """Pad: the op's index map, its constant (the attribute before opset 11, else the input; 0 when
+    absent) where no input element lands; run with 0 as the constant, so that padding reads 0."""
+    if step.attrs.get("mode", "constant") == "constant":
+        if step.impl.since >= 11:
+            value = operands[2] if len(operands) > 2 else None
+            if value is not None and (type(value) is not np.ndarray or value.size > 1):
+                return None
+            fill = 0.0 if value is None or not value.size else float(value.reshape(-1)[0])
+            operands = list(operands)
+            if len(operands) > 2:
+                operands[2] = None
+        else:
+            fill = float(step.attrs.get("value", 0.0))
+            step = _with_attrs(step, value=0.0)
+        return move_step(step, operands, fill)
+    return move_step(step, operands)  # reflect, edge, wrap: every element a copy
+
+
+class _with_attrs:
+    """A step seen with some attributes changed (a binding's stand-in call)."""
+
+    def __init__(self, step, **attrs):
+        self.impl, self.op_type, self.attrs = step.impl, step.op_type, {**step.attrs, **attrs}
 
 
 _CASTS = {(np.dtype(np.int64), np.dtype(np.int32)): 0, (np.dtype(np.int64), np.dtype(np.float32)): 1,
