@@ -508,9 +508,9 @@ def test_more_activations(op, exact):
     assert sig["program_nodes"] == 3
     if exact:
         _same(got, want)
-    else:  # libm's, against NumPy's own loops (Pow: x * x, against powf)
-        for g, w in zip(got, want):
-            _ulps(g, w, 4)
+    else:  # libm's against NumPy's own loops (Pow: x * x, against powf): NumPy documents its float32 exp
+        for g, w in zip(got, want):  # and log within 2.52 and 3.83 ulps, glibc its expf, logf, tanhf, powf
+            _ulps(g, w, 6)  # within 1-2; the two apart by at most their sum
 
 
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
