@@ -331,6 +331,7 @@ class InferenceSession:
         if compiled is not None:
             plan, made = compiled
             info.update(made)
+            nbytes = owned_bytes(plan, self.plan)
         elif plan is self.plan:
             return None, 0, {**info, "reason": "specializing saves no node, and no native program forms"}
         return plan, nbytes, info

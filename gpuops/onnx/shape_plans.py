@@ -146,10 +146,17 @@ class ShapePlans:
             self.bytes = 0
 
 
+DEPTH = 6  # containers deep: a prepared conv's planned runs hold their packs 4 levels down
+
+
 def owned_bytes(plan, base) -> int:
-    """Bytes ``plan`` holds that ``base`` does not: weights and prepared operands not shared."""
+    """Bytes ``plan`` holds that ``base`` does not: weights, prepared operands and native programs' packs and
+    tables not shared (what base's prepared operands hold, the planned convs a program calls among them,
+    is the base's)."""
     seen = {id(v) for v in base.weights.values()}
-    seen |= {id(s.prepared) for s in base.steps if s.prepared is not None}
+    for s in base.steps:
+        if s.prepared is not None:
+            _deep_nbytes(s.prepared, seen, DEPTH)  # (marks what it holds as seen)
     total = 0
     for v in plan.weights.values():
         if id(v) not in seen:
@@ -157,7 +164,10 @@ def owned_bytes(plan, base) -> int:
             total += getattr(v, "nbytes", 0)
     for s in plan.steps:
         if s.prepared is not None and id(s.prepared) not in seen:
-            total += _deep_nbytes(s.prepared, seen, 4)
+            total += _deep_nbytes(s.prepared, seen, DEPTH)
+        holds = getattr(s.impl.fn, "holds", None)  # a native program's packs, tables and parameters
+        if holds is not None:
+            total += _deep_nbytes(holds, seen, DEPTH)
     return total
 
 
