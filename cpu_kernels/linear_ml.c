@@ -59,3 +59,18 @@ int normalize_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_
     }
     return 0;
 }
+
+/* As program steps (gpuops/onnx/programs.py). LinearClassifier, wide: p = {w, b (addresses, b or 0), rows,
+ * features, classes, softmax}, the labels (int64) to y and the scores to z; Normalizer: p = {rows, n, norm}. */
+int linear_classifier_planned_f32(const int64_t* p, const float* x, const void* unused, int64_t* label,
+                                  const void* unused2, float* scores) {
+    (void)unused;
+    (void)unused2;
+    return linear_classifier_f32(x, (const float*)(intptr_t)p[0], (const float*)(intptr_t)p[1], scores, label, p[2],
+                                 p[3], p[4], p[5]);
+}
+
+int normalize_rows_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
+    (void)unused;
+    return normalize_rows_f32(x, y, p[0], p[1], p[2]);
+}

@@ -72,6 +72,9 @@ DECLARATIONS: dict[str, str] = {
         int linear_classifier_f32(const float* x, const float* w, const float* b, float* s, int64_t* label,
                                   int64_t rows, int64_t n_features, int64_t n_classes, int64_t softmax);
         int normalize_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t norm);
+        int linear_classifier_planned_f32(const int64_t* p, const float* x, const void* unused, int64_t* label,
+                                          const void* unused2, float* scores);
+        int normalize_rows_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
     """,
     "pool.c": """
         int pool2d_f32(const float* x, float* y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,

@@ -153,6 +153,21 @@ def _matmul_step(step, operands):
     return None if got is None else planned.NativeStep(got[1], (got[0],), holds=got[2])
 
 
+_FUSED = {"Relu": 0, "Sigmoid": 1, "Tanh": 8}  # FusedGemm's activations: special.c's UNARY_*
+
+
+@planned.planned("FusedGemm", "com.microsoft")
+def _fused_gemm_step(step, operands):
+    """FusedGemm: the Gemm's calls, then its activation over the output in place."""
+    kind = _FUSED.get(step.attrs.get("activation"))
+    fn = planned.kernel("unary_planned_f32")
+    ns = None if kind is None or fn is None else _gemm_step(step, operands)
+    if ns is None:
+        return None
+    p = planned.params(kind, math.prod(ns.shape), 0.0, 0.0)
+    return ns._replace(calls=ns.calls + (planned.Call(fn, p, planned.OUTPUT),), holds=(ns.holds, p))
+
+
 @planned.planned("Gemm")
 def _gemm_step(step, operands):
     """A fully connected layer: one row (``A`` 1 x K, a constant float32 ``B`` and bias ``C``) by the native
@@ -161,8 +176,8 @@ def _gemm_step(step, operands):
     A, B = operands[0], operands[1]
     C = operands[2] if len(operands) > 2 else None
     a = step.attrs
-    if step.impl.since < 7 or step.prepared is not None or not planned.is_f32(A) or A.ndim != 2 \
-            or a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or type(B) is not np.ndarray \
+    if (step.op_type == "Gemm" and step.impl.since < 7) or step.prepared is not None or not planned.is_f32(A) \
+            or A.ndim != 2 or a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or type(B) is not np.ndarray \
             or B.dtype != np.float32 or B.ndim != 2:
         return None
     W = B if a.get("transB", 0) else B.T

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ctypes
 
+import math
+
 import numpy as np
 
 from ... import native
@@ -26,6 +28,7 @@ from ...errors import NodeError
 from ...registry import op
 from ..ml import legacy_trees, linear, preprocess, trees
 from ..ml._common import ML, apply_transform, class_labels, labels_of, pick, transform_name
+from . import planned
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -444,3 +447,37 @@ def Normalizer(xp, X, *, norm="MAX"):
         raise NodeError(f"Normalizer: norm must be MAX, L1 or L2, got {norm!r}")
     z[z == 0] = 1
     return np.divide(x, z).reshape(X.shape)
+
+
+# -- native programs (gpuops.onnx.programs): the linear kernels above ----------------------------------------
+
+
+@planned.planned("LinearClassifier", ML)
+def _linear_classifier_step(step, operands):
+    """Labels that are the class indices, scores as they are or by softmax: the native kernel's call."""
+    prepared, X = step.prepared, operands[0]
+    fn = planned.kernel("linear_classifier_planned_f32")
+    if fn is None or type(prepared) is not _Prepared or prepared.fast is None or not planned.is_f32(X) \
+            or X.ndim not in (1, 2) or len(step.outputs) != 2:
+        return None
+    W, inter, labels, post, w_at, b_at = prepared.fast
+    N, F = (1, X.shape[0]) if X.ndim == 1 else X.shape
+    C = W.shape[0]
+    if labels is not None or post not in ("SOFTMAX", "NONE") or F != W.shape[1] or not 0 < N * F <= _NATIVE_MACS // C:
+        return None
+    p = planned.params(w_at, b_at or 0, N, F, C, int(post == "SOFTMAX"))
+    call = planned.Call(fn, p, 0, z=1 if step.outputs[1] else None, wide=True)
+    return planned.NativeStep((N,), (call,), holds=(p, prepared), dtype=np.dtype(np.int64),
+                              extra=((1, (N, C)),) if step.outputs[1] else ())
+
+
+@planned.planned("Normalizer", ML)
+def _normalizer_step(step, operands):
+    X = operands[0]
+    fn = planned.kernel("normalize_rows_planned_f32")
+    code = _NORMS.get(step.attrs.get("norm", "MAX"))
+    if fn is None or code is None or not planned.is_f32(X) or X.ndim not in (1, 2) or not math.prod(X.shape):
+        return None
+    N, F = (1, X.shape[0]) if X.ndim == 1 else X.shape
+    p = planned.params(N, F, code)
+    return planned.NativeStep(tuple(X.shape), (planned.Call(fn, p, 0),), holds=p)
