@@ -136,8 +136,8 @@ int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float
 }
 
 /* A matrix product by the BLAS NumPy uses (its cblas_sgemm, found at plan time): p = {sgemm, int64 (its
- * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b)}: y (M x N) = a (M x K)
- * b (K x N, or N x K with transB), all row-major and contiguous. */
+ * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b), alpha (param_float)}:
+ * y (M x N) = alpha a (M x K) b (K x N, or N x K with transB), all row-major and contiguous. */
 typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float*, int32_t, const float*,
                            int32_t, float, float*, int32_t);
 typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
@@ -146,6 +146,7 @@ enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
 int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
     const int64_t M = p[2], N = p[3], K = p[4], tb = p[5];
+    const float alpha = param_float(p, 7);
     if (p[6]) b = (const float*)(intptr_t)p[6];
     if (!M || !N) return 0;
     if (!K) {
@@ -154,11 +155,11 @@ int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* 
     }
     const int64_t ldb = tb ? K : N;
     if (p[1])
-        ((sgemm64_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, M, N, K, 1.0f, a, K, b, ldb, 0.0f,
+        ((sgemm64_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, M, N, K, alpha, a, K, b, ldb, 0.0f,
                                      y, N);
     else
         ((sgemm32_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, (int32_t)M, (int32_t)N, (int32_t)K,
-                                     1.0f, a, (int32_t)K, b, (int32_t)ldb, 0.0f, y, (int32_t)N);
+                                     alpha, a, (int32_t)K, b, (int32_t)ldb, 0.0f, y, (int32_t)N);
     return 0;
 }
 

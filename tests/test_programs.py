@@ -555,3 +555,24 @@ def test_classic_ml_linear_models_and_fused_gemm(rows):
     # the products by the native GEMM or the BLAS, in other orders: two sums of at most 8 terms (gamma_8 ~ 5e-7
     # of their terms' sums, within 10x of the results here), then tanh, softmax and the norm, a few roundings
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_gemm_with_alpha_and_a_run_time_bias_as_kmeans_writes_it():
+    """skl2onnx's KMeans: -2 X C^T + |X|^2 (a column) + |C|^2 (a row)."""
+    rng = np.random.default_rng(20)
+    X = rng.standard_normal((9, 5)).astype(np.float32)
+    Cc = rng.standard_normal((4, 5)).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]),
+             helper.make_node("ReduceSum", ["sq", "ax"], ["n2"], keepdims=1),
+             helper.make_node("Gemm", ["x", "C", "n2"], ["g"], alpha=-2.0, transB=1),
+             helper.make_node("Add", ["c2", "g"], ["d"]),
+             helper.make_node("Sqrt", ["d"], ["y"])]
+    m = _model(nodes, [("x", [9, 5])], ["y"], [("C", Cc), ("c2", (Cc * Cc).sum(1))], opset=13)
+    m.graph.initializer.append(_i64("ax", [1]))
+    got, _, sig = _runs(m, {"x": X}, optimize="basic")
+    assert sig["program_nodes"] == 3  # (ReduceSum runs on its own: the program starts at the Gemm)
+    x64, c64 = X.astype(np.float64), Cc.astype(np.float64)
+    d = -2 * x64 @ c64.T + (x64 ** 2).sum(1, keepdims=True) + (c64 ** 2).sum(1)
+    terms = 2 * np.abs(x64) @ np.abs(c64.T) + (x64 ** 2).sum(1, keepdims=True) + (c64 ** 2).sum(1)
+    gamma = 8 * U / (1 - 8 * U)  # 5 products and 3 additions (sqrt's rounding: below)
+    assert np.all(np.abs(got[0].astype(np.float64) ** 2 - d) <= gamma * terms + 4 * U * np.abs(d))

@@ -59,24 +59,26 @@ _COMMUTATIVE = ("Add", "Mul", "Max")
 _SAME, _CHANNEL, _SCALAR, _ROWS = 0, 1, 2, 3  # and BROADCAST_*
 
 
-def _broadcast(full: tuple, other: tuple):
-    """(mode, outer, channels, inner) of ``other`` broadcast against ``full`` (the output's shape), or None."""
+def broadcast(full: tuple, other: tuple):
+    """(mode, outer, channels, inner) of ``other`` broadcast against ``full`` (the output's shape): the same
+    shape, one value, the last axes repeated, or one value per index of a block of axes (a channel, a row:
+    (C, 1, 1) or (1, C, 1, 1) against (N, C, H, W), (B, 1) against (B, K)); None for another broadcast."""
     n = int(np.prod(full, dtype=np.int64))
     if other == full:
         return _SAME, 1, 1, n
-    if int(np.prod(other, dtype=np.int64)) == 1 and len(other) <= len(full):
+    if len(other) > len(full):
+        return None
+    if int(np.prod(other, dtype=np.int64)) == 1:
         return _SCALAR, 1, 1, n
-    if len(other) <= len(full) and len(full) >= 2:  # one value per channel (axis 1): (C, 1, 1), (1, C, 1, 1)
-        padded = (1,) * (len(full) - len(other)) + tuple(other)
-        if padded[1] == full[1] and all(d == 1 for i, d in enumerate(padded) if i != 1):
-            return _CHANNEL, full[0], full[1], int(np.prod(full[2:], dtype=np.int64))
-    if len(other) <= len(full):  # the last axes, repeated: (S, H) or (1, S, H) against (B, S, H)
-        padded = (1,) * (len(full) - len(other)) + tuple(other)
-        j = next((i for i, d in enumerate(padded) if d != 1), len(full))
-        if padded[j:] == tuple(full[j:]):
-            m = int(np.prod(full[j:], dtype=np.int64))
-            return _ROWS, n // max(m, 1), 1, m
-    return None
+    padded = (1,) * (len(full) - len(other)) + tuple(other)
+    axes = [i for i, d in enumerate(padded) if d != 1]
+    i, j = axes[0], axes[-1] + 1
+    if padded[i:j] != tuple(full[i:j]):
+        return None
+    block = int(np.prod(full[i:j], dtype=np.int64))
+    if j == len(full):  # the last axes, repeated: (S, H) or (1, S, H) against (B, S, H)
+        return _ROWS, n // max(block, 1), 1, block
+    return _CHANNEL, int(np.prod(full[:i], dtype=np.int64)), block, int(np.prod(full[j:], dtype=np.int64))
 
 
 def _binary_step(step, operands):
@@ -89,9 +91,9 @@ def _binary_step(step, operands):
     sa, sb = shape_of(A), shape_of(B)
     if sa is None or sb is None or not (planned.is_f32(A) or planned.is_f32(B)):
         return None
-    a, b, mode = 0, 1, _broadcast(sa, sb)
+    a, b, mode = 0, 1, broadcast(sa, sb)
     if mode is None and step.op_type in _COMMUTATIVE:  # the first operand is the broadcast one (exact swap)
-        a, b, mode = 1, 0, _broadcast(sb, sa)
+        a, b, mode = 1, 0, broadcast(sb, sa)
     if mode is None:
         return None
     p = planned.params(_BINARY[step.op_type], *mode[1:], mode[0])

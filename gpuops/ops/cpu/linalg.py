@@ -19,6 +19,7 @@ from .. import linalg as _linalg
 from ..contrib import transformer as _transformer
 from . import native_gemm, planned
 from ._common import frozen
+from . import elementwise as _elementwise
 from .elementwise import native_special
 
 
@@ -126,8 +127,8 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
 MAX_PACKED = 1 << 22  # floats of a weight a program packs for the native GEMM (a copy of it)
 
 
-def _product(A, B, trans_b: bool):
-    """The :class:`.planned.Call` of ``A @ B`` (``B.T`` with ``trans_b``) by the BLAS's sgemm, A a float32
+def _product(A, B, trans_b: bool, alpha: float = 1.0):
+    """The :class:`.planned.Call` of ``alpha A @ B`` (``B.T`` with ``trans_b``) by the BLAS's sgemm, A a float32
     operand (..., K) and B a 2-D float32 operand or C-contiguous constant; None where it does not apply."""
     sgemm = threads.blas_sgemm()
     fn = planned.kernel("matmul_planned_f32")
@@ -141,7 +142,7 @@ def _product(A, B, trans_b: bool):
     if A.shape[-1] != K:
         return None
     M = math.prod(A.shape[:-1])
-    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), B.ctypes.data if const else 0)
+    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), B.ctypes.data if const else 0, float(alpha))
     return planned.Call(fn, p, 0, None if const else 1), A.shape[:-1] + (N,), (p, B)
 
 
@@ -171,39 +172,40 @@ def _fused_gemm_step(step, operands):
 @planned.planned("Gemm")
 def _gemm_step(step, operands):
     """A fully connected layer: one row (``A`` 1 x K, a constant float32 ``B`` and bias ``C``) by the native
-    GEMM on the packed weight, ``Y^T = B^T A^T + C`` (one row: the transposes are the same memory); more rows
-    by the BLAS, then the bias added along the rows."""
+    GEMM on the packed weight, ``Y^T = B^T A^T + C`` (one row: the transposes are the same memory); else
+    ``alpha A B`` by the BLAS, then ``C`` added as it broadcasts (a constant or a run-time value)."""
     A, B = operands[0], operands[1]
     C = operands[2] if len(operands) > 2 else None
     a = step.attrs
+    alpha = float(a.get("alpha", 1.0))
     if (step.op_type == "Gemm" and step.impl.since < 7) or step.prepared is not None or not planned.is_f32(A) \
-            or A.ndim != 2 or a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or type(B) is not np.ndarray \
-            or B.dtype != np.float32 or B.ndim != 2:
+            or A.ndim != 2 or a.get("transA", 0) or type(B) is not np.ndarray or B.dtype != np.float32 \
+            or B.ndim != 2 or (C is not None and a.get("beta", 1.0) != 1.0):
         return None
     W = B if a.get("transB", 0) else B.T
     M, K = W.shape
     if K != A.shape[1] or not M:
         return None
-    if C is not None:
-        if type(C) is not np.ndarray or C.dtype != np.float32 or C.size != M or C.shape not in ((M,), (1, M)) \
-                or a.get("beta", 1.0) != 1.0:
-            return None
-        C = C.reshape(M)
-    if A.shape[0] == 1 and B.size <= MAX_PACKED:
-        packs = native_gemm.packed(np.ascontiguousarray(W), C, rows=False)
+    if A.shape[0] == 1 and B.size <= MAX_PACKED and alpha == 1.0 and (C is None or (
+            type(C) is np.ndarray and C.dtype == np.float32 and C.size == M and C.shape in ((M,), (1, M)))):
+        packs = native_gemm.packed(np.ascontiguousarray(W), None if C is None else C.reshape(M), rows=False)
         fn = planned.kernel("gemm_planned_f32")
         if packs and fn is not None:
             pk = packs[0]
             p = planned.params(pk.address, pk.bias_address or 0, 1, 1, M, K, 1, 0, -math.inf, math.inf)
             return planned.NativeStep((1, M), (planned.Call(fn, p, 0),), holds=(p, pk))
-    got = _product(A, np.ascontiguousarray(B), bool(a.get("transB", 0)))
+    got = _product(A, np.ascontiguousarray(B), bool(a.get("transB", 0)), alpha)
     add = planned.kernel("binary_planned_f32")
     if got is None or add is None:
         return None
     calls, holds = [got[0]], [got[2]]
     if C is not None:
-        C = np.ascontiguousarray(C)
-        p = planned.params(0, A.shape[0], M, 1, 1)  # program.c: BINARY_ADD, one value per column
+        if not (planned.is_f32(C) or (type(C) is np.ndarray and C.dtype == np.float32 and C.flags.c_contiguous)):
+            return None
+        mode = _elementwise.broadcast(got[1], tuple(C.shape))
+        if mode is None:
+            return None
+        p = planned.params(0, *mode[1:], mode[0])  # program.c: BINARY_ADD
         calls.append(planned.Call(add, p, planned.OUTPUT, 2))
-        holds.append((p, C))
+        holds.append(p)
     return planned.NativeStep(got[1], tuple(calls), holds=holds)

@@ -446,6 +446,7 @@ def _norm_step(X, skip, skip_rows, vectors, epsilon, simplified, sum_output=None
     return planned.NativeStep(X.shape, (call,), holds=(p, got), extra=extra)
 
 
+@planned.planned("LayerNormalization", PRIVATE)  # (opsets before 17: the optimizer's private form)
 @planned.planned("LayerNormalization")
 def _layer_norm_step(step, operands):
     X, Scale = operands[0], operands[1]
