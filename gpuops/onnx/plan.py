@@ -508,8 +508,8 @@ def _bind_graph(a: AttributeProto, name_of, given, defaults, tag: str) -> Attrib
     return b
 
 
-def plan_liveness(plan: Plan, keep: set[str]) -> None:
-    plan.produced = {o for step in plan.steps for o in step.outputs if o}
+def last_reads(plan: Plan) -> dict[str, int]:
+    """name -> the index of the last step of ``plan`` that reads it (subgraph bodies' outer names included)."""
     last: dict[str, int] = {}
     for i, step in enumerate(plan.steps):
         for name in step.inputs:
@@ -518,6 +518,13 @@ def plan_liveness(plan: Plan, keep: set[str]) -> None:
         for sub in step.subgraphs.values():
             for name in sub.free_names:
                 last[name] = i
+    return last
+
+
+def plan_liveness(plan: Plan, keep: set[str]) -> None:
+    plan.produced = {o for step in plan.steps for o in step.outputs if o}
+    last = last_reads(plan)
+    for i, step in enumerate(plan.steps):
         for name in step.outputs:  # an output nobody reads dies right after it is made
             if name:
                 last.setdefault(name, i)

@@ -28,7 +28,7 @@ from .. import native
 from ..ops.cpu import planned as _planned
 from ..executor.run import node_error
 from ..registry import OpImpl
-from .plan import Plan, Step, plan_liveness
+from .plan import Plan, Step, last_reads, plan_liveness
 
 log = logging.getLogger("gpuops")
 
@@ -76,7 +76,7 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple], outer: dict | None = 
         i = j + 1
     if not runs and not subgraphs:
         return None
-    later = _readers(plan)
+    later = last_reads(plan)
     keep = set(plan.outputs) | set(plan.initializers)
 
     def copy(k: int) -> Step:
@@ -143,19 +143,6 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
 
 def _const_f32(a) -> bool:
     return type(a) is np.ndarray and a.dtype == _F32 and a.flags.c_contiguous
-
-
-def _readers(plan: Plan) -> dict[str, int]:
-    """name -> the index of the last step that reads it (subgraph bodies' outer names included)."""
-    last: dict[str, int] = {}
-    for k, step in enumerate(plan.steps):
-        for name in step.inputs:
-            if name:
-                last[name] = k
-        for sub in step.subgraphs.values():
-            for name in sub.free_names:
-                last[name] = k
-    return last
 
 
 class Program:
