@@ -1,8 +1,9 @@
 /* Row kernels, float32: the mean of each row (GlobalAveragePool), Softmax / LogSoftmax along rows and the
- * layer normalizations of transformers (LayerNormalization, the skip, embedding and RMS forms), one pass
- * where NumPy makes four to ten over a small tensor. The same arithmetic as the NumPy code: float32
- * sums, x - max(x) before exp, NaN anywhere in a row making its max NaN, the statistics in two passes
- * (the mean, then the mean square of the deviations). Returns 0. */
+ * layer normalizations of transformers (LayerNormalization, the skip, embedding and RMS forms; the embedding
+ * form gathering its rows by id too), one pass where NumPy makes four to ten over a small tensor. The same
+ * arithmetic as the NumPy code: float32 sums, x - max(x) before exp, NaN anywhere in a row making its max
+ * NaN, the statistics in two passes (the mean, then the mean square of the deviations). Returns 0
+ * (embed_layernorm_f32: 1 for an out-of-range id). */
 #include <math.h>
 #include "vmath.h"
 #include "pool_threads.h"
@@ -77,10 +78,34 @@ typedef struct {
     float epsilon;
 } NormArgs;
 
+/* The normalization of one row of n floats src into y (y may be src): see layernorm_f32. */
+static inline void norm_row(const float* src, float* yr, const float* restrict g, const float* restrict b, int64_t n,
+                            float epsilon, int64_t simplified, float* mean_out, float* inv_out) {
+    const int64_t full = n / VL * VL, rest = n - full;
+    vfloat acc = {0};
+    for (int64_t i = 0; i < full; i += VL) acc += vload(src + i);
+    if (rest) acc += vload_part(src + full, rest, 0.0f);
+    const float mean = vsum(acc) / (float)n, shift = simplified ? 0.0f : mean;
+    acc = (vfloat){0};
+    for (int64_t i = 0; i < full; i += VL) {
+        const vfloat d = vload(src + i) - shift;
+        acc += d * d;
+    }
+    if (rest) {
+        const vfloat d = vload_part(src + full, rest, shift) - shift;
+        acc += d * d;
+    }
+    const float inv = 1.0f / sqrtf(vsum(acc) / (float)n + epsilon);
+    if (b)
+        for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i] + b[i];
+    else
+        for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i];
+    if (mean_out) *mean_out = mean;
+    if (inv_out) *inv_out = inv;
+}
+
 static void norm_rows(const NormArgs* a, int64_t r0, int64_t r1) {
-    const int64_t n = a->n, full = n / VL * VL, rest = n - full;
-    const float* restrict g = a->gamma;
-    const float* restrict b = a->beta;
+    const int64_t n = a->n;
     for (int64_t r = r0; r < r1; ++r) {
         const float* restrict xr = a->x + r * n;
         float* yr = a->y + r * n;  /* may hold the sum: not restrict */
@@ -97,26 +122,8 @@ static void norm_rows(const NormArgs* a, int64_t r0, int64_t r1) {
                 for (int64_t i = 0; i < n; ++i) s[i] += c[i];
             src = s;
         }
-        vfloat acc = {0};
-        for (int64_t i = 0; i < full; i += VL) acc += vload(src + i);
-        if (rest) acc += vload_part(src + full, rest, 0.0f);
-        const float mean = vsum(acc) / (float)n, shift = a->simplified ? 0.0f : mean;
-        acc = (vfloat){0};
-        for (int64_t i = 0; i < full; i += VL) {
-            const vfloat d = vload(src + i) - shift;
-            acc += d * d;
-        }
-        if (rest) {
-            const vfloat d = vload_part(src + full, rest, shift) - shift;
-            acc += d * d;
-        }
-        const float inv = 1.0f / sqrtf(vsum(acc) / (float)n + a->epsilon);
-        if (b)
-            for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i] + b[i];
-        else
-            for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i];
-        if (a->mean) a->mean[r] = mean;
-        if (a->inv) a->inv[r] = inv;
+        norm_row(src, yr, a->gamma, a->beta, n, a->epsilon, a->simplified, a->mean ? a->mean + r : NULL,
+                 a->inv ? a->inv + r : NULL);
     }
 }
 
@@ -138,6 +145,91 @@ int layernorm_f32(const float* x, const float* skip, const float* skip2, const f
                   int64_t skip_rows, float epsilon, int64_t simplified) {
     NormArgs a = {x, skip, skip2, bias, gamma, beta, y, sum, mean, inv, rows, n, skip_rows, simplified, epsilon};
     pool_run(norm_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
+    return 0;
+}
+
+/* embed_layernorm_f32's arguments; `wide` says which id arrays are int64 (the others int32). */
+typedef struct {
+    const void *ids, *segment_ids, *position_ids;
+    const float *word, *position, *segment, *gamma, *beta;
+    float *y, *sum;
+    int64_t rows, seq, n, words, positions, segments, position_count, wide;
+    float epsilon;
+    int failed;
+} EmbedArgs;
+
+/* Row `row` of a table of `count` rows from the id at i of ids (int64 when wide, else int32), negative ids
+ * counting from the end; -1 when out of range. */
+static inline int64_t table_row(const void* ids, int64_t wide, int64_t i, int64_t count) {
+    int64_t v = wide ? ((const int64_t*)ids)[i] : ((const int32_t*)ids)[i];
+    if (v < 0) v += count;
+    return v >= 0 && v < count ? v : -1;
+}
+
+static void embed_rows(EmbedArgs* a, int64_t r0, int64_t r1) {
+    const int64_t n = a->n;
+    for (int64_t r = r0; r < r1; ++r) {
+        const int64_t w = table_row(a->ids, a->wide & 1, r, a->words);
+        const int64_t p = a->position_ids ? table_row(a->position_ids, a->wide & 4, r % a->position_count,
+                                                      a->positions)
+                                          : r % a->seq;
+        const int64_t g = a->segment ? table_row(a->segment_ids, a->wide & 2, r, a->segments) : 0;
+        if (w < 0 || p < 0 || g < 0) {
+            a->failed = 1;
+            return;
+        }
+        const float* restrict wr = a->word + w * n;
+        const float* restrict pr = a->position + p * n;
+        float* yr = a->y + r * n;
+        float* s = a->sum ? a->sum + r * n : yr;
+        for (int64_t i = 0; i < n; ++i) s[i] = wr[i] + pr[i];
+        if (a->segment) {
+            const float* restrict gr = a->segment + g * n;
+            for (int64_t i = 0; i < n; ++i) s[i] += gr[i];
+        }
+        norm_row(s, yr, a->gamma, a->beta, n, a->epsilon, 0, NULL, NULL);
+    }
+}
+
+static void embed_part(void* ctx, int64_t part, int64_t parts) {
+    EmbedArgs* a = ctx;
+    int64_t r0, r1;
+    pool_range(a->rows, 1, part, parts, &r0, &r1);
+    embed_rows(a, r0, r1);
+}
+
+/* com.microsoft EmbedLayerNormalization of batch x seq ids, rows of n floats: row r (= b * seq + s) is
+ * (word[ids[r]] + position[p]) + segment[segment_ids[r]] (segment NULL: no segment; each sum rounded), p
+ * being position_ids[r % position_count] (position_ids NULL: s), kept in `sum` when not NULL; then
+ * normalized as layernorm_f32's rows, y = (s - mean) / sqrt(var + epsilon) * gamma + beta (beta may be
+ * NULL). Ids are int32, or int64 where `wide` has bit 1 (ids), 2 (segment_ids), 4 (position_ids) or 8
+ * (mask); negative ones count from the end of their table (words, segments, positions rows). mask_index
+ * (when not NULL) gets, per batch row, the count of 1s in that row of mask (batch x mask_cols; NULL: 0).
+ * The rows are split across the pool's threads (pool_threads.h) from 16k elements per part. Returns 0, or 1
+ * when an id is out of range (y and sum then hold garbage). */
+int embed_layernorm_f32(const void* ids, const void* segment_ids, const void* position_ids, const void* mask,
+                        const float* word, const float* position, const float* segment, const float* gamma,
+                        const float* beta, float* y, float* sum, int32_t* mask_index, int64_t batch, int64_t seq,
+                        int64_t n, int64_t words, int64_t positions, int64_t segments, int64_t position_count,
+                        int64_t mask_cols, int64_t wide, float epsilon) {
+    EmbedArgs a = {ids, segment_ids, position_ids, word, position, segment, gamma, beta, y, sum, batch * seq, seq, n,
+                   words, positions, segments, position_count, wide, epsilon, 0};
+    const int64_t rows = batch * seq;
+    pool_run(embed_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
+    if (a.failed) return 1;
+    if (mask_index) {
+        for (int64_t b = 0; b < batch; ++b) {
+            int32_t c = 0;
+            if (mask && (wide & 8)) {
+                const int64_t* m = (const int64_t*)mask + b * mask_cols;
+                for (int64_t j = 0; j < mask_cols; ++j) c += m[j] == 1;
+            } else if (mask) {
+                const int32_t* m = (const int32_t*)mask + b * mask_cols;
+                for (int64_t j = 0; j < mask_cols; ++j) c += m[j] == 1;
+            }
+            mask_index[b] = c;
+        }
+    }
     return 0;
 }
 

@@ -9,9 +9,10 @@ removed C function whose declaration here was not changed with it fails that tes
 
 The C side of the convention: every exported function returns an ``int`` status (0, or non-zero when
 its scratch could not be allocated; :func:`gpuops.native.call`) -- but ``gemm_pack_width_f32``, which
-returns a width -- and takes pointers to arrays (any pointer is passed as an address, ``c_void_p``),
-``int64_t`` sizes and flags, and ``float``/``double`` parameters. Functions that are not exported are
-``static``. A file whose kernels split their work across threads (``cpu_kernels/pool_threads.h``)
+returns a width, and ``embed_layernorm_f32``, whose 1 is an id out of range -- and takes pointers to
+arrays (any pointer is passed as an address, ``c_void_p``), ``int64_t`` sizes and flags, and
+``float``/``double`` parameters. Functions that are not exported are ``static``. A file whose kernels
+split their work across threads (``cpu_kernels/pool_threads.h``)
 exports ``<stem>_set_threads(int64_t n)``, which :func:`gpuops.native.set_threads` calls.
 """
 
@@ -119,6 +120,11 @@ DECLARATIONS: dict[str, str] = {
         int layernorm_f32(const float* x, const float* skip, const float* skip2, const float* bias, const float* gamma,
                           const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,
                           int64_t skip_rows, float epsilon, int64_t simplified);
+        int embed_layernorm_f32(const void* ids, const void* segment_ids, const void* position_ids, const void* mask,
+                                const float* word, const float* position, const float* segment, const float* gamma,
+                                const float* beta, float* y, float* sum, int32_t* mask_index, int64_t batch,
+                                int64_t seq, int64_t n, int64_t words, int64_t positions, int64_t segments,
+                                int64_t position_count, int64_t mask_cols, int64_t wide, float epsilon);
         int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                    float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes);
         int rows_set_threads(int64_t n);

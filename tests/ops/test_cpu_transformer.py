@@ -302,27 +302,86 @@ def _embed_inputs(B=2, S=7, D=24, vocab=50, seed=0):
                 mask=(rng.random((B, S)) > 0.3).astype(np.int32))
 
 
-@pytest.mark.parametrize("form", ["all", "no-segment", "position-ids", "batch-position-ids", "int64-ids", "no-mask"])
-def test_embed_layer_norm_matches_the_generic_op(form):
-    cpu, generic = _impls("EmbedLayerNormalization", MS, 1)
-    f = _embed_inputs()
+EMBED_FORMS = ["all", "no-segment", "segment-table-only", "position-ids", "1d-position-ids", "batch-position-ids",
+               "int64-ids", "int64-all", "no-mask", "int64-mask", "bool-mask", "float-mask", "wide-mask", "no-beta",
+               "one-row"]
+
+
+def _embed_form(form):
+    f = _embed_inputs(B=1, S=1) if form == "one-row" else _embed_inputs()
     B, S = f["input_ids"].shape
     if form == "no-segment":
         f["segment_ids"] = f["segment_embedding"] = None
+    elif form == "segment-table-only":  # no segment_ids: the table is not used
+        f["segment_ids"] = None
     elif form == "position-ids":
         f["position_ids"] = np.arange(S, dtype=np.int32)[::-1].copy()[None]
+    elif form == "1d-position-ids":
+        f["position_ids"] = _rng(8).integers(-S - 3, S + 3, (S,)).astype(np.int32)
     elif form == "batch-position-ids":
         f["position_ids"] = _rng(7).integers(0, S + 3, (B, S)).astype(np.int64)
     elif form == "int64-ids":
         f["input_ids"] = f["input_ids"].astype(np.int64)
+    elif form == "int64-all":
+        for k in ("input_ids", "segment_ids", "mask"):
+            f[k] = f[k].astype(np.int64)
+        f["position_ids"] = np.arange(S, dtype=np.int64)[None]
     elif form == "no-mask":
         f["mask"] = None
-    prepared = cpu_norm.prepare_params(5, 6)({5: f["gamma"], 6: f["beta"]}, {})
-    got = cpu(np, **f, epsilon=1e-12, prepared=prepared)
+    elif form == "int64-mask":
+        f["mask"] = f["mask"].astype(np.int64) * _rng(9).integers(0, 3, (B, S))  # 2s are not counted
+    elif form == "bool-mask":
+        f["mask"] = f["mask"].astype(bool)
+    elif form == "float-mask":
+        f["mask"] = f["mask"].astype(np.float32)
+    elif form == "wide-mask":  # more columns than the sequence, another batch
+        f["mask"] = (_rng(10).random((B + 1, S + 4)) > 0.5).astype(np.int32)
+    elif form == "no-beta":
+        f["beta"] = None
+    return f
+
+
+@pytest.mark.parametrize("outputs", [1, 2, 3])
+@pytest.mark.parametrize("form", EMBED_FORMS)
+def test_embed_layer_norm_matches_the_generic_op(form, outputs):
+    cpu, generic = _impls("EmbedLayerNormalization", MS, 1)
+    f = _embed_form(form)
+    consts = {i: f[k] for i, k in ((2, "word_embedding"), (3, "position_embedding"), (4, "segment_embedding"),
+                                   (5, "gamma"), (6, "beta")) if f[k] is not None}
+    prepared = cpu_norm.prepare_embed(consts, {})
     want = generic(np, **f, epsilon=1e-12)
-    np.testing.assert_array_equal(got[2], want[2])  # word + position + segment, in that order
-    _equal(got[1], want[1])
+    for _ in range(2):  # the second call on the tables and parameters kept in prepared
+        got = cpu(np, **f, epsilon=1e-12, prepared=prepared, n_outputs=outputs)
+        got = (got,) if outputs == 1 else got
+        assert len(got) == outputs
+        if outputs > 2:
+            np.testing.assert_array_equal(got[2], want[2])  # word + position + segment, in that order
+        if outputs > 1:
+            _equal(got[1], want[1])
+        _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+    assert "embed" in prepared
+    fed = cpu_norm.prepare_embed({5: f["gamma"]}, {})  # the tables fed: nothing of them is kept
+    got = cpu(np, **f, epsilon=1e-12, prepared=fed, n_outputs=3)
+    np.testing.assert_array_equal(got[2], want[2])
     _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+    assert "embed" not in fed
+
+
+@pytest.mark.parametrize("form", [f for f in EMBED_FORMS if f != "wide-mask"])
+def test_embed_layer_norm_forms_take_the_kernel(form):
+    if native.function("embed_layernorm_f32") is None:
+        pytest.skip("native kernels unavailable")
+    f = _embed_form(form)
+    args = [f.get(k) for k in ("input_ids", "segment_ids", "word_embedding", "position_embedding",
+                               "segment_embedding", "gamma", "beta", "mask", "position_ids")]
+    assert cpu_norm.embed_norm(*args, 1e-12, None) is not None
+
+
+def test_embed_layer_norm_without_native_kernels_is_the_generic_op():
+    cpu, generic = _impls("EmbedLayerNormalization", MS, 1)
+    f = _embed_form("all")
+    with native.disabled():
+        _equal(cpu(np, **f, epsilon=1e-12), generic(np, **f, epsilon=1e-12))
 
 
 def test_embed_layer_norm_bad_ids_are_the_generic_ops_errors():
@@ -337,6 +396,13 @@ def test_embed_layer_norm_bad_ids_are_the_generic_ops_errors():
     g = dict(f, position_ids=np.full((1, 7), 10, np.int32))
     with pytest.raises(NodeError, match="input 'position_ids': index 10 is out of range"):
         cpu(np, **g)
+    g = dict(f, position_ids=np.full((2, 7), -11, np.int64))
+    with pytest.raises(NodeError, match="input 'position_ids': index -11 is out of range"):
+        cpu(np, **g)
+    g = dict(f, input_ids=f["input_ids"].astype(np.int64))
+    g["input_ids"][0, 0] = 2 ** 40
+    with pytest.raises(NodeError, match=rf"input 'input_ids': index {2 ** 40} is out of range"):
+        cpu(np, **g, n_outputs=2)
     with pytest.raises(NodeError, match="exceeds the 10 position embeddings"):
         cpu(np, **dict(f, input_ids=np.zeros((2, 11), np.int32), segment_ids=None))
 

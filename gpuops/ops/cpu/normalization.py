@@ -345,78 +345,129 @@ def SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias=None, *, epsil
     return got[0] if n_outputs == 1 else got[:n_outputs]
 
 
-def _rows_of(table, ids):
-    """``table[ids]`` (rows of a float32 2-D table by integer ids, negative ones from the end), or None
-    when the ids are not integers or one is out of range (the generic op then says which)."""
-    if type(ids) is not np.ndarray or ids.dtype.kind not in "iu":
+_IDS = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}  # embed_layernorm_f32's `wide` bit of an id array
+
+
+def _ids(a, bit: int):
+    """``a``'s ``wide`` bits for the kernel (int32: 0, int64: ``bit``), or None when it does not take ``a``."""
+    if type(a) is not np.ndarray or not a.flags.c_contiguous:
         return None
-    try:
-        return table.take(ids, axis=0)
-    except IndexError:
+    w = _IDS.get(a.dtype)
+    return None if w is None else w * bit
+
+
+def _table(t, D=None) -> bool:
+    return type(t) is np.ndarray and t.dtype == _F32 and t.ndim == 2 and t.flags.c_contiguous and t.shape[1] \
+        and (D is None or t.shape[1] == D)
+
+
+def _embed_plan(prepared, word, position, segment, gamma, beta):
+    """What the kernel takes of the node's tables, gamma and beta (kept in ``prepared`` under "embed" when
+    they are the node's constants): the sources, D, the rows of word, position and segment, their
+    addresses and gamma's and beta's :class:`Param`; or None."""
+    if not _table(word) or not _table(position, word.shape[1]) or (segment is not None and not _table(segment,
+                                                                                                     word.shape[1])):
         return None
+    D = word.shape[1]
+    g = _param(prepared, 5, gamma, (D,), 3)
+    b = None if beta is None else _param(prepared, 6, beta, (D,), 3)
+    if g is None or g.src.dtype != _F32 or (beta is not None and (b is None or b.src.dtype != _F32)):
+        return None
+    plan = (word, position, segment, gamma, beta, D, word.shape[0], position.shape[0],
+            0 if segment is None else segment.shape[0], _address(word), _address(position),
+            None if segment is None else _address(segment), g, b)
+    tables = prepared.get("tables", {}) if prepared is not None else {}
+    if tables.get(2) is word and tables.get(3) is position and (segment is None or tables.get(4) is segment) \
+            and prepared.get(5) is g and (b is None or prepared.get(6) is b):  # constants only
+        prepared["embed"] = plan
+    return plan
+
+
+def prepare_embed(constants, attrs):
+    """EmbedLayerNormalization's ``prepare`` hook: :func:`prepare_params` of gamma and beta, and the constant
+    tables (word, position, segment by position) under "tables"."""
+    kept = prepare_params(5, 6)(constants, attrs) or {}
+    tables = {i: a for i, a in constants.items() if i in (2, 3, 4) and type(a) is np.ndarray}
+    if tables:
+        kept["tables"] = tables
+    return kept or None
 
 
 def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mask, position_ids, epsilon,
-               prepared):
-    """EmbedLayerNormalization's (Y, mask_index, sum) by the native kernel, or None where it does not apply."""
-    fn = native.function("layernorm_f32")
+               prepared, outputs=3):
+    """EmbedLayerNormalization's (Y, mask_index, sum) by the native kernel (``rows.c``'s
+    ``embed_layernorm_f32``: the gathers, sums, normalization and mask index in one call), or None where it
+    does not apply or an id is out of range (the generic op then says which); the first ``outputs`` of
+    them, the others None. The tables' sizes and addresses are kept in the step's prepared parameters."""
+    fn = native.function("embed_layernorm_f32")
     if fn is None or type(input_ids) is not np.ndarray or input_ids.ndim != 2 or not input_ids.size:
         return None
-    if any(type(t) is not np.ndarray or t.dtype != _F32 or t.ndim != 2 or not t.flags.c_contiguous
-           for t in (word, position)) or position.shape[1] != word.shape[1]:
+    wide = _ids(input_ids, 1)
+    if wide is None:
         return None
+    plan = prepared.get("embed") if prepared is not None else None
+    if plan is None or plan[0] is not word or plan[1] is not position or plan[2] is not segment \
+            or plan[3] is not gamma or plan[4] is not beta:
+        plan = _embed_plan(prepared, word, position, segment, gamma, beta)
+        if plan is None:
+            return None
+    D, words, positions, segments, w_addr, p_addr, s_addr, g, b = plan[5:]
     Bn, S = input_ids.shape
-    D = word.shape[1]
-    if not D:
-        return None
-    rows = _rows_of(word, input_ids)
-    if rows is None:
-        return None
-    if position_ids is None:
-        if S > position.shape[0]:
-            return None
-        pos, k = position[:S], S
-    else:
-        if position_ids.ndim > 2 or position_ids.shape[-1:] != (S,) or position_ids.size not in (S, Bn * S):
-            return None
-        pos = _rows_of(position, position_ids)
-        if pos is None:
-            return None
-        k = position_ids.size
-    seg = None
+    seg_addr = None
     if segment is not None and segment_ids is not None:
-        if type(segment) is not np.ndarray or segment.dtype != _F32 or segment.ndim != 2 or segment.shape[1] != D \
-                or segment_ids.shape != (Bn, S):
+        bits = _ids(segment_ids, 2)
+        if bits is None or segment_ids.shape != (Bn, S):
             return None
-        seg = _rows_of(segment, segment_ids)
-        if seg is None:
-            return None
-    norm, nd = (D,), 3
-    g = _param(prepared, 5, gamma, norm, nd)
-    b = None if beta is None else _param(prepared, 6, beta, norm, nd)
-    if g is None or g.src.dtype != _F32 or (beta is not None and (b is None or b.src.dtype != _F32)):
-        return None
-    if mask is None:
-        mask_index = np.zeros((Bn,), np.int32)
-    elif type(mask) is np.ndarray and mask.ndim == 2:
-        mask_index = np.add.reduce(mask == 1, axis=1, dtype=np.int32)
+        wide |= bits
+        seg_addr = _address(segment_ids)
     else:
+        s_addr = None
+    pos_addr, position_count = None, 0
+    if position_ids is None:
+        if S > positions:
+            return None
+    else:
+        bits = _ids(position_ids, 4)
+        if bits is None or position_ids.ndim > 2 or position_ids.shape[-1:] != (S,) \
+                or position_ids.size not in (S, Bn * S):
+            return None
+        wide |= bits
+        pos_addr, position_count = _address(position_ids), position_ids.size
+    mask_addr, mask_cols, mask_index = None, 0, None
+    if outputs > 1:
+        if mask is not None:
+            if type(mask) is not np.ndarray or mask.ndim != 2:
+                return None
+            bits = _ids(mask, 8)
+            if bits is None or mask.shape[0] != Bn or not mask.size:
+                mask_index = np.add.reduce(mask == 1, axis=1, dtype=np.int32)
+            else:
+                wide |= bits
+                mask_addr, mask_cols = _address(mask), mask.shape[1]
+    y = np.empty((Bn, S, D), np.float32)
+    s = np.empty((Bn, S, D), np.float32) if outputs > 2 else None
+    if outputs > 1 and mask_index is None:
+        mask_index = np.empty((Bn,), np.int32)
+        m_addr = native.address(mask_index)
+    else:
+        m_addr = None
+    if fn(_address(input_ids), seg_addr, pos_addr, mask_addr, w_addr, p_addr, s_addr, g.address,
+          None if b is None else b.address,
+          native.address(y), None if s is None else native.address(s), m_addr, Bn, S, D, words, positions, segments,
+          position_count, mask_cols, wide, epsilon):
         return None
-    y, s = np.empty((Bn, S, D), np.float32), np.empty((Bn, S, D), np.float32)
-    native.call(fn, native.address(rows), _address(pos), None if seg is None else native.address(seg), None,
-                g.address, None if b is None else b.address, native.address(y), native.address(s), None, None,
-                Bn * S, D, k, epsilon, 0)
     return y, mask_index, s
 
 
-@op("EmbedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(5, 6))
+@op("EmbedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_embed, n_outputs=True)
 def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None, position_embedding=None,
                             segment_embedding=None, gamma=None, beta=None, mask=None, position_ids=None, *,
-                            epsilon=1e-12, mask_index_type=1, prepared=None):
+                            epsilon=1e-12, mask_index_type=1, prepared=None, n_outputs=3):
+    """The native kernel's embedding and normalization: only the outputs the node has (no sum without it)."""
     got = embed_norm(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta,
-                     mask, position_ids, epsilon, prepared)
-    if got is not None:
-        return got
-    return _transformer.EmbedLayerNormalization(
-        xp, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, mask,
-        position_ids, epsilon=epsilon, mask_index_type=mask_index_type)
+                     mask, position_ids, epsilon, prepared, n_outputs)
+    if got is None:
+        got = _transformer.EmbedLayerNormalization(
+            xp, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, mask,
+            position_ids, epsilon=epsilon, mask_index_type=mask_index_type)
+    return got[0] if n_outputs == 1 else got[:n_outputs]
