@@ -50,6 +50,9 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
     const int64_t S = a->seq, P = a->past_len, N = a->heads, hq = a->hq, hv = a->hv, ld = N * (2 * hq + hv);
     const int64_t T = P + S, tp = (T + VL - 1) / VL * VL, has_key = a->key_form || a->masked;
     const int64_t cache = a->batch * N * T * hv;  /* the present's K / V halves */
+    const vfloat filter = vsplat(a->filter);
+    vfloat lanes;  /* 0, 1, ..., VL - 1 */
+    for (int j = 0; j < VL; ++j) lanes[j] = (float)j;
     for (int64_t p = p0; p < p1; ++p) {
         const int64_t b = p / N, h = p % N;
         const float* base = a->qkv + b * S * ld;
@@ -84,6 +87,20 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
                 const vfloat acc = (a0 + a1) / a->divisor;
                 memcpy(sc + t, &acc, sizeof acc);
             }
+            if (tp == VL && !a->masked) {  /* one vector of keys: the masks and the softmax in registers */
+                vfloat x;
+                memcpy(&x, sc, sizeof x);
+                if (has_key || a->causal) {
+                    const vfloat km = vselect((lanes < (float)lo) | (lanes >= (float)hi), filter, (vfloat){0});
+                    const vfloat cm = vselect(lanes > (float)(s + P), filter, (vfloat){0});
+                    x += has_key ? (a->causal ? km + cm : km) : cm;
+                }
+                x = vselect(lanes < (float)T, x, vsplat(-INFINITY));  /* vexp_row's padding */
+                const float m = vmax_lanes(vmax_nan(vsplat(-INFINITY), x));
+                const vfloat e = vexp_neg(x - m);
+                const vfloat pr = e * (1.0f / vsum((vfloat){0} + e));
+                memcpy(sc, &pr, sizeof pr);
+            } else {
             if (has_key || a->causal) {
                 const uint8_t* raw = a->masked ? a->masked + (b * a->mask_rows + (a->mask_rows > 1 ? s : 0)) * T : NULL;
                 for (int64_t t = 0; t < T; ++t) {
@@ -94,6 +111,7 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
             }
             float max;
             vscale_row(sc, T, 1.0f / vexp_row(sc, sc, T, 1, &max));  /* the softmax, as rows.c's */
+            }
             float* out = a->y + (b * S + s) * N * hv + h * hv;
             for (int64_t j0 = 0; j0 < hv; j0 += VL) {  /* the weighted values, VL columns at a time */
                 const int64_t m = hv - j0 < VL ? hv - j0 : VL;

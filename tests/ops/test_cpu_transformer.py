@@ -580,6 +580,36 @@ def test_attention_with_past_and_present_matches_the_generic_op(mask, unidirecti
                                       generic(np, x, W, bias, None, None, num_heads=N, n_outputs=2)[1])
 
 
+@pytest.mark.parametrize("shape", [(2, 12, 32, 4), (1, 17, 16, 2), (3, 1, 8, 1)])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention_with_prepared_weights_is_the_unprepared_path(shape, unidirectional):
+    """With constant weights (the prepare hook's dict), the shapes' work is kept per input and mask shape:
+    the same products and kernel, so the same bits, whatever the mask's form and dtype on later calls."""
+    from gpuops.ops.cpu import attention as cpu_attention
+
+    cpu, generic = _impls("Attention", MS, 1)
+    B, S, D, N = shape
+    x, W, bias = _f32(B, S, D), _f32(D, 3 * D, seed=1, scale=0.3), _f32(3 * D, seed=2)
+    kw = dict(num_heads=N, unidirectional=unidirectional, mask_filter_value=-3.4028234663852886e38)
+    prepared = cpu_attention.prepare({1: W, 2: bias}, kw)
+    masks = [None, np.arange(B, dtype=np.int32) % (S + 1), np.arange(B, dtype=np.int64) % (S + 1),
+             np.concatenate([np.full(B, S, np.int32), np.arange(B, dtype=np.int32) % S]),
+             np.full((2 * B,), S, np.int32)[::2], (_rng(3).random((B, S)) > 0.3).astype(np.int32)]
+    for m in masks * 2:  # the second round on the kept plans
+        want = cpu(np, x, W, bias, m, **kw)
+        _equal(cpu(np, x, W, bias, m, prepared=prepared, **kw), want)
+        if m is not None and m.ndim == 1 and m.dtype == np.int32:
+            _within(want, generic(np, x, W, bias, m, **kw),
+                    _attention_bound(x, W, bias, N, [D] * 3, 1 / math.sqrt(D // N)))
+    assert any(type(k) is tuple for k in prepared)
+    W2 = _f32(D, 3 * D, seed=5, scale=0.3)  # not the prepared weights: the unprepared path
+    _equal(cpu(np, x, W2, bias, prepared=prepared, **kw), cpu(np, x, W2, bias, **kw))
+    _equal(cpu(np, x.astype(np.float16), W, bias, prepared=prepared, **kw),
+           generic(np, x.astype(np.float16), W, bias, **kw))
+    assert cpu_attention.prepare({1: W}, dict(kw, do_rotary=1)) is None
+    assert cpu_attention.prepare({2: bias}, kw) is None  # the weights fed
+
+
 def test_attention_forms_the_kernel_does_not_take_are_the_generic_ops():
     cpu, generic = _impls("Attention", MS, 1)
     B, S, D, N = 2, 5, 16, 2
