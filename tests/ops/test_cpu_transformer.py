@@ -360,6 +360,15 @@ def test_embed_layer_norm_matches_the_generic_op(form, outputs):
             _equal(got[1], want[1])
         _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
     assert "embed" in prepared
+    if f.get("position_ids") is not None:  # constant position ids: their address kept
+        pids = f["position_ids"].copy()
+        pids.flags.writeable = False
+        kept = cpu_norm.prepare_embed({**consts, 8: pids}, {})
+        assert kept["position_ids"][0] is pids
+        got = cpu(np, **dict(f, position_ids=pids), epsilon=1e-12, prepared=kept, n_outputs=3)
+        np.testing.assert_array_equal(got[2], want[2])
+        _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+        _equal(got[1], want[1])
     fed = cpu_norm.prepare_embed({5: f["gamma"]}, {})  # the tables fed: nothing of them is kept
     got = cpu(np, **f, epsilon=1e-12, prepared=fed, n_outputs=3)
     np.testing.assert_array_equal(got[2], want[2])
@@ -669,6 +678,25 @@ def test_fast_gelu_matches_the_generic_op(with_bias):
     np.testing.assert_array_equal(tanh(np, X, approximate="tanh"), cpu(np, X))
     _equal(cpu(np, X.astype(np.float16), None if bias is None else bias.astype(np.float16)),
            generic(np, X.astype(np.float16), None if bias is None else bias.astype(np.float16)))
+
+
+@pytest.mark.parametrize("op_type", ["BiasGelu", "FastGelu"])
+def test_gelu_with_a_prepared_bias_is_the_unprepared_path(op_type):
+    """A constant bias's address kept by the prepare hook: the same bits; another bias, or one the hook does
+    not keep (float16, 2-D), is taken as without it."""
+    from gpuops.ops.cpu import activation as cpu_activation
+
+    cpu, _ = _impls(op_type, MS, 1)
+    X, bias = _gelu_inputs(), _f32(60, seed=1)
+    bias.flags.writeable = False  # as the session's constants
+    prepared = cpu_activation.prepare_bias({1: bias}, {})
+    assert prepared is not None and prepared[0] is bias
+    np.testing.assert_array_equal(cpu(np, X, bias, prepared=prepared), cpu(np, X, bias))
+    other = _f32(60, seed=2)
+    np.testing.assert_array_equal(cpu(np, X, other, prepared=prepared), cpu(np, X, other))
+    for b in (bias.astype(np.float16), bias[None], np.zeros(0, np.float32)):
+        assert cpu_activation.prepare_bias({1: b}, {}) is None
+    assert cpu_activation.prepare_bias({}, {}) is None
 
 
 def test_kernels_give_the_same_bits_on_several_threads():

@@ -384,12 +384,17 @@ def _embed_plan(prepared, word, position, segment, gamma, beta):
 
 
 def prepare_embed(constants, attrs):
-    """EmbedLayerNormalization's ``prepare`` hook: :func:`prepare_params` of gamma and beta, and the constant
-    tables (word, position, segment by position) under "tables"."""
+    """EmbedLayerNormalization's ``prepare`` hook: :func:`prepare_params` of gamma and beta, the constant
+    tables (word, position, segment by position) under "tables", and constant position ids with their
+    address and ``wide`` bits under "position_ids"."""
     kept = prepare_params(5, 6)(constants, attrs) or {}
     tables = {i: a for i, a in constants.items() if i in (2, 3, 4) and type(a) is np.ndarray}
     if tables:
         kept["tables"] = tables
+    pid = constants.get(8)  # position ids folded to a constant (an exporter's Range of the sequence)
+    bits = _ids(pid, 4)
+    if bits is not None and pid.size:
+        kept["position_ids"] = (pid, _address(pid), bits)
     return kept or None
 
 
@@ -427,12 +432,17 @@ def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mas
         if S > positions:
             return None
     else:
-        bits = _ids(position_ids, 4)
+        hit = prepared.get("position_ids") if prepared is not None else None
+        if hit is not None and hit[0] is position_ids:
+            bits, pos_addr = hit[2], hit[1]
+        else:
+            bits = _ids(position_ids, 4)
+            pos_addr = None if bits is None else _address(position_ids)
         if bits is None or position_ids.ndim > 2 or position_ids.shape[-1:] != (S,) \
                 or position_ids.size not in (S, Bn * S):
             return None
         wide |= bits
-        pos_addr, position_count = _address(position_ids), position_ids.size
+        position_count = position_ids.size
     mask_addr, mask_cols, mask_index = None, 0, None
     if outputs > 1:
         if mask is not None:
