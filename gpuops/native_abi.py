@@ -29,6 +29,8 @@ DECLARATIONS: dict[str, str] = {
                           float* y, float* present, int64_t batch, int64_t seq, int64_t past_len, int64_t heads,
                           int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows, int64_t causal, float divisor,
                           float filter);
+        int attention_planned_f32(const struct attention_plan* p, const float* x, const int32_t* key_range,
+                                  const uint8_t* masked, float* y);
         int attention_set_threads(int64_t n);
     """,
     "cast.c": """
