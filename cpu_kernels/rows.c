@@ -148,13 +148,21 @@ int layernorm_f32(const float* x, const float* skip, const float* skip2, const f
     return 0;
 }
 
-/* embed_layernorm_f32's arguments; `wide` says which id arrays are int64 (the others int32). */
-typedef struct {
-    const void *ids, *segment_ids, *position_ids;
+/* embed_layernorm_f32's arguments but its inputs and outputs, set once per node by the caller's plan
+ * (gpuops/ops/cpu/normalization.py, EmbedPlan), so that a call converts thirteen arguments rather than
+ * twenty-two: the tables (words, positions and segments rows of n floats; segment NULL: none), gamma and
+ * beta (n floats; beta NULL: none) and epsilon. */
+struct embed_plan {
     const float *word, *position, *segment, *gamma, *beta;
-    float *y, *sum;
-    int64_t rows, seq, n, words, positions, segments, position_count, wide;
+    int64_t n, words, positions, segments;
     float epsilon;
+};
+
+typedef struct {
+    const struct embed_plan* p;
+    const void *ids, *segment_ids, *position_ids;
+    float *y, *sum;
+    int64_t rows, seq, position_count, wide;
     int failed;
 } EmbedArgs;
 
@@ -167,27 +175,29 @@ static inline int64_t table_row(const void* ids, int64_t wide, int64_t i, int64_
 }
 
 static void embed_rows(EmbedArgs* a, int64_t r0, int64_t r1) {
-    const int64_t n = a->n;
+    const struct embed_plan* p = a->p;
+    const int64_t n = p->n;
+    const float* segment = a->segment_ids ? p->segment : NULL;
     for (int64_t r = r0; r < r1; ++r) {
-        const int64_t w = table_row(a->ids, a->wide & 1, r, a->words);
-        const int64_t p = a->position_ids ? table_row(a->position_ids, a->wide & 4, r % a->position_count,
-                                                      a->positions)
+        const int64_t w = table_row(a->ids, a->wide & 1, r, p->words);
+        const int64_t t = a->position_ids ? table_row(a->position_ids, a->wide & 4, r % a->position_count,
+                                                      p->positions)
                                           : r % a->seq;
-        const int64_t g = a->segment ? table_row(a->segment_ids, a->wide & 2, r, a->segments) : 0;
-        if (w < 0 || p < 0 || g < 0) {
+        const int64_t g = segment ? table_row(a->segment_ids, a->wide & 2, r, p->segments) : 0;
+        if (w < 0 || t < 0 || g < 0) {
             a->failed = 1;
             return;
         }
-        const float* restrict wr = a->word + w * n;
-        const float* restrict pr = a->position + p * n;
+        const float* restrict wr = p->word + w * n;
+        const float* restrict pr = p->position + t * n;
         float* yr = a->y + r * n;
         float* s = a->sum ? a->sum + r * n : yr;
         for (int64_t i = 0; i < n; ++i) s[i] = wr[i] + pr[i];
-        if (a->segment) {
-            const float* restrict gr = a->segment + g * n;
+        if (segment) {
+            const float* restrict gr = segment + g * n;
             for (int64_t i = 0; i < n; ++i) s[i] += gr[i];
         }
-        norm_row(s, yr, a->gamma, a->beta, n, a->epsilon, 0, NULL, NULL);
+        norm_row(s, yr, p->gamma, p->beta, n, p->epsilon, 0, NULL, NULL);
     }
 }
 
@@ -198,23 +208,20 @@ static void embed_part(void* ctx, int64_t part, int64_t parts) {
     embed_rows(a, r0, r1);
 }
 
-/* com.microsoft EmbedLayerNormalization of batch x seq ids, rows of n floats: row r (= b * seq + s) is
- * (word[ids[r]] + position[p]) + segment[segment_ids[r]] (segment NULL: no segment; each sum rounded), p
- * being position_ids[r % position_count] (position_ids NULL: s), kept in `sum` when not NULL; then
- * normalized as layernorm_f32's rows, y = (s - mean) / sqrt(var + epsilon) * gamma + beta (beta may be
- * NULL). Ids are int32, or int64 where `wide` has bit 1 (ids), 2 (segment_ids), 4 (position_ids) or 8
- * (mask); negative ones count from the end of their table (words, segments, positions rows). mask_index
- * (when not NULL) gets, per batch row, the count of 1s in that row of mask (batch x mask_cols; NULL: 0).
- * The rows are split across the pool's threads (pool_threads.h) from 16k elements per part. Returns 0, or 1
- * when an id is out of range (y and sum then hold garbage). */
-int embed_layernorm_f32(const void* ids, const void* segment_ids, const void* position_ids, const void* mask,
-                        const float* word, const float* position, const float* segment, const float* gamma,
-                        const float* beta, float* y, float* sum, int32_t* mask_index, int64_t batch, int64_t seq,
-                        int64_t n, int64_t words, int64_t positions, int64_t segments, int64_t position_count,
-                        int64_t mask_cols, int64_t wide, float epsilon) {
-    EmbedArgs a = {ids, segment_ids, position_ids, word, position, segment, gamma, beta, y, sum, batch * seq, seq, n,
-                   words, positions, segments, position_count, wide, epsilon, 0};
-    const int64_t rows = batch * seq;
+/* com.microsoft EmbedLayerNormalization of batch x seq ids, rows of p->n floats: row r (= b * seq + s) is
+ * (word[ids[r]] + position[t]) + segment[segment_ids[r]] (no segment unless both p->segment and segment_ids
+ * are set; each sum rounded), t being position_ids[r % position_count] (position_ids NULL: s), kept in
+ * `sum` when not NULL; then normalized as layernorm_f32's rows, y = (s - mean) / sqrt(var + epsilon) *
+ * gamma + beta. Ids are int32, or int64 where `wide` has bit 1 (ids), 2 (segment_ids), 4 (position_ids) or
+ * 8 (mask); negative ones count from the end of their table. mask_index (when not NULL) gets, per batch
+ * row, the count of 1s in that row of mask (batch x mask_cols; NULL: 0). The rows are split across the
+ * pool's threads (pool_threads.h) from 16k elements per part. Returns 0, or 1 when an id is out of range (y
+ * and sum then hold garbage). */
+int embed_layernorm_f32(const struct embed_plan* p, const void* ids, const void* segment_ids,
+                        const void* position_ids, const void* mask, float* y, float* sum, int32_t* mask_index,
+                        int64_t batch, int64_t seq, int64_t position_count, int64_t mask_cols, int64_t wide) {
+    EmbedArgs a = {p, ids, segment_ids, position_ids, y, sum, batch * seq, seq, position_count, wide, 0};
+    const int64_t rows = batch * seq, n = p->n;
     pool_run(embed_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
     if (a.failed) return 1;
     if (mask_index) {

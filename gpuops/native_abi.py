@@ -122,11 +122,10 @@ DECLARATIONS: dict[str, str] = {
         int layernorm_f32(const float* x, const float* skip, const float* skip2, const float* bias, const float* gamma,
                           const float* beta, float* y, float* sum, float* mean, float* inv, int64_t rows, int64_t n,
                           int64_t skip_rows, float epsilon, int64_t simplified);
-        int embed_layernorm_f32(const void* ids, const void* segment_ids, const void* position_ids, const void* mask,
-                                const float* word, const float* position, const float* segment, const float* gamma,
-                                const float* beta, float* y, float* sum, int32_t* mask_index, int64_t batch,
-                                int64_t seq, int64_t n, int64_t words, int64_t positions, int64_t segments,
-                                int64_t position_count, int64_t mask_cols, int64_t wide, float epsilon);
+        int embed_layernorm_f32(const struct embed_plan* p, const void* ids, const void* segment_ids,
+                                const void* position_ids, const void* mask, float* y, float* sum,
+                                int32_t* mask_index, int64_t batch, int64_t seq, int64_t position_count,
+                                int64_t mask_cols, int64_t wide);
         int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                    float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes);
         int rows_set_threads(int64_t n);

@@ -15,6 +15,7 @@ shapes, CuPy arrays, ``native.disabled()``) and the test oracle.
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import ml_dtypes
@@ -361,10 +362,19 @@ def _table(t, D=None) -> bool:
         and (D is None or t.shape[1] == D)
 
 
-def _embed_plan(prepared, word, position, segment, gamma, beta):
-    """What the kernel takes of the node's tables, gamma and beta (kept in ``prepared`` under "embed" when
-    they are the node's constants): the sources, D, the rows of word, position and segment, their
-    addresses and gamma's and beta's :class:`Param`; or None."""
+class EmbedPlan(ctypes.Structure):
+    """``struct embed_plan`` of ``cpu_kernels/rows.c``: embed_layernorm_f32's tables, gamma, beta (their
+    addresses), sizes and epsilon."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in ("word", "position", "segment", "gamma", "beta")] + [
+        (name, ctypes.c_int64) for name in ("n", "words", "positions", "segments")] + [("epsilon", ctypes.c_float)]
+
+
+def _embed_plan(prepared, word, position, segment, gamma, beta, epsilon):
+    """What the kernel takes of the node's tables, gamma, beta and epsilon (kept in ``prepared`` under "embed"
+    when they are the node's constants): the sources and epsilon, D, the position rows, the
+    :class:`EmbedPlan` and its address, and gamma's and beta's :class:`Param` (which hold what it points
+    to); or None."""
     if not _table(word) or not _table(position, word.shape[1]) or (segment is not None and not _table(segment,
                                                                                                      word.shape[1])):
         return None
@@ -373,9 +383,11 @@ def _embed_plan(prepared, word, position, segment, gamma, beta):
     b = None if beta is None else _param(prepared, 6, beta, (D,), 3)
     if g is None or g.src.dtype != _F32 or (beta is not None and (b is None or b.src.dtype != _F32)):
         return None
-    plan = (word, position, segment, gamma, beta, D, word.shape[0], position.shape[0],
-            0 if segment is None else segment.shape[0], _address(word), _address(position),
-            None if segment is None else _address(segment), g, b)
+    struct = EmbedPlan(_address(word), _address(position), None if segment is None else _address(segment), g.address,
+                       None if b is None else b.address, D, word.shape[0], position.shape[0],
+                       0 if segment is None else segment.shape[0], epsilon)
+    plan = (word, position, segment, gamma, beta, epsilon, D, position.shape[0], struct, ctypes.addressof(struct),
+            g, b)
     tables = prepared.get("tables", {}) if prepared is not None else {}
     if tables.get(2) is word and tables.get(3) is position and (segment is None or tables.get(4) is segment) \
             and prepared.get(5) is g and (b is None or prepared.get(6) is b):  # constants only
@@ -403,7 +415,8 @@ def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mas
     """EmbedLayerNormalization's (Y, mask_index, sum) by the native kernel (``rows.c``'s
     ``embed_layernorm_f32``: the gathers, sums, normalization and mask index in one call), or None where it
     does not apply or an id is out of range (the generic op then says which); the first ``outputs`` of
-    them, the others None. The tables' sizes and addresses are kept in the step's prepared parameters."""
+    them, the others None. The tables' sizes and addresses (an :class:`EmbedPlan`) are kept in the step's
+    prepared parameters."""
     fn = native.function("embed_layernorm_f32")
     if fn is None or type(input_ids) is not np.ndarray or input_ids.ndim != 2 or not input_ids.size:
         return None
@@ -412,11 +425,11 @@ def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mas
         return None
     plan = prepared.get("embed") if prepared is not None else None
     if plan is None or plan[0] is not word or plan[1] is not position or plan[2] is not segment \
-            or plan[3] is not gamma or plan[4] is not beta:
-        plan = _embed_plan(prepared, word, position, segment, gamma, beta)
+            or plan[3] is not gamma or plan[4] is not beta or plan[5] != epsilon:
+        plan = _embed_plan(prepared, word, position, segment, gamma, beta, epsilon)
         if plan is None:
             return None
-    D, words, positions, segments, w_addr, p_addr, s_addr, g, b = plan[5:]
+    D, positions, _, struct = plan[6:10]
     Bn, S = input_ids.shape
     seg_addr = None
     if segment is not None and segment_ids is not None:
@@ -425,8 +438,6 @@ def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mas
             return None
         wide |= bits
         seg_addr = _address(segment_ids)
-    else:
-        s_addr = None
     pos_addr, position_count = None, 0
     if position_ids is None:
         if S > positions:
@@ -461,10 +472,8 @@ def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mas
         m_addr = native.address(mask_index)
     else:
         m_addr = None
-    if fn(_address(input_ids), seg_addr, pos_addr, mask_addr, w_addr, p_addr, s_addr, g.address,
-          None if b is None else b.address,
-          native.address(y), None if s is None else native.address(s), m_addr, Bn, S, D, words, positions, segments,
-          position_count, mask_cols, wide, epsilon):
+    if fn(struct, _address(input_ids), seg_addr, pos_addr, mask_addr, native.address(y),
+          None if s is None else native.address(s), m_addr, Bn, S, position_count, mask_cols, wide):
         return None
     return y, mask_index, s
 
