@@ -149,7 +149,7 @@ int layernorm_f32(const float* x, const float* skip, const float* skip2, const f
 }
 
 /* embed_layernorm_f32's arguments but its inputs and outputs, set once per node by the caller's plan
- * (gpuops/ops/cpu/normalization.py, EmbedPlan), so that a call converts thirteen arguments rather than
+ * (gpuops/ops/cpu/embedding.py, EmbedPlan), so that a call converts thirteen arguments rather than
  * twenty-two: the tables (words, positions and segments rows of n floats; segment NULL: none), gamma and
  * beta (n floats; beta NULL: none) and epsilon. */
 struct embed_plan {
@@ -166,10 +166,12 @@ typedef struct {
     int failed;
 } EmbedArgs;
 
-/* Row `row` of a table of `count` rows from the id at i of ids (int64 when wide, else int32), negative ids
- * counting from the end; -1 when out of range. */
-static inline int64_t table_row(const void* ids, int64_t wide, int64_t i, int64_t count) {
+/* Row `row` of a table of `count` rows from the id at i of ids (int64 when wide, else int32; an int64 one
+ * wrapped to int32 first with `narrow`, as a Cast would), negative ids counting from the end; -1 when out of
+ * range. */
+static inline int64_t table_row(const void* ids, int64_t wide, int64_t narrow, int64_t i, int64_t count) {
     int64_t v = wide ? ((const int64_t*)ids)[i] : ((const int32_t*)ids)[i];
+    if (wide && narrow) v = (int32_t)v;
     if (v < 0) v += count;
     return v >= 0 && v < count ? v : -1;
 }
@@ -178,12 +180,13 @@ static void embed_rows(EmbedArgs* a, int64_t r0, int64_t r1) {
     const struct embed_plan* p = a->p;
     const int64_t n = p->n;
     const float* segment = a->segment_ids ? p->segment : NULL;
+    const int64_t narrow = a->wide & 16;
     for (int64_t r = r0; r < r1; ++r) {
-        const int64_t w = table_row(a->ids, a->wide & 1, r, p->words);
-        const int64_t t = a->position_ids ? table_row(a->position_ids, a->wide & 4, r % a->position_count,
+        const int64_t w = table_row(a->ids, a->wide & 1, narrow, r, p->words);
+        const int64_t t = a->position_ids ? table_row(a->position_ids, a->wide & 4, 0, r % a->position_count,
                                                       p->positions)
                                           : r % a->seq;
-        const int64_t g = segment ? table_row(a->segment_ids, a->wide & 2, r, p->segments) : 0;
+        const int64_t g = segment ? table_row(a->segment_ids, a->wide & 2, narrow, r, p->segments) : 0;
         if (w < 0 || t < 0 || g < 0) {
             a->failed = 1;
             return;
@@ -213,7 +216,9 @@ static void embed_part(void* ctx, int64_t part, int64_t parts) {
  * are set; each sum rounded), t being position_ids[r % position_count] (position_ids NULL: s), kept in
  * `sum` when not NULL; then normalized as layernorm_f32's rows, y = (s - mean) / sqrt(var + epsilon) *
  * gamma + beta. Ids are int32, or int64 where `wide` has bit 1 (ids), 2 (segment_ids), 4 (position_ids) or
- * 8 (mask); negative ones count from the end of their table. mask_index (when not NULL) gets, per batch
+ * 8 (mask); with 16, the int64 ids and mask but the position ids are wrapped to int32 first (gpuops'
+ * private CastEmbedLayerNormalization: the Casts of an exporter's int64 inputs taken in). Negative ids count
+ * from the end of their table. mask_index (when not NULL) gets, per batch
  * row, the count of 1s in that row of mask (batch x mask_cols; NULL: 0). The rows are split across the
  * pool's threads (pool_threads.h) from 16k elements per part. Returns 0, or 1 when an id is out of range (y
  * and sum then hold garbage). */
@@ -229,7 +234,10 @@ int embed_layernorm_f32(const struct embed_plan* p, const void* ids, const void*
             int32_t c = 0;
             if (mask && (wide & 8)) {
                 const int64_t* m = (const int64_t*)mask + b * mask_cols;
-                for (int64_t j = 0; j < mask_cols; ++j) c += m[j] == 1;
+                if (wide & 16)
+                    for (int64_t j = 0; j < mask_cols; ++j) c += (int32_t)m[j] == 1;
+                else
+                    for (int64_t j = 0; j < mask_cols; ++j) c += m[j] == 1;
             } else if (mask) {
                 const int32_t* m = (const int32_t*)mask + b * mask_cols;
                 for (int64_t j = 0; j < mask_cols; ++j) c += m[j] == 1;

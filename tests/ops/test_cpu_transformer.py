@@ -1,5 +1,5 @@
-"""The CPU paths of transformer ops (gpuops/ops/cpu/normalization.py, attention.py, indexing.py, softmax.py,
-activation.py's Gelu forms and the native kernels of cpu_kernels/rows.c, attention.c, special.c) against
+"""The CPU paths of transformer ops (gpuops/ops/cpu/normalization.py, embedding.py, attention.py, indexing.py,
+softmax.py, activation.py's Gelu forms and the native kernels of cpu_kernels/rows.c, attention.c, special.c) against
 the generic ops they stand in for, which stay the oracle.
 
 Tolerances come from the arithmetic: both sides compute in float32 and differ in the order of their
@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 import gpuops
 from gpuops import native, registry
 from gpuops.errors import NodeError
+from gpuops.ops.cpu import embedding as cpu_embed
 from gpuops.ops.cpu import normalization as cpu_norm
 
 MS = "com.microsoft"
@@ -348,7 +349,7 @@ def test_embed_layer_norm_matches_the_generic_op(form, outputs):
     f = _embed_form(form)
     consts = {i: f[k] for i, k in ((2, "word_embedding"), (3, "position_embedding"), (4, "segment_embedding"),
                                    (5, "gamma"), (6, "beta")) if f[k] is not None}
-    prepared = cpu_norm.prepare_embed(consts, {})
+    prepared = cpu_embed.prepare_embed(consts, {})
     want = generic(np, **f, epsilon=1e-12)
     for _ in range(2):  # the second call on the tables and parameters kept in prepared
         got = cpu(np, **f, epsilon=1e-12, prepared=prepared, n_outputs=outputs)
@@ -363,13 +364,13 @@ def test_embed_layer_norm_matches_the_generic_op(form, outputs):
     if f.get("position_ids") is not None:  # constant position ids: their address kept
         pids = f["position_ids"].copy()
         pids.flags.writeable = False
-        kept = cpu_norm.prepare_embed({**consts, 8: pids}, {})
+        kept = cpu_embed.prepare_embed({**consts, 8: pids}, {})
         assert kept["position_ids"][0] is pids
         got = cpu(np, **dict(f, position_ids=pids), epsilon=1e-12, prepared=kept, n_outputs=3)
         np.testing.assert_array_equal(got[2], want[2])
         _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
         _equal(got[1], want[1])
-    fed = cpu_norm.prepare_embed({5: f["gamma"]}, {})  # the tables fed: nothing of them is kept
+    fed = cpu_embed.prepare_embed({5: f["gamma"]}, {})  # the tables fed: nothing of them is kept
     got = cpu(np, **f, epsilon=1e-12, prepared=fed, n_outputs=3)
     np.testing.assert_array_equal(got[2], want[2])
     _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
@@ -383,7 +384,7 @@ def test_embed_layer_norm_forms_take_the_kernel(form):
     f = _embed_form(form)
     args = [f.get(k) for k in ("input_ids", "segment_ids", "word_embedding", "position_embedding",
                                "segment_embedding", "gamma", "beta", "mask", "position_ids")]
-    assert cpu_norm.embed_norm(*args, 1e-12, None) is not None
+    assert cpu_embed.embed_norm(*args, 1e-12, None) is not None
 
 
 def test_embed_layer_norm_without_native_kernels_is_the_generic_op():
@@ -414,6 +415,57 @@ def test_embed_layer_norm_bad_ids_are_the_generic_ops_errors():
         cpu(np, **g, n_outputs=2)
     with pytest.raises(NodeError, match="exceeds the 10 position embeddings"):
         cpu(np, **dict(f, input_ids=np.zeros((2, 11), np.int32), segment_ids=None))
+
+
+@pytest.mark.parametrize("form", ["int64", "int32", "no-position-ids", "bool-mask", "float-mask", "wide-mask"])
+def test_cast_embed_layer_norm_is_the_casts_then_the_op(form):
+    """gpuops' private CastEmbedLayerNormalization: its int64 ids and mask wrapped to int32 as Cast does
+    (2^32 + 3 is 3, 2^32 + 1 in the mask a 1), then EmbedLayerNormalization; the CPU's kernel wraps them
+    as it reads them."""
+    from gpuops.ops.contrib import private
+
+    cpu = registry.resolve(private.DOMAIN, "CastEmbedLayerNormalization", 1, "cpu")
+    generic = registry.resolve(private.DOMAIN, "CastEmbedLayerNormalization", 1, None)
+    assert cpu.device == "cpu" and generic.device is None
+    ln, _ = _impls("EmbedLayerNormalization", MS, 1)
+    f = _embed_inputs()
+    B, S = f["input_ids"].shape
+    f["position_ids"] = np.arange(S, dtype=np.int32)[None]
+    wraps = np.int64(2 ** 32) * _rng(11).integers(-2, 3, (B, S))
+    if form != "int32":
+        f["input_ids"] = f["input_ids"].astype(np.int64) + wraps
+        f["segment_ids"] = f["segment_ids"].astype(np.int64) - wraps
+        f["mask"] = f["mask"].astype(np.int64) + wraps
+    if form == "no-position-ids":
+        del f["position_ids"]
+    elif form == "bool-mask":
+        f["mask"] = (f["mask"] % 2).astype(bool)
+    elif form == "float-mask":
+        f["mask"] = (f["mask"] % 2).astype(np.float32) + 0.25  # cast to int32 first: 1.25 is a 1
+    elif form == "wide-mask":
+        f["mask"] = np.concatenate([f["mask"], f["mask"][:1]], axis=0)
+    cast = {k: (v.astype(np.int32) if k in ("input_ids", "segment_ids", "mask") else v) for k, v in f.items()}
+    want = ln(np, **cast, epsilon=1e-12)
+    for got in (cpu.fn(np, **f, epsilon=1e-12, prepared=cpu_embed.prepare_embed({5: f["gamma"], 6: f["beta"]}, {})),
+                generic.fn(np, **f, epsilon=1e-12)):
+        assert len(got) == 2
+        _equal(got[1], want[1])
+        _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+    args = [f.get(k) for k in ("input_ids", "segment_ids", "word_embedding", "position_embedding",
+                               "segment_embedding", "gamma", "beta", "mask", "position_ids")]
+    if form in ("int64", "no-position-ids"):  # the kernel's own wrapping, not a fallback
+        assert cpu_embed.embed_norm(*args, 1e-12, None, 2, narrow=True) is not None
+
+
+def test_cast_embed_layer_norm_bad_ids_are_the_generic_ops_errors():
+    from gpuops.ops.contrib import private
+
+    cpu = registry.resolve(private.DOMAIN, "CastEmbedLayerNormalization", 1, "cpu").fn
+    f = _embed_inputs()
+    f["input_ids"] = f["input_ids"].astype(np.int64)
+    f["input_ids"][1, 2] = 2 ** 32 + 50  # 50 once wrapped: out of the 50 words
+    with pytest.raises(NodeError, match="input 'input_ids': index 50 is out of range"):
+        cpu(np, **f)
 
 
 # -- Gather ---------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The layer normalizations of transformers on the CPU (``@op(..., device="cpu")``): ai.onnx
 LayerNormalization-17 and onnxruntime's LayerNormalization-1 and SimplifiedLayerNormalization, and
-com.microsoft SkipLayerNormalization, SkipSimplifiedLayerNormalization and EmbedLayerNormalization, in
+com.microsoft SkipLayerNormalization and SkipSimplifiedLayerNormalization (EmbedLayerNormalization's is
+:mod:`.embedding`'s), in
 one native pass over the rows (``cpu_kernels/rows.c``'s ``layernorm_f32``: the sum of the inputs, the
 two statistics and the scale and shift of each row) where NumPy makes six to ten passes, each with an
 array of its own -- on the small rows of exported models (a few dozen to a few hundred values) the
@@ -15,7 +16,6 @@ shapes, CuPy arrays, ``native.disabled()``) and the test oracle.
 
 from __future__ import annotations
 
-import ctypes
 import math
 
 import ml_dtypes
@@ -343,150 +343,4 @@ def SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias=None, *, epsil
     got = skip_norm(input, skip, gamma, None, bias, epsilon, prepared, (2, None, 3), True, n_outputs)
     if got is None:
         got = _contrib.SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias, epsilon=epsilon)
-    return got[0] if n_outputs == 1 else got[:n_outputs]
-
-
-_IDS = {np.dtype(np.int32): 0, np.dtype(np.int64): 1}  # embed_layernorm_f32's `wide` bit of an id array
-
-
-def _ids(a, bit: int):
-    """``a``'s ``wide`` bits for the kernel (int32: 0, int64: ``bit``), or None when it does not take ``a``."""
-    if type(a) is not np.ndarray or not a.flags.c_contiguous:
-        return None
-    w = _IDS.get(a.dtype)
-    return None if w is None else w * bit
-
-
-def _table(t, D=None) -> bool:
-    return type(t) is np.ndarray and t.dtype == _F32 and t.ndim == 2 and t.flags.c_contiguous and t.shape[1] \
-        and (D is None or t.shape[1] == D)
-
-
-class EmbedPlan(ctypes.Structure):
-    """``struct embed_plan`` of ``cpu_kernels/rows.c``: embed_layernorm_f32's tables, gamma, beta (their
-    addresses), sizes and epsilon."""
-
-    _fields_ = [(name, ctypes.c_void_p) for name in ("word", "position", "segment", "gamma", "beta")] + [
-        (name, ctypes.c_int64) for name in ("n", "words", "positions", "segments")] + [("epsilon", ctypes.c_float)]
-
-
-def _embed_plan(prepared, word, position, segment, gamma, beta, epsilon):
-    """What the kernel takes of the node's tables, gamma, beta and epsilon (kept in ``prepared`` under "embed"
-    when they are the node's constants): the sources and epsilon, D, the position rows, the
-    :class:`EmbedPlan` and its address, and gamma's and beta's :class:`Param` (which hold what it points
-    to); or None."""
-    if not _table(word) or not _table(position, word.shape[1]) or (segment is not None and not _table(segment,
-                                                                                                     word.shape[1])):
-        return None
-    D = word.shape[1]
-    g = _param(prepared, 5, gamma, (D,), 3)
-    b = None if beta is None else _param(prepared, 6, beta, (D,), 3)
-    if g is None or g.src.dtype != _F32 or (beta is not None and (b is None or b.src.dtype != _F32)):
-        return None
-    struct = EmbedPlan(_address(word), _address(position), None if segment is None else _address(segment), g.address,
-                       None if b is None else b.address, D, word.shape[0], position.shape[0],
-                       0 if segment is None else segment.shape[0], epsilon)
-    plan = (word, position, segment, gamma, beta, epsilon, D, position.shape[0], struct, ctypes.addressof(struct),
-            g, b)
-    tables = prepared.get("tables", {}) if prepared is not None else {}
-    if tables.get(2) is word and tables.get(3) is position and (segment is None or tables.get(4) is segment) \
-            and prepared.get(5) is g and (b is None or prepared.get(6) is b):  # constants only
-        prepared["embed"] = plan
-    return plan
-
-
-def prepare_embed(constants, attrs):
-    """EmbedLayerNormalization's ``prepare`` hook: :func:`prepare_params` of gamma and beta, the constant
-    tables (word, position, segment by position) under "tables", and constant position ids with their
-    address and ``wide`` bits under "position_ids"."""
-    kept = prepare_params(5, 6)(constants, attrs) or {}
-    tables = {i: a for i, a in constants.items() if i in (2, 3, 4) and type(a) is np.ndarray}
-    if tables:
-        kept["tables"] = tables
-    pid = constants.get(8)  # position ids folded to a constant (an exporter's Range of the sequence)
-    bits = _ids(pid, 4)
-    if bits is not None and pid.size:
-        kept["position_ids"] = (pid, _address(pid), bits)
-    return kept or None
-
-
-def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mask, position_ids, epsilon,
-               prepared, outputs=3):
-    """EmbedLayerNormalization's (Y, mask_index, sum) by the native kernel (``rows.c``'s
-    ``embed_layernorm_f32``: the gathers, sums, normalization and mask index in one call), or None where it
-    does not apply or an id is out of range (the generic op then says which); the first ``outputs`` of
-    them, the others None. The tables' sizes and addresses (an :class:`EmbedPlan`) are kept in the step's
-    prepared parameters."""
-    fn = native.function("embed_layernorm_f32")
-    if fn is None or type(input_ids) is not np.ndarray or input_ids.ndim != 2 or not input_ids.size:
-        return None
-    wide = _ids(input_ids, 1)
-    if wide is None:
-        return None
-    plan = prepared.get("embed") if prepared is not None else None
-    if plan is None or plan[0] is not word or plan[1] is not position or plan[2] is not segment \
-            or plan[3] is not gamma or plan[4] is not beta or plan[5] != epsilon:
-        plan = _embed_plan(prepared, word, position, segment, gamma, beta, epsilon)
-        if plan is None:
-            return None
-    D, positions, _, struct = plan[6:10]
-    Bn, S = input_ids.shape
-    seg_addr = None
-    if segment is not None and segment_ids is not None:
-        bits = _ids(segment_ids, 2)
-        if bits is None or segment_ids.shape != (Bn, S):
-            return None
-        wide |= bits
-        seg_addr = _address(segment_ids)
-    pos_addr, position_count = None, 0
-    if position_ids is None:
-        if S > positions:
-            return None
-    else:
-        hit = prepared.get("position_ids") if prepared is not None else None
-        if hit is not None and hit[0] is position_ids:
-            bits, pos_addr = hit[2], hit[1]
-        else:
-            bits = _ids(position_ids, 4)
-            pos_addr = None if bits is None else _address(position_ids)
-        if bits is None or position_ids.ndim > 2 or position_ids.shape[-1:] != (S,) \
-                or position_ids.size not in (S, Bn * S):
-            return None
-        wide |= bits
-        position_count = position_ids.size
-    mask_addr, mask_cols, mask_index = None, 0, None
-    if outputs > 1:
-        if mask is not None:
-            if type(mask) is not np.ndarray or mask.ndim != 2:
-                return None
-            bits = _ids(mask, 8)
-            if bits is None or mask.shape[0] != Bn or not mask.size:
-                mask_index = np.add.reduce(mask == 1, axis=1, dtype=np.int32)
-            else:
-                wide |= bits
-                mask_addr, mask_cols = _address(mask), mask.shape[1]
-    y = np.empty((Bn, S, D), np.float32)
-    s = np.empty((Bn, S, D), np.float32) if outputs > 2 else None
-    if outputs > 1 and mask_index is None:
-        mask_index = np.empty((Bn,), np.int32)
-        m_addr = native.address(mask_index)
-    else:
-        m_addr = None
-    if fn(struct, _address(input_ids), seg_addr, pos_addr, mask_addr, native.address(y),
-          None if s is None else native.address(s), m_addr, Bn, S, position_count, mask_cols, wide):
-        return None
-    return y, mask_index, s
-
-
-@op("EmbedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_embed, n_outputs=True)
-def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None, position_embedding=None,
-                            segment_embedding=None, gamma=None, beta=None, mask=None, position_ids=None, *,
-                            epsilon=1e-12, mask_index_type=1, prepared=None, n_outputs=3):
-    """The native kernel's embedding and normalization: only the outputs the node has (no sum without it)."""
-    got = embed_norm(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta,
-                     mask, position_ids, epsilon, prepared, n_outputs)
-    if got is None:
-        got = _transformer.EmbedLayerNormalization(
-            xp, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, mask,
-            position_ids, epsilon=epsilon, mask_index_type=mask_index_type)
     return got[0] if n_outputs == 1 else got[:n_outputs]
