@@ -50,6 +50,9 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
     const int64_t S = a->seq, P = a->past_len, N = a->heads, hq = a->hq, hv = a->hv, ld = N * (2 * hq + hv);
     const int64_t T = P + S, tp = (T + VL - 1) / VL * VL, has_key = a->key_form || a->masked;
     const int64_t cache = a->batch * N * T * hv;  /* the present's K / V halves */
+    const vfloat filter = vsplat(a->filter);
+    vfloat lanes;  /* 0, 1, ..., VL - 1 */
+    for (int j = 0; j < VL; ++j) lanes[j] = (float)j;
     for (int64_t p = p0; p < p1; ++p) {
         const int64_t b = p / N, h = p % N;
         const float* base = a->qkv + b * S * ld;
@@ -84,6 +87,20 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
                 const vfloat acc = (a0 + a1) / a->divisor;
                 memcpy(sc + t, &acc, sizeof acc);
             }
+            if (tp == VL && !a->masked) {  /* one vector of keys: the masks and the softmax in registers */
+                vfloat x;
+                memcpy(&x, sc, sizeof x);
+                if (has_key || a->causal) {
+                    const vfloat km = vselect((lanes < (float)lo) | (lanes >= (float)hi), filter, (vfloat){0});
+                    const vfloat cm = vselect(lanes > (float)(s + P), filter, (vfloat){0});
+                    x += has_key ? (a->causal ? km + cm : km) : cm;
+                }
+                x = vselect(lanes < (float)T, x, vsplat(-INFINITY));  /* vexp_row's padding */
+                const float m = vmax_lanes(vmax_nan(vsplat(-INFINITY), x));
+                const vfloat e = vexp_neg(x - m);
+                const vfloat pr = e * (1.0f / vsum((vfloat){0} + e));
+                memcpy(sc, &pr, sizeof pr);
+            } else {
             if (has_key || a->causal) {
                 const uint8_t* raw = a->masked ? a->masked + (b * a->mask_rows + (a->mask_rows > 1 ? s : 0)) * T : NULL;
                 for (int64_t t = 0; t < T; ++t) {
@@ -94,6 +111,7 @@ static void attention_pairs(const AttentionArgs* a, int64_t p0, int64_t p1, floa
             }
             float max;
             vscale_row(sc, T, 1.0f / vexp_row(sc, sc, T, 1, &max));  /* the softmax, as rows.c's */
+            }
             float* out = a->y + (b * S + s) * N * hv + h * hv;
             for (int64_t j0 = 0; j0 < hv; j0 += VL) {  /* the weighted values, VL columns at a time */
                 const int64_t m = hv - j0 < VL ? hv - j0 : VL;
@@ -149,6 +167,76 @@ int attention_f32(const float* qkv, const float* past, const int32_t* key_range,
     return a.failed;
 }
 
+/* Store v (plus the bias's bv when bias is set) as m <= VL columns at p. */
+static inline void store_cols(float* p, vfloat v, const float* bias, vfloat bv, int64_t m) {
+    if (bias) v += bv;
+    if (m == VL)
+        memcpy(p, &v, sizeof v);
+    else
+        vstore_part(p, v, m);
+}
+
+/* qkv = x w + bias (x: rows of d, w: d rows of n, bias NULL or n): each output's sum of d products over k in
+ * order, then the bias added (np.matmul's product, then np.add's; the sums' order, not their terms, may
+ * differ from a BLAS's). A vector of columns of four rows at a time: four chains of multiply-adds sharing
+ * each load of w. */
+static void project_rows(const float* x, const float* w, const float* bias, float* qkv, int64_t rows, int64_t d,
+                         int64_t n) {
+    for (int64_t c0 = 0; c0 < n; c0 += VL) {
+        const int64_t m = n - c0 < VL ? n - c0 : VL;
+        const vfloat bv = !bias ? (vfloat){0} : m == VL ? vload(bias + c0) : vload_part(bias + c0, m, 0.0f);
+        int64_t r = 0;
+        for (; r + 4 <= rows; r += 4) {
+            const float* x0 = x + r * d;
+            vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t k = 0; k < d; ++k) {
+                const vfloat wv = m == VL ? vload(w + k * n + c0) : vload_part(w + k * n + c0, m, 0.0f);
+                a0 = vfma(vsplat(x0[k]), wv, a0);
+                a1 = vfma(vsplat(x0[d + k]), wv, a1);
+                a2 = vfma(vsplat(x0[2 * d + k]), wv, a2);
+                a3 = vfma(vsplat(x0[3 * d + k]), wv, a3);
+            }
+            store_cols(qkv + r * n + c0, a0, bias, bv, m);
+            store_cols(qkv + (r + 1) * n + c0, a1, bias, bv, m);
+            store_cols(qkv + (r + 2) * n + c0, a2, bias, bv, m);
+            store_cols(qkv + (r + 3) * n + c0, a3, bias, bv, m);
+        }
+        for (; r < rows; ++r) {
+            vfloat a0 = {0};
+            for (int64_t k = 0; k < d; ++k) {
+                const vfloat wv = m == VL ? vload(w + k * n + c0) : vload_part(w + k * n + c0, m, 0.0f);
+                a0 = vfma(vsplat(x[r * d + k]), wv, a0);
+            }
+            store_cols(qkv + r * n + c0, a0, bias, bv, m);
+        }
+    }
+}
+
+/* attention_planned_f32's arguments but its input, mask and output, set once per weight and input shape by
+ * the caller's plan (gpuops/ops/cpu/attention.py, AttentionPlan), so that a call converts four arguments
+ * rather than seventeen. */
+struct attention_plan {
+    const float* w;  /* (d, heads * (2 * hq + hv)) */
+    const float* bias;  /* heads * (2 * hq + hv) floats, or NULL */
+    int64_t batch, seq, d, heads, hq, hv, key_form, mask_rows, causal;
+    float divisor, filter;
+};
+
+/* attention_f32 of the projection of x (batch, seq, d) by p->w plus p->bias, computed here into scratch
+ * (project_rows) on the calling thread: for small inputs, where a BLAS call, the bias's pass and the array
+ * between them cost more than the products. No past, no present; key_range and masked as attention_f32's. */
+int attention_planned_f32(const struct attention_plan* p, const float* x, const int32_t* key_range,
+                          const uint8_t* masked, float* y) {
+    const int64_t n = p->heads * (2 * p->hq + p->hv), rows = p->batch * p->seq;
+    float* qkv = malloc(sizeof(float) * (rows * n + 1));
+    if (!qkv) return 1;
+    project_rows(x, p->w, p->bias, qkv, rows, p->d, n);
+    const int failed = attention_f32(qkv, NULL, key_range, masked, y, NULL, p->batch, p->seq, 0, p->heads, p->hq,
+                                     p->hv, p->key_form, p->mask_rows, p->causal, p->divisor, p->filter);
+    free(qkv);
+    return failed;
+}
+
 int attention_set_threads(int64_t n) { return pool_threads_set(n); }
 
 /* Attention as a (wide) program step (gpuops/onnx/programs.py): the packed projection qkv = x W + bias
@@ -162,7 +250,7 @@ typedef void (*att_sgemm32)(int, int, int, int32_t, int32_t, int32_t, float, con
 typedef void (*att_sgemm64)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                             int64_t, float, float*, int64_t);
 
-int attention_planned_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
+int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
                           float* present) {
     const int64_t B = p[4], S = p[5], D = p[6], hidden = p[7], rows = B * S, kind = p[11], P = p[15];
     const float* w = (const float*)(intptr_t)p[2];

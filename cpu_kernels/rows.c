@@ -1,8 +1,9 @@
 /* Row kernels, float32: the mean of each row (GlobalAveragePool), Softmax / LogSoftmax along rows and the
- * layer normalizations of transformers (LayerNormalization, the skip, embedding and RMS forms), one pass
- * where NumPy makes four to ten over a small tensor. The same arithmetic as the NumPy code: float32
- * sums, x - max(x) before exp, NaN anywhere in a row making its max NaN, the statistics in two passes
- * (the mean, then the mean square of the deviations). Returns 0. */
+ * layer normalizations of transformers (LayerNormalization, the skip, embedding and RMS forms; the embedding
+ * form gathering its rows by id too), one pass where NumPy makes four to ten over a small tensor. The same
+ * arithmetic as the NumPy code: float32 sums, x - max(x) before exp, NaN anywhere in a row making its max
+ * NaN, the statistics in two passes (the mean, then the mean square of the deviations). Returns 0
+ * (embed_layernorm_f32: 1 for an out-of-range id). */
 #include <math.h>
 #include "vmath.h"
 #include "pool_threads.h"
@@ -89,10 +90,34 @@ typedef struct {
     float epsilon;
 } NormArgs;
 
+/* The normalization of one row of n floats src into y (y may be src): see layernorm_f32. */
+static inline void norm_row(const float* src, float* yr, const float* restrict g, const float* restrict b, int64_t n,
+                            float epsilon, int64_t simplified, float* mean_out, float* inv_out) {
+    const int64_t full = n / VL * VL, rest = n - full;
+    vfloat acc = {0};
+    for (int64_t i = 0; i < full; i += VL) acc += vload(src + i);
+    if (rest) acc += vload_part(src + full, rest, 0.0f);
+    const float mean = vsum(acc) / (float)n, shift = simplified ? 0.0f : mean;
+    acc = (vfloat){0};
+    for (int64_t i = 0; i < full; i += VL) {
+        const vfloat d = vload(src + i) - shift;
+        acc += d * d;
+    }
+    if (rest) {
+        const vfloat d = vload_part(src + full, rest, shift) - shift;
+        acc += d * d;
+    }
+    const float inv = 1.0f / sqrtf(vsum(acc) / (float)n + epsilon);
+    if (b)
+        for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i] + b[i];
+    else
+        for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i];
+    if (mean_out) *mean_out = mean;
+    if (inv_out) *inv_out = inv;
+}
+
 static void norm_rows(const NormArgs* a, int64_t r0, int64_t r1) {
-    const int64_t n = a->n, full = n / VL * VL, rest = n - full;
-    const float* restrict g = a->gamma;
-    const float* restrict b = a->beta;
+    const int64_t n = a->n;
     for (int64_t r = r0; r < r1; ++r) {
         const float* restrict xr = a->x + r * n;
         float* yr = a->y + r * n;  /* may hold the sum: not restrict */
@@ -109,26 +134,8 @@ static void norm_rows(const NormArgs* a, int64_t r0, int64_t r1) {
                 for (int64_t i = 0; i < n; ++i) s[i] += c[i];
             src = s;
         }
-        vfloat acc = {0};
-        for (int64_t i = 0; i < full; i += VL) acc += vload(src + i);
-        if (rest) acc += vload_part(src + full, rest, 0.0f);
-        const float mean = vsum(acc) / (float)n, shift = a->simplified ? 0.0f : mean;
-        acc = (vfloat){0};
-        for (int64_t i = 0; i < full; i += VL) {
-            const vfloat d = vload(src + i) - shift;
-            acc += d * d;
-        }
-        if (rest) {
-            const vfloat d = vload_part(src + full, rest, shift) - shift;
-            acc += d * d;
-        }
-        const float inv = 1.0f / sqrtf(vsum(acc) / (float)n + a->epsilon);
-        if (b)
-            for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i] + b[i];
-        else
-            for (int64_t i = 0; i < n; ++i) yr[i] = (src[i] - shift) * inv * g[i];
-        if (a->mean) a->mean[r] = mean;
-        if (a->inv) a->inv[r] = inv;
+        norm_row(src, yr, a->gamma, a->beta, n, a->epsilon, a->simplified, a->mean ? a->mean + r : NULL,
+                 a->inv ? a->inv + r : NULL);
     }
 }
 
@@ -161,6 +168,106 @@ int layernorm_planned_f32(const int64_t* p, const float* x, const float* skip, f
     (void)unused;
     return layernorm_f32(x, skip, NULL, (const float*)(intptr_t)p[0], (const float*)(intptr_t)p[1],
                          (const float*)(intptr_t)p[2], y, sum, NULL, NULL, p[3], p[4], p[5], param_float(p, 6), p[7]);
+}
+
+/* embed_layernorm_f32's arguments but its inputs and outputs, set once per node by the caller's plan
+ * (gpuops/ops/cpu/embedding.py, EmbedPlan), so that a call converts thirteen arguments rather than
+ * twenty-two: the tables (words, positions and segments rows of n floats; segment NULL: none), gamma and
+ * beta (n floats; beta NULL: none) and epsilon. */
+struct embed_plan {
+    const float *word, *position, *segment, *gamma, *beta;
+    int64_t n, words, positions, segments;
+    float epsilon;
+};
+
+typedef struct {
+    const struct embed_plan* p;
+    const void *ids, *segment_ids, *position_ids;
+    float *y, *sum;
+    int64_t rows, seq, position_count, wide;
+    int failed;
+} EmbedArgs;
+
+/* Row `row` of a table of `count` rows from the id at i of ids (int64 when wide, else int32; an int64 one
+ * wrapped to int32 first with `narrow`, as a Cast would), negative ids counting from the end; -1 when out of
+ * range. */
+static inline int64_t table_row(const void* ids, int64_t wide, int64_t narrow, int64_t i, int64_t count) {
+    int64_t v = wide ? ((const int64_t*)ids)[i] : ((const int32_t*)ids)[i];
+    if (wide && narrow) v = (int32_t)v;
+    if (v < 0) v += count;
+    return v >= 0 && v < count ? v : -1;
+}
+
+static void embed_rows(EmbedArgs* a, int64_t r0, int64_t r1) {
+    const struct embed_plan* p = a->p;
+    const int64_t n = p->n;
+    const float* segment = a->segment_ids ? p->segment : NULL;
+    const int64_t narrow = a->wide & 16;
+    for (int64_t r = r0; r < r1; ++r) {
+        const int64_t w = table_row(a->ids, a->wide & 1, narrow, r, p->words);
+        const int64_t t = a->position_ids ? table_row(a->position_ids, a->wide & 4, 0, r % a->position_count,
+                                                      p->positions)
+                                          : r % a->seq;
+        const int64_t g = segment ? table_row(a->segment_ids, a->wide & 2, narrow, r, p->segments) : 0;
+        if (w < 0 || t < 0 || g < 0) {
+            a->failed = 1;
+            return;
+        }
+        const float* restrict wr = p->word + w * n;
+        const float* restrict pr = p->position + t * n;
+        float* yr = a->y + r * n;
+        float* s = a->sum ? a->sum + r * n : yr;
+        for (int64_t i = 0; i < n; ++i) s[i] = wr[i] + pr[i];
+        if (segment) {
+            const float* restrict gr = segment + g * n;
+            for (int64_t i = 0; i < n; ++i) s[i] += gr[i];
+        }
+        norm_row(s, yr, p->gamma, p->beta, n, p->epsilon, 0, NULL, NULL);
+    }
+}
+
+static void embed_part(void* ctx, int64_t part, int64_t parts) {
+    EmbedArgs* a = ctx;
+    int64_t r0, r1;
+    pool_range(a->rows, 1, part, parts, &r0, &r1);
+    embed_rows(a, r0, r1);
+}
+
+/* com.microsoft EmbedLayerNormalization of batch x seq ids, rows of p->n floats: row r (= b * seq + s) is
+ * (word[ids[r]] + position[t]) + segment[segment_ids[r]] (no segment unless both p->segment and segment_ids
+ * are set; each sum rounded), t being position_ids[r % position_count] (position_ids NULL: s), kept in
+ * `sum` when not NULL; then normalized as layernorm_f32's rows, y = (s - mean) / sqrt(var + epsilon) *
+ * gamma + beta. Ids are int32, or int64 where `wide` has bit 1 (ids), 2 (segment_ids), 4 (position_ids) or
+ * 8 (mask); with 16, the int64 ids and mask but the position ids are wrapped to int32 first (gpuops'
+ * private CastEmbedLayerNormalization: the Casts of an exporter's int64 inputs taken in). Negative ids count
+ * from the end of their table. mask_index (when not NULL) gets, per batch
+ * row, the count of 1s in that row of mask (batch x mask_cols; NULL: 0). The rows are split across the
+ * pool's threads (pool_threads.h) from 16k elements per part. Returns 0, or 1 when an id is out of range (y
+ * and sum then hold garbage). */
+int embed_layernorm_f32(const struct embed_plan* p, const void* ids, const void* segment_ids,
+                        const void* position_ids, const void* mask, float* y, float* sum, int32_t* mask_index,
+                        int64_t batch, int64_t seq, int64_t position_count, int64_t mask_cols, int64_t wide) {
+    EmbedArgs a = {p, ids, segment_ids, position_ids, y, sum, batch * seq, seq, position_count, wide, 0};
+    const int64_t rows = batch * seq, n = p->n;
+    pool_run(embed_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
+    if (a.failed) return 1;
+    if (mask_index) {
+        for (int64_t b = 0; b < batch; ++b) {
+            int32_t c = 0;
+            if (mask && (wide & 8)) {
+                const int64_t* m = (const int64_t*)mask + b * mask_cols;
+                if (wide & 16)
+                    for (int64_t j = 0; j < mask_cols; ++j) c += (int32_t)m[j] == 1;
+                else
+                    for (int64_t j = 0; j < mask_cols; ++j) c += m[j] == 1;
+            } else if (mask) {
+                const int32_t* m = (const int32_t*)mask + b * mask_cols;
+                for (int64_t j = 0; j < mask_cols; ++j) c += m[j] == 1;
+            }
+            mask_index[b] = c;
+        }
+    }
+    return 0;
 }
 
 /* layernorm_channels_f32's arguments: `outer` blocks of c planes of hw floats. */

@@ -9,9 +9,10 @@ removed C function whose declaration here was not changed with it fails that tes
 
 The C side of the convention: every exported function returns an ``int`` status (0, or non-zero when
 its scratch could not be allocated; :func:`gpuops.native.call`) -- but ``gemm_pack_width_f32``, which
-returns a width -- and takes pointers to arrays (any pointer is passed as an address, ``c_void_p``),
-``int64_t`` sizes and flags, and ``float``/``double`` parameters. Functions that are not exported are
-``static``. A file whose kernels split their work across threads (``cpu_kernels/pool_threads.h``)
+returns a width, and ``embed_layernorm_f32``, whose 1 is an id out of range -- and takes pointers to
+arrays (any pointer is passed as an address, ``c_void_p``), ``int64_t`` sizes and flags, and
+``float``/``double`` parameters. Functions that are not exported are ``static``. A file whose kernels
+split their work across threads (``cpu_kernels/pool_threads.h``)
 exports ``<stem>_set_threads(int64_t n)``, which :func:`gpuops.native.set_threads` calls.
 """
 
@@ -28,8 +29,10 @@ DECLARATIONS: dict[str, str] = {
                           float* y, float* present, int64_t batch, int64_t seq, int64_t past_len, int64_t heads,
                           int64_t hq, int64_t hv, int64_t key_form, int64_t mask_rows, int64_t causal, float divisor,
                           float filter);
-        int attention_planned_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
+        int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
                                   float* present);
+        int attention_planned_f32(const struct attention_plan* p, const float* x, const int32_t* key_range,
+                                  const uint8_t* masked, float* y);
         int attention_set_threads(int64_t n);
     """,
     "cast.c": """
@@ -148,6 +151,10 @@ DECLARATIONS: dict[str, str] = {
                           int64_t skip_rows, float epsilon, int64_t simplified);
         int layernorm_planned_f32(const int64_t* p, const float* x, const float* skip, float* y, const void* unused,
                                   float* sum);
+        int embed_layernorm_f32(const struct embed_plan* p, const void* ids, const void* segment_ids,
+                                const void* position_ids, const void* mask, float* y, float* sum,
+                                int32_t* mask_index, int64_t batch, int64_t seq, int64_t position_count,
+                                int64_t mask_cols, int64_t wide);
         int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                    float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes);
         int layernorm_channels_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);

@@ -184,4 +184,6 @@ def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
     assert not pays(40, 240, 784, threads=1) and not pays(128, 256, 784, threads=1)  # channels: OpenBLAS
     assert not pays(64, 64, 49, threads=1)  # a small map puts the channels on the lanes
     assert pays(32, 400, 729, threads=1, columns=True) and not pays(32, 400, 729, threads=1)  # no im2col copy
-    assert not pays(192, 576, 3025, threads=1, columns=True)  # ... but many channels: OpenBLAS
+    assert pays(224, 1440, 49, threads=1, columns=True)  # ... or a small map
+    assert not pays(192, 576, 3025, threads=1, columns=True)  # ... but many channels on a large map: OpenBLAS
+    assert not pays(512, 4608, 49, threads=1, columns=True)  # ... or a long K

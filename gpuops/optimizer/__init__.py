@@ -39,7 +39,8 @@ Then also gpuops' private fused ops (domain ``ai.gpuops``, :mod:`gpuops.ops.cont
 defined in the model as an ONNX function whose body is the nodes it replaced (:mod:`.private_ops`), so
 that the model stays valid ONNX that onnxruntime runs: squeeze-and-excitation blocks -> SqueezeExcite
 (:mod:`.squeeze_excite`), Conv + SiLU -> ConvSilu (:mod:`.conv_silu`), Transpose -> LayerNormalization ->
-Transpose over NCHW's channels -> LayerNormChannels (:mod:`.layernorm_channels`).
+Transpose over NCHW's channels -> LayerNormChannels (:mod:`.layernorm_channels`), Casts of int64 ids
+and mask into EmbedLayerNormalization -> CastEmbedLayerNormalization (:mod:`.embed_layernorm_cast`).
 
 The rewrites run in rounds until none applies, on the main graph and then, with the same
 rewrites, inside every If/Loop/Scan body (recursively; the values a body reads from the scopes
@@ -62,7 +63,8 @@ import onnx
 
 from ..errors import GpuopsError
 from . import (argmax_labels, attention, attention_layouts, batchnorm_to_conv, constant_folding, conv_fusion, conv_silu,
-               cse, dead_code, dynamic_quantize_matmul, eliminate_noops, float16_compute, fold_batchnorm,
+               cse, dead_code, dynamic_quantize_matmul, eliminate_noops, embed_layernorm_cast, float16_compute,
+               fold_batchnorm,
                fold_mul_add_into_conv, fold_mul_into_matmul, fold_scaler, gelu, gemm_activation, hard_activations,
                inline_if, layernorm, layernorm_channels, matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion,
                reduce_mean_to_pool, reshape_chains, restack, shape_to_constant, silu, sink_transposes, skip_layernorm,
@@ -134,7 +136,8 @@ def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FO
     passes = _passes(level, fold_limit)
     if cpu:  # gpuops' private fused ops, which its CPU ops run (elsewhere they would run as their functions)
         passes[-1:-1] = [("squeeze_excite", squeeze_excite.apply), ("conv_silu", conv_silu.apply),
-                         ("layernorm_channels", layernorm_channels.apply)]
+                         ("layernorm_channels", layernorm_channels.apply),
+                         ("embed_layernorm_cast", embed_layernorm_cast.apply)]
     _optimize_graph(graph, first, passes, strict)
     return copy
 

@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 
+import gpuops
+
 from ..ort_versions import requires_ort
 from .helpers import DEVICES, check, make_model, ms_node, ort_has_kernel, rand, randint, run_ort
 
@@ -167,6 +169,21 @@ def test_embed_layer_normalization(variant):
     feeds = {k: v for k, v in feeds.items() if k in inputs}
     outputs = ["y", "mask_index"] + (["sum"] if variant != "no_mask" else [])
     check(ms_node("EmbedLayerNormalization", inputs, outputs, epsilon=1e-5), feeds, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", ["ids", "seg", "pid"])
+def test_embed_layer_normalization_out_of_range_ids_name_the_node(bad):
+    """The CPU's native kernel finds the id; the error is the generic op's, naming the node and the input."""
+    B, S, H = 2, 5, 8
+    feeds = {"ids": randint(0, 20, B, S), "seg": randint(0, 2, B, S), "word": rand(20, H), "pos": rand(8, H),
+             "segemb": rand(2, H), "gamma": rand(H), "beta": rand(H), "mask": randint(0, 2, B, S),
+             "pid": randint(0, 8, B, S)}
+    feeds[bad][1, 2] = {"ids": 20, "seg": -3, "pid": 8}[bad]
+    node = ms_node("EmbedLayerNormalization", list(feeds), ["y", "mask_index"], name="embed_ln", epsilon=1e-5)
+    sess = gpuops.InferenceSession(make_model(node, feeds), device="cpu")
+    name = {"ids": "input_ids", "seg": "segment_ids", "pid": "position_ids"}[bad]
+    with pytest.raises(gpuops.GpuopsError, match=rf"(?s)embed_ln.*input '{name}': index"):
+        sess.run(None, feeds)
 
 
 # -- attention ----------------------------------------------------------------------------------

@@ -54,3 +54,37 @@ def test_other_casts_and_empty_inputs_are_the_generic_ops():
     assert _same_bits(_cast(x, TensorProto.FLOAT16, 19), x.astype(np.float16))  # float64: NumPy's
     assert _cast(np.zeros((0, 3), np.float32), TensorProto.FLOAT16, 6).shape == (0, 3)
     assert (_cast(np.float32([1.5, -2.0]), TensorProto.INT32, 6) == [1, -2]).all()
+
+
+_PLAIN = [TensorProto.BOOL, TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16,
+          TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64, TensorProto.UINT64, TensorProto.FLOAT16,
+          TensorProto.FLOAT, TensorProto.DOUBLE]
+
+
+@pytest.mark.parametrize("since", _VERSIONS)
+def test_casts_between_numpys_types_are_the_generic_ops(since):
+    """int64 -> int32 (wrapping), float -> int (truncating), NaN -> bool and the rest: the generic op's
+    values and types, the input untouched; strings, ml_dtypes types and a bad round_mode still its own."""
+    generic = resolve("", "Cast", since, None).fn
+    values = np.array([0, 1, -1, 2 ** 31, -2 ** 31 - 1, 2 ** 40 + 5, 7, -300], np.int64)
+    floats = np.array([0.0, -0.5, 1.9, -2.7, np.nan, 1e3, 65504.0, -0.0])
+    sources = [values, values.astype(np.int32), values.astype(np.uint8), values.astype(bool),
+               values.reshape(2, 4)[:, ::2], np.zeros((0, 2), np.int64)]
+    sources += [floats.astype(t) for t in (np.float64, np.float32, np.float16)]
+    for x in sources:
+        keep = x.copy()
+        for to in _PLAIN:
+            with np.errstate(all="ignore"):
+                want, got = generic(np, x, to=to), _cast(x, to, since)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+            assert got is not x and not np.shares_memory(got, x)
+        np.testing.assert_array_equal(x, keep)
+    strings = np.array(["1", "-2"], object)
+    np.testing.assert_array_equal(_cast(strings, TensorProto.INT64, since), generic(np, strings, to=TensorProto.INT64))
+    np.testing.assert_array_equal(_cast(values, TensorProto.STRING, since), generic(np, values, to=TensorProto.STRING))
+    b = _cast(floats.astype(np.float32), TensorProto.BFLOAT16, since)
+    assert b.dtype == generic(np, floats.astype(np.float32), to=TensorProto.BFLOAT16).dtype
+    if since >= 24:
+        with pytest.raises(Exception, match="round_mode"):
+            resolve("", "Cast", since, "cpu").fn(np, values, to=TensorProto.INT32, round_mode="sideways")

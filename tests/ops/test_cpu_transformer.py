@@ -1,5 +1,5 @@
-"""The CPU paths of transformer ops (gpuops/ops/cpu/normalization.py, attention.py, indexing.py, softmax.py,
-activation.py's Gelu forms and the native kernels of cpu_kernels/rows.c, attention.c, special.c) against
+"""The CPU paths of transformer ops (gpuops/ops/cpu/normalization.py, embedding.py, attention.py, indexing.py,
+softmax.py, activation.py's Gelu forms and the native kernels of cpu_kernels/rows.c, attention.c, special.c) against
 the generic ops they stand in for, which stay the oracle.
 
 Tolerances come from the arithmetic: both sides compute in float32 and differ in the order of their
@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 import gpuops
 from gpuops import native, registry
 from gpuops.errors import NodeError
+from gpuops.ops.cpu import embedding as cpu_embed
 from gpuops.ops.cpu import normalization as cpu_norm
 
 MS = "com.microsoft"
@@ -302,27 +303,95 @@ def _embed_inputs(B=2, S=7, D=24, vocab=50, seed=0):
                 mask=(rng.random((B, S)) > 0.3).astype(np.int32))
 
 
-@pytest.mark.parametrize("form", ["all", "no-segment", "position-ids", "batch-position-ids", "int64-ids", "no-mask"])
-def test_embed_layer_norm_matches_the_generic_op(form):
-    cpu, generic = _impls("EmbedLayerNormalization", MS, 1)
-    f = _embed_inputs()
+EMBED_FORMS = ["all", "no-segment", "segment-table-only", "position-ids", "1d-position-ids", "batch-position-ids",
+               "int64-ids", "int64-all", "no-mask", "int64-mask", "bool-mask", "float-mask", "wide-mask", "no-beta",
+               "one-row"]
+
+
+def _embed_form(form):
+    f = _embed_inputs(B=1, S=1) if form == "one-row" else _embed_inputs()
     B, S = f["input_ids"].shape
     if form == "no-segment":
         f["segment_ids"] = f["segment_embedding"] = None
+    elif form == "segment-table-only":  # no segment_ids: the table is not used
+        f["segment_ids"] = None
     elif form == "position-ids":
         f["position_ids"] = np.arange(S, dtype=np.int32)[::-1].copy()[None]
+    elif form == "1d-position-ids":
+        f["position_ids"] = _rng(8).integers(-S - 3, S + 3, (S,)).astype(np.int32)
     elif form == "batch-position-ids":
         f["position_ids"] = _rng(7).integers(0, S + 3, (B, S)).astype(np.int64)
     elif form == "int64-ids":
         f["input_ids"] = f["input_ids"].astype(np.int64)
+    elif form == "int64-all":
+        for k in ("input_ids", "segment_ids", "mask"):
+            f[k] = f[k].astype(np.int64)
+        f["position_ids"] = np.arange(S, dtype=np.int64)[None]
     elif form == "no-mask":
         f["mask"] = None
-    prepared = cpu_norm.prepare_params(5, 6)({5: f["gamma"], 6: f["beta"]}, {})
-    got = cpu(np, **f, epsilon=1e-12, prepared=prepared)
+    elif form == "int64-mask":
+        f["mask"] = f["mask"].astype(np.int64) * _rng(9).integers(0, 3, (B, S))  # 2s are not counted
+    elif form == "bool-mask":
+        f["mask"] = f["mask"].astype(bool)
+    elif form == "float-mask":
+        f["mask"] = f["mask"].astype(np.float32)
+    elif form == "wide-mask":  # more columns than the sequence, another batch
+        f["mask"] = (_rng(10).random((B + 1, S + 4)) > 0.5).astype(np.int32)
+    elif form == "no-beta":
+        f["beta"] = None
+    return f
+
+
+@pytest.mark.parametrize("outputs", [1, 2, 3])
+@pytest.mark.parametrize("form", EMBED_FORMS)
+def test_embed_layer_norm_matches_the_generic_op(form, outputs):
+    cpu, generic = _impls("EmbedLayerNormalization", MS, 1)
+    f = _embed_form(form)
+    consts = {i: f[k] for i, k in ((2, "word_embedding"), (3, "position_embedding"), (4, "segment_embedding"),
+                                   (5, "gamma"), (6, "beta")) if f[k] is not None}
+    prepared = cpu_embed.prepare_embed(consts, {})
     want = generic(np, **f, epsilon=1e-12)
-    np.testing.assert_array_equal(got[2], want[2])  # word + position + segment, in that order
-    _equal(got[1], want[1])
+    for _ in range(2):  # the second call on the tables and parameters kept in prepared
+        got = cpu(np, **f, epsilon=1e-12, prepared=prepared, n_outputs=outputs)
+        got = (got,) if outputs == 1 else got
+        assert len(got) == outputs
+        if outputs > 2:
+            np.testing.assert_array_equal(got[2], want[2])  # word + position + segment, in that order
+        if outputs > 1:
+            _equal(got[1], want[1])
+        _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+    assert "embed" in prepared
+    if f.get("position_ids") is not None:  # constant position ids: their address kept
+        pids = f["position_ids"].copy()
+        pids.flags.writeable = False
+        kept = cpu_embed.prepare_embed({**consts, 8: pids}, {})
+        assert kept["position_ids"][0] is pids
+        got = cpu(np, **dict(f, position_ids=pids), epsilon=1e-12, prepared=kept, n_outputs=3)
+        np.testing.assert_array_equal(got[2], want[2])
+        _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+        _equal(got[1], want[1])
+    fed = cpu_embed.prepare_embed({5: f["gamma"]}, {})  # the tables fed: nothing of them is kept
+    got = cpu(np, **f, epsilon=1e-12, prepared=fed, n_outputs=3)
+    np.testing.assert_array_equal(got[2], want[2])
     _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+    assert "embed" not in fed
+
+
+@pytest.mark.parametrize("form", [f for f in EMBED_FORMS if f != "wide-mask"])
+def test_embed_layer_norm_forms_take_the_kernel(form):
+    if native.function("embed_layernorm_f32") is None:
+        pytest.skip("native kernels unavailable")
+    f = _embed_form(form)
+    args = [f.get(k) for k in ("input_ids", "segment_ids", "word_embedding", "position_embedding",
+                               "segment_embedding", "gamma", "beta", "mask", "position_ids")]
+    assert cpu_embed.embed_norm(*args, 1e-12, None) is not None
+
+
+def test_embed_layer_norm_without_native_kernels_is_the_generic_op():
+    cpu, generic = _impls("EmbedLayerNormalization", MS, 1)
+    f = _embed_form("all")
+    with native.disabled():
+        _equal(cpu(np, **f, epsilon=1e-12), generic(np, **f, epsilon=1e-12))
 
 
 def test_embed_layer_norm_bad_ids_are_the_generic_ops_errors():
@@ -337,8 +406,66 @@ def test_embed_layer_norm_bad_ids_are_the_generic_ops_errors():
     g = dict(f, position_ids=np.full((1, 7), 10, np.int32))
     with pytest.raises(NodeError, match="input 'position_ids': index 10 is out of range"):
         cpu(np, **g)
+    g = dict(f, position_ids=np.full((2, 7), -11, np.int64))
+    with pytest.raises(NodeError, match="input 'position_ids': index -11 is out of range"):
+        cpu(np, **g)
+    g = dict(f, input_ids=f["input_ids"].astype(np.int64))
+    g["input_ids"][0, 0] = 2 ** 40
+    with pytest.raises(NodeError, match=rf"input 'input_ids': index {2 ** 40} is out of range"):
+        cpu(np, **g, n_outputs=2)
     with pytest.raises(NodeError, match="exceeds the 10 position embeddings"):
         cpu(np, **dict(f, input_ids=np.zeros((2, 11), np.int32), segment_ids=None))
+
+
+@pytest.mark.parametrize("form", ["int64", "int32", "no-position-ids", "bool-mask", "float-mask", "wide-mask"])
+def test_cast_embed_layer_norm_is_the_casts_then_the_op(form):
+    """gpuops' private CastEmbedLayerNormalization: its int64 ids and mask wrapped to int32 as Cast does
+    (2^32 + 3 is 3, 2^32 + 1 in the mask a 1), then EmbedLayerNormalization; the CPU's kernel wraps them
+    as it reads them."""
+    from gpuops.ops.contrib import private
+
+    cpu = registry.resolve(private.DOMAIN, "CastEmbedLayerNormalization", 1, "cpu")
+    generic = registry.resolve(private.DOMAIN, "CastEmbedLayerNormalization", 1, None)
+    assert cpu.device == "cpu" and generic.device is None
+    ln, _ = _impls("EmbedLayerNormalization", MS, 1)
+    f = _embed_inputs()
+    B, S = f["input_ids"].shape
+    f["position_ids"] = np.arange(S, dtype=np.int32)[None]
+    wraps = np.int64(2 ** 32) * _rng(11).integers(-2, 3, (B, S))
+    if form != "int32":
+        f["input_ids"] = f["input_ids"].astype(np.int64) + wraps
+        f["segment_ids"] = f["segment_ids"].astype(np.int64) - wraps
+        f["mask"] = f["mask"].astype(np.int64) + wraps
+    if form == "no-position-ids":
+        del f["position_ids"]
+    elif form == "bool-mask":
+        f["mask"] = (f["mask"] % 2).astype(bool)
+    elif form == "float-mask":
+        f["mask"] = (f["mask"] % 2).astype(np.float32) + 0.25  # cast to int32 first: 1.25 is a 1
+    elif form == "wide-mask":
+        f["mask"] = np.concatenate([f["mask"], f["mask"][:1]], axis=0)
+    cast = {k: (v.astype(np.int32) if k in ("input_ids", "segment_ids", "mask") else v) for k, v in f.items()}
+    want = ln(np, **cast, epsilon=1e-12)
+    for got in (cpu.fn(np, **f, epsilon=1e-12, prepared=cpu_embed.prepare_embed({5: f["gamma"], 6: f["beta"]}, {})),
+                generic.fn(np, **f, epsilon=1e-12)):
+        assert len(got) == 2
+        _equal(got[1], want[1])
+        _within(got[0], want[0], _norm_bound(want[2], f["gamma"], f["beta"], (2,), 1e-12))
+    args = [f.get(k) for k in ("input_ids", "segment_ids", "word_embedding", "position_embedding",
+                               "segment_embedding", "gamma", "beta", "mask", "position_ids")]
+    if form in ("int64", "no-position-ids"):  # the kernel's own wrapping, not a fallback
+        assert cpu_embed.embed_norm(*args, 1e-12, None, 2, narrow=True) is not None
+
+
+def test_cast_embed_layer_norm_bad_ids_are_the_generic_ops_errors():
+    from gpuops.ops.contrib import private
+
+    cpu = registry.resolve(private.DOMAIN, "CastEmbedLayerNormalization", 1, "cpu").fn
+    f = _embed_inputs()
+    f["input_ids"] = f["input_ids"].astype(np.int64)
+    f["input_ids"][1, 2] = 2 ** 32 + 50  # 50 once wrapped: out of the 50 words
+    with pytest.raises(NodeError, match="input 'input_ids': index 50 is out of range"):
+        cpu(np, **f)
 
 
 # -- Gather ---------------------------------------------------------------------------------------
@@ -514,6 +641,45 @@ def test_attention_with_past_and_present_matches_the_generic_op(mask, unidirecti
                                       generic(np, x, W, bias, None, None, num_heads=N, n_outputs=2)[1])
 
 
+@pytest.mark.parametrize("shape", [(2, 12, 32, 4), (1, 17, 16, 2), (3, 1, 8, 1), (2, 40, 64, 4)])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_attention_with_prepared_weights_is_the_unprepared_path(shape, unidirectional, with_bias):
+    """With constant weights (the prepare hook's dict), the shapes' work is kept per input and mask shape,
+    whatever the mask's form and dtype on later calls; a small projection is attention_planned_f32's (its sums
+    in another order than the BLAS's: within the bound of the generic op; the kernel after it the same), a
+    large one np.matmul's (the same bits as without the hook)."""
+    from gpuops.ops.cpu import attention as cpu_attention
+
+    cpu, generic = _impls("Attention", MS, 1)
+    B, S, D, N = shape
+    x, W, bias = _f32(B, S, D), _f32(D, 3 * D, seed=1, scale=0.3), _f32(3 * D, seed=2) if with_bias else None
+    kw = dict(num_heads=N, unidirectional=unidirectional, mask_filter_value=-3.4028234663852886e38)
+    prepared = cpu_attention.prepare({1: W, 2: bias} if with_bias else {1: W}, kw)
+    projected = B * S * D * 3 * D <= cpu_attention.PROJECT_MAX
+    masks = [None, np.arange(B, dtype=np.int32) % (S + 1), np.arange(B, dtype=np.int64) % (S + 1),
+             np.concatenate([np.full(B, S, np.int32), np.arange(B, dtype=np.int32) % S]),
+             np.full((2 * B,), S, np.int32)[::2], (_rng(3).random((B, S)) > 0.3).astype(np.int32)]
+    bound = _attention_bound(x, W, bias, N, [D] * 3, 1 / math.sqrt(D // N))
+    for m in masks * 2:  # the second round on the kept plans
+        want = cpu(np, x, W, bias, m, **kw)
+        got = cpu(np, x, W, bias, m, prepared=prepared, **kw)
+        kernel_mask = m is not None and m.ndim == 1 and m.dtype == np.int32 and m.flags.c_contiguous
+        if projected and (m is None or kernel_mask):
+            if m is None or m.min() > 0:  # (a row of masked keys only: softmax of rounded filters)
+                _within(got, generic(np, x, W, bias, m, **kw), bound)
+            _within(got, want, 2 * bound)
+        else:
+            _equal(got, want)
+    assert {v[-1] is not None for k, v in prepared.items() if type(k) is tuple} == {projected}
+    W2 = _f32(D, 3 * D, seed=5, scale=0.3)  # not the prepared weights: the unprepared path
+    _equal(cpu(np, x, W2, bias, prepared=prepared, **kw), cpu(np, x, W2, bias, **kw))
+    _equal(cpu(np, x.astype(np.float16), W, bias, prepared=prepared, **kw),
+           generic(np, x.astype(np.float16), W, bias, **kw))
+    assert cpu_attention.prepare({1: W}, dict(kw, do_rotary=1)) is None
+    assert cpu_attention.prepare({2: bias}, kw) is None  # the weights fed
+
+
 def test_attention_forms_the_kernel_does_not_take_are_the_generic_ops():
     cpu, generic = _impls("Attention", MS, 1)
     B, S, D, N = 2, 5, 16, 2
@@ -573,6 +739,25 @@ def test_fast_gelu_matches_the_generic_op(with_bias):
     np.testing.assert_array_equal(tanh(np, X, approximate="tanh"), cpu(np, X))
     _equal(cpu(np, X.astype(np.float16), None if bias is None else bias.astype(np.float16)),
            generic(np, X.astype(np.float16), None if bias is None else bias.astype(np.float16)))
+
+
+@pytest.mark.parametrize("op_type", ["BiasGelu", "FastGelu"])
+def test_gelu_with_a_prepared_bias_is_the_unprepared_path(op_type):
+    """A constant bias's address kept by the prepare hook: the same bits; another bias, or one the hook does
+    not keep (float16, 2-D), is taken as without it."""
+    from gpuops.ops.cpu import activation as cpu_activation
+
+    cpu, _ = _impls(op_type, MS, 1)
+    X, bias = _gelu_inputs(), _f32(60, seed=1)
+    bias.flags.writeable = False  # as the session's constants
+    prepared = cpu_activation.prepare_bias({1: bias}, {})
+    assert prepared is not None and prepared[0] is bias
+    np.testing.assert_array_equal(cpu(np, X, bias, prepared=prepared), cpu(np, X, bias))
+    other = _f32(60, seed=2)
+    np.testing.assert_array_equal(cpu(np, X, other, prepared=prepared), cpu(np, X, other))
+    for b in (bias.astype(np.float16), bias[None], np.zeros(0, np.float32)):
+        assert cpu_activation.prepare_bias({1: b}, {}) is None
+    assert cpu_activation.prepare_bias({}, {}) is None
 
 
 def test_kernels_give_the_same_bits_on_several_threads():

@@ -96,3 +96,50 @@ def test_blocks_that_do_not_fit_are_kept(case):
     else:
         model, feeds = _se_model("Relu", "Sigmoid", fed_weight=True)
     check_cpu_private(model, feeds, ["GlobalAveragePool", "Mul"], ["SqueezeExciteReluSigmoid"])
+
+
+def _embed_model(case):
+    """int64 ids, segments and mask Cast to int32 into com.microsoft EmbedLayerNormalization, as
+    onnxruntime's transformer optimizer leaves an exported BERT."""
+    B, S, D = 2, 6, 16
+    rng = np.random.default_rng(3)
+    feeds = {"ids": rng.integers(0, 30, (B, S)).astype(np.int64), "seg": rng.integers(0, 2, (B, S)).astype(np.int64),
+             "mask": np.array([[1] * S, [1] * (S - 2) + [0, 0]], np.int64)}
+    inits = [("word", _f32(30, D)), ("pos", _f32(S + 2, D)), ("segemb", _f32(2, D)), ("gamma", _f32(D)),
+             ("beta", _f32(D)), ("pid", np.arange(S, dtype=np.int32)[None])]
+    nodes = [helper.make_node("Cast", [x], [x + "32"], to=TensorProto.INT32) for x in ("ids", "seg", "mask")]
+    inputs = ["ids32", "seg32", "word", "pos", "segemb", "gamma", "beta", "mask32", "pid"]
+    outputs = ["y", "mask_index"]
+    if case == "no-position-ids":
+        inputs = inputs[:8]
+    if case == "int32-mask":  # the mask fed as int32: no Cast of its own
+        feeds["mask"] = feeds["mask"].astype(np.int32)
+        nodes = nodes[:2]
+        inputs[7] = "mask"
+    if case == "sum-read":
+        outputs.append("sum")
+    if case == "mask-cast-read-elsewhere":
+        nodes.append(helper.make_node("ReduceSum", ["mask32"], ["mask_total"], keepdims=0))
+    nodes.append(helper.make_node("EmbedLayerNormalization", inputs, outputs, domain="com.microsoft", epsilon=1e-5))
+    nodes.append(helper.make_node("ReduceMean", ["y"], ["pooled"], axes=[1], keepdims=0))
+    info = helper.make_tensor_value_info
+    graph_outputs = [info("pooled", F, [B, D]), info("mask_index", TensorProto.INT32, [B])]
+    if case == "sum-read":
+        graph_outputs.append(info("sum", F, [B, S, D]))
+    if case == "mask-cast-read-elsewhere":
+        graph_outputs.append(info("mask_total", TensorProto.INT32, []))
+    model = make_model(nodes, feeds, graph_outputs, inits=inits, opset=17, opsets={"com.microsoft": 1})
+    model.graph.value_info.append(info("y", F, [B, S, D]))  # (onnx infers no com.microsoft op's types)
+    return model, feeds
+
+
+@pytest.mark.parametrize("case", ["all", "no-position-ids", "int32-mask", "mask-cast-read-elsewhere"])
+def test_embed_layernorm_takes_its_id_casts_in(case):
+    model, feeds = _embed_model(case)
+    opt = check_cpu_private(model, feeds, ["CastEmbedLayerNormalization"], ["EmbedLayerNormalization"])
+    assert ops(opt)["Cast"] == (1 if case == "mask-cast-read-elsewhere" else 0)
+
+
+def test_embed_layernorm_with_its_sum_read_is_kept():
+    model, feeds = _embed_model("sum-read")
+    check_cpu_private(model, feeds, ["EmbedLayerNormalization", "Cast"], ["CastEmbedLayerNormalization"])

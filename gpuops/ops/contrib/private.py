@@ -17,9 +17,15 @@ test oracle.
   ``alpha``, ``beta``): one op per pair, as a function's body cannot depend on an attribute.
 * ``LayerNormalization(X, Scale, B)``: ai.onnx LayerNormalization-17 over the last axis (attribute
   ``epsilon``), for models below opset 17 whose LayerNorm is written out and not fed by a residual Add.
+* ``CastEmbedLayerNormalization(input_ids, segment_ids, word, position, segment, gamma, beta, mask[,
+  position_ids])``: com.microsoft EmbedLayerNormalization's (Y, mask_index) of its ids and mask cast to
+  int32 first (int64 ones wrap, as Cast does), the attributes EmbedLayerNormalization's: an exporter's
+  int64 inputs without the Casts before the op (:mod:`gpuops.optimizer.embed_layernorm_cast`).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ...errors import NodeError
 from ...registry import op
@@ -27,6 +33,7 @@ from ..activation import sigmoid
 from ..conv import conv
 from ..elementwise import clamp
 from .normalization import LayerNormalization
+from .transformer import EmbedLayerNormalization
 from ..norm import LayerNormalization as layer_norm_17
 
 DOMAIN = "ai.gpuops"
@@ -97,3 +104,16 @@ def LayerNormChannels(xp, X, Scale, B, *, epsilon=1e-5):
         raise NodeError(f"LayerNormChannels: the input must be NCHW (rank 4), not of shape {tuple(X.shape)}")
     Y = layer_norm_17(xp, xp.permute_dims(X, (0, 2, 3, 1)), Scale, B, axis=-1, epsilon=epsilon)[0]
     return xp.permute_dims(Y, (0, 3, 1, 2))
+
+
+def int32_ids(xp, a):
+    """``a`` cast to int32 as ONNX Cast does (int64 wraps), or None for None."""
+    return None if a is None else a.astype(np.int32)
+
+
+@op("CastEmbedLayerNormalization", domain=DOMAIN, since=1)
+def CastEmbedLayerNormalization(xp, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding,
+                                gamma, beta, mask, position_ids=None, *, epsilon=1e-12, mask_index_type=1):
+    return EmbedLayerNormalization(xp, int32_ids(xp, input_ids), int32_ids(xp, segment_ids), word_embedding,
+                                   position_embedding, segment_embedding, gamma, beta, int32_ids(xp, mask),
+                                   position_ids, epsilon=epsilon, mask_index_type=mask_index_type)[:2]

@@ -9,5 +9,5 @@ included, as a CUDA override's fallback resolves to the CPU's implementation -- 
 which stays the fallback and the test oracle (``native.disabled()`` turns the native kernels off).
 """
 
-from . import (activation, attention, cast, conv, elementwise, indexing, linalg, ml, nchwc,  # noqa: F401
-               normalization, pool, quantize, reduce, rnn, shape, softmax)
+from . import (activation, attention, cast, conv, elementwise, embedding, indexing, linalg, ml,  # noqa: F401
+               nchwc, normalization, pool, quantize, reduce, rnn, shape, softmax)

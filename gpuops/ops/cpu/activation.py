@@ -27,10 +27,19 @@ def _address(a: np.ndarray) -> int:
     return native.address(a) if a.flags.writeable else a.ctypes.data
 
 
-def biased(name: str, X, bias):
+def prepare_bias(constants, attrs):
+    """BiasGelu's and FastGelu's ``prepare`` hook: a constant float32 bias and its address, (bias, address)
+    (a read-only array's address costs a microsecond or more to find on every run), or None."""
+    b = constants.get(1)
+    if type(b) is np.ndarray and b.dtype == np.float32 and b.ndim == 1 and b.size and b.flags.c_contiguous:
+        return b, _address(b)
+    return None
+
+
+def biased(name: str, X, bias, prepared=None):
     """``cpu_kernels/special.c``'s ``name`` (``bias_gelu_f32``, ``fast_gelu_f32``) of float32 X plus a bias
     along its last axis (None: none) in one pass; None where it does not apply (dtypes, shapes, CuPy
-    arrays, native kernels off)."""
+    arrays, native kernels off). ``prepared``: :func:`prepare_bias`'s."""
     if type(X) is not np.ndarray or X.dtype != np.float32 or not X.size or not X.ndim:
         return None
     n = X.shape[-1]
@@ -41,7 +50,8 @@ def biased(name: str, X, bias):
         return None
     X = np.ascontiguousarray(X)
     Y = np.empty(X.shape, np.float32)
-    native.call(fn, _address(X), None if bias is None else _address(bias), native.address(Y), X.size, n)
+    b = None if bias is None else prepared[1] if prepared is not None and prepared[0] is bias else _address(bias)
+    native.call(fn, _address(X), b, native.address(Y), X.size, n)
     return Y
 
 
@@ -71,15 +81,15 @@ def Gelu_ms(xp, X):
     return _gelu(xp, X) if Y is None else Y
 
 
-@op("BiasGelu", domain=MS, since=1, device="cpu")
-def BiasGelu(xp, A, B):
-    Y = biased("bias_gelu_f32", A, B)
+@op("BiasGelu", domain=MS, since=1, device="cpu", prepare=prepare_bias)
+def BiasGelu(xp, A, B, *, prepared=None):
+    Y = biased("bias_gelu_f32", A, B, prepared)
     return _gelu(xp, A + B) if Y is None else Y
 
 
-@op("FastGelu", domain=MS, since=1, device="cpu")
-def FastGelu(xp, X, bias=None):
-    Y = biased("fast_gelu_f32", X, bias)
+@op("FastGelu", domain=MS, since=1, device="cpu", prepare=prepare_bias)
+def FastGelu(xp, X, bias=None, *, prepared=None):
+    Y = biased("fast_gelu_f32", X, bias, prepared)
     return _transformer.FastGelu(xp, X, bias) if Y is None else Y
 
 

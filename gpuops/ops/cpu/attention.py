@@ -9,11 +9,16 @@ float32, with or without past (its keys and values first; the present, when aske
 kernel), with a key-padding ``mask_index`` of key lengths ``(B)``, end and start positions ``(2B)`` or a
 raw 0/1 mask ``(B, T)`` or ``(B, S, T)``, causal or not, without attention_bias; the rest (and CuPy
 arrays, ``native.disabled()``) goes to the generic op of
-:mod:`gpuops.ops.contrib.transformer`, the fallback and test oracle.
+:mod:`gpuops.ops.contrib.transformer`, the fallback and test oracle. With constant weights (the
+``prepare`` hook), what a node's input and mask shapes decide (the heads, the mask's form, the kernel's
+sizes) is derived once per shape and kept on the plan step: a small model's run is mostly such checks;
+and a small projection (:data:`PROJECT_MAX`) is made by the kernel's own loops
+(``attention_planned_f32``), without a BLAS call, the bias's pass and the array between them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import numpy as np
@@ -121,12 +126,126 @@ def attend(qkv, past, mask_index, num_heads, unidirectional, qkv_hidden_sizes, s
     return y, present
 
 
-@op("Attention", domain=MS, since=1, n_outputs=True, device="cpu")
+MAX_PLANS = 64  # a step's kept shapes: a model fed many shapes derives the rest each run
+# The most multiply-adds of a projection that attention_planned_f32 makes itself (a tiny BERT's 24 x 32 x 96 is
+# 74k): its plain loops beat a BLAS call and the bias's pass up to there, not on a large model's.
+PROJECT_MAX = 1 << 17
+
+
+class AttentionPlan(ctypes.Structure):
+    """``struct attention_plan`` of ``cpu_kernels/attention.c``: attention_planned_f32's arguments but its
+    input, mask and output."""
+
+    _fields_ = [("w", ctypes.c_void_p), ("bias", ctypes.c_void_p)] + [
+        (name, ctypes.c_int64) for name in ("batch", "seq", "d", "heads", "hq", "hv", "key_form", "mask_rows",
+                                            "causal")] + [("divisor", ctypes.c_float), ("filter", ctypes.c_float)]
+
+
+def _contiguous_f32(a):
+    return type(a) is np.ndarray and a.dtype == _F32 and a.flags.c_contiguous and a.size
+
+
+def prepare(constants, attrs):
+    """Attention's ``prepare`` hook where the weights (and bias) are constants and the node's attributes
+    are the kernel's: a dict of per-shape plans (:func:`_planned`), empty at first, with the weights' and
+    bias's addresses (None where they are not C-contiguous float32); else None."""
+    w, b = constants.get(1), constants.get(2)
+    if type(w) is not np.ndarray or (2 in constants) != (b is not None) or attrs.get("do_rotary") \
+            or attrs.get("past_present_share_buffer"):
+        return None
+    addresses = None
+    if _contiguous_f32(w) and (b is None or _contiguous_f32(b)):
+        addresses = (_address(w), None if b is None else _address(b))
+    return {"weights": w, "bias": b, "addresses": addresses}
+
+
+def _plan(input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale,  # noqa: A002
+          mask_filter_value, project):
+    """What :func:`_planned` needs of an input and mask of these shapes (no past, no present): (rows, D, the
+    output's shape, the kernel's arguments after present, and where attention_planned_f32 projects, its
+    :class:`AttentionPlan` and that's address, else None twice), or None where the kernels do not take
+    them. ``project``: the weights' and bias's addresses where attention_planned_f32 may project, else None."""
+    if input.dtype != _F32 or weights.dtype != _F32 or input.ndim != 3 or weights.ndim != 2 or not input.size:
+        return None
+    Bn, S, D = input.shape
+    hidden = weights.shape[1]
+    if weights.shape[0] != D or not hidden or (bias is not None and (bias.dtype != _F32 or bias.shape != (hidden,))):
+        return None
+    sizes = heads(hidden, num_heads, None, False, qkv_hidden_sizes)
+    if sizes is None:
+        return None
+    hq, hv = sizes
+    if mask_index is None:
+        key_form, mask_rows = 0, 0
+    else:
+        if type(mask_index) is not np.ndarray or mask_index.dtype != _I32 or mask_index.ndim != 1 \
+                or mask_index.shape[0] not in (Bn, 2 * Bn):
+            return None  # the other forms: attention()
+        key_form, mask_rows = 1 if mask_index.shape[0] == Bn else 2, 0
+    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)
+    tail = (Bn, S, 0, num_heads, hq, hv, key_form, mask_rows, int(bool(unidirectional)), divisor,
+            float(mask_filter_value))
+    planned = None
+    if project is not None and Bn * S * D * hidden <= PROJECT_MAX:
+        planned = AttentionPlan(project[0], project[1], Bn, S, D, *tail[3:])
+    return Bn * S, D, (Bn, S, num_heads * hv), tail, planned, None if planned is None else ctypes.addressof(planned)
+
+
+def _planned(prepared, input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes,  # noqa: A002
+             scale, mask_filter_value):
+    """Attention's output by the kernel with what depends on the shapes kept in the step's ``prepared`` (its
+    constant weights and bias; no past, no present; a mask of key lengths or spans, int32), or None."""
+    if type(input) is not np.ndarray or weights is not prepared["weights"] or bias is not prepared["bias"]:
+        return None
+    fn = native.function("attention_f32")
+    if fn is None:
+        return None
+    masked = mask_index is not None
+    key = (input.shape, mask_index.shape if masked else None)
+    plan = prepared.get(key)
+    if plan is None:
+        project = prepared["addresses"] if native.function("attention_planned_f32") is not None else None
+        plan = _plan(input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes, scale,
+                     mask_filter_value, project)
+        if plan is None:
+            return None
+        if len(prepared) < MAX_PLANS:
+            prepared[key] = plan
+    elif input.dtype != _F32 or (masked and (type(mask_index) is not np.ndarray or mask_index.dtype != _I32)):
+        return None
+    rows, D, shape, tail, _, planned = plan
+    if masked and not mask_index.flags.c_contiguous:
+        return None
+    if planned is not None and input.flags.c_contiguous:
+        proj = native.function("attention_planned_f32")
+        if proj is not None:
+            y = np.empty(shape, np.float32)
+            if proj(planned, _address(input), _address(mask_index) if masked else None, None, native.address(y)):
+                raise MemoryError("native kernel attention_planned_f32 could not allocate its scratch")
+            return y
+    qkv = np.matmul(input.reshape(rows, D), weights)
+    if bias is not None:
+        np.add(qkv, bias, out=qkv)
+    y = np.empty(shape, np.float32)
+    if fn(native.address(qkv), None, _address(mask_index) if masked else None, None, native.address(y), None,
+          *tail):
+        raise MemoryError("native kernel attention_f32 could not allocate its scratch")
+    return y
+
+
+@op("Attention", domain=MS, since=1, n_outputs=True, device="cpu", prepare=prepare)
 def Attention(xp, input, weights, bias=None, mask_index=None, past=None, attention_bias=None,  # noqa: A002
               past_sequence_length=None, *, num_heads, unidirectional=0, qkv_hidden_sizes=None, scale=None,
               mask_filter_value=-10000.0, do_rotary=0, rotary_embedding_dim=0, past_present_share_buffer=0,
-              n_outputs=1):
+              n_outputs=1, prepared=None):
+    """The native kernel's attention (with constant weights, no past and a mask of key lengths, the
+    shapes' work kept in ``prepared``), else the generic op."""
     if n_outputs <= 2 and attention_bias is None and not do_rotary and not past_present_share_buffer:
+        if prepared is not None and n_outputs == 1 and past is None:
+            y = _planned(prepared, input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidden_sizes,
+                         scale, mask_filter_value)
+            if y is not None:
+                return y
         got = attention(input, weights, bias, mask_index, past, num_heads, unidirectional, qkv_hidden_sizes, scale,
                         mask_filter_value, n_outputs > 1)
         if got is not None:
@@ -149,7 +268,7 @@ def _attention_step(step, operands):
     x, weights = operands[0], operands[1]
     bias, mask, past = (operands[i] if len(operands) > i else None for i in (2, 3, 4))
     a = step.attrs
-    fn, sgemm = planned.kernel("attention_planned_f32"), threads.blas_sgemm()
+    fn, sgemm = planned.kernel("attention_program_f32"), threads.blas_sgemm()
     if fn is None or sgemm is None or any(o is not None for o in operands[5:]) or a.get("do_rotary", 0) \
             or a.get("past_present_share_buffer", 0) or not planned.is_f32(x) or x.ndim != 3 \
             or not math.prod(x.shape) or type(weights) is not np.ndarray or weights.dtype != _F32 \

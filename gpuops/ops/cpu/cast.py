@@ -1,6 +1,8 @@
 """Cast on the CPU (``@op(..., device="cpu")``): float32 <-> float16 by the native kernel
 (``cpu_kernels/cast.c``: the F16C instructions, where NumPy converts an element at a time in
-software, ~7x slower); every other cast, and any input the kernel does not take, is the generic op's."""
+software, ~7x slower); the other casts between NumPy's numeric types by ``astype`` directly (the
+generic op's conversion; its type dispatch cost more than a small cast); every other cast (strings,
+ml_dtypes types), and any input the kernel does not take, is the generic op's."""
 
 from __future__ import annotations
 
@@ -12,17 +14,26 @@ from ...registry import op
 from .. import cast as _cast
 
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
+# NumPy's own numeric types by ONNX type: a cast between two of them is the generic op's astype
+_PLAIN = {TensorProto.BOOL: np.bool_, TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8,
+          TensorProto.INT16: np.int16, TensorProto.UINT16: np.uint16, TensorProto.INT32: np.int32,
+          TensorProto.UINT32: np.uint32, TensorProto.INT64: np.int64, TensorProto.UINT64: np.uint64,
+          TensorProto.FLOAT16: np.float16, TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64}
+_PLAIN = {k: np.dtype(v) for k, v in _PLAIN.items()}
+_PLAIN_TYPES = frozenset(_PLAIN.values())
 _KERNELS = {(_F32, TensorProto.FLOAT16): ("cast_f32_f16", _F16), (_F16, TensorProto.FLOAT): ("cast_f16_f32", _F32)}
 
 
 def _native(X, to):
-    """X cast to ``to`` (float16 from float32, or back) by the native kernel, or None."""
-    if type(X) is not np.ndarray or not X.size:
+    """X cast to ``to`` (float16 from float32, or back) by the native kernel; other casts between NumPy's
+    numeric types by ``astype`` (the generic op's, without its dispatch); else None."""
+    if type(X) is not np.ndarray:
         return None
     kernel = _KERNELS.get((X.dtype, to))
-    fn = native.function(kernel[0]) if kernel else None
+    fn = native.function(kernel[0]) if kernel and X.size else None
     if fn is None:
-        return None
+        dtype = _PLAIN.get(to)
+        return X.astype(dtype) if dtype is not None and X.dtype in _PLAIN_TYPES else None
     X = np.ascontiguousarray(X)
     Y = np.empty(X.shape, kernel[1])
     return Y if fn(X.ctypes.data, native.address(Y), X.size) == 0 else None  # 1: the compiler has no float16
@@ -42,5 +53,5 @@ def Cast19(xp, input, *, to, saturate=1):
 
 @op("Cast", since=24, device="cpu")
 def Cast24(xp, input, *, to, saturate=1, round_mode="up"):
-    Y = _native(input, to)  # (round_mode is for float8e8m0)
+    Y = _native(input, to) if round_mode in _cast._ROUND_MODES else None  # (round_mode is for float8e8m0)
     return _cast.Cast24(xp, input, to=to, saturate=saturate, round_mode=round_mode) if Y is None else Y

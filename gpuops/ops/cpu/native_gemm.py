@@ -161,9 +161,10 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool 
     and ``OPENBLAS_CORETYPE=Haswell``): only the cells-on-lanes layout pays (0.86-0.95x); channels on
     8 lanes ran at 1.02-1.45x on every shape measured, so OpenBLAS runs those, except for a conv of
     more than one tap (``columns``: OpenBLAS then needs an im2col copy, which the kernel reads in place
-    from the input's planes) of at most 64 output channels and K <= 800: squeezenet's and inception_v1's 3x3
-    and 5x5 convs of 16-24 input channels ran at 0.71-0.79x of im2col plus OpenBLAS, 32-64 channels at
-    0.89-1.04x; more channels or K lost up to 1.2-1.45x. End to end (light
+    from the input's planes) of at most 64 output channels and K <= 800, or on at most 196 cells with
+    K <= 2016: against im2col plus OpenBLAS, squeezenet's and inception_v1's 3x3 and 5x5 convs of 16-32
+    input channels ran at 0.5-0.7x, inception's 3x3 convs on 6x6-14x14 maps at 0.55-0.9x; resnet50's
+    3x3 convs of K 1152-4608 on 196-784 cells lost (1.1-1.2x). End to end (light
     models, one thread, against the AVX-512 rules with 8 lanes): resnet50 0.96x, densenet121 0.90x,
     inception_v1 0.98x, squeezenet and shufflenet 1.00x of their time. (Winograd's :func:`.winograd.pays`
     was checked the same way and kept: raising its tile threshold, which single convs favoured, made
@@ -181,7 +182,7 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool 
         return False
     cells = rows_layout(M, K, N) and N >= 96
     if lanes < 16:
-        return (cells and K >= 16) or (columns and M <= 64 and K <= 800)
+        return (cells and K >= 16) or (columns and (M <= 64 and K <= 800 or N <= 196 and K <= 2016))
     if M % lanes:
         if cells:
             return K >= 32

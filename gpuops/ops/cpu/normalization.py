@@ -1,6 +1,7 @@
 """The layer normalizations of transformers on the CPU (``@op(..., device="cpu")``): ai.onnx
 LayerNormalization-17 and onnxruntime's LayerNormalization-1 and SimplifiedLayerNormalization, and
-com.microsoft SkipLayerNormalization, SkipSimplifiedLayerNormalization and EmbedLayerNormalization, in
+com.microsoft SkipLayerNormalization and SkipSimplifiedLayerNormalization (EmbedLayerNormalization's is
+:mod:`.embedding`'s), in
 one native pass over the rows (``cpu_kernels/rows.c``'s ``layernorm_f32``: the sum of the inputs, the
 two statistics and the scale and shift of each row) where NumPy makes six to ten passes, each with an
 array of its own -- on the small rows of exported models (a few dozen to a few hundred values) the
@@ -344,83 +345,6 @@ def SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias=None, *, epsil
     if got is None:
         got = _contrib.SkipSimplifiedLayerNormalization(xp, input, skip, gamma, bias, epsilon=epsilon)
     return got[0] if n_outputs == 1 else got[:n_outputs]
-
-
-def _rows_of(table, ids):
-    """``table[ids]`` (rows of a float32 2-D table by integer ids, negative ones from the end), or None
-    when the ids are not integers or one is out of range (the generic op then says which)."""
-    if type(ids) is not np.ndarray or ids.dtype.kind not in "iu":
-        return None
-    try:
-        return table.take(ids, axis=0)
-    except IndexError:
-        return None
-
-
-def embed_norm(input_ids, segment_ids, word, position, segment, gamma, beta, mask, position_ids, epsilon,
-               prepared):
-    """EmbedLayerNormalization's (Y, mask_index, sum) by the native kernel, or None where it does not apply."""
-    fn = native.function("layernorm_f32")
-    if fn is None or type(input_ids) is not np.ndarray or input_ids.ndim != 2 or not input_ids.size:
-        return None
-    if any(type(t) is not np.ndarray or t.dtype != _F32 or t.ndim != 2 or not t.flags.c_contiguous
-           for t in (word, position)) or position.shape[1] != word.shape[1]:
-        return None
-    Bn, S = input_ids.shape
-    D = word.shape[1]
-    if not D:
-        return None
-    rows = _rows_of(word, input_ids)
-    if rows is None:
-        return None
-    if position_ids is None:
-        if S > position.shape[0]:
-            return None
-        pos, k = position[:S], S
-    else:
-        if position_ids.ndim > 2 or position_ids.shape[-1:] != (S,) or position_ids.size not in (S, Bn * S):
-            return None
-        pos = _rows_of(position, position_ids)
-        if pos is None:
-            return None
-        k = position_ids.size
-    seg = None
-    if segment is not None and segment_ids is not None:
-        if type(segment) is not np.ndarray or segment.dtype != _F32 or segment.ndim != 2 or segment.shape[1] != D \
-                or segment_ids.shape != (Bn, S):
-            return None
-        seg = _rows_of(segment, segment_ids)
-        if seg is None:
-            return None
-    norm, nd = (D,), 3
-    g = _param(prepared, 5, gamma, norm, nd)
-    b = None if beta is None else _param(prepared, 6, beta, norm, nd)
-    if g is None or g.src.dtype != _F32 or (beta is not None and (b is None or b.src.dtype != _F32)):
-        return None
-    if mask is None:
-        mask_index = np.zeros((Bn,), np.int32)
-    elif type(mask) is np.ndarray and mask.ndim == 2:
-        mask_index = np.add.reduce(mask == 1, axis=1, dtype=np.int32)
-    else:
-        return None
-    y, s = np.empty((Bn, S, D), np.float32), np.empty((Bn, S, D), np.float32)
-    native.call(fn, native.address(rows), _address(pos), None if seg is None else native.address(seg), None,
-                g.address, None if b is None else b.address, native.address(y), native.address(s), None, None,
-                Bn * S, D, k, epsilon, 0)
-    return y, mask_index, s
-
-
-@op("EmbedLayerNormalization", domain=MS, since=1, device="cpu", prepare=prepare_params(5, 6))
-def EmbedLayerNormalization(xp, input_ids, segment_ids=None, word_embedding=None, position_embedding=None,
-                            segment_embedding=None, gamma=None, beta=None, mask=None, position_ids=None, *,
-                            epsilon=1e-12, mask_index_type=1, prepared=None):
-    got = embed_norm(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta,
-                     mask, position_ids, epsilon, prepared)
-    if got is not None:
-        return got
-    return _transformer.EmbedLayerNormalization(
-        xp, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, mask,
-        position_ids, epsilon=epsilon, mask_index_type=mask_index_type)
 
 
 # -- native programs (gpuops.onnx.programs): the normalizations of one output -----------------------------
