@@ -35,3 +35,9 @@ int cast_f32_f16(const float* x, void* y, int64_t n) { return (void)x, (void)y, 
 
 int cast_f16_f32(const void* x, float* y, int64_t n) { return (void)x, (void)y, (void)n, 1; }
 #endif
+
+/* As a program step (gpuops/onnx/programs.py): p = {n, to float16 (1) or to float32 (0)}. */
+int cast_half_planned(const int64_t* p, const void* a, const void* unused, void* y) {
+    (void)unused;
+    return p[1] ? cast_f32_f16(a, y, p[0]) : cast_f16_f32(a, y, p[0]);
+}

@@ -38,6 +38,7 @@ DECLARATIONS: dict[str, str] = {
     "cast.c": """
         int cast_f32_f16(const float* x, void* y, int64_t n);
         int cast_f16_f32(const void* x, float* y, int64_t n);
+        int cast_half_planned(const int64_t* p, const void* a, const void* unused, void* y);
     """,
     "conv.c": """
         int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,

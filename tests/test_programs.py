@@ -576,3 +576,17 @@ def test_gemm_with_alpha_and_a_run_time_bias_as_kmeans_writes_it():
     terms = 2 * np.abs(x64) @ np.abs(c64.T) + (x64 ** 2).sum(1, keepdims=True) + (c64 ** 2).sum(1)
     gamma = 8 * U / (1 - 8 * U)  # 5 products and 3 additions (sqrt's rounding: below)
     assert np.all(np.abs(got[0].astype(np.float64) ** 2 - d) <= gamma * terms + 4 * U * np.abs(d))
+
+
+def test_concat_of_a_constant_and_float16_casts():
+    rng = np.random.default_rng(21)
+    token = rng.standard_normal((1, 1, 4)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Concat", ["tok", "r"], ["c"], axis=1),
+             helper.make_node("Cast", ["c"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Cast", ["h"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["f", "c"], ["y"])]
+    m = _model(nodes, [("x", [1, 6, 4])], ["y", "h"], [("tok", token)], opset=13)
+    m.graph.output[1].type.tensor_type.elem_type = TensorProto.FLOAT16
+    got, want, sig = _runs(m, {"x": _awkward(rng, (1, 6, 4))}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes) and got[1].dtype == np.float16

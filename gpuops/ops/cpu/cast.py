@@ -6,12 +6,16 @@ ml_dtypes types), and any input the kernel does not take, is the generic op's.""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import TensorProto
 
 from ... import native
 from ...registry import op
 from .. import cast as _cast
+from . import planned
+from . import shape as _shape
 
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 # NumPy's own numeric types by ONNX type: a cast between two of them is the generic op's astype
@@ -55,3 +59,29 @@ def Cast19(xp, input, *, to, saturate=1):
 def Cast24(xp, input, *, to, saturate=1, round_mode="up"):
     Y = _native(input, to) if round_mode in _cast._ROUND_MODES else None  # (round_mode is for float8e8m0)
     return _cast.Cast24(xp, input, to=to, saturate=saturate, round_mode=round_mode) if Y is None else Y
+
+
+# -- native programs (gpuops.onnx.programs) ----------------------------------------------------------------
+
+
+def _works(name: str) -> bool:
+    """Whether the conversion kernel converts here (a compiler without _Float16 builds one that says no)."""
+    fn = native.function(name)
+    if fn is None:
+        return False
+    a, b = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    return fn(a.ctypes.data, b.ctypes.data, 0) == 0
+
+
+@planned.planned("Cast")
+def _cast_step(step, operands):
+    """float32 <-> float16 by cast.c's kernels (the op's own); the integer casts of index and mask inputs."""
+    X = operands[0]
+    if type(X) is not planned.Operand or "to" not in step.attrs:
+        return None
+    got = _KERNELS.get((np.dtype(X.dtype), step.attrs["to"]))
+    fn = planned.kernel("cast_half_planned")
+    if got is None or fn is None or step.attrs.get("saturate", 1) != 1 or not _works(got[0]):
+        return _shape.cast_step(step, operands)
+    p = planned.params(math.prod(X.shape), int(got[1] == _F16))
+    return planned.NativeStep(X.shape, (planned.Call(fn, p, 0),), holds=p, dtype=got[1])

@@ -65,8 +65,9 @@ def _identity_step(step, operands):
 def _concat_step(step, operands):
     fn = planned.kernel("copy_rows_planned")
     axis = step.attrs.get("axis", 1 if step.impl.since < 4 else None)
-    if fn is None or not operands or axis is None or not all(planned.is_f32(x) for x in operands):
-        return None
+    if fn is None or not operands or axis is None or not all(
+            planned.is_f32(x) or (type(x) is np.ndarray and x.dtype == np.float32) for x in operands):
+        return None  # (run-time values or float32 constants: a ViT's class token)
     rank = operands[0].ndim
     axis = _shape.normalize_axis(axis, rank)
     lead, tail = operands[0].shape[:axis], operands[0].shape[axis + 1:]
@@ -157,8 +158,7 @@ _CASTS = {(np.dtype(np.int64), np.dtype(np.int32)): 0, (np.dtype(np.int64), np.d
           (np.dtype(np.int32), np.dtype(np.float32)): 2}  # program.c's CAST_*
 
 
-@planned.planned("Cast")
-def _cast_step(step, operands):
+def cast_step(step, operands):
     """The integer casts of index and mask inputs (int64 to int32, to float32), as NumPy's astype."""
     X = operands[0]
     fn = planned.kernel("cast_planned")
