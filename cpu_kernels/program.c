@@ -136,12 +136,17 @@ int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float
 }
 
 /* A matrix product by the BLAS NumPy uses (its cblas_sgemm, found at plan time): p = {sgemm, int64 (its
- * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b), alpha (param_float)}:
- * y (M x N) = alpha a (M x K) b (K x N, or N x K with transB), all row-major and contiguous. */
+ * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b), alpha (param_float),
+ * sgemv}: y (M x N) = alpha a (M x K) b (K x N, or N x K with transB), all row-major and contiguous. One row
+ * (M = 1) goes to cblas_sgemv, as NumPy's matmul sends it: sgemm would pack all of b for it. */
 typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float*, int32_t, const float*,
                            int32_t, float, float*, int32_t);
 typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                            int64_t, float, float*, int64_t);
+typedef void (*sgemv32_fn)(int, int, int32_t, int32_t, float, const float*, int32_t, const float*, int32_t, float,
+                           float*, int32_t);
+typedef void (*sgemv64_fn)(int, int, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                           float*, int64_t);
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
 int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
@@ -154,6 +159,15 @@ int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* 
         return 0;
     }
     const int64_t ldb = tb ? K : N;
+    if (M == 1 && p[8]) {  /* y = b^T a (b K x N), or b a (b N x K, transB) */
+        const int64_t rows = tb ? N : K, cols = tb ? K : N;
+        if (p[1])
+            ((sgemv64_fn)(intptr_t)p[8])(ROW_MAJOR, tb ? NO_TRANS : TRANS, rows, cols, alpha, b, ldb, a, 1, 0.0f, y, 1);
+        else
+            ((sgemv32_fn)(intptr_t)p[8])(ROW_MAJOR, tb ? NO_TRANS : TRANS, (int32_t)rows, (int32_t)cols, alpha, b,
+                                         (int32_t)ldb, a, 1, 0.0f, y, 1);
+        return 0;
+    }
     if (p[1])
         ((sgemm64_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, M, N, K, alpha, a, K, b, ldb, 0.0f,
                                      y, N);

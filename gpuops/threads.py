@@ -122,13 +122,14 @@ def _handle(c) -> tuple:
     return c.get_num_threads, c.set_num_threads
 
 
-_sgemm: list = []  # [(address, 64-bit integers) or None], found once
+_sgemm: list = []  # [(sgemm's address, 64-bit integers, sgemv's address) or None], found once
 
 
-def blas_sgemm() -> tuple[int, bool] | None:
-    """(the address of ``cblas_sgemm`` of the OpenBLAS NumPy uses, whether its integers are 64-bit), or None
-    (threadpoolctl absent, another BLAS): for native programs' matrix products, which then run as NumPy
-    would run them. An OpenBLAS built for 64-bit integers names its symbols with a 64 suffix."""
+def blas_sgemm() -> tuple[int, bool, int] | None:
+    """(the address of ``cblas_sgemm`` of the OpenBLAS NumPy uses, whether its integers are 64-bit, the address
+    of its ``cblas_sgemv``), or None (threadpoolctl absent, another BLAS): for native programs' matrix
+    products, which then run as NumPy would run them (a one-row product by the matrix-vector routine). An
+    OpenBLAS built for 64-bit integers names its symbols with a 64 suffix."""
     if not _sgemm:
         import ctypes
 
@@ -141,9 +142,11 @@ def blas_sgemm() -> tuple[int, bool] | None:
             except OSError:
                 continue
             for pre, suf in _AFFIXES:
-                fn = getattr(lib, f"{pre}cblas_sgemm{suf}", None)
-                if fn is not None:
-                    found = (ctypes.cast(fn, ctypes.c_void_p).value, "64" in suf)
+                gemm = getattr(lib, f"{pre}cblas_sgemm{suf}", None)
+                gemv = getattr(lib, f"{pre}cblas_sgemv{suf}", None)
+                if gemm is not None and gemv is not None:
+                    found = (ctypes.cast(gemm, ctypes.c_void_p).value, "64" in suf,
+                             ctypes.cast(gemv, ctypes.c_void_p).value)
                     break
             if found:
                 break

@@ -590,3 +590,41 @@ def test_concat_of_a_constant_and_float16_casts():
     got, want, sig = _runs(m, {"x": _awkward(rng, (1, 6, 4))}, optimize="basic")
     _same(got, want)
     assert sig["program_nodes"] == len(nodes) and got[1].dtype == np.float16
+
+
+def test_one_row_products_by_the_matrix_vector_routine():
+    """A one-row MatMul, and a one-row Gemm with alpha (not the packed path), by the BLAS's sgemv."""
+    rng = np.random.default_rng(22)
+    K, N = 300, 50
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    G = rng.standard_normal((N, K)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "B"], ["m"]),
+             helper.make_node("Gemm", ["r", "G"], ["g"], transB=1, alpha=0.5), helper.make_node("Add", ["m", "g"], ["y"])]
+    x = rng.standard_normal((1, K)).astype(np.float32)
+    got, _, sig = _runs(_model(nodes, [("x", [1, K])], ["m", "g"], [("B", B), ("G", G)]), {"x": x}, optimize="basic")
+    assert sig["program_nodes"] == 3  # (the Add is dead)
+    r = np.maximum(x, 0).astype(np.float64)
+    _bound(got[0], r @ B, np.abs(r) @ np.abs(B), K)
+    _bound(got[1], 0.5 * r @ G.T, 0.5 * np.abs(r) @ np.abs(G.T), K + 1)
+
+
+def test_attention_of_one_token_with_past():
+    """A decoder's step: one query row (the projection by sgemv), a past of three."""
+    rng = np.random.default_rng(23)
+    D, N = 8, 2
+    W = (rng.standard_normal((D, 3 * D)) * 0.5).astype(np.float32)
+    feeds = {"x": rng.standard_normal((1, 1, D)).astype(np.float32),
+             "past": rng.standard_normal((2, 1, N, 3, D // N)).astype(np.float32)}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Attention", ["r", "W", "", "", "past"], ["a", "present"], domain="com.microsoft",
+                              num_heads=N, unidirectional=1),
+             helper.make_node("Add", ["a", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 1, D]),
+                                           helper.make_tensor_value_info("past", F, [2, 1, N, 3, D // N])],
+                              [helper.make_tensor_value_info(n, F, None) for n in ("y", "present")],
+                              [numpy_helper.from_array(W, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    got, want, sig = _runs(model, feeds, optimize="basic")
+    assert sig["program_nodes"] == 3
+    for g, w in zip(got, want):  # the projection's sums in sgemv's order, NumPy's in sgemm's: within D terms
+        np.testing.assert_allclose(g, w, rtol=8 * D * U, atol=8 * D * U * float(np.abs(w).max()))

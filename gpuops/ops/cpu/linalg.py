@@ -142,7 +142,8 @@ def _product(A, B, trans_b: bool, alpha: float = 1.0):
     if A.shape[-1] != K:
         return None
     M = math.prod(A.shape[:-1])
-    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), B.ctypes.data if const else 0, float(alpha))
+    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), B.ctypes.data if const else 0, float(alpha),
+                       sgemm[2])
     return planned.Call(fn, p, 0, None if const else 1), A.shape[:-1] + (N,), (p, B)
 
 
