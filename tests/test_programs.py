@@ -375,8 +375,10 @@ def test_attention_runs_as_the_op(mask):
                               [numpy_helper.from_array(W, "W"), numpy_helper.from_array(bias, "bias")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     got, want, sig = _runs(model, feeds, optimize="basic")
-    _same(got, want)
     assert sig["program_nodes"] == len(nodes)
+    for g, w in zip(got, want):  # the projection by the BLAS's sgemm, the op's by its own loops or NumPy's: sums
+        # of D products in other orders (gamma_D of their terms), carried through the scores and the softmax
+        np.testing.assert_allclose(g, w, rtol=8 * D * U, atol=8 * D * U * float(np.abs(w).max()))
 
 
 def test_embedding_lookups_and_integer_casts():
