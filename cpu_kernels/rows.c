@@ -32,6 +32,43 @@ int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n) {
     return 0;
 }
 
+/* Reductions of rows (a program's ReduceSum, ReduceMean, ReduceSumSquare, ReduceMax, ReduceMin over the
+ * trailing axes; ArgMax and ArgMin over the last): p = {rows, n, kind}; y float32, or int64 for the arg
+ * kinds. Sums in VL lanes (row_sum's order, not NumPy's pairwise one: within the same float32 bound);
+ * a NaN wins a max or min, and the first NaN an arg max or min, as NumPy's. */
+enum { ROW_SUM, ROW_MEAN, ROW_SUM_SQUARE, ROW_MAX, ROW_MIN, ROW_ARGMAX, ROW_ARGMIN };
+
+int reduce_rows_planned_f32(const int64_t* p, const float* x, const void* unused, void* out) {
+    (void)unused;
+    const int64_t rows = p[0], n = p[1], kind = p[2];
+    float* y = out;
+    int64_t* idx = out;
+    float* sq = kind == ROW_SUM_SQUARE ? malloc(sizeof(float) * (size_t)(n ? n : 1)) : NULL;
+    if (kind == ROW_SUM_SQUARE && !sq) return 1;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        if (kind == ROW_SUM || kind == ROW_MEAN) {
+            const float s = row_sum(xr, n);
+            y[r] = kind == ROW_MEAN ? s / (float)n : s;
+        } else if (kind == ROW_SUM_SQUARE) {
+            for (int64_t i = 0; i < n; ++i) sq[i] = xr[i] * xr[i];
+            y[r] = row_sum(sq, n);
+        } else {
+            const int larger = kind == ROW_MAX || kind == ROW_ARGMAX;
+            float best = xr[0];
+            int64_t at = 0;
+            for (int64_t i = 1; i < n && best == best; ++i)
+                if (xr[i] != xr[i] || (larger ? xr[i] > best : xr[i] < best)) best = xr[i], at = i;
+            if (kind == ROW_MAX || kind == ROW_MIN)
+                y[r] = best;
+            else
+                idx[r] = at;
+        }
+    }
+    free(sq);
+    return 0;
+}
+
 /* row_mean_f32 as a program step: p = {rows, n}. */
 int row_mean_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
     (void)unused;

@@ -572,11 +572,11 @@ def test_gemm_with_alpha_and_a_run_time_bias_as_kmeans_writes_it():
     m = _model(nodes, [("x", [9, 5])], ["y"], [("C", Cc), ("c2", (Cc * Cc).sum(1))], opset=13)
     m.graph.initializer.append(_i64("ax", [1]))
     got, _, sig = _runs(m, {"x": X}, optimize="basic")
-    assert sig["program_nodes"] == 3  # (ReduceSum runs on its own: the program starts at the Gemm)
+    assert sig["program_nodes"] == len(nodes)
     x64, c64 = X.astype(np.float64), Cc.astype(np.float64)
     d = -2 * x64 @ c64.T + (x64 ** 2).sum(1, keepdims=True) + (c64 ** 2).sum(1)
     terms = 2 * np.abs(x64) @ np.abs(c64.T) + (x64 ** 2).sum(1, keepdims=True) + (c64 ** 2).sum(1)
-    gamma = 8 * U / (1 - 8 * U)  # 5 products and 3 additions (sqrt's rounding: below)
+    gamma = 8 * U / (1 - 8 * U)  # 5 products and 3 additions, in any order (sqrt's rounding: below)
     assert np.all(np.abs(got[0].astype(np.float64) ** 2 - d) <= gamma * terms + 4 * U * np.abs(d))
 
 
@@ -630,3 +630,38 @@ def test_attention_of_one_token_with_past():
     assert sig["program_nodes"] == 3
     for g, w in zip(got, want):  # the projection's sums in sgemv's order, NumPy's in sgemm's: within D terms
         np.testing.assert_allclose(g, w, rtol=8 * D * U, atol=8 * D * U * float(np.abs(w).max()))
+
+
+@pytest.mark.parametrize("op, axes, keep", [("ReduceSum", [-1], 1), ("ReduceMean", [1, 2], 0),
+                                            ("ReduceSumSquare", [2], 1), ("ReduceMax", [-1], 0),
+                                            ("ReduceMin", [1, 2], 1), ("ArgMax", -1, 0), ("ArgMin", 2, 1)])
+def test_reductions_of_rows(op, axes, keep):
+    rng = np.random.default_rng(24)
+    x = _awkward(rng, (3, 5, 40))
+    x[1] = np.abs(x[1])  # rows without NaN or infinities, beside the awkward first row
+    x[2] = rng.standard_normal((5, 40)).astype(np.float32)
+    arg = op.startswith("Arg")
+    inputs, inits = ["r"], []
+    attrs = {"axis": axes, "keepdims": keep} if arg else {"keepdims": keep}
+    if not arg:
+        inputs.append("ax")
+    nodes = [helper.make_node("Add", ["x", "x"], ["r"]), helper.make_node(op, inputs, ["y"], **attrs)]
+    nodes.append(helper.make_node("Add", ["y", "y"], ["z"]) if not arg else helper.make_node("Identity", ["y"], ["z"]))
+    m = _model(nodes, [("x", [3, 5, 40])], ["z"], opset=18)
+    if not arg:
+        m.graph.initializer.append(_i64("ax", axes))
+    m.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64 if arg else F
+    got, want, sig = _runs(m, {"x": x}, optimize="basic")
+    assert sig["program_nodes"] == 3 - arg  # (the optimizer removes the Identity)
+    if op in ("ReduceSum", "ReduceMean", "ReduceSumSquare"):  # sums in other orders: gamma_n of the terms
+        r = (x.astype(np.float64) * 2)
+        red = tuple(a % 3 for a in axes)
+        terms = np.sum(r * r if op == "ReduceSumSquare" else np.abs(r), axis=red, keepdims=bool(keep)) * 2
+        terms = terms / (200 if op == "ReduceMean" else 1)
+        n = 200 if op == "ReduceMean" else 40
+        finite = np.isfinite(want[0])
+        assert np.array_equal(np.isnan(got[0]), np.isnan(want[0]))
+        assert np.all(np.abs(got[0][finite].astype(np.float64) - want[0][finite]) <=
+                      (n + 2) * U * terms[finite] + 1e-30)
+    else:
+        _same(got, want)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...registry import op
 from .. import reduce as _reduce
+from . import planned
 from ._common import generic
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -88,3 +89,58 @@ def ReduceMean(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     if out is None:
         return _mean_18(xp, data, axes, keepdims=keepdims, noop_with_empty_axes=noop_with_empty_axes)
     return out
+
+
+# -- native programs (gpuops.onnx.programs): reductions of rows --------------------------------------------
+
+_ROW_KINDS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceSumSquare": 2, "ReduceMax": 3, "ReduceMin": 4,
+              "ArgMax": 5, "ArgMin": 6}  # rows.c's ROW_*
+_INPUT_SINCE = {"ReduceSum": 13}  # the others take their axes as an input from opset 18
+
+
+def _reduce_step(step, operands):
+    """A float32 reduction over the trailing axes (its rows), the axes known at plan time."""
+    X = operands[0]
+    fn = planned.kernel("reduce_rows_planned_f32")
+    if fn is None or not planned.is_f32(X) or not X.ndim:
+        return None
+    a = step.attrs
+    if step.impl.since >= _INPUT_SINCE.get(step.op_type, 18):
+        axes = operands[1] if len(operands) > 1 else None
+        if type(axes) is planned.Operand:
+            return None
+        axes = None if axes is None else [int(v) for v in np.asarray(axes).reshape(-1)]
+        if not axes and a.get("noop_with_empty_axes", 0):
+            return None
+    else:
+        axes = a.get("axes")
+    ndim = X.ndim
+    axes = sorted({(int(v) + ndim) % ndim for v in axes}) if axes else list(range(ndim))
+    if axes != list(range(axes[0], ndim)):
+        return None
+    n = math.prod(X.shape[axes[0]:])
+    if not n:
+        return None
+    keep = a.get("keepdims", 1) == 1
+    shape = X.shape[:axes[0]] + ((1,) * len(axes) if keep else ())
+    p = planned.params(math.prod(X.shape[:axes[0]]), n, _ROW_KINDS[step.op_type])
+    return planned.NativeStep(shape, (planned.Call(fn, p, 0),), holds=p)
+
+
+def _arg_step(step, operands):
+    """ArgMax / ArgMin of float32 over the last axis (the first extreme; the first NaN), int64."""
+    X = operands[0]
+    a = step.attrs
+    fn = planned.kernel("reduce_rows_planned_f32")
+    if fn is None or not planned.is_f32(X) or not X.ndim or not X.shape[-1] or a.get("select_last_index", 0) \
+            or int(a.get("axis", 0)) not in (-1, X.ndim - 1):
+        return None
+    shape = X.shape[:-1] + ((1,) if a.get("keepdims", 1) else ())
+    p = planned.params(math.prod(X.shape[:-1]), X.shape[-1], _ROW_KINDS[step.op_type])
+    return planned.NativeStep(shape, (planned.Call(fn, p, 0),), holds=p, dtype=np.dtype(np.int64))
+
+
+for _name in ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceMax", "ReduceMin"):
+    planned.planned(_name)(_reduce_step)
+for _name in ("ArgMax", "ArgMin"):
+    planned.planned(_name)(_arg_step)
