@@ -8,6 +8,7 @@
  * max) within 2 ulp, times 1 / sum); the output's sums of products over the keys in four interleaved parts. Returns 0,
  * or 1 when its scratch cannot be allocated. */
 #include <math.h>
+#include "blas.h"
 #include "vmath.h"
 #include "pool_threads.h"
 
@@ -246,15 +247,6 @@ int attention_set_threads(int64_t n) { return pool_threads_set(n); }
  * row of total keys per batch, 4 one per query), causal, divisor, filter (param_float), past length,
  * sgemv (a one-row projection's)};
  * past, present: (2, batch, heads, past, hq) and (2, batch, heads, past + seq, hq), or NULL. */
-typedef void (*att_sgemm32)(int, int, int, int32_t, int32_t, int32_t, float, const float*, int32_t, const float*,
-                            int32_t, float, float*, int32_t);
-typedef void (*att_sgemm64)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                            int64_t, float, float*, int64_t);
-typedef void (*att_sgemv32)(int, int, int32_t, int32_t, float, const float*, int32_t, const float*, int32_t, float,
-                            float*, int32_t);
-typedef void (*att_sgemv64)(int, int, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                            float*, int64_t);
-
 int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
                           float* present) {
     const int64_t B = p[4], S = p[5], D = p[6], hidden = p[7], rows = B * S, kind = p[11], P = p[15];
@@ -266,18 +258,7 @@ int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask,
     if (!qkv) return 1;
     uint8_t* masked = kind >= 3 ? (uint8_t*)(qkv + rows * hidden) : NULL;
     for (int64_t i = 0; i < masked_n; ++i) masked[i] = mask[i] <= 0;  /* as the op: mask <= 0 */
-    if (rows == 1 && p[16]) {  /* one token: the matrix-vector routine (sgemm would pack all of W) */
-        if (p[1])
-            ((att_sgemv64)(intptr_t)p[16])(101, 112, D, hidden, 1.0f, w, hidden, x, 1, 0.0f, qkv, 1);
-        else
-            ((att_sgemv32)(intptr_t)p[16])(101, 112, (int32_t)D, (int32_t)hidden, 1.0f, w, (int32_t)hidden, x, 1, 0.0f,
-                                           qkv, 1);
-    } else if (p[1]) {
-        ((att_sgemm64)(intptr_t)p[0])(101, 111, 111, rows, hidden, D, 1.0f, x, D, w, hidden, 0.0f, qkv, hidden);
-    } else {
-        ((att_sgemm32)(intptr_t)p[0])(101, 111, 111, (int32_t)rows, (int32_t)hidden, (int32_t)D, 1.0f, x, (int32_t)D,
-                                      w, (int32_t)hidden, 0.0f, qkv, (int32_t)hidden);
-    }
+    blas_product((intptr_t)p[0], p[1], (intptr_t)p[16], 0, rows, hidden, D, 1.0f, x, w, hidden, qkv);
     if (bias)
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < hidden; ++j) qkv[r * hidden + j] += bias[j];

@@ -5,6 +5,7 @@
  * whose parameters were set once per input shape). Its operands are locations: a byte offset into the
  * run's arena (>= 0), the external address ext[-1 - loc] (loc < 0: the program's inputs, outputs and
  * constants), or PROGRAM_NONE (NULL). */
+#include "blas.h"
 #include "common.h"
 
 #define PROGRAM_NONE INT64_MIN
@@ -139,41 +140,15 @@ int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float
  * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b), alpha (param_float),
  * sgemv}: y (M x N) = alpha a (M x K) b (K x N, or N x K with transB), all row-major and contiguous. One row
  * (M = 1) goes to cblas_sgemv, as NumPy's matmul sends it: sgemm would pack all of b for it. */
-typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float*, int32_t, const float*,
-                           int32_t, float, float*, int32_t);
-typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                           int64_t, float, float*, int64_t);
-typedef void (*sgemv32_fn)(int, int, int32_t, int32_t, float, const float*, int32_t, const float*, int32_t, float,
-                           float*, int32_t);
-typedef void (*sgemv64_fn)(int, int, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                           float*, int64_t);
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
-
 int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
     const int64_t M = p[2], N = p[3], K = p[4], tb = p[5];
-    const float alpha = param_float(p, 7);
     if (p[6]) b = (const float*)(intptr_t)p[6];
     if (!M || !N) return 0;
     if (!K) {
         memset(y, 0, sizeof(float) * (size_t)(M * N));
         return 0;
     }
-    const int64_t ldb = tb ? K : N;
-    if (M == 1 && p[8]) {  /* y = b^T a (b K x N), or b a (b N x K, transB) */
-        const int64_t rows = tb ? N : K, cols = tb ? K : N;
-        if (p[1])
-            ((sgemv64_fn)(intptr_t)p[8])(ROW_MAJOR, tb ? NO_TRANS : TRANS, rows, cols, alpha, b, ldb, a, 1, 0.0f, y, 1);
-        else
-            ((sgemv32_fn)(intptr_t)p[8])(ROW_MAJOR, tb ? NO_TRANS : TRANS, (int32_t)rows, (int32_t)cols, alpha, b,
-                                         (int32_t)ldb, a, 1, 0.0f, y, 1);
-        return 0;
-    }
-    if (p[1])
-        ((sgemm64_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, M, N, K, alpha, a, K, b, ldb, 0.0f,
-                                     y, N);
-    else
-        ((sgemm32_fn)(intptr_t)p[0])(ROW_MAJOR, NO_TRANS, tb ? TRANS : NO_TRANS, (int32_t)M, (int32_t)N, (int32_t)K,
-                                     alpha, a, (int32_t)K, b, (int32_t)ldb, 0.0f, y, (int32_t)N);
+    blas_product((intptr_t)p[0], p[1], (intptr_t)p[8], tb, M, N, K, param_float(p, 7), a, b, tb ? K : N, y);
     return 0;
 }
 
