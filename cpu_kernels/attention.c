@@ -241,8 +241,7 @@ int attention_planned_f32(const struct attention_plan* p, const float* x, const 
 int attention_set_threads(int64_t n) { return pool_threads_set(n); }
 
 /* Attention as a (wide) program step (gpuops/onnx/programs.py): the packed projection qkv = x W + bias
- * by the BLAS's sgemm (found at plan time, as matmul_planned_f32 in program.c calls it), into scratch,
- * then attention_f32. p = {sgemm, 64-bit integers, W, bias (or 0), batch, seq, D, hidden, heads, hq, hv,
+ * by the BLAS (blas.h), into scratch, then attention_f32. p = {sgemm, 64-bit integers, W, bias (or 0), batch, seq, D, hidden, heads, hq, hv,
  * mask (0 none, 1 or 2 key ranges: the int32 mask_index of batch or 2 batch values, 3 one int32 mask
  * row of total keys per batch, 4 one per query), causal, divisor, filter (param_float), past length,
  * sgemv (a one-row projection's)};
