@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import native
 from ..ops.cpu import planned as _planned
-from ..executor.run import node_error
+from ..executor.run import call_op
 from ..registry import OpImpl
 from .plan import Plan, Step, last_reads, plan_liveness
 
@@ -54,8 +54,6 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple], outer: dict | None = 
     made = {"programs": 0, "program_nodes": 0}
     for k, step in enumerate(plan.steps):
         ns = _bind(step, known, consts)
-        if ns is not None and ns.alias is not None:  # a reshape keeps its input's dtype
-            ns = ns._replace(dtype=np.dtype(known[step.inputs[ns.alias]][1]))
         if ns is not None:
             for i, shape, dtype in _outputs(step, ns):
                 known[step.outputs[i]] = (shape, dtype)
@@ -136,8 +134,9 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
                 return None
         if any(k is not None and (k >= len(step.outputs) or not step.outputs[k]) for k in (c.z, c.out)):
             return None
-    if ns.alias is not None and type(operands[ns.alias]) is not _planned.Operand:
-        return None
+    if ns.alias is not None:  # a reshape of a run-time value, which keeps its dtype
+        alias = operands[ns.alias]
+        return ns._replace(dtype=np.dtype(alias.dtype)) if type(alias) is _planned.Operand else None
     return ns
 
 
@@ -290,15 +289,7 @@ class Program:
         for s in self.nodes:
             args = [s.host_consts[i] if i in s.host_consts else
                     (env[n] if n in env else self.consts[n]) if n else None for i, n in enumerate(s.inputs)]
-            while args and args[-1] is None:
-                args.pop()
-            try:
-                result = s.impl.fn(xp, *args, **s.attrs)
-            except Exception as e:
-                err = node_error(e, s.describe(), s.name)
-                if err is e:
-                    raise
-                raise err from e
+            result = call_op(s.impl, xp, args, s.attrs, where=s.describe(), name=s.name)
             for name, value in zip(s.outputs, result if isinstance(result, tuple) else (result,)):
                 if name:
                     env[name] = value
