@@ -13,6 +13,7 @@ import pytest
 from gpuops import native, native_abi
 from gpuops.errors import NodeError
 from gpuops.ops.contrib.transformer import fused_activation
+from gpuops.ops import windows
 from gpuops.ops.cpu import conv, pool, winograd
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
@@ -70,6 +71,41 @@ def test_pools_match_numpy(seed, planes):
                                        err_msg=f"{f.__name__} {X.shape} {geo} ceil={ceil} {extra}")
             checked += 1
     assert checked > 45
+
+
+# undilated windows of row stride 1 or 2 on few planes: the separable row kernel (pool.c's pool_rows),
+# output rows of 1 to 3 vectors and a part of one, around the vector lengths of AVX-512 and AVX2
+ROW_SHAPES = [(1, 1), (3, 7), (8, 15), (11, 16), (9, 17), (16, 31), (5, 33), (14, 64), (7, 70)]
+
+
+@needs_cc
+@pytest.mark.parametrize("H, W", ROW_SHAPES)
+@pytest.mark.parametrize("k, s, pads, ceil", [((3, 3), (2, 2), (1, 1, 1, 1), 0), ((3, 3), (2, 2), (0, 0, 1, 1), 0),
+                                              ((3, 3), (2, 2), (0, 0, 0, 0), 1), ((3, 3), (1, 1), (1, 1, 1, 1), 0),
+                                              ((2, 3), (3, 2), (1, 2, 0, 1), 1), ((1, 4), (1, 1), (0, 3, 0, 2), 0),
+                                              ((5, 2), (2, 1), (2, 0, 1, 1), 1)])
+def test_separable_row_pools_match_numpy(H, W, k, s, pads, ceil):
+    """Against the NumPy ops: MaxPool to the bit, and its signed zeros as the tap-by-tap kernels give
+    them (the first of equal cells in the window's row-major order, where NumPy's maximum may keep
+    either); averages within rounding."""
+    rng = np.random.default_rng(H * 100 + W)
+    X = rng.standard_normal((1, 3, H, W)).astype(np.float32)
+    X[0, 0] = np.where(rng.random((H, W)) < 0.5, np.float32(0.0), np.float32(-0.0))  # ties of +0 and -0
+    X[0, 1].flat[rng.integers(0, H * W, 2)] = [np.nan, np.inf]  # one plane with a NaN: its rows tracked
+    X[0, 2, :, ::3] = -np.inf
+    if (H + pads[0] + pads[2] - k[0]) < 0 or (W + pads[1] + pads[3] - k[1]) < 0:
+        return
+    attrs = dict(kernel_shape=list(k), strides=list(s), pads=list(pads), ceil_mode=ceil)
+    y, ref = _both(pool.MaxPool, X, **attrs)
+    assert y.shape == ref.shape
+    np.testing.assert_array_equal(y, ref)
+    first = None
+    for v in windows.window_taps(xp, X, *windows.pool_geometry(X, k, s, None, pads, "NOTSET", ceil), -np.inf):
+        first = v.copy() if first is None else np.where(v > first, v, first)
+    np.testing.assert_array_equal(np.signbit(y[0, 0]), np.signbit(first[0, 0]))
+    for include_pad in (0, 1):
+        y, ref = _both(pool.AveragePool, X, count_include_pad=include_pad, **attrs)
+        np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
 @needs_cc

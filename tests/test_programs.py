@@ -83,6 +83,25 @@ def test_a_cnn_runs_as_one_program_with_the_nodes_results():
     assert len(sess.last_profile["nodes"]) == sig["nodes"]
 
 
+def test_pools_on_few_wide_planes_match_the_nodes():
+    """Pools of few planes on wide maps (pool.c's separable row kernel, the phase planes where dilated)
+    in a program, with NaN, infinities and signed zeros, as the nodes one by one."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["m1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["x"], ["m2"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1],
+                              ceil_mode=1),
+             helper.make_node("AveragePool", ["m2"], ["a1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["a1"], ["a2"], kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 1],
+                              count_include_pad=1),
+             helper.make_node("MaxPool", ["m1"], ["m3"], kernel_shape=[2, 2], dilations=[2, 2]),
+             helper.make_node("Add", ["m3", "m3"], ["y"])]
+    m = _model(nodes, [("x", [1, 3, 23, 37])], ["y", "m1", "a2"])
+    got, want, sig = _runs(m, {"x": _awkward(rng, (1, 3, 23, 37))}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == sig["nodes"]
+
+
 @pytest.mark.parametrize("op", ["Add", "Mul", "Max", "Sub", "Div"])
 @pytest.mark.parametrize("other, swap", [((2, 5, 3, 4), False), ((5, 1, 1), False), ((1, 5, 1, 1), True),
                                          ((1,), False), ((), True)])
