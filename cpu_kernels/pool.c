@@ -117,25 +117,20 @@ static int rows_apply(const Windows* g) { return g->dh == 1 && g->dw == 1 && g->
 /* Floats of pool_rows's scratch: two padded input rows, then a reduced row per padded input row. */
 static int64_t rows_size(const Windows* g) {
     const int64_t OWr = (g->OW + VL - 1) / VL * VL;
-    return 2 * (g->sw * OWr + g->KW) + ((g->OH - 1) * g->sh + g->KH) * OWr;
+    return 2 * (g->sw * OWr + g->KW + VL) + ((g->OH - 1) * g->sh + g->KH) * OWr;
 }
 
-/* dst[0:n] = src[0:n]; returns whether they hold a NaN. */
-static int copy_row(float* dst, const float* src, int64_t n) {
+/* dst[0:n] = src[0:n], and pad up to the next whole vector; returns whether they hold a NaN. */
+static int copy_row(float* dst, const float* src, int64_t n, float pad) {
     vint nan = {0};
-    int64_t i = 0;
-    for (; i + VL <= n; i += VL) {
-        const vfloat v = vload(src + i);
+    for (int64_t i = 0; i < n; i += VL) {
+        const vfloat v = n - i >= VL ? vload(src + i) : vload_part(src + i, n - i, pad);
         nan |= v != v;
         memcpy(dst + i, &v, sizeof v);
     }
     int32_t lanes[VL], any = 0;  /* (indexing nan itself would keep it in memory across the loop) */
     memcpy(lanes, &nan, sizeof nan);
     for (int64_t j = 0; j < VL; ++j) any |= lanes[j];
-    for (; i < n; ++i) {
-        any |= src[i] != src[i];
-        dst[i] = src[i];
-    }
     return any != 0;
 }
 
@@ -191,20 +186,21 @@ static inline __attribute__((always_inline)) void rows_of(const Windows* g, floa
     const int64_t lo = g->pw < Pw ? g->pw : Pw, n = W < Pw - lo ? W : Pw - lo;  /* row cells from the input */
     const float pad = mode ? 0.0f : -INFINITY;
     const vfloat padv = (vfloat){0} + pad;
-    float* h = buf + 2 * Pw;  /* Ph rows of OWr */
+    const int64_t Ps = Pw + VL;  /* a padded row's floats: a copy's last vector spills up to VL - 1 */
+    float* h = buf + 2 * Ps;  /* Ph rows of OWr */
     const float* y_end = y + p1 * OH * OW;  /* rows are written in order up to here */
-    for (int64_t j = 0; j < 2 * Pw; ++j) buf[j] = pad;
+    for (int64_t j = 0; j < 2 * Ps; ++j) buf[j] = pad;
     for (int64_t p = p0; p < p1; ++p) {
         const float* xp = x + p * H * W;
         int nan[2] = {0, 0}, any = 0;  /* in the padded rows; in the plane */
         for (int64_t q = 0; q < Ph; ++q) {
             float* hq = h + q * OWr;
             const int64_t iy = q - g->ph;
-            /* Rows q and q + 1 padded, in turn at buf and buf + Pw (cell j: input column j - pw): a row
+            /* Rows q and q + 1 padded, in turn at buf and buf + Ps (cell j: input column j - pw): a row
              * is copied one row ahead of its loads, which would wait on the copy's stores otherwise. */
-            if (q == 0 && iy >= 0 && iy < H) nan[0] = copy_row(buf + lo, xp + iy * W, n);
+            if (q == 0 && iy >= 0 && iy < H) nan[0] = copy_row(buf + lo, xp + iy * W, n, pad);
             if (iy + 1 >= 0 && iy + 1 < H && q + 1 < Ph) {
-                nan[(q + 1) % 2] = copy_row(buf + (q + 1) % 2 * Pw + lo, xp + (iy + 1) * W, n);
+                nan[(q + 1) % 2] = copy_row(buf + (q + 1) % 2 * Ps + lo, xp + (iy + 1) * W, n, pad);
                 if (p + 1 < p1)  /* the next plane's row into L2 ahead of its turn (10-15% on 112 x 112) */
                     for (int64_t j = 0; j < n; j += 16) __builtin_prefetch(xp + (H + iy + 1) * W + j, 0, 2);
             }
@@ -212,7 +208,7 @@ static inline __attribute__((always_inline)) void rows_of(const Windows* g, floa
                 for (int64_t ox = 0; ox < OWr; ox += VL) memcpy(hq + ox, &padv, sizeof padv);
                 continue;
             }
-            const float* row = buf + q % 2 * Pw;
+            const float* row = buf + q % 2 * Ps;
             const int track = !mode && nan[q % 2];
             any |= track;
             if (mode)
