@@ -12,7 +12,8 @@ inputs), extended to what real models hold:
   biases, and each step's error feeds the next, so a sequence of T steps counts
   ``T (input_size + hidden_size + 2 + NODE_ROUNDINGS)`` terms;
 - the contrib ops the transformer optimizer writes count their chained sums (Attention: the QKV
-  projection, a head's dot product, the softmax and the weighted sum over the keys);
+  projection, a head's dot product, the softmax and the weighted sum over the keys; quantize_dynamic's
+  QAttention the same after its exact integer projection);
 - float16 values round with float16's unit roundoff; quantized values add one rounding step
   (:func:`error_bounds`), and DynamicQuantizeLSTM one per time step (it quantizes its input and hidden
   state to 8 bits at each step: onnxruntime's kernel does, and an implementation computing in float
@@ -122,8 +123,12 @@ def _node_terms(node, shapes: dict) -> int:
     if op == "Attention":  # QKV projection, Q.K over a head, softmax and weighted sum over the keys
         total = shape(0)[1] + (shape(4)[3] if len(node.input) > 4 and node.input[4] else 0)
         return shape(1)[0] + 1 + shape(1)[1] // 3 // attrs["num_heads"] + 2 * total
-    if op in ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization"):
-        return shape(0)[-1] if op != "EmbedLayerNormalization" else shape(2)[-1]
+    if op == "QAttention":  # Attention with an integer QKV projection (exact): its scale and bias, then the same
+        total = shape(0)[1] + (shape(8)[3] if len(node.input) > 8 and node.input[8] else 0)
+        return 2 + shape(1)[1] // 3 // attrs["num_heads"] + 2 * total
+    if op in ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization",
+              "QEmbedLayerNormalization"):
+        return shape(2)[-1] if op.endswith("EmbedLayerNormalization") else shape(0)[-1]
     if op in ("FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QGemm", "QLinearMatMul", "DynamicQuantizeMatMul"):
         return 0 if "Integer" in op and op != "MatMulIntegerToFloat" else shape(0)[-1]
     if op in ("TreeEnsembleRegressor", "TreeEnsembleClassifier"):  # one leaf value per tree, summed
@@ -190,10 +195,11 @@ def squash_argument(flat: onnx.ModelProto, output: str) -> str | None:
     return node.input[0] if node is not None and node.op_type in SQUASH_OPS else None
 
 
-def tolerances(model: onnx.ModelProto, feeds: dict) -> dict[str, tuple[float, str]]:
+def tolerances(model: onnx.ModelProto, feeds: dict, observed: tuple | None = None) -> dict[str, tuple[float, str]]:
     """``{float graph output: (tolerance on max |a - b|, how it was set)}`` for two float32
-    implementations of ``model`` run on ``feeds`` (the module doc)."""
-    flat, values = observe(model, feeds)
+    implementations of ``model`` run on ``feeds`` (the module doc). ``observed``: what :func:`observe`
+    returned for them, when the caller has it."""
+    flat, values = observed if observed is not None else observe(model, feeds)
     bound = error_bounds(flat, values)
     out = {}
     for o in model.graph.output:

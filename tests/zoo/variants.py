@@ -251,7 +251,15 @@ def _bert(zoo):
 F32_TOL = 1e-5
 # - integer pipelines (QOperator; quantize_dynamic, against onnxruntime running the graph as written,
 #   as its fused kernels round differently): the integer parts agree exactly and the float parts to
-#   float32 rounding: measured <= 7.2e-7.
+#   float32 rounding: measured <= 7.2e-7. quantize_dynamic's models also quantize activations at run
+#   time (DynamicQuantizeLinear), where a float32 ulp before the quantizer can move a value one 8-bit
+#   step, which no fixed tolerance covers on every machine (vit on the stand-in: 7.1e-3 of the output
+#   with OpenBLAS's Haswell kernels, bit-equal with its SkylakeX ones). This tolerance holds those
+#   models with their quantizers pinned to onnxruntime's values (measured <= 3.1e-7 with either kernel
+#   set, 2026-11-28); the quantizers' own results may differ from onnxruntime's only across rounding
+#   ties that their inputs' float32 differences explain, and the model as written is held to this plus
+#   the bound counting one 8-bit step per quantizer on each output's path
+#   (tests/zoo/dynamic_quantization.py).
 EXACT_Q_TOL = F32_TOL
 # - QDQ with 8-bit activations: the float ops between a DequantizeLinear and the next QuantizeLinear
 #   sum in another order than onnxruntime's, so a value within a float32 ulp of a rounding boundary
