@@ -18,6 +18,7 @@ struct conv_params {
     float lo, hi;  /* the clamp of a fused Relu or Clip ([-inf, inf]: none) */
     int64_t act;  /* or another fused activation (CONV_ACT_*: then lo and hi are not used), with its */
     float alpha, beta;  /* parameters */
+    const void* gemm;  /* winograd.c: gemm.c's gemm_f32 */
 };
 
 enum { CONV_CLAMP, CONV_HARD_SIGMOID, CONV_HARD_SWISH, CONV_SIGMOID, CONV_LEAKY_RELU, CONV_SILU };

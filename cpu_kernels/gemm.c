@@ -12,16 +12,18 @@
 
 /* Multiply-adds fused (one rounding, as OpenBLAS's FMA): -std=c11 turns GCC's contraction off, and
  * without it the sums run at three quarters of the speed. Clang contracts within an expression. */
+#define _GNU_SOURCE  /* sysconf(_SC_LEVEL2_CACHE_SIZE) */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
 #include "common.h"
 #include "conv_params.h"
 #include "pool_threads.h"
+#include <unistd.h>
 
 #ifdef __AVX512F__
 #define GV 16  /* floats per vector: one register */
-#define MR 7  /* cells per tile: the side of 7x7, 14x14, 28x28, 56x56 maps */
+#define MR 14  /* cells per tile: 7x7, 14x14, 28x28 and 56x56 maps are whole tiles or one half */
 #define RR 8  /* channels per tile of cells on the lanes */
 #define RV 3  /* vectors of cells per tile: RR x RV accumulators */
 #else
@@ -35,9 +37,6 @@
 #define RN (RV * GV)
 typedef float gvec __attribute__((vector_size(GV * sizeof(float))));
 static inline gvec gload(const float* p) { gvec v; memcpy(&v, p, sizeof v); return v; }
-#define PF 16  /* B's rows are fetched this many floats ahead (a later tile's), from memory or L3 */
-#define KC 768  /* k per block, at most */
-#define MC 128  /* channels per block (a multiple of NR) */
 
 /* Channels in the panel starting at channel p0: NR, or GV for a last one of at most GV. */
 static inline int64_t panel_width(int64_t M, int64_t p0) { return M - p0 <= GV ? GV : NR; }
@@ -79,7 +78,6 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
     for (int64_t k = 0; k < kc; ++k) {
         gvec w[NV];
         for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
-        __builtin_prefetch(b + k * ldb + PF);  /* past B's end on its last rows: a prefetch never faults */
         for (int i = 0; i < MR; ++i) {
             const float x = b[k * ldb + i];
             for (int v = 0; v < nv; ++v) s[i][v] += x * w[v];
@@ -158,33 +156,16 @@ static int gemm_rows(const float* pack, const float* B, int64_t ldb, const float
     return 0;
 }
 
-/* A cells-on-lanes tile's accumulators: zero for the first block of K, else the partial sums the
- * earlier blocks stored in Y (mc channels from p0, nc cells from n0), through the transposing buffer t. */
-static inline __attribute__((always_inline)) void start_tile(int first, const float* Y, int64_t ldy, int64_t p0,
-                                                             int64_t n0, int64_t mc, int64_t nc, float t[MR][NR],
-                                                             gvec acc[MR][NV]) {
-    if (first) {
-        for (int i = 0; i < MR; ++i)
-            for (int v = 0; v < NV; ++v) acc[i][v] = (gvec){0};
-        return;
+/* A tile of mc channels from p0 and nc cells from n0, bias (bb: its channels) added and clamp applied,
+ * stored transposed into Y through t. */
+static inline __attribute__((always_inline)) void store_tile(const float* bb, float lo, float hi, float* Y,
+                                                             int64_t ldy, int64_t p0, int64_t n0, int64_t mc,
+                                                             int64_t nc, gvec acc[MR][NV]) {
+    float t[MR][NR];
+    for (int v = 0; v < NV; ++v) {
+        const gvec bv = gload(bb + v * GV);
+        for (int i = 0; i < MR; ++i) acc[i][v] = clamp(acc[i][v] + bv, lo, hi);
     }
-    memset(t, 0, sizeof(float) * MR * NR);
-    for (int64_t j = 0; j < mc; ++j)
-        for (int64_t i = 0; i < nc; ++i) t[i][j] = Y[(p0 + j) * ldy + n0 + i];
-    for (int i = 0; i < MR; ++i)
-        for (int v = 0; v < NV; ++v) acc[i][v] = gload(&t[i][v * GV]);
-}
-
-/* A cells-on-lanes tile stored to Y (mc channels from p0, nc cells from n0) through t; after the last
- * block of K, with the bias of its channels (bb) added and the clamp applied. */
-static inline __attribute__((always_inline)) void finish_tile(int last, const float* bb, float lo, float hi, float* Y,
-                                                              int64_t ldy, int64_t p0, int64_t n0, int64_t mc,
-                                                              int64_t nc, float t[MR][NR], gvec acc[MR][NV]) {
-    if (last)
-        for (int v = 0; v < NV; ++v) {
-            const gvec bv = gload(bb + v * GV);
-            for (int i = 0; i < MR; ++i) acc[i][v] = clamp(acc[i][v] + bv, lo, hi);
-        }
     for (int i = 0; i < MR; ++i)
         for (int v = 0; v < NV; ++v) memcpy(&t[i][v * GV], &acc[i][v], sizeof(gvec));
     if (nc == MR)  /* constant bounds: unrolled */
@@ -199,103 +180,92 @@ static inline __attribute__((always_inline)) void finish_tile(int last, const fl
         }
 }
 
-/* gemm_f32 with channels on the lanes. */
-static int gemm_cells(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
-                      int64_t M, int64_t K, int64_t N, float lo, float hi) {
+/* Channels per block of the pack that stays in L2 while every tile of cells runs over it: half of L2
+ * for the block, whole panels, at least one. */
+static int64_t block_channels(int64_t kc) {
+    static int64_t l2;
+    if (!l2) {
+        const long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        l2 = s > 0 ? s : 1 << 20;
+    }
+    const int64_t m = l2 / 2 / (sizeof(float) * (kc > 0 ? kc : 1)) / NR * NR;
+    return m > NR ? m : NR;
+}
+
+#define KC 512  /* k per block, at most: a strip of MR cells' rows (MR KC floats) stays in L2 beside the
+                  * pack's block; longer sums keep their tiles' partial sums in a buffer */
+
+/* gemm_f32 with channels on the lanes, B[k][n] at x[k ldb + n], or at x[koff[k] + cells[n]] (koff not
+ * NULL: the taps of a conv's phase planes, read in place of an im2col copy). Per block of K and of
+ * channels, each tile of MR cells is first copied into a strip (its rows one after another, 0 past N),
+ * which the block's panels then read in order. Each cell's sum runs in the order of k. */
+static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int64_t* koff, const int64_t* cells,
+                      const float* bias, float* Y, int64_t ldy, int64_t M, int64_t K, int64_t N, float lo, float hi) {
     const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
-    float* strip = malloc(sizeof(float) * (size_t)((kb + 1) * MR));
-    if (!strip) return 1;
+    const int64_t ntiles = (N + MR - 1) / MR, mpad = (M + NR - 1) / NR * NR, mb = block_channels(kb);
+    float* strip = malloc(sizeof(float) * (size_t)(kb * MR + 1));
+    /* partial sums between blocks of K: tile (n-tile, panel) at sums + (n-tile mpad + p0) MR */
+    gvec* sums = nblocks > 1 ? aligned_alloc(sizeof(gvec), sizeof(float) * (size_t)(ntiles * mpad * MR)) : NULL;
+    if (!strip || (nblocks > 1 && !sums)) {
+        free(strip);
+        free(sums);
+        return 1;
+    }
+    float bias0[NR] = {0};
     for (int64_t k0 = 0, last = 0; !last; k0 += kb) {  /* once when K == 0: Y = bias */
         const int64_t kc = K - k0 < kb ? K - k0 : kb;
         last = k0 + kc == K;
         const int first = k0 == 0;
-        for (int64_t m0 = 0; m0 < M; m0 += MC) {
-            const int64_t m1 = M - m0 < MC ? M : m0 + MC;
-            float bb[MC];  /* the block's bias, 0 past M */
-            for (int64_t j = 0; j < MC; ++j) bb[j] = bias && m0 + j < M ? bias[m0 + j] : 0.0f;
-            for (int64_t n0 = 0; n0 < N; n0 += MR) {
+        for (int64_t m0 = 0; m0 < M; m0 += mb) {
+            const int64_t m1 = M - m0 < mb ? M : m0 + mb;
+            for (int64_t n0 = 0, nt = 0; n0 < N; n0 += MR, ++nt) {
                 const int64_t nc = N - n0 < MR ? N - n0 : MR;
-                const float* b = B + k0 * ldb + n0;
-                int64_t lb = ldb;
-                if (nc < MR) {  /* the last cells: columns padded to MR */
+                if (koff) {
+                    int64_t co[MR];
+                    for (int i = 0; i < MR; ++i) co[i] = cells[n0 + (i < nc ? i : 0)];
+                    for (int64_t k = 0; k < kc; ++k) {
+                        const float* restrict r = x + koff[k0 + k];
+                        for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? r[co[i]] : 0.0f;
+                    }
+                } else if (nc == MR) {
+                    for (int64_t k = 0; k < kc; ++k) memcpy(strip + k * MR, x + (k0 + k) * ldb + n0, sizeof(float) * MR);
+                } else {
                     for (int64_t k = 0; k < kc; ++k)
-                        for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? b[k * ldb + i] : 0.0f;
-                    b = strip;
-                    lb = MR;
+                        for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? x[(k0 + k) * ldb + n0 + i] : 0.0f;
                 }
                 for (int64_t p0 = m0; p0 < m1; p0 += NR) {
-                    const int64_t w = panel_width(M, p0), mc = m1 - p0 < w ? m1 - p0 : w;
-                    float t[MR][NR];
+                    const int64_t w = panel_width(M, p0), mc = M - p0 < w ? M - p0 : w;
                     gvec acc[MR][NV];
-                    start_tile(first, Y, ldy, p0, n0, mc, nc, t, acc);
+                    gvec* saved = sums ? sums + (nt * mpad + p0) * MR / GV : NULL;
+                    for (int i = 0; i < MR; ++i)
+                        for (int v = 0; v < NV; ++v) acc[i][v] = first ? (gvec){0} : saved[i * NV + v];
                     const float* q = pack + p0 * K + k0 * w;
                     if (w == NR)
-                        tile(b, lb, q, kc, NV, acc);
+                        tile(strip, MR, q, kc, NV, acc);
                     else
-                        tile(b, lb, q, kc, 1, acc);
-                    finish_tile(last, bb + p0 - m0, lo, hi, Y, ldy, p0, n0, mc, nc, t, acc);
+                        tile(strip, MR, q, kc, 1, acc);
+                    if (!last)
+                        for (int i = 0; i < MR; ++i)
+                            for (int v = 0; v < NV; ++v) saved[i * NV + v] = acc[i][v];
+                    else if (bias) {
+                        float bb[NR] = {0};
+                        for (int64_t j = 0; j < mc; ++j) bb[j] = bias[p0 + j];
+                        store_tile(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                    } else {
+                        store_tile(bias0, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                    }
                 }
             }
         }
     }
     free(strip);
+    free(sums);
     return 0;
 }
 
-/* tile() with B's row k at x + koff[k] and the tile's cells at co[i] from there: the taps of a conv's
- * phase planes, read in place of an im2col copy. */
-static inline __attribute__((always_inline)) void tile_taps(const float* restrict x, const int64_t* restrict koff,
-                                                            const int64_t co[MR], const float* restrict q, int64_t kc,
-                                                            int nv, gvec acc[MR][NV]) {
-    gvec s[MR][NV];
-    for (int i = 0; i < MR; ++i)
-        for (int v = 0; v < nv; ++v) s[i][v] = acc[i][v];
-    for (int64_t k = 0; k < kc; ++k) {
-        gvec w[NV];
-        for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
-        const float* restrict r = x + koff[k];
-        for (int i = 0; i < MR; ++i) {
-            const float b = r[co[i]];
-            for (int v = 0; v < nv; ++v) s[i][v] += b * w[v];
-        }
-    }
-    for (int i = 0; i < MR; ++i)
-        for (int v = 0; v < nv; ++v) acc[i][v] = s[i][v];
-}
-
-/* gemm_cells of a conv without its columns: B[k][n] = x[koff[k] + cells[n]] (x: the phase planes of
- * the input channels, koff: where tap k of output cell (0, 0) reads, cells: output cell n's offset in
- * a plane), the same sums in the same order. */
-static void conv_cells(const float* pack, const float* x, const int64_t* koff, const int64_t* cells,
-                       const float* bias, float* Y, int64_t ldy, int64_t M, int64_t K, int64_t N, float lo, float hi) {
-    const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
-    for (int64_t k0 = 0, last = 0; !last; k0 += kb) {
-        const int64_t kc = K - k0 < kb ? K - k0 : kb;
-        last = k0 + kc == K;
-        const int first = k0 == 0;
-        for (int64_t m0 = 0; m0 < M; m0 += MC) {
-            const int64_t m1 = M - m0 < MC ? M : m0 + MC;
-            float bb[MC];
-            for (int64_t j = 0; j < MC; ++j) bb[j] = bias && m0 + j < M ? bias[m0 + j] : 0.0f;
-            for (int64_t n0 = 0; n0 < N; n0 += MR) {
-                const int64_t nc = N - n0 < MR ? N - n0 : MR;
-                int64_t co[MR];
-                for (int i = 0; i < MR; ++i) co[i] = cells[n0 + (i < nc ? i : 0)];
-                for (int64_t p0 = m0; p0 < m1; p0 += NR) {
-                    const int64_t w = panel_width(M, p0), mc = m1 - p0 < w ? m1 - p0 : w;
-                    float t[MR][NR];
-                    gvec acc[MR][NV];
-                    start_tile(first, Y, ldy, p0, n0, mc, nc, t, acc);
-                    const float* q = pack + p0 * K + k0 * w;
-                    if (w == NR)
-                        tile_taps(x, koff + k0, co, q, kc, NV, acc);
-                    else
-                        tile_taps(x, koff + k0, co, q, kc, 1, acc);
-                    finish_tile(last, bb + p0 - m0, lo, hi, Y, ldy, p0, n0, mc, nc, t, acc);
-                }
-            }
-        }
-    }
+static int gemm_cells(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
+                      int64_t M, int64_t K, int64_t N, float lo, float hi) {
+    return cells_gemm(pack, B, ldb, NULL, NULL, bias, Y, ldy, M, K, N, lo, hi);
 }
 
 /* rows_tile() with B's row k at x + koff[k] and the tile's vectors of cells at so[v] from there. */
@@ -531,11 +501,14 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
             for (int64_t gi = 0; gi < p->group; ++gi) {
                 const float* pack = p->weights + gi * p->wstride;
                 const float* bias = p->bias ? p->bias + gi * Mg : NULL;
+                int status = 0;
                 if (p->rows)
                     conv_rows(pack, buf, koff + gi * CKg, cells, segn, yat, nseg, bias, yn + gi * Mg * OHW, OHW, Mg,
                               CKg, lo, hi);
                 else
-                    conv_cells(pack, buf, koff + gi * CKg, cells, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
+                    status = cells_gemm(pack, buf, 0, koff + gi * CKg, cells, bias, yn + gi * Mg * OHW, OHW, Mg, CKg,
+                                        L, lo, hi);
+                if (status) a->status = status;
             }
         }
         if (!store) epilogue_rows(yn, OHW, a->z ? a->z + n * p->M * OHW + oy0 * OW : NULL, OHW, 0, p->M, L, p);

@@ -13,6 +13,7 @@
  * blocks share one GEMM). The caller gives Mo VL floats of slack past its end. */
 #include <stdlib.h>
 #include "common.h"
+#include "conv_params.h"
 #include "pool_threads.h"
 
 typedef struct {
@@ -133,6 +134,51 @@ int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64
     const int64_t per_channel = 64 * (i1 - i0) * (tw + VL) + 1;
     pool_run(output_part, &a, pool_parts(M, (POOL_MIN_WORK + per_channel - 1) / per_channel));
     return 0;
+}
+
+/* gemm.c's gemm_f32 */
+typedef int (*GemmF32)(const float*, const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t,
+                       int64_t, int64_t, float, float);
+
+#define BLOCK_FLOATS (1 << 21)  /* V and Mo of one block of tile rows, at most (unless one row needs more) */
+
+/* A whole conv of p (conv_params.h: 3x3, stride and dilation 1, one group) by F(2x2, 3x3), y = act(conv(x)
+ * + bias (+ z: a residual of y's shape, or NULL)): p->weights holds the 16 products' packed U[k]
+ * (gemm_pack_f32 of M x C, layout p->rows), p->wstride floats apart, and p->gemm is gemm_f32, which
+ * multiplies them (no weight is packed per call, as a BLAS would). Blocks of tile rows of one image at a
+ * time. Returns 0, or 1 when out of memory. */
+int winograd_f2k3_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    const GemmF32 gemm = (GemmF32)(intptr_t)p->gemm;
+    const int64_t C = p->C, M = p->M, OH = p->OH, OW = p->OW, th = (OH + 1) / 2, tw = (OW + 1) / 2;
+    const int64_t per_row = 16 * (C + M) * tw;
+    int64_t rows = BLOCK_FLOATS / (per_row > 0 ? per_row : 1);
+    rows = rows < 1 ? 1 : rows > th ? th : rows;
+    float* V = malloc(sizeof(float) * (size_t)(16 * (C + M) * rows * tw + VL));
+    if (!V) return 1;
+    float* Mo = V + 16 * C * rows * tw;
+    const int store = conv_store_clamps(p, z);
+    const float inf = __builtin_inff(), lo = store ? p->lo : -inf, hi = store ? p->hi : inf;
+    int status = 0;
+    for (int64_t n = 0; n < p->N && !status; ++n) {
+        const float* xn = x + n * C * p->H * p->W;
+        float* yn = y + n * M * OH * OW;
+        for (int64_t i0 = 0; i0 < th && !status; i0 += rows) {
+            const int64_t i1 = i0 + rows < th ? i0 + rows : th, ld = (i1 - i0) * tw;
+            status = winograd_f2k3_input_f32(xn, V, C, p->H, p->W, p->ph, p->pw, th, tw, i0, i1, ld, 0);
+            for (int64_t k = 0; k < 16 && !status; ++k)
+                status = gemm(p->weights + k * p->wstride, V + k * C * ld, ld, NULL, Mo + k * M * ld, ld, M, C, ld,
+                              p->rows, -inf, inf);
+            if (status) break;
+            winograd_f2k3_output_f32(Mo, p->bias, yn, M, OH, OW, tw, i0, i1, ld, 0, lo, hi);
+            if (!store) {
+                const int64_t r0 = 2 * i0, r1 = 2 * i1 < OH ? 2 * i1 : OH;
+                for (int64_t m = 0; m < M; ++m)
+                    epilogue_rows(yn + m * OH * OW, OW, z ? z + (n * M + m) * OH * OW : NULL, OW, r0, r1, OW, p);
+            }
+        }
+    }
+    free(V);
+    return status;
 }
 
 int winograd_set_threads(int64_t n) { return pool_threads_set(n); }

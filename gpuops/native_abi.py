@@ -206,6 +206,7 @@ DECLARATIONS: dict[str, str] = {
         int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64_t M, int64_t OH,
                                      int64_t OW, int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0,
                                      float lo, float hi);
+        int winograd_f2k3_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
         int winograd_set_threads(int64_t n);
     """,
 }

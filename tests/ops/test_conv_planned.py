@@ -42,6 +42,10 @@ CASES = {
     "rows-stride2-wide": (1, 8, 16, 40, 45, 3, 2, (1, 1, 0, 1), 1, 1),
     "rows-dilated-grouped": (2, 8, 12, 20, 37, 3, 1, (2, 2, 2, 2), 2, 2),
     "rows-1x1-stride2": (1, 16, 8, 30, 30, 1, 2, (0, 0, 0, 0), 1, 1),
+    # F(2x2, 3x3): odd output sizes (a last tile half outside), several images, asymmetric pads
+    "winograd": (2, 32, 40, 23, 17, 3, 1, (1, 0, 0, 1), 1, 1),
+    # a map whose tiles' transforms exceed winograd.c's BLOCK_FLOATS: blocks of tile rows
+    "winograd-row-blocks": (1, 32, 16, 92, 120, 3, 1, (1, 1, 1, 1), 1, 1),
 }
 
 
@@ -209,6 +213,24 @@ def test_planned_convs_give_the_same_bits_on_any_number_of_threads(C, M, rows):
     assert (np.abs(out[0] - np.maximum(want, 0)) <= tol).all()
 
 
+@pytest.mark.parametrize("name", ["winograd", "winograd-row-blocks"])
+def test_winograd_is_planned_with_packed_products_and_the_same_bits_on_any_number_of_threads(name):
+    """F(2x2, 3x3) convs are planned as one call (no weight packed per run) whose products split their
+    columns, and its transforms their channels, across threads: each cell is summed as on one thread."""
+    X, W, B, attrs = _case(name)
+    kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
+    before, out = native.threads(), []
+    try:
+        for threads in (1, 2, 3):
+            native.set_threads(threads)
+            out.append(cpu_conv.FusedConv(np, X, W, B, activation="Relu", prepared=kept, **attrs))
+    finally:
+        native.set_threads(before)
+    assert {r.fn.__name__ for r in kept.runs.values()} == {"winograd_f2k3_planned_f32"}
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_array_equal(out[0], out[2])
+
+
 def test_with_native_kernels_off_the_numpy_path_runs():
     X, W, B, attrs = _case("depthwise")
     kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
@@ -229,7 +251,7 @@ def test_conv_params_match_the_c_struct():
         if not words:
             continue
         ctype = ctypes.c_void_p if "*" in words else {"int64_t": ctypes.c_int64, "float": ctypes.c_float}[words[0]]
-        names = [w for w in words if w not in ("const", "float", "int64_t", "*", ",")]
+        names = [w for w in words if w not in ("const", "float", "int64_t", "void", "*", ",")]
         fields += [(n, ctype) for n in names]
     assert fields == cpu_conv.ConvParams._fields_
 

@@ -161,7 +161,7 @@ class ConvParams(ctypes.Structure):
                                                      "ph", "pw", "dh", "dw", "group", "rows")] + [
         ("weights", ctypes.c_void_p), ("wstride", ctypes.c_int64), ("bias", ctypes.c_void_p),
         ("lo", ctypes.c_float), ("hi", ctypes.c_float), ("act", ctypes.c_int64), ("alpha", ctypes.c_float),
-        ("beta", ctypes.c_float)]
+        ("beta", ctypes.c_float), ("gemm", ctypes.c_void_p)]
 
 
 # FusedConv's activations the planned kernels apply besides a clamp (conv_params.h's CONV_*), with
@@ -266,8 +266,9 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
         tile = native_gemm.pack_width(rows)
         padded = N * L * CKg * group * -(-Mg // tile) * tile
         if padded > (SMALL_MACS if Mg >= SMALL_MIN_CHANNELS else SMALL_MACS >> 4):
-            if winograd.applies(X, W, kernel, strides, dilations, group, out) or (
-                    group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L)) or \
+            if winograd.applies(X, W, kernel, strides, dilations, group, out):
+                return _winograd_plan(kept, params, shape, out, B)
+            if (group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L)) or \
                     not native_gemm.gemm_pays(Mg, CKg, L, columns=K > 1):
                 return None
         packs = kept.packs(kept.W, kept.B, group, rows)
@@ -280,6 +281,26 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
         name = "conv2d_gemm_planned_f32"
     fn = native.function(name)
     return None if fn is None else _Planned(fn, params, shape, (W, B))
+
+
+def _winograd_plan(kept: ConvWeights, params: ConvParams, shape: tuple, out, B) -> _Planned | None:
+    """The planned F(2x2, 3x3) conv of ``params``: the 16 products of its transformed weight
+    (:func:`.winograd.weights`) packed once for the native GEMM, which it calls for each block of tiles."""
+    gemm, fn = native.function("gemm_f32"), native.function("winograd_f2k3_planned_f32")
+    if gemm is None or fn is None:
+        return None
+    tiles = -(-out[-2] // 2) * -(-out[-1] // 2)
+    M, C = params.M, params.C
+    rows = native_gemm.rows_layout(M, C, tiles)
+
+    def pack():
+        U = winograd.weights(kept.W)
+        return frozen(np.concatenate([native_gemm.packed(U[k], rows=rows)[0].pack for k in range(16)]))
+
+    packs = kept.get(("winograd-packs", rows), pack)
+    params.rows, params.weights, params.wstride = rows, packs.ctypes.data, packs.size // 16
+    params.gemm = ctypes.cast(gemm, ctypes.c_void_p).value
+    return _Planned(fn, params, shape, (packs, B))
 
 
 # -- shifted flat planes --------------------------------------------------------

@@ -141,7 +141,7 @@ def gemm_into(p: Packed, b: int, ldb: int, y: int, ldy: int, N: int, lo: float, 
     return True
 
 
-MR = {16: 7, 8: 6}  # cells per tile of the channels layout, by vector lanes (cpu_kernels/gemm.c)
+MR = {16: 14, 8: 6}  # cells per tile of the channels layout, by vector lanes (cpu_kernels/gemm.c)
 
 
 def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool = False) -> bool:
