@@ -140,7 +140,7 @@ int winograd_f2k3_output_f32(const float* Mo, const float* bias, float* y, int64
 typedef int (*GemmF32)(const float*, const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t,
                        int64_t, int64_t, float, float);
 
-#define BLOCK_FLOATS (1 << 21)  /* V and Mo of one block of tile rows, at most (unless one row needs more) */
+#define BLOCK_FLOATS (1 << 19)  /* V and Mo of one block of tile rows (about L2), at most (unless one row needs more) */
 
 /* A whole conv of p (conv_params.h: 3x3, stride and dilation 1, one group) by F(2x2, 3x3), y = act(conv(x)
  * + bias (+ z: a residual of y's shape, or NULL)): p->weights holds the 16 products' packed U[k]

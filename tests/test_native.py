@@ -240,15 +240,18 @@ def test_winograd_matches_a_float64_conv(monkeypatch, block_bytes):
 @needs_cc
 def test_winograd_is_chosen_where_it_pays():
     rng = np.random.default_rng(12)
-    X = rng.standard_normal((1, 32, 14, 14)).astype(np.float32)
+    X = rng.standard_normal((1, 32, 28, 28)).astype(np.float32)
     W = rng.standard_normal((16, 32, 3, 3)).astype(np.float32)
-    assert winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [14, 14])
-    for kernel, strides, dilations, group, out in (([3, 3], [2, 2], [1, 1], 1, [7, 7]), ([3, 3], [1, 1], [2, 2], 1, [14, 14]),
-                                                   ([3, 3], [1, 1], [1, 1], 2, [14, 14]), ([3, 3], [1, 1], [1, 1], 1, [7, 7])):
+    assert winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [28, 28])
+    for kernel, strides, dilations, group, out in (([3, 3], [2, 2], [1, 1], 1, [14, 14]), ([3, 3], [1, 1], [2, 2], 1, [28, 28]),
+                                                   ([3, 3], [1, 1], [1, 1], 2, [28, 28]), ([3, 3], [1, 1], [1, 1], 1, [14, 14])):
         assert not winograd.applies(X, W, kernel, strides, dilations, group, out)
-    assert not winograd.applies(X[:, :16], W[:, :16], [3, 3], [1, 1], [1, 1], 1, [14, 14])  # too few channels
+    assert not winograd.applies(X[:, :16], W[:, :16], [3, 3], [1, 1], [1, 1], 1, [28, 28])  # too few channels
+    assert not winograd.applies(X, np.repeat(W, 8, axis=0), [3, 3], [1, 1], [1, 1], 1, [28, 28])  # too short a K
+    X4 = np.repeat(X, 4, axis=1)[..., :14, :14]  # 128 channels: 14x14 maps too
+    assert winograd.applies(X4, np.repeat(W, 4, axis=1), [3, 3], [1, 1], [1, 1], 1, [14, 14])
     with native.disabled():
-        assert not winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [14, 14])
+        assert not winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [28, 28])
 
 
 @needs_cc

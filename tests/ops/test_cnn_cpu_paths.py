@@ -98,10 +98,10 @@ def test_kn2row_convs_match_onnxruntime(name, device, monkeypatch):
 def test_winograd_convs_match_onnxruntime(pads, device):
     """3x3 stride-1 convs with enough channels and tiles take F(2x2, 3x3) on the CPU (native kernels)."""
     rng = np.random.default_rng(5)
-    X = rng.standard_normal((2, 32, 13, 10)).astype(np.float32)
-    W = (rng.standard_normal((24, 32, 3, 3)) / 17).astype(np.float32)
+    X = rng.standard_normal((2, 64, 27, 20)).astype(np.float32)
+    W = (rng.standard_normal((24, 64, 3, 3)) / 24).astype(np.float32)
     B = rng.standard_normal(24).astype(np.float32)
-    assert device != "cpu" or native.compiler() is None or winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [13, 10])
+    assert device != "cpu" or native.compiler() is None or winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [27, 20])
     assert_op_matches_ort("Conv", {"X": X, "W": W, "B": B}, device, rtol=1e-5, atol=1e-5, pads=pads)
 
 

@@ -36,10 +36,13 @@ def applies(X, W, kernel, strides, dilations, group, out) -> bool:
 
 
 def pays(C: int, M: int, N: int, out) -> bool:
-    """Measured against im2col/kn2row on the light models' 3x3 convs (one core): 1.1-2x faster from
-    32 input channels and 36 tiles on; SqueezeNet's 16-channel convs and single 7x7 maps (16 tiles,
-    GEMMs too narrow for BLAS) are slower."""
-    return C >= 32 and M >= 16 and N * math.ceil(out[0] / 2) * math.ceil(out[1] / 2) >= 36
+    """Measured against the planned native GEMM conv (one core of the AVX-512 Xeon, 2026-11-28; the
+    products of both run the same packed GEMM): 0.67-0.8x of its time on 28x28 and larger maps from 64
+    input channels (from 32 with at most 64 output channels: the GEMM's narrow products), and on 14x14
+    maps from 128; on 13x13-14x14 maps of 48-64 channels and 27x27 maps of 32 it lost (1.1-1.6x): their
+    16 products have too short a K for the transforms' cost."""
+    tiles = N * math.ceil(out[0] / 2) * math.ceil(out[1] / 2)
+    return M >= 16 and ((C >= 128 and tiles >= 36) or (tiles >= 196 and (C >= 64 or (C >= 32 and M <= 64))))
 
 
 def weights(W):
