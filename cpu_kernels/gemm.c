@@ -35,6 +35,7 @@
 #define NV 2  /* vectors of channels per tile: MR x NV accumulators */
 #define NR (NV * GV)
 #define RN (RV * GV)
+#define PF 16  /* k steps the pack is fetched ahead (past its end on the last: a prefetch never faults) */
 typedef float gvec __attribute__((vector_size(GV * sizeof(float))));
 static inline gvec gload(const float* p) { gvec v; memcpy(&v, p, sizeof v); return v; }
 
@@ -78,6 +79,7 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
     for (int64_t k = 0; k < kc; ++k) {
         gvec w[NV];
         for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
+        __builtin_prefetch(q + (k + PF) * nv * GV);  /* the pack streams from L2: ahead into L1 */
         for (int i = 0; i < MR; ++i) {
             const float x = b[k * ldb + i];
             for (int v = 0; v < nv; ++v) s[i][v] += x * w[v];

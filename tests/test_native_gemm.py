@@ -98,8 +98,8 @@ def test_gemm_writes_only_its_output(seed):
 
 @needs_cc
 def test_grouped_weights_are_packed_once_per_step():
-    """A session's conv step keeps its weight's packs (its ConvWeights): made once, at plan time for a
-    1x1 conv whose layout the input cannot change; packed() itself keeps nothing."""
+    """A session's conv step keeps its weight's packs (its ConvWeights): made once, at first need (their
+    layout follows the map's size); packed() itself keeps nothing."""
     rng = np.random.default_rng(5)
     W = rng.standard_normal((4 * 136, 136, 1, 1)).astype(np.float32)  # ShuffleNet's grouped 1x1
     W.flags.writeable = False  # a plan's weight
@@ -107,11 +107,9 @@ def test_grouped_weights_are_packed_once_per_step():
     bias.flags.writeable = False
     assert native_gemm.packed(W, bias, group=4) is not native_gemm.packed(W, bias, group=4)
     kept = conv.prepare_conv({1: W, 2: bias}, {"group": 4})
-    assert not kept._made  # 136 channels a group: the GEMM pays on large maps only, packed at first need
+    assert not kept._made
     parts = kept.packs(W, bias, 4, False)
     assert kept.packs(W, bias, 4, False) is parts and len(parts) == 4
-    wide = np.zeros((4 * 128, 136, 1, 1), np.float32)  # pays on any map, in one layout: packed at plan time
-    assert len(conv.prepare_conv({1: wide}, {"group": 4})._made) == (native.vector_lanes() == 16)  # (AVX2: BLAS)
     X = rng.standard_normal((4, 136, 49)).astype(np.float32)
     for g in range(4):
         rows = slice(g * 136, (g + 1) * 136)
@@ -176,7 +174,8 @@ def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
     monkeypatch.setattr(native, "vector_lanes", lambda: 16)
     assert not pays(8, 64, 784, threads=1)  # fewer channels than lanes
     assert pays(24, 64, 784, threads=1) and pays(17, 147, 3025, threads=1)  # the cells take the lanes
-    assert not pays(40, 240, 784, threads=1)  # channels on 16 lanes, half of the last vector empty
+    assert not pays(40, 240, 196, threads=1)  # channels on 16 lanes, half of the last vector empty
+    assert pays(40, 240, 784, threads=1) and native_gemm.rows_layout(40, 240, 784)  # ... cells from 784 on
     assert pays(64, 576, 49, threads=1) and pays(64, 576, 49, threads=2)  # 7 tiles of 7 cells: 2 threads fed
     assert not pays(64, 576, 49, threads=4)  # ... 4 are not
     monkeypatch.setattr(native, "vector_lanes", lambda: 8)  # AVX2: 8 lanes, tiles of 6 cells

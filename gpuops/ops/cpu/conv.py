@@ -93,32 +93,16 @@ class ConvWeights(Kept):
         return self.get(("gemm", group, rows, B is not None), lambda: native_gemm.packed(W, B, group, rows=rows))
 
 
-def prepare_conv(constants: dict, attrs: dict, gemm: bool = True) -> ConvWeights | None:
-    """The ``prepare`` hook of Conv-like ops (X, W, B first): a :class:`ConvWeights` for a constant W.
-    At plan time: the float32 copies of a float16 W and B, and (``gemm``: not for a depthwise op) the
-    GEMM packs of a 1x1 stride-1 unpadded float32 conv whose layout and profit do not depend on the
-    input's size."""
+def prepare_conv(constants: dict, attrs: dict) -> ConvWeights | None:
+    """The ``prepare`` hook of Conv-like ops (X, W, B first): a :class:`ConvWeights` for a constant W,
+    with the float32 copies of a float16 W and B made at plan time; what depends on the input's shape
+    (the GEMM packs, whose layout follows the map's size, the Winograd transform) at first need."""
     W, B = constants.get(1), constants.get(2)
     if type(W) is not np.ndarray or W.ndim < 3 or not W.size or (W.dtype.kind != "f" and compute_dtype(W.dtype) is None):
         return None
     if B is not None and (type(B) is not np.ndarray or B.shape != W.shape[:1] or B.dtype != W.dtype):
         B = None
-    kept = ConvWeights(W, B)
-    group = attrs.get("group", 1)
-    Wc, Bc = (kept.W32, kept.B32) if kept.W32 is not None else (W, B)
-    one = (all(k == 1 for k in W.shape[2:]) and not any(attrs.get("pads") or ())
-           and all(s == 1 for s in attrs.get("strides") or ()))
-    depthwise = W.shape[1] == 1 and group > 1  # the native depthwise kernel's
-    if gemm and one and not depthwise and Wc.dtype == np.float32 and group >= 1 and W.shape[0] % group == 0 \
-            and native.enabled():
-        Mg, K = W.shape[0] // group, math.prod(W.shape[1:])
-        rows = native_gemm.rows_layout(Mg, K, None)
-        # the same layout and a profitable GEMM for maps of any size (at one thread: more may defer a
-        # small map to OpenBLAS at run time, which then packs nothing)
-        pays = all(native_gemm.gemm_pays(Mg, K, n, threads=1) for n in (1, 96, 784))
-        if rows == native_gemm.rows_layout(Mg, K, 1) and pays:
-            kept.packs(Wc, Bc, group, rows)
-    return kept
+    return ConvWeights(W, B)
 
 
 def _epilogue(Y, B, clamp_to):
@@ -737,7 +721,7 @@ def NhwcConv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, ke
                      kernel_shape=kernel_shape, pads=pads, strides=strides)
 
 
-@op("DepthwiseConv2d", since=1, device="cpu", prepare=functools.partial(prepare_conv, gemm=False))
+@op("DepthwiseConv2d", since=1, device="cpu", prepare=prepare_conv)
 def DepthwiseConv2d(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, kernel_shape=None, pads=None,
                     strides=None, prepared=None):
     """The generic DepthwiseConv2d's checks around this module's :func:`conv`."""
