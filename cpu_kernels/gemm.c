@@ -111,18 +111,19 @@ static inline __attribute__((always_inline)) void rows_tile(const float* restric
  * as much as their sums): RR channels x RN cells per tile, stored as rows. */
 static int gemm_rows(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
                      int64_t M, int64_t K, int64_t N, float lo, float hi) {
-    float* strip = malloc(sizeof(float) * (size_t)(K * RN + 1));  /* the last cells' rows, padded to RN */
+    /* the strip's rows one after another (the last cells' padded to RN), which every panel then reads in
+     * order: rows of B far apart cost a page (TLB) miss each */
+    float* strip = malloc(sizeof(float) * (size_t)(K * RN + 1));
     if (!strip) return 1;
     for (int64_t n0 = 0; n0 < N; n0 += RN) {
         const int64_t nc = N - n0 < RN ? N - n0 : RN, nv = (nc + GV - 1) / GV;
-        const float* b = B + n0;
-        int64_t lb = ldb;
-        if (nc < RN) {
+        const float* b = strip;
+        const int64_t lb = RN;
+        if (nc == RN)
+            for (int64_t k = 0; k < K; ++k) memcpy(strip + k * RN, B + k * ldb + n0, sizeof(float) * RN);
+        else
             for (int64_t k = 0; k < K; ++k)
                 for (int64_t i = 0; i < RN; ++i) strip[k * RN + i] = i < nc ? B[k * ldb + n0 + i] : 0.0f;
-            b = strip;
-            lb = RN;
-        }
         for (int64_t p0 = 0; p0 < M; p0 += RR) {
             const int64_t mc = M - p0 < RR ? M - p0 : RR;
             const float* a = pack + p0 * K;
@@ -270,51 +271,31 @@ static int gemm_cells(const float* pack, const float* B, int64_t ldb, const floa
     return cells_gemm(pack, B, ldb, NULL, NULL, bias, Y, ldy, M, K, N, lo, hi);
 }
 
-/* rows_tile() with B's row k at x + koff[k] and the tile's vectors of cells at so[v] from there. */
-static inline __attribute__((always_inline)) void rows_taps(const float* restrict a, const float* restrict x,
-                                                            const int64_t* restrict koff, const int64_t so[RV],
-                                                            int64_t K, int nv, gvec acc[RR][RV]) {
-    gvec s[RR][RV];
-    for (int r = 0; r < RR; ++r)
-        for (int v = 0; v < nv; ++v) s[r][v] = (gvec){0};
-    for (int64_t k = 0; k < K; ++k) {
-        const float* restrict row = x + koff[k];
-        gvec b[RV];
-        for (int v = 0; v < nv; ++v) b[v] = gload(row + so[v]);
-        for (int r = 0; r < RR; ++r) {
-            const float w = a[k * RR + r];
-            for (int v = 0; v < nv; ++v) s[r][v] += w * b[v];
-        }
-    }
-    for (int r = 0; r < RR; ++r)
-        for (int v = 0; v < nv; ++v) acc[r][v] = s[r][v];
-}
-
 /* gemm_rows of a conv without its columns: the cells go in segments of at most GV cells of one output
  * row (segment i: at seg[i] in a plane, segn[i] cells, stored at Y + yat[i]), B[k] of a segment read as
- * one vector at x + koff[k] + seg[i] (the phase planes, whose slack covers a last segment's spill);
- * the same sums in the same order. */
+ * one vector at x + koff[k] + seg[i] (the phase planes, whose slack covers a last segment's spill) and
+ * copied into strip (K RN floats); the same sums in the same order. */
 static void conv_rows(const float* pack, const float* x, const int64_t* koff, const int64_t* seg,
                       const int64_t* segn, const int64_t* yat, int64_t nseg, const float* bias, float* Y, int64_t ldy,
-                      int64_t M, int64_t K, float lo, float hi) {
+                      int64_t M, int64_t K, float lo, float hi, float* strip) {
     for (int64_t s0 = 0; s0 < nseg; s0 += RV) {
         const int64_t ns = nseg - s0 < RV ? nseg - s0 : RV;
-        int64_t so[RV];
-        for (int v = 0; v < RV; ++v) so[v] = seg[s0 + (v < ns ? v : 0)];
+        for (int64_t k = 0; k < K; ++k)  /* as gemm_rows: the segments' rows copied one after another */
+            for (int64_t v = 0; v < ns; ++v) memcpy(strip + k * RN + v * GV, x + koff[k] + seg[s0 + v], sizeof(gvec));
         for (int64_t p0 = 0; p0 < M; p0 += RR) {
             const int64_t mc = M - p0 < RR ? M - p0 : RR;
             const float* a = pack + p0 * K;
             gvec acc[RR][RV];
             if (ns == RV)
-                rows_taps(a, x, koff, so, K, RV, acc);
+                rows_tile(a, strip, RN, K, RV, acc);
             else if (ns == 1)
-                rows_taps(a, x, koff, so, K, 1, acc);
+                rows_tile(a, strip, RN, K, 1, acc);
 #if RV > 2
             else if (ns == 3)
-                rows_taps(a, x, koff, so, K, 3, acc);
+                rows_tile(a, strip, RN, K, 3, acc);
 #endif
             else
-                rows_taps(a, x, koff, so, K, 2, acc);
+                rows_tile(a, strip, RN, K, 2, acc);
             for (int64_t r = 0; r < mc; ++r) {
                 const float br = bias ? bias[p0 + r] : 0.0f;
                 for (int64_t v = 0; v < ns; ++v) {
@@ -448,7 +429,7 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
     int64_t *offs = NULL, *koff = NULL, *cells = NULL, *segn = NULL, *yat = NULL;
     float* buf = NULL;
     if (!a->direct) {  /* B read from the phase planes of the input channels */
-        offs = malloc(sizeof(int64_t) * (K + CK + 3 * chunk * OW) + sizeof(float) * C * P);
+        offs = malloc(sizeof(int64_t) * (K + CK + 3 * chunk * OW) + sizeof(float) * (C * P + (p->rows ? CKg * RN : 0)));
         if (!offs) {
             a->status = 1;
             return;
@@ -506,7 +487,7 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
                 int status = 0;
                 if (p->rows)
                     conv_rows(pack, buf, koff + gi * CKg, cells, segn, yat, nseg, bias, yn + gi * Mg * OHW, OHW, Mg,
-                              CKg, lo, hi);
+                              CKg, lo, hi, buf + C * P);
                 else
                     status = cells_gemm(pack, buf, 0, koff + gi * CKg, cells, bias, yn + gi * Mg * OHW, OHW, Mg, CKg,
                                         L, lo, hi);
