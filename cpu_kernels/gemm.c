@@ -1,14 +1,16 @@
 /* Single-precision GEMM for convolutions: Y[M, N] = A[M, K] B[K, N] + bias[m], clamped to [lo, hi]
  * (a fused Relu or Clip), where A is a conv's weights (M output channels) and B its columns (N output
- * cells). A is packed once per weight (gemm_pack_f32) into panels, k-major; B is read where it lies.
- * Two layouts of the register tiles:
- * - channels on the vector lanes: MR cells x NR channels, per k MR floats of B broadcast against the
- *   panel's NV vectors. Small maps (7x7 = 49 cells) leave no lanes empty and B needs no packed copy:
- *   its rows are prefetched a line ahead instead (from memory when cold). K is split into blocks that
- *   keep a block of panels in L2 (partial sums go through Y). The tiles are stored transposed, which
- *   costs as much as ~60 k of sums: for short K,
+ * cells). A is packed once per weight (gemm_pack_f32) into panels, k-major, and streams from L2 (fetched
+ * a few k steps ahead); the B of a tile (or a conv's taps, read from its input's phase planes in place of
+ * an im2col copy) is first copied into a strip, its rows one after another, that every panel of the
+ * block then reads in order. Two layouts of the register tiles:
+ * - channels on the vector lanes: MR cells x NR channels, per k MR floats of the strip broadcast against
+ *   the panel's NV vectors. Small maps (7x7 = 49 cells) leave no lanes empty. K is split into blocks of
+ *   at most KC (partial sums kept in a buffer in the tiles' own layout), channels into blocks that keep
+ *   their panels in L2. The tiles are stored transposed, which costs as much as ~60 k of sums: for short
+ *   K and large maps,
  * - cells on the vector lanes (rows): RR channels x RN cells, per k RR weights broadcast against RV
- *   vectors of a row of B, stored as rows. */
+ *   vectors of the strip, stored as rows. */
 
 /* Multiply-adds fused (one rounding, as OpenBLAS's FMA): -std=c11 turns GCC's contraction off, and
  * without it the sums run at three quarters of the speed. Clang contracts within an expression. */
@@ -70,22 +72,23 @@ static inline gvec clamp(gvec a, float lo, float hi) {
     return (gvec)((above & (gint)((gvec){0} + hi)) | (~above & (gint)a));
 }
 
-/* acc[i][v] += sum over k < kc of b[k ldb + i] q[k nv GV + v GV ...] (nv: a constant, 1 or NV). */
+/* acc[i][v] += sum over k < kc of b[k ldb + i] q[k nv GV + v GV ...] for i < mr (nv: a constant, 1 or
+ * NV; mr: a constant, MR, or MR / 2 for a last tile of at most half the cells). */
 static inline __attribute__((always_inline)) void tile(const float* restrict b, int64_t ldb, const float* restrict q,
-                                                       int64_t kc, int nv, gvec acc[MR][NV]) {
+                                                       int64_t kc, int nv, int mr, gvec acc[MR][NV]) {
     gvec s[MR][NV];
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < mr; ++i)
         for (int v = 0; v < nv; ++v) s[i][v] = acc[i][v];
     for (int64_t k = 0; k < kc; ++k) {
         gvec w[NV];
         for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
         __builtin_prefetch(q + (k + PF) * nv * GV);  /* the pack streams from L2: ahead into L1 */
-        for (int i = 0; i < MR; ++i) {
+        for (int i = 0; i < mr; ++i) {
             const float x = b[k * ldb + i];
             for (int v = 0; v < nv; ++v) s[i][v] += x * w[v];
         }
     }
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < mr; ++i)
         for (int v = 0; v < nv; ++v) acc[i][v] = s[i][v];
 }
 
@@ -195,8 +198,7 @@ static int64_t block_channels(int64_t kc) {
     return m > NR ? m : NR;
 }
 
-#define KC 512  /* k per block, at most: a strip of MR cells' rows (MR KC floats) stays in L2 beside the
-                  * pack's block; longer sums keep their tiles' partial sums in a buffer */
+#define KC 512  /* k per block, at most: a strip of MR cells' rows (MR KC floats) stays in L1 */
 
 /* gemm_f32 with channels on the lanes, B[k][n] at x[k ldb + n], or at x[koff[k] + cells[n]] (koff not
  * NULL: the taps of a conv's phase planes, read in place of an im2col copy). Per block of K and of
@@ -243,10 +245,10 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                     for (int i = 0; i < MR; ++i)
                         for (int v = 0; v < NV; ++v) acc[i][v] = first ? (gvec){0} : saved[i * NV + v];
                     const float* q = pack + p0 * K + k0 * w;
-                    if (w == NR)
-                        tile(strip, MR, q, kc, NV, acc);
+                    if (2 * nc <= MR)  /* half the cells: half the sums */
+                        w == NR ? tile(strip, MR, q, kc, NV, MR / 2, acc) : tile(strip, MR, q, kc, 1, MR / 2, acc);
                     else
-                        tile(strip, MR, q, kc, 1, acc);
+                        w == NR ? tile(strip, MR, q, kc, NV, MR, acc) : tile(strip, MR, q, kc, 1, MR, acc);
                     if (!last)
                         for (int i = 0; i < MR; ++i)
                             for (int v = 0; v < NV; ++v) saved[i * NV + v] = acc[i][v];

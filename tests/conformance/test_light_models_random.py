@@ -149,5 +149,6 @@ def test_a_wrong_conv_is_caught(breakage, optimize, monkeypatch):
     monkeypatch.setattr(conv_module, "conv", breakage(conv_module.conv))
     monkeypatch.setattr(transformer, "_conv", breakage(transformer._conv))
     monkeypatch.setattr(cpu_conv, "conv", breakage(cpu_conv.conv))
+    monkeypatch.setattr(cpu_conv, "_plan", lambda *a, **k: None)  # planned convs would not call conv()
     out, err = _worst(_run(model, feeds, "cpu", optimize), expected)
     assert err > 10 * TOL, f"{breakage.__name__}: {out} off by only {err:.3g}"
