@@ -357,35 +357,55 @@ static void fill_input_rows(const Windows* g, const float* x, int64_t C, int64_t
         }
 }
 
+/* Channels per panel of a pack in layout rows: its parts split channels at these boundaries. */
+static inline int64_t panel_channels(int64_t rows) { return rows ? RR : NR; }
+
+/* Parts that split the channels of an M x K x N product, each over every cell, or 0: the cells are
+ * split instead. Channels when the weight outweighs the columns (small maps: each part of the cells
+ * would stream all of it from L3), two parts per thread. */
+static int64_t channel_parts(int64_t M, int64_t K, int64_t N, int64_t rows) {
+    const int64_t t = pool_get_threads(), panels = (M + panel_channels(rows) - 1) / panel_channels(rows);
+    if (t <= 1 || M <= N || panels < 2 || M * K * N < 2 * POOL_MIN_WORK) return 0;
+    return panels < 2 * t ? panels : 2 * t;
+}
+
 typedef struct {
     const float *pack, *B, *bias;
     float* Y;
-    int64_t ldb, ldy, M, K, N, rows;
+    int64_t ldb, ldy, M, K, N, rows, by_channels;
     float lo, hi;
     int status;
 } GemmArgs;
 
-/* Part `part` of the columns, split at tile boundaries: each cell is summed as in one part. */
+/* Part `part` of the columns, split at tile boundaries, or of the channels (by_channels), at panel
+ * boundaries: each cell is summed as in one part. */
 static void gemm_part(void* ctx, int64_t part, int64_t parts) {
     GemmArgs* a = ctx;
-    int64_t n0, n1;
-    pool_range(a->N, a->rows ? RN : MR, part, parts, &n0, &n1);
-    if (n1 <= n0) return;
-    const int status = a->rows ? gemm_rows(a->pack, a->B + n0, a->ldb, a->bias, a->Y + n0, a->ldy, a->M, a->K, n1 - n0,
-                                           a->lo, a->hi)
-                               : gemm_cells(a->pack, a->B + n0, a->ldb, a->bias, a->Y + n0, a->ldy, a->M, a->K, n1 - n0,
-                                            a->lo, a->hi);
+    int64_t n0 = 0, n1 = a->N, m0 = 0, m1 = a->M;
+    if (a->by_channels)
+        pool_range(a->M, panel_channels(a->rows), part, parts, &m0, &m1);
+    else
+        pool_range(a->N, a->rows ? RN : MR, part, parts, &n0, &n1);
+    if (n1 <= n0 || m1 <= m0) return;
+    const float* pack = a->pack + m0 * a->K;
+    const float* bias = a->bias ? a->bias + m0 : NULL;
+    float* Y = a->Y + m0 * a->ldy + n0;
+    const int status = a->rows ? gemm_rows(pack, a->B + n0, a->ldb, bias, Y, a->ldy, m1 - m0, a->K, n1 - n0, a->lo, a->hi)
+                               : gemm_cells(pack, a->B + n0, a->ldb, bias, Y, a->ldy, m1 - m0, a->K, n1 - n0, a->lo, a->hi);
     if (status) a->status = status;
 }
 
 /* Y (M x N, rows ldy apart) = pack (gemm_pack_f32 of A, with the same rows) B (K x N, rows ldb apart)
- * + bias (NULL: 0), clamped to [lo, hi] (NaN stays). The columns are split across the pool's threads
- * (pool_threads.h) when each gets at least POOL_MIN_WORK multiply-adds. Returns 0, or 1 when out of memory. */
+ * + bias (NULL: 0), clamped to [lo, hi] (NaN stays). The columns, or the channels (channel_parts), are
+ * split across the pool's threads (pool_threads.h) when each gets at least POOL_MIN_WORK multiply-adds.
+ * Returns 0, or 1 when out of memory. */
 int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy, int64_t M,
              int64_t K, int64_t N, int64_t rows, float lo, float hi) {
-    GemmArgs a = {pack, B, bias, Y, ldb, ldy, M, K, N, rows, lo, hi, 0};
+    const int64_t by_channels = channel_parts(M, K, N, rows);
+    GemmArgs a = {pack, B, bias, Y, ldb, ldy, M, K, N, rows, by_channels, lo, hi, 0};
     const int64_t tile = rows ? RN : MR, per_tile = tile * (M * K > 0 ? M * K : 1);
-    pool_run(gemm_part, &a, pool_parts((N + tile - 1) / tile, (POOL_MIN_WORK + per_tile - 1) / per_tile));
+    pool_run(gemm_part, &a, by_channels ? by_channels
+                                        : pool_parts((N + tile - 1) / tile, (POOL_MIN_WORK + per_tile - 1) / per_tile));
     return a.status;
 }
 
@@ -412,19 +432,23 @@ typedef struct {
     const float *x, *z;
     float* y;
     int64_t chunk, direct;  /* output rows per block; 1: X itself is B (a 1x1 stride-1 unpadded conv) */
+    int64_t by_channels;  /* parts split each group's channels (channel_parts), not the output rows */
     int status;
 } ConvGemmArgs;
 
-/* Output rows [r0, r1) of all images (row r: image r / OH, row r % OH), all channels: each cell summed
- * as in one part. */
+/* Output rows [r0, r1) of all images (row r: image r / OH, row r % OH), all channels, or (by_channels)
+ * all rows of channels [m0, m1) of each group: each cell summed as in one part. */
 static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
     ConvGemmArgs* a = ctx;
     const struct conv_params* p = a->p;
     const Windows* g = a->g;
-    int64_t r0, r1;
-    pool_range(p->N * p->OH, 1, part, parts, &r0, &r1);
-    if (r0 >= r1) return;
     const int64_t K = p->KH * p->KW, C = p->C, CK = C * K, CKg = CK / p->group, Mg = p->M / p->group;
+    int64_t r0 = 0, r1 = p->N * p->OH, m0 = 0, m1 = Mg;
+    if (a->by_channels)
+        pool_range(Mg, panel_channels(p->rows), part, parts, &m0, &m1);
+    else
+        pool_range(p->N * p->OH, 1, part, parts, &r0, &r1);
+    if (r0 >= r1 || m0 >= m1) return;
     const int64_t OH = p->OH, OW = p->OW, OHW = OH * OW, HW = p->H * p->W, P = planes_size(g);
     int64_t chunk = a->chunk < r1 - r0 ? a->chunk : r1 - r0;
     if (chunk > OH) chunk = OH;
@@ -461,12 +485,12 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
         float* yn = a->y + n * p->M * OHW + oy0 * OW;
         if (a->direct) {
             for (int64_t gi = 0; gi < p->group && !a->status; ++gi) {
-                const float* pack = p->weights + gi * p->wstride;
-                const float* bias = p->bias ? p->bias + gi * Mg : NULL;
+                const float* pack = p->weights + gi * p->wstride + m0 * CKg;
+                const float* bias = p->bias ? p->bias + gi * Mg + m0 : NULL;
                 const float* b = xn + oy0 * OW + gi * CKg * HW;
-                const int status = p->rows
-                    ? gemm_rows(pack, b, HW, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi)
-                    : gemm_cells(pack, b, HW, bias, yn + gi * Mg * OHW, OHW, Mg, CKg, L, lo, hi);
+                float* yg = yn + (gi * Mg + m0) * OHW;
+                const int status = p->rows ? gemm_rows(pack, b, HW, bias, yg, OHW, m1 - m0, CKg, L, lo, hi)
+                                           : gemm_cells(pack, b, HW, bias, yg, OHW, m1 - m0, CKg, L, lo, hi);
                 if (status) a->status = status;
             }
         } else {
@@ -484,19 +508,22 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
                 for (int64_t oy = oy0; oy < oy1; ++oy)
                     for (int64_t ox = 0; ox < OW; ++ox) cells[(oy - oy0) * OW + ox] = oy * g->Qw + ox;
             for (int64_t gi = 0; gi < p->group; ++gi) {
-                const float* pack = p->weights + gi * p->wstride;
-                const float* bias = p->bias ? p->bias + gi * Mg : NULL;
+                const float* pack = p->weights + gi * p->wstride + m0 * CKg;
+                const float* bias = p->bias ? p->bias + gi * Mg + m0 : NULL;
+                float* yg = yn + (gi * Mg + m0) * OHW;
                 int status = 0;
                 if (p->rows)
-                    conv_rows(pack, buf, koff + gi * CKg, cells, segn, yat, nseg, bias, yn + gi * Mg * OHW, OHW, Mg,
-                              CKg, lo, hi, buf + C * P);
+                    conv_rows(pack, buf, koff + gi * CKg, cells, segn, yat, nseg, bias, yg, OHW, m1 - m0, CKg, lo, hi,
+                              buf + C * P);
                 else
-                    status = cells_gemm(pack, buf, 0, koff + gi * CKg, cells, bias, yn + gi * Mg * OHW, OHW, Mg, CKg,
-                                        L, lo, hi);
+                    status = cells_gemm(pack, buf, 0, koff + gi * CKg, cells, bias, yg, OHW, m1 - m0, CKg, L, lo, hi);
                 if (status) a->status = status;
             }
         }
-        if (!store) epilogue_rows(yn, OHW, a->z ? a->z + n * p->M * OHW + oy0 * OW : NULL, OHW, 0, p->M, L, p);
+        if (!store)
+            for (int64_t gi = 0; gi < p->group; ++gi)
+                epilogue_rows(yn, OHW, a->z ? a->z + n * p->M * OHW + oy0 * OW : NULL, OHW, gi * Mg + m0, gi * Mg + m1,
+                              L, p);
         r += oy1 - oy0;
     }
     free(offs);
@@ -504,8 +531,9 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
 
 /* Y (N, M, OH, OW) = act(conv(X, W) + bias (+ z: a residual of Y's shape, or NULL)) for the conv of
  * p (conv_params.h; its weights: gemm_pack_f32 packs of each group's rows of W as (M, C / group * KH *
- * KW), in layout p->rows). The output rows are split across the pool's threads (pool_threads.h) when
- * each part gets at least POOL_MIN_WORK multiply-adds. Returns 0, or 1 when out of memory. */
+ * KW), in layout p->rows). The output rows, or on small maps the channels (channel_parts), are split
+ * across the pool's threads (pool_threads.h) when each part gets at least POOL_MIN_WORK multiply-adds.
+ * Returns 0, or 1 when out of memory. */
 int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
     const Windows g = conv_windows(p);
     const int64_t K = p->KH * p->KW, CK = p->C * K, OW = p->OW > 0 ? p->OW : 1;
@@ -513,10 +541,12 @@ int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const f
                            p->OW == p->W;
     int64_t chunk = COLS_BYTES / (sizeof(float) * (CK > 0 ? CK : 1) * OW);
     if (chunk * OW < COLS_MIN) chunk = (COLS_MIN + OW - 1) / OW;
-    ConvGemmArgs a = {p, &g, x, z, y, chunk < 1 ? 1 : chunk, direct, 0};
     if (p->N * p->OH * p->OW == 0) return 0;
-    const int64_t per_row = (p->M / (p->group > 0 ? p->group : 1)) * CK * OW + 1;
-    pool_run(conv_gemm_part, &a, pool_parts(p->N * p->OH, (POOL_MIN_WORK + per_row - 1) / per_row));
+    const int64_t Mg = p->M / (p->group > 0 ? p->group : 1), per_row = Mg * CK * OW + 1;
+    const int64_t by_channels = channel_parts(Mg, CK / (p->group > 0 ? p->group : 1), p->N * p->OH * p->OW, p->rows);
+    ConvGemmArgs a = {p, &g, x, z, y, chunk < 1 ? 1 : chunk, direct, by_channels, 0};
+    pool_run(conv_gemm_part, &a, by_channels ? by_channels
+                                             : pool_parts(p->N * p->OH, (POOL_MIN_WORK + per_row - 1) / per_row));
     return a.status;
 }
 

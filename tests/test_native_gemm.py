@@ -128,6 +128,28 @@ def test_gemm_in_threads():
         _check(Y, A, B, None, None, f"{A.shape} @ {B.shape}")
 
 
+@needs_cc
+@pytest.mark.parametrize("M, K, N, rows", [(160, 300, 49, False), (200, 64, 120, True), (40, 512, 7, False)])
+def test_split_across_threads_gives_the_same_bits(M, K, N, rows):
+    """Products split across threads by cells (large maps) or by channels (more channels than cells: each
+    part streams only its share of the weight): every cell is summed as on one thread."""
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    bias = rng.standard_normal(M).astype(np.float32)
+    (p,) = native_gemm.packed(A, bias, rows=rows)
+    before, out = native.threads(), []
+    try:
+        for threads in (1, 2, 3, 5):
+            native.set_threads(threads)
+            out.append(native_gemm.gemm(p, B, (-0.5, np.inf)))
+    finally:
+        native.set_threads(before)
+    for Y in out[1:]:
+        np.testing.assert_array_equal(Y, out[0])
+    _check(out[0], A, B, bias, (-0.5, np.inf), f"{M} x {K} x {N}")
+
+
 def test_unavailable_when_native_is_off():
     A = np.ones((8, 4), np.float32)
     with native.disabled():
