@@ -8,7 +8,17 @@ BERT, with dynamic batch and sequence axes), it becomes
 com.microsoft SkipLayerNormalization(a, b, gamma, beta); otherwise (opset 12 to 16) gpuops'
 LayerNormalization over the last axis (a private op, defined in the model by the function
 :func:`_function_body` makes, :mod:`.private_ops`). (The dynamo exporter
-and TorchScript at opset >= 17 emit LayerNormalization itself.)"""
+and TorchScript at opset >= 17 emit LayerNormalization itself.)
+
+jax2tf (flax's LayerNorm, as tf2onnx writes it: magika) computes the variance from the moments instead:
+``m = ReduceSum(x) * (1/n)``, ``v = Max(0, ReduceSum(x * x) * (1/n) - m * m)``, each statistic reduced
+without its axes and broadcast back by Reshape (+ Expand) to a shape that Concat builds from the input's
+Shape, then ``(x - m) * (Reciprocal(Sqrt(v + eps)) * gamma) + beta``. In exact arithmetic that is the same
+LayerNorm (the clamp a no-op; the fused op's centred variance only loses less to cancellation), and it
+becomes the same node, under the same conditions: the reduced axes the last ones (one below opset 17), a
+broadcast back provably to the input's shape with those axes 1 (:func:`_restores`), epsilon a scalar
+constant, gamma and beta constants varying along the normalized axes only, no intermediate read
+elsewhere. (:func:`_match_moments`.)"""
 
 from __future__ import annotations
 
@@ -142,19 +152,273 @@ def _become(graph: Graph, node, op_type: str, domain: str, inputs, **attrs) -> N
         graph.use_domain(domain)
 
 
+_ONNX = ("", "ai.onnx")
+
+
+def _node(n, *ops) -> bool:
+    return n is not None and n.op_type in ops and n.domain in _ONNX
+
+
+def _scalar(graph: Graph, name: str, rank: int):
+    """The float of a one-element constant that broadcasting cannot raise above ``rank``, or None."""
+    v = graph.const_value(name)
+    if v is None or v.size != 1 or v.ndim > rank or v.dtype.kind != "f" or not np.isfinite(v).all():
+        return None
+    return float(v.reshape(()))
+
+
+def _other(node, name: str):
+    """The input of the binary ``node`` that is not ``name`` (None if both or neither are)."""
+    a, b = node.input[0], node.input[1]
+    return b if a == name and b != name else a if b == name and a != name else None
+
+
+def _reduction(graph: Graph, node, x: str, rank: int):
+    """(axes, keepdims) of a ReduceSum / ReduceMean of ``x`` over its last axes; or None."""
+    if not _node(node, "ReduceSum", "ReduceMean") or node.input[0] != x:
+        return None
+    axes = attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = graph.const_value(node.input[1])
+    if axes is None:
+        return None
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    if not axes or any(not -rank <= a < rank for a in axes):
+        return None
+    axes = sorted({a % rank for a in axes})
+    if axes != list(range(rank - len(axes), rank)):
+        return None
+    return tuple(axes), bool(attr(node, "keepdims", 1))
+
+
+def _mean(graph: Graph, red, n: int, rank: int, nodes):
+    """The mean that ``red`` (a reduction over ``n`` elements, of output rank ``rank``) makes: itself for a
+    ReduceMean, a ReduceSum's single Mul by 1/n or Div by n; None otherwise."""
+    out = red.output[0]
+    if red.op_type == "ReduceMean":
+        return out
+    scale = graph.consumers.get(out, ())
+    if len(scale) != 1 or out in graph.protected or not _node(scale[0], "Mul", "Div"):
+        return None
+    s = scale[0]
+    c = _other(s, out) if s.op_type == "Mul" else (s.input[1] if s.input[0] == out else None)
+    c = None if c is None else _scalar(graph, c, rank)
+    if c is None or not np.isclose(c * n if s.op_type == "Mul" else c / n, 1.0, rtol=1e-6, atol=0):
+        return None
+    nodes.append(s)
+    return s.output[0]
+
+
+def _squared(graph: Graph, name: str):
+    """The consumers of ``name`` that square it: Mul(name, name) or Pow(name, 2)."""
+    out = []
+    for c in graph.consumers.get(name, ()):
+        if c in out:
+            continue
+        if _node(c, "Mul") and list(c.input) == [name, name] or \
+                _node(c, "Pow") and c.input[0] == name and _scalar(graph, c.input[1], 0) == 2.0:
+            out.append(c)
+    return out
+
+
+def _entries(graph: Graph, name: str, depth: int = 0):
+    """A 1-D int64/int32 shape tensor's entries, each an int where constant and None where not; None when its
+    length is not known. Follows Cast and Concat (axis 0)."""
+    v = graph.const_value(name)
+    if v is not None:
+        return [int(e) for e in v.reshape(-1)] if v.ndim == 1 and v.dtype.kind in "iu" else None
+    n = graph.producer.get(name)
+    if depth < 8 and _node(n, "Cast") and attr(n, "to") in (TensorProto.INT64, TensorProto.INT32):
+        return _entries(graph, n.input[0], depth + 1)
+    if depth < 8 and _node(n, "Concat") and int(attr(n, "axis", 0)) in (0, -1):
+        parts = [_entries(graph, i, depth + 1) for i in n.input]
+        return None if any(p is None for p in parts) else [e for p in parts for e in p]
+    shape = graph.shape(name)
+    return [None] * shape[0] if shape is not None and len(shape) == 1 else None
+
+
+def _restores(graph: Graph, node, shape, axes, restored: bool):
+    """Whether ``node`` (of a statistic: ``restored`` when it already has ``shape`` with ``axes`` 1, else
+    without ``axes``) gives it that kept-dims shape. A Reshape's target must be provably that: as long as
+    the input's rank, 1 at ``axes``, equal to the input's static dims at all other axes but at most one
+    (the element count fixes that one, whatever it is at run time). An Expand keeps it (same target, or
+    ones); an Unsqueeze at ``axes`` restores it."""
+    rank = len(shape)
+    if _node(node, "Unsqueeze"):
+        ua = attr(node, "axes")
+        if ua is None and len(node.input) > 1:
+            ua = graph.const_value(node.input[1])
+        return not restored and ua is not None and \
+            sorted(int(a) % rank for a in np.asarray(ua).reshape(-1)) == list(axes)
+    if _node(node, "Expand"):
+        if not restored:
+            return False
+        e = _entries(graph, node.input[1])
+        return e is not None and len(e) <= rank and all(d == 1 for d in e) or \
+            graph.producer.get(node.input[0]) is not None and \
+            _node(graph.producer[node.input[0]], "Reshape") and graph.producer[node.input[0]].input[1] == node.input[1]
+    if _node(node, "Reshape"):
+        e = _entries(graph, node.input[1])
+        if e is None or len(e) != rank or any(e[a] != 1 for a in axes):
+            return False
+        loose = [i for i in range(rank) if i not in axes and not (shape[i] is not None and shape[i] > 0
+                                                                    and e[i] == shape[i])]
+        return len(loose) <= 1
+    return False
+
+
+def _affine(graph: Graph, name: str, shape, axes):
+    """A float32 constant that broadcasts along ``axes`` of a tensor of ``shape`` only, as an array of the
+    normalized dims' shape; or None."""
+    v = graph.const_value(name)
+    rank, k = len(shape), len(axes)
+    norm = tuple(shape[rank - k:])
+    if v is None or v.dtype != np.float32 or v.ndim > rank or any(d is None for d in norm):
+        return None
+    full = (1,) * (rank - v.ndim) + tuple(v.shape)
+    if any(d != 1 for d in full[:rank - k]) or any(d not in (1, n) for d, n in zip(full[rank - k:], norm)):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(v.reshape(full[rank - k:]), norm), dtype=np.float32)
+
+
+def _match_moments(graph: Graph, red1):
+    """(x, gamma, beta, epsilon, nodes, last, axes) of jax2tf's LayerNorm rooted at the reduction of x; or
+    None. gamma and beta are arrays of the normalized dims' shape."""
+    x = red1.input[0]
+    info = graph.info(x)
+    shape = info[1] if info else None
+    if shape is None or not shape or info[0] not in _FLOATS:
+        return None
+    rank = len(shape)
+    r = _reduction(graph, red1, x, rank)
+    if r is None:
+        return None
+    axes, keep = r
+    n = int(np.prod([shape[a] or 0 for a in axes]))
+    if n <= 0:
+        return None
+    srank = rank if keep else rank - len(axes)
+    nodes = [red1]
+    m = _mean(graph, red1, n, srank, nodes)
+    sq = _squared(graph, x)
+    if m is None or len(sq) != 1:
+        return None
+    nodes.append(sq[0])
+    red2 = graph.consumers.get(sq[0].output[0], ())
+    if len(red2) != 1 or _reduction(graph, red2[0], sq[0].output[0], rank) != r:
+        return None
+    nodes.append(red2[0])
+    m2 = _mean(graph, red2[0], n, srank, nodes)
+    users = list({id(c): c for c in graph.consumers.get(m, ())}.values())
+    mm = _squared(graph, m)
+    if m2 is None or len(users) != 2 or len(mm) != 1:
+        return None
+    nodes.append(mm[0])
+    var = graph.consumers.get(mm[0].output[0], ())
+    if len(var) != 1 or not _node(var[0], "Sub") or list(var[0].input) != [m2, mm[0].output[0]]:
+        return None
+    nodes.append(var[0])
+    # the mean, broadcast back, subtracted from x
+    cur, restored = m, keep
+    user = next(u for u in users if u is not mm[0])
+    while not _node(user, "Sub"):
+        if not _restores(graph, user, shape, axes, restored):
+            return None
+        nodes.append(user)
+        cur, restored = user.output[0], True
+        following = graph.consumers.get(cur, ())
+        if len(following) != 1:
+            return None
+        user = following[0]
+    if not restored or list(user.input) != [x, cur]:
+        return None
+    sub = user
+    nodes.append(sub)
+    # the variance: [Max(0)] + eps, Sqrt, [Reciprocal, [Mul gamma]], broadcast back anywhere along
+    cur, restored, stage, eps, gamma = var[0].output[0], keep, 0, None, None
+    while True:
+        following = graph.consumers.get(cur, ())
+        if len(following) != 1:
+            return None
+        c = following[0]
+        if _node(c, "Reshape", "Expand", "Unsqueeze") and _restores(graph, c, shape, axes, restored):
+            restored = True
+        elif _node(c, "Max") and stage == 0 and len(c.input) == 2 and \
+                _other(c, cur) is not None and _scalar(graph, _other(c, cur), rank) == 0.0:
+            pass
+        elif _node(c, "Add") and stage == 0 and _other(c, cur) is not None and \
+                _scalar(graph, _other(c, cur), rank) is not None:
+            eps, stage = _scalar(graph, _other(c, cur), rank), 1
+        elif _node(c, "Sqrt") and stage == 1:
+            stage = 2
+        elif stage == 2 and (_node(c, "Reciprocal") or _node(c, "Div") and c.input[1] == cur and
+                             _scalar(graph, c.input[0], rank) == 1.0):
+            stage = 3
+        elif _node(c, "Mul") and stage == 3 and restored and gamma is None and _other(c, cur) is not None \
+                and graph.is_const(_other(c, cur)):
+            gamma = _affine(graph, _other(c, cur), shape, axes)
+            if gamma is None:
+                return None
+        else:
+            break
+        nodes.append(c)
+        cur = c.output[0]
+    # (x - mean) * the reciprocal, or / the deviation
+    if not restored or stage not in (2, 3) or not (
+            stage == 3 and _node(c, "Mul") and _other(c, cur) == sub.output[0] or
+            stage == 2 and _node(c, "Div") and list(c.input) == [sub.output[0], cur]):
+        return None
+    nodes.append(c)
+    last, beta = c, None
+    for op in ("Mul", "Add"):
+        following = graph.consumers.get(last.output[0], ())
+        if op == "Mul" and gamma is not None or len(following) != 1 or not _node(following[0], op):
+            continue
+        o = _other(following[0], last.output[0])
+        v = None if o is None or not graph.is_const(o) else _affine(graph, o, shape, axes)
+        if v is None:
+            continue
+        if op == "Mul":
+            gamma = v
+        else:
+            beta = v
+        last = following[0]
+        nodes.append(last)
+    if any(o in graph.protected for n in nodes[:-1] for o in n.output):
+        return None
+    for n in nodes[:-1]:  # every intermediate stays inside the pattern
+        for o in n.output:
+            if any(c not in nodes for c in graph.consumers.get(o, ())):
+                return None
+    norm = tuple(shape[rank - len(axes):])
+    gamma = np.ones(norm, np.float32) if gamma is None else gamma
+    beta = np.zeros(norm, np.float32) if beta is None else beta
+    return x, gamma, beta, eps, nodes, last, axes
+
+
 def apply(graph: Graph) -> bool:
     removed = []
     for rm1 in graph.nodes:
-        if rm1.op_type != "ReduceMean" or rm1.domain not in ("", "ai.onnx") or rm1 in removed:
+        if rm1.op_type not in ("ReduceMean", "ReduceSum") or rm1.domain not in _ONNX or rm1 in removed:
             continue
-        m = _match(graph, rm1)
-        if m is None:
-            continue
-        x, gamma, beta, eps, nodes, last = m
+        m = _match(graph, rm1) if rm1.op_type == "ReduceMean" else None
+        if m is not None:
+            x, gamma, beta, eps, nodes, last = m
+            k = 1
+        else:
+            m = _match_moments(graph, rm1)
+            if m is None or any(n in removed for n in m[4]):
+                continue
+            x, gamma, beta, eps, nodes, last, axes = m
+            k = len(axes)
+            if k != 1 and graph.opset() < 17 or graph.opset() < 12:
+                continue  # (gpuops' op and SkipLayerNormalization normalize the last axis alone)
+            gamma = graph.add_const(gamma, f"{last.output[0]}_gamma")
+            beta = graph.add_const(beta, f"{last.output[0]}_beta")
         opset = graph.opset()
         res = _residual(graph, x, nodes) if opset < 17 else None
         if opset >= 17:
-            _become(graph, last, "LayerNormalization", "", [x, gamma, beta], axis=-1, epsilon=eps)
+            _become(graph, last, "LayerNormalization", "", [x, gamma, beta], axis=-k, epsilon=eps)
         elif res is not None:
             _become(graph, last, "SkipLayerNormalization", MS, [res.input[0], res.input[1], gamma, beta], epsilon=eps)
             nodes = nodes + [res]
