@@ -31,17 +31,20 @@ from .graph import MS, Graph, attr
 _FLOATS = (TensorProto.FLOAT,)  # what onnxruntime's CPU kernels of both ops take
 
 
+def _axes(graph: Graph, node) -> list[int] | None:
+    """A reduction's axes, from its attribute (before opset 18) or its constant second input; None if unknown."""
+    axes = attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = graph.const_value(node.input[1])
+    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+
+
 def _last_axis(graph: Graph, node, rank) -> bool:
     """A ReduceMean over exactly the last axis, keeping dims."""
     if node is None or node.op_type != "ReduceMean" or not attr(node, "keepdims", 1):
         return False
-    axes = attr(node, "axes")
-    if axes is None and len(node.input) > 1 and node.input[1]:
-        axes = graph.const_value(node.input[1])
-    if axes is None:
-        return False
-    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
-    return len(axes) == 1 and axes[0] in (-1, rank - 1)
+    axes = _axes(graph, node)
+    return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
 
 
 def _consumer(graph: Graph, name: str, op: str, nodes):
@@ -177,12 +180,7 @@ def _reduction(graph: Graph, node, x: str, rank: int):
     """(axes, keepdims) of a ReduceSum / ReduceMean of ``x`` over its last axes; or None."""
     if not _node(node, "ReduceSum", "ReduceMean") or node.input[0] != x:
         return None
-    axes = attr(node, "axes")
-    if axes is None and len(node.input) > 1 and node.input[1]:
-        axes = graph.const_value(node.input[1])
-    if axes is None:
-        return None
-    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    axes = _axes(graph, node)
     if not axes or any(not -rank <= a < rank for a in axes):
         return None
     axes = sorted({a % rank for a in axes})
