@@ -47,6 +47,13 @@ def _last_axis(graph: Graph, node, rank) -> bool:
     return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
 
 
+def _contained(graph: Graph, nodes) -> bool:
+    """Whether every value the pattern's nodes make but the last is read by the pattern alone (and is
+    not a graph output)."""
+    inner = [o for n in nodes[:-1] for o in n.output]
+    return not any(o in graph.protected or any(c not in nodes for c in graph.consumers.get(o, ())) for o in inner)
+
+
 def _consumer(graph: Graph, name: str, op: str, nodes):
     for n in graph.consumers.get(name, ()):
         if n.op_type == op and n.domain in ("", "ai.onnx"):
@@ -107,12 +114,8 @@ def _match(graph: Graph, rm1):
         v = graph.const_value(p)
         if v is None or v.shape != (shape[-1],):
             return None
-    if any(o in graph.protected for n in nodes[:-1] for o in n.output):
+    if not _contained(graph, nodes):
         return None
-    for n in nodes[:-1]:  # every intermediate stays inside the pattern
-        for o in n.output:
-            if any(c not in nodes for c in graph.consumers.get(o, ())):
-                return None
     return x, gamma, beta, float(eps.reshape(())), nodes, badd
 
 
@@ -382,12 +385,8 @@ def _match_moments(graph: Graph, red1):
             beta = v
         last = following[0]
         nodes.append(last)
-    if any(o in graph.protected for n in nodes[:-1] for o in n.output):
+    if not _contained(graph, nodes):
         return None
-    for n in nodes[:-1]:  # every intermediate stays inside the pattern
-        for o in n.output:
-            if any(c not in nodes for c in graph.consumers.get(o, ())):
-                return None
     norm = tuple(shape[rank - len(axes):])
     gamma = np.ones(norm, np.float32) if gamma is None else gamma
     beta = np.zeros(norm, np.float32) if beta is None else beta
