@@ -185,3 +185,17 @@ def test_the_mdf_bench_compares_engines_stepped_alike():
     # (at most ~1e3) agree to rounding: 1e3 * 5 steps * eps(float64) ~ 1e-12, bounded at 1e-9
     assert r["max_abs_diff"] <= 1e-9, r
     assert r["ratio"] == 1 / r["speedup"] and r["agreement_steps"] == mdf.AGREEMENT_STEPS
+
+
+@pytest.mark.parametrize("threads, pattern", [(1, "abababab"), (2, "aaaaaabbbbbbbbbbbbaaaaaa")])
+def test_runs_alternate_one_by_one_at_one_thread_and_in_blocks_above(threads, pattern):
+    """At more than one thread each runtime runs a block (an untimed settling run, then BLOCK timed ones),
+    the order reversed each round, so that one's spinning workers do not run into the other's timings."""
+    from gpuops.bench import cpu_peers
+
+    calls = []
+    fns = {"a": lambda f: calls.append("a"), "b": lambda f: calls.append("b")}
+    repeat = 4 if threads == 1 else 2 * cpu_peers.BLOCK
+    t = cpu_peers.alternate(fns, None, 0, repeat, 60.0, threads)
+    assert "".join(calls) == pattern and cpu_peers.BLOCK == 5
+    assert t["a"]["runs"] == t["b"]["runs"] == repeat

@@ -129,7 +129,7 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
             rec.setdefault("error", f"optimize={optimize!r}: {type(e).__name__}: {e}"[:400])
             continue
         t = alternate({"gpuops": lambda f: sess.run(None, f), "onnxruntime": ort}, feeds, a.warmup, a.repeat,
-                      a.budget)
+                      a.budget, threads)
         agree, diff = outputs_agree(got, want, a.rtol, a.atol)
         rec.update(optimize=optimize, gpuops=t["gpuops"], onnxruntime=t["onnxruntime"], agree=agree,
                    max_abs_diff=diff, ratio=t["gpuops"]["median_ms"] / t["onnxruntime"]["median_ms"])
@@ -194,7 +194,8 @@ def markdown(result: dict) -> str:
     from .machine import one_line
 
     env = result["env"]
-    lines = [f"gpuops / onnxruntime on the corpus (CPU, runs alternating, equal threads) — {env['date']}", "",
+    lines = [f"gpuops / onnxruntime on the corpus (CPU, runs alternating, in blocks above one thread, equal threads) — "
+             f"{env['date']}", "",
              f"- {one_line(env['machine'])}",
              f"- commit {env.get('git_commit')}, onnxruntime {env.get('onnxruntime')}; load average (1, 5, 15 min) "
              f"{env['load_average']['before']} before, {env['load_average']['after']} after", "",

@@ -1,8 +1,8 @@
 """``gpuops bench --peers``: gpuops against onnxruntime on the CPU, run for run in one process.
 
 For every model the two runtimes get the same thread count (gpuops' ``threads=``, onnxruntime's
-``intra_op_num_threads``) and their timed runs alternate (gpuops, onnxruntime, gpuops, ...), so
-load from other processes hits both alike. Reported per model: both medians and their ratio
+``intra_op_num_threads``) and their timed runs alternate (gpuops, onnxruntime, gpuops, ...; in blocks
+of a few runs at more than one thread: :func:`alternate`), so load from other processes hits both alike. Reported per model: both medians and their ratio
 ``gpuops / onnxruntime`` (below 1: gpuops is faster). Beyond the suite's models:
 
 - float16 variants of the light models (converted at bench time with onnxruntime's float16 converter,
@@ -62,23 +62,39 @@ def ort_session(model, threads: int):
     return lambda feeds: sess.run(None, feeds)
 
 
-def alternate(fns: dict, feeds, warmup: int, repeat: int, budget_s: float) -> dict:
+BLOCK = 5  # timed runs in a row per runtime when they use more than one thread (see alternate)
+
+
+def alternate(fns: dict, feeds, warmup: int, repeat: int, budget_s: float, threads: int = 1) -> dict:
     """Median/p90 ms of each callable, their timed runs interleaved; ``cpu_median_ms`` is the calling
-    thread's CPU time (what a one-thread run costs, less sensitive to other processes' load)."""
+    thread's CPU time (what a one-thread run costs, less sensitive to other processes' load).
+
+    At one thread the runs alternate one by one. With more, each callable runs :data:`BLOCK` timed runs
+    in a row after an untimed one, the order of the callables reversed each round: a runtime's workers
+    keep spinning for a while after its run (onnxruntime's pool, OpenBLAS's threads) and would hold a
+    core through the other's next run, which no user of one runtime sees."""
     for fn in fns.values():
         for _ in range(warmup):
             fn(feeds)
     times = {k: [] for k in fns}
     cpu = {k: [] for k in fns}
+    block = 1 if threads <= 1 else BLOCK
+    order = list(fns.items())
     t_end = time.perf_counter() + budget_s
-    for i in range(repeat):
-        if i >= 2 and time.perf_counter() > t_end:
-            break
-        for k, fn in fns.items():
-            t, c = time.perf_counter(), time.thread_time()
-            fn(feeds)
-            cpu[k].append(time.thread_time() - c)
-            times[k].append(time.perf_counter() - t)
+    done = 0
+    while done < repeat and not (done >= 2 and time.perf_counter() > t_end):
+        n = min(block, repeat - done)
+        for k, fn in order:
+            if block > 1:
+                fn(feeds)  # the other runtime's spinning workers settle
+            for _ in range(n):
+                t, c = time.perf_counter(), time.thread_time()
+                fn(feeds)
+                cpu[k].append(time.thread_time() - c)
+                times[k].append(time.perf_counter() - t)
+        done += n
+        if block > 1:
+            order.reverse()
     return {k: {"median_ms": float(np.median(v) * 1e3), "p90_ms": float(np.percentile(v, 90) * 1e3),
                 "cpu_median_ms": float(np.median(cpu[k]) * 1e3), "runs": len(v)} for k, v in times.items()}
 
@@ -150,7 +166,7 @@ def bench_model(name: str, model, feeds, a, variant: str = "float32") -> dict:
         fns.pop("onnxruntime", None)
         rec["onnxruntime_error"] = f"{type(e).__name__}: {e}"[:200]
     got = fns["gpuops"](feeds)
-    t = alternate(fns, feeds, a.warmup, a.repeat, a.budget)
+    t = alternate(fns, feeds, a.warmup, a.repeat, a.budget, a.threads)
     rec["gpuops"] = t["gpuops"]
     if "onnxruntime" in t:
         rec["onnxruntime"] = t["onnxruntime"]
@@ -164,7 +180,7 @@ def dispatch(a, n: int = 1000) -> dict:
     model = dispatch_chain(n)
     feeds = {"x": np.zeros(1, np.float32)}
     fns = {"gpuops": gpuops_session(model, a.threads), "onnxruntime": ort_session(model, a.threads)}
-    t = alternate(fns, feeds, a.warmup, max(a.repeat, 5), a.budget)
+    t = alternate(fns, feeds, a.warmup, max(a.repeat, 5), a.budget, a.threads)
     return {"nodes": n, **{k: {**v, "us_per_node": v["median_ms"] * 1e3 / n,
                                "cpu_us_per_node": v["cpu_median_ms"] * 1e3 / n} for k, v in t.items()},
             "ratio": t["gpuops"]["median_ms"] / t["onnxruntime"]["median_ms"]}
@@ -283,7 +299,8 @@ def markdown(result: dict) -> str:
 
     env = result["env"]
     machine = one_line(env["machine"]) if "machine" in env else env["cpu"]
-    lines = [f"gpuops vs onnxruntime (CPU, {result['settings']['threads']} thread(s), runs alternating) — "
+    threads = result['settings']['threads']
+    lines = [f"gpuops vs onnxruntime (CPU, {threads} thread(s), runs alternating{' in blocks' if threads > 1 else ''}) — "
              f"{machine} — {env['date']}", "",
              "| model | variant | gpuops ms | onnxruntime ms | gpuops / onnxruntime | outputs agree |",
              "|---|---|---|---|---|---|"]
