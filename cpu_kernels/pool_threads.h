@@ -4,20 +4,25 @@
  * and pool_run() hands them out: the calling thread and the workers each take the next part not
  * taken yet until none is left, so a worker that the OS does not schedule in time (cores loaded by
  * other processes, or by a BLAS's spinning threads) costs nothing: the caller takes its parts. Parts
- * are several per thread for the same reason. Workers are started on first need and sleep on a
- * condition variable between calls (no spinning); the caller sleeps the same way until the parts
- * taken by workers are done. The thread count is set from Python (gpuops.native.set_threads, through
+ * are several per thread for the same reason. Workers are started on first need; between calls they
+ * poll for POOL_POLL_NS, yielding the core to any other thread that wants it, then sleep on a condition
+ * variable; the caller waits for the parts taken by workers the same way. (Waking a sleeping thread
+ * takes 50-100 us on a VM, as long as a small conv: a program's kernels follow one another closely, so
+ * a worker that slept after each would miss most of them.) The thread count is set from Python (gpuops.native.set_threads, through
  * each file's <file>_set_threads). A second caller while the pool is busy (another Python thread in
  * another session's run) runs all its parts itself. After fork() the child starts with no workers. */
 #pragma once
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
+#include <time.h>
 
 #define POOL_MAX 256  /* workers at most */
 /* The least work worth splitting, in multiply-adds or window cells (vectorised: about 10 us on one
  * core), against the 5-20 us of waking a worker and waiting for it; a part gets a quarter of it. */
 #define POOL_MIN_WORK 262144
 #define POOL_PARTS_PER_THREAD 4
+#define POOL_POLL_NS 200000  /* how long a worker, or a caller waiting for workers, polls before sleeping */
 
 typedef void (*pool_fn)(void* ctx, int64_t part, int64_t parts);
 
@@ -43,6 +48,31 @@ static inline int pool_threads_set(int64_t n) {
     return 0;
 }
 
+static inline int64_t pool_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* For a worker: whether a round after `seen` has begun; for the caller: whether all parts of its run
+ * are done and no worker is inside it. Read without the lock: the fields are written under it,
+ * atomically. */
+static inline int pool_moved(int worker, uint64_t seen) {
+    if (worker) return __atomic_load_n(&pool.round, __ATOMIC_ACQUIRE) != seen;
+    return __atomic_load_n(&pool.finished, __ATOMIC_ACQUIRE) == __atomic_load_n(&pool.parts, __ATOMIC_RELAXED) &&
+           !__atomic_load_n(&pool.active, __ATOMIC_ACQUIRE);
+}
+
+/* Polls, yielding the core to any thread that wants it, until pool_moved(worker, seen), for at most
+ * POOL_POLL_NS (called with pool.lock held; returns with it held). */
+static void pool_poll(int worker, uint64_t seen) {
+    if (pool_moved(worker, seen)) return;
+    pthread_mutex_unlock(&pool.lock);
+    const int64_t until = pool_now_ns() + POOL_POLL_NS;
+    while (!pool_moved(worker, seen) && pool_now_ns() < until) sched_yield();
+    pthread_mutex_lock(&pool.lock);
+}
+
 /* Take and compute parts of the current run until none is left (called with pool.lock held; returns
  * with it held). */
 static void pool_take_parts(void) {
@@ -54,7 +84,7 @@ static void pool_take_parts(void) {
         pthread_mutex_unlock(&pool.lock);
         fn(ctx, part, parts);
         pthread_mutex_lock(&pool.lock);
-        ++pool.finished;
+        __atomic_add_fetch(&pool.finished, 1, __ATOMIC_RELEASE);
     }
 }
 
@@ -62,11 +92,13 @@ static void* pool_worker(void* arg) {
     uint64_t seen = (uint64_t)(uintptr_t)arg;  /* the round it was started in */
     pthread_mutex_lock(&pool.lock);
     for (;;) {
+        pool_poll(1, seen);
         while (pool.round == seen) pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.round;
-        ++pool.active;
+        __atomic_add_fetch(&pool.active, 1, __ATOMIC_RELEASE);
         pool_take_parts();
-        if (--pool.active == 0 && pool.finished == pool.parts) pthread_cond_signal(&pool.done);
+        if (__atomic_sub_fetch(&pool.active, 1, __ATOMIC_RELEASE) == 0 && pool.finished == pool.parts)
+            pthread_cond_signal(&pool.done);
     }
     return NULL;
 }
@@ -112,11 +144,13 @@ static void pool_run(pool_fn fn, void* ctx, int64_t parts) {
         }
         pool.fn = fn;
         pool.ctx = ctx;
-        pool.parts = parts;
-        pool.next = pool.finished = 0;
-        ++pool.round;
+        __atomic_store_n(&pool.parts, parts, __ATOMIC_RELAXED);
+        pool.next = 0;
+        __atomic_store_n(&pool.finished, 0, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&pool.round, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&pool.wake);
         pool_take_parts();
+        pool_poll(0, 0);
         while (pool.finished < parts || pool.active) pthread_cond_wait(&pool.done, &pool.lock);
         pool.fn = NULL;
         pthread_mutex_unlock(&pool.lock);
