@@ -534,6 +534,23 @@ def test_more_activations(op, exact):
             _ulps(g, w, 6)  # within 1-2; the two apart by at most their sum
 
 
+def test_tanh_lanes_are_within_two_ulps_of_the_exact_value():
+    """The programs' Tanh (special.c's vtanh: a polynomial below 0.625, a quotient of exponentials above)
+    over a dense range, both sides of the switch, tiny and huge values, signed zeros, infinities, NaN."""
+    x = np.concatenate([np.linspace(-12, 12, 400_001, dtype=np.float32), np.logspace(-38, 1.2, 20_001, dtype=np.float32),
+                        np.float32([0.625, np.nextafter(np.float32(0.625), np.float32(0)), 9.0, 1e-45])])
+    x = np.concatenate([x, -x, np.float32([np.inf, -np.inf, np.nan])])
+    y = np.empty_like(x)
+    p = np.array([8, x.size, 0, 0], np.int64)  # special.c's UNARY_TANH
+    native.call(native.function("unary_planned_f32"), p.ctypes.data, x.ctypes.data, None, y.ctypes.data)
+    fin = np.isfinite(x)
+    exact = np.tanh(x[fin].astype(np.float64))
+    spacing = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(y[fin] - exact) <= 2 * spacing)
+    assert np.array_equal(np.signbit(y[fin]), np.signbit(x[fin]))  # -0.0 gives -0.0
+    assert y[-3] == 1 and y[-2] == -1 and np.isnan(y[-1])
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 def test_pad_is_a_copy_with_its_constant(mode):
     rng = np.random.default_rng(18)

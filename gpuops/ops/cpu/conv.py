@@ -246,7 +246,8 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
         name = "direct_conv2d_planned_f32"
     else:
         Mg, CKg = M // group, W.size // M
-        rows = native_gemm.rows_layout(Mg, CKg, L)
+        direct = K == 1 and all(s == 1 for s in strides) and not any(pb) and list(out) == spatial
+        rows = native_gemm.rows_layout(Mg, CKg, L, None if direct else out[-1])  # (conv_rows: a row at a time)
         tile = native_gemm.pack_width(rows)
         padded = N * L * CKg * group * -(-Mg // tile) * tile
         if padded > (SMALL_MACS if Mg >= SMALL_MIN_CHANNELS else SMALL_MACS >> 4):

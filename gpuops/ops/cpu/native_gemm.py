@@ -45,15 +45,16 @@ def _pack(A: np.ndarray, bias, rows: bool) -> Packed:
     return Packed(pack, bias, M, K, rows)
 
 
-def rows_layout(M: int, K: int, N: int | None = None) -> bool:
+def rows_layout(M: int, K: int, N: int | None = None, row: int | None = None) -> bool:
     """Whether the cells-on-lanes layout beats the channels-on-lanes one for products with N cells
     (None: large maps): for short K, where the transposed store costs as much as the sums, or channels
     that fill the lanes poorly; never on small maps (7x7), whose cells would; and with 16 lanes on every
     map of 784 cells or more (one core of the AVX-512 Xeon, 2026-11-28: 1.1-1.5x faster there, its
-    tiles storing rows as they lie; with 8 lanes it lost from K 256 on: 1.1-1.3x). Lanes:
+    tiles storing rows as they lie; with 8 lanes it lost from K 256 on: 1.1-1.3x) whose output rows
+    (``row`` cells, where a conv reads its columns a row at a time) fill a vector. Lanes:
     :func:`gpuops.native.vector_lanes` (16 with AVX-512, 8 with AVX2)."""
     lanes = native.vector_lanes()
-    if N is None or (N >= 784 and lanes == 16):
+    if N is None or (N >= 784 and lanes == 16 and (row is None or row >= lanes)):
         return True
     return N >= 96 and (K < 96 or M / (-(-M // lanes) * lanes) < 0.8)
 
