@@ -194,7 +194,9 @@ def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
     thread."""
     pays = native_gemm.gemm_pays
     monkeypatch.setattr(native, "vector_lanes", lambda: 16)
-    assert not pays(8, 64, 784, threads=1)  # fewer channels than lanes
+    assert not pays(4, 64, 784, threads=1) and not pays(1, 96, 2704, threads=1)  # fewer channels than a tile
+    assert pays(8, 64, 784, threads=1) and pays(24, 24, 10816, threads=1)  # the cells on the lanes, short K too
+    assert pays(256, 576, 49, threads=3) and not pays(48, 576, 49, threads=3)  # a small map's channels split
     assert pays(24, 64, 784, threads=1) and pays(17, 147, 3025, threads=1)  # the cells take the lanes
     assert not pays(40, 240, 196, threads=1)  # channels on 16 lanes, half of the last vector empty
     assert pays(40, 240, 784, threads=1) and native_gemm.rows_layout(40, 240, 784)  # ... cells from 784 on

@@ -175,22 +175,27 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool 
     was checked the same way and kept: raising its tile threshold, which single convs favoured, made
     resnet50, vgg19, densenet121 and inception_v1 1.04-1.24x slower end to end.)
 
-    More threads: the kernel splits the cells (columns) in tiles of MR across them, where OpenBLAS
-    splits rows too; with fewer than two tiles per thread (a 7x7 map at 4 threads) OpenBLAS keeps
-    every thread busy and the kernel cannot, so OpenBLAS runs. (The split is the reason, not a
-    measurement: a 2-core machine other processes load gives no stable multi-thread timings.)"""
+    2026-11-28, the same Xeon (AVX-512 with FP16): with the cells on the lanes the kernel runs 8-24
+    channels and K 16-96 on 2704-10816 cells at 0.55-0.61x of OpenBLAS, so those are taken too (a
+    single channel, 2.4-2.9x, is not).
+
+    More threads: the kernel splits the cells (columns) in tiles of MR across them, or the channels in
+    panels where they outnumber the cells (small maps), where OpenBLAS splits rows too; with too few of
+    either to keep every thread busy (a 7x7 map of 64 channels at 4 threads) OpenBLAS runs. (The split
+    is the reason, not a measurement: a 2-core machine other processes load gives no stable
+    multi-thread timings.)"""
     lanes = native.vector_lanes()
     threads = native.threads() if threads is None else threads
-    if threads > 1 and -(-N // MR.get(lanes, 6)) < 2 * threads:
-        return False
-    if M < lanes:
+    if threads > 1 and -(-N // MR.get(lanes, 6)) < 2 * threads and not (M > N and -(-M // (2 * lanes)) >= threads):
         return False
     cells = rows_layout(M, K, N) and N >= 96
+    if M < lanes:
+        return lanes == 16 and cells and M >= pack_width(True) and K >= 16
     if lanes < 16:
         return (cells and K >= 16) or (columns and (M <= 64 and K <= 800 or N <= 196 and K <= 2016))
     if M % lanes:
         if cells:
-            return K >= 32
+            return K >= 16
         return K >= (256 if N >= 96 else 1152)
     if N < 96 and M >= 256:
         return K >= 96
