@@ -1,6 +1,6 @@
 """Thread count of the CPU ops, set per session run: the BLAS library under them (NumPy's OpenBLAS)
 and the native kernels (the session passes the count to :func:`gpuops.native.set_threads`; their
-pools sleep, never spin, between calls).
+pools' workers poll for a fraction of a millisecond after a call, yielding their core, then sleep).
 
 The default, as onnxruntime's, is the number of physical cores this process may use (SMT siblings
 counted once), at most :data:`MAX_DEFAULT_THREADS`; ``GPUOPS_NUM_THREADS`` replaces it, and a
