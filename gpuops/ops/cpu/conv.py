@@ -12,15 +12,16 @@ the 1x1 and blocked im2col convs, where it pays, as a C GEMM over packed weights
 clamps as it stores each tile (:class:`_FusedGemm`, :mod:`.native_gemm`).
 
 What depends only on a constant weight (its float32 copy when it is float16, its GEMM packs, its
-Winograd transform, its kn2row layout, the conv's geometry per input shape) is made once per session
-and kept on the plan step (:class:`ConvWeights`, the ops' ``prepare`` hook): the float32 copy and the
-packs of 1x1 convs whose layout cannot depend on the input at plan time, the rest at first need.
+Winograd transform and that transform's packs, its kn2row layout, the conv's geometry per input shape)
+is made once per session and kept on the plan step (:class:`ConvWeights`, the ops' ``prepare`` hook):
+the float32 copy at plan time, the rest at first need (the packs' layout follows the map's size).
 
 Such a step's 1-D and 2-D float32 convs are planned once per input shape (:func:`_plan`): the path
 chosen and the kernel's arguments set in a :class:`ConvParams`, so that a run is one native call (a
 packed GEMM reading its columns from the input's phase planes, with bias, residual and activation;
-the depthwise or the direct kernel) into a new array: on the small maps of exported CNNs the choice
-and the argument conversions cost more than the conv.
+Winograd, whose 16 products run that GEMM over the packed transform; the depthwise or the direct
+kernel) into a new array: on the small maps of exported CNNs the choice and the argument conversions
+cost more than the conv.
 
 One module, past 500 lines: the CPU conv paths share the kept weights and the choice between them.
 """

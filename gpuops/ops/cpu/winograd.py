@@ -2,13 +2,17 @@
 
 Each 2x2 output tile is ``A^T [(G g G^T) * (B^T d B)] A`` over a 4x4 input tile ``d`` (Lavin & Gray,
 *Fast Algorithms for Convolutional Neural Networks*, 2015): for the 16 tile positions, 16 GEMMs
-``(M, C) @ (C, tiles)`` in BLAS, where im2col needs one GEMM with nine times the inner size. The
-transforms (``cpu_kernels/winograd.c``) hold only 0, +-1 and +-1/2: the result differs from a direct
-float32 sum by rounding only. In NumPy the transforms cost as much as the flops they save (measured),
-so this path exists only with the native kernels.
+``(M, C) @ (C, tiles)``, where im2col needs one GEMM with nine times the inner size. The transforms
+(``cpu_kernels/winograd.c``) hold only 0, +-1 and +-1/2: the result differs from a direct float32 sum
+by rounding only. In NumPy the transforms cost as much as the flops they save (measured), so this path
+exists only with the native kernels.
 
-The transformed input of all images shares one GEMM when it fits in :data:`BLOCK_BYTES`; larger maps
-(VGG's 224x224 layers) run a block of tile rows at a time.
+A session's conv with a constant weight runs the planned form (``winograd_f2k3_planned_f32``, from
+:func:`gpuops.ops.cpu.conv._plan`): one native call whose products run the native GEMM over the
+transformed weight, packed once (a BLAS would pack it on every call), a block of tile rows at a time
+that fits L2. :func:`conv3x3`, for other weights, runs the products in BLAS: the transformed input of
+all images shares one GEMM when it fits in :data:`BLOCK_BYTES`; larger maps (VGG's 224x224 layers) run
+a block of tile rows at a time.
 """
 
 from __future__ import annotations
