@@ -13,10 +13,11 @@ from gpuops.ops.cpu import conv, native_gemm
 
 needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler: native kernels fall back to NumPy")
 
-# sizes around the vector (8 or 16 lanes), the tile (2 vectors of channels, 6 or 7 cells) and the k block (768)
+# sizes around the vector (8 or 16 lanes), the tiles (2 vectors of channels by 6 or 14 cells, a half tile
+# of 3 or 7; 8 channels by 48 cells with the cells on the lanes) and the k block (512)
 SIZES_M = [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 65, 130, 200]
-SIZES_N = [1, 2, 5, 6, 7, 8, 13, 14, 15, 49, 64, 100]
-SIZES_K = [0, 1, 2, 3, 17, 64, 383, 767, 768, 769, 1153, 1601]
+SIZES_N = [1, 2, 5, 6, 7, 8, 13, 14, 15, 28, 29, 47, 48, 49, 64, 100]
+SIZES_K = [0, 1, 2, 3, 17, 64, 383, 511, 512, 513, 767, 1025, 1153, 1601]
 
 
 def _reference(A, B, bias, clamp_to):
