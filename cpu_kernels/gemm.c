@@ -110,6 +110,41 @@ static inline __attribute__((always_inline)) void rows_tile(const float* restric
         for (int v = 0; v < nv; ++v) acc[r][v] = s[r][v];
 }
 
+/* Every panel of RR channels of pack (K rows) against a strip of nv vectors of cells (K rows of RN
+ * floats), bias added and clamp applied, vector v of channel r stored at Y + r ldy + at[v], len[v] cells. */
+static void rows_panels(const float* pack, const float* strip, int64_t M, int64_t K, int64_t nv, const float* bias,
+                        float lo, float hi, float* Y, int64_t ldy, const int64_t at[RV], const int64_t len[RV]) {
+    for (int64_t p0 = 0; p0 < M; p0 += RR) {
+        const int64_t mc = M - p0 < RR ? M - p0 : RR;
+        const float* a = pack + p0 * K;
+        gvec acc[RR][RV];
+        if (nv == RV)
+            rows_tile(a, strip, RN, K, RV, acc);
+        else if (nv == 1)
+            rows_tile(a, strip, RN, K, 1, acc);
+#if RV > 2
+        else if (nv == 3)
+            rows_tile(a, strip, RN, K, 3, acc);
+#endif
+        else
+            rows_tile(a, strip, RN, K, 2, acc);
+        for (int64_t r = 0; r < mc; ++r) {
+            const float br = bias ? bias[p0 + r] : 0.0f;
+            for (int64_t v = 0; v < nv; ++v) {
+                const gvec o = clamp(acc[r][v] + br, lo, hi);
+                float* restrict y = Y + (p0 + r) * ldy + at[v];
+                if (len[v] == GV) {
+                    memcpy(y, &o, sizeof o);
+                } else {
+                    float t[GV];
+                    memcpy(t, &o, sizeof o);
+                    for (int64_t j = 0; j < len[v]; ++j) y[j] = t[j];
+                }
+            }
+        }
+    }
+}
+
 /* gemm_f32 with cells on the lanes, for short K (where the transposed store of the tiles above costs
  * as much as their sums): RR channels x RN cells per tile, stored as rows. */
 static int gemm_rows(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
@@ -120,43 +155,17 @@ static int gemm_rows(const float* pack, const float* B, int64_t ldb, const float
     if (!strip) return 1;
     for (int64_t n0 = 0; n0 < N; n0 += RN) {
         const int64_t nc = N - n0 < RN ? N - n0 : RN, nv = (nc + GV - 1) / GV;
-        const float* b = strip;
-        const int64_t lb = RN;
         if (nc == RN)
             for (int64_t k = 0; k < K; ++k) memcpy(strip + k * RN, B + k * ldb + n0, sizeof(float) * RN);
         else
             for (int64_t k = 0; k < K; ++k)
                 for (int64_t i = 0; i < RN; ++i) strip[k * RN + i] = i < nc ? B[k * ldb + n0 + i] : 0.0f;
-        for (int64_t p0 = 0; p0 < M; p0 += RR) {
-            const int64_t mc = M - p0 < RR ? M - p0 : RR;
-            const float* a = pack + p0 * K;
-            gvec acc[RR][RV];
-            if (nv == RV)
-                rows_tile(a, b, lb, K, RV, acc);
-            else if (nv == 1)
-                rows_tile(a, b, lb, K, 1, acc);
-#if RV > 2
-            else if (nv == 3)
-                rows_tile(a, b, lb, K, 3, acc);
-#endif
-            else
-                rows_tile(a, b, lb, K, 2, acc);
-            for (int64_t r = 0; r < mc; ++r) {
-                const float br = bias ? bias[p0 + r] : 0.0f;
-                float* restrict y = Y + (p0 + r) * ldy + n0;
-                for (int64_t v = 0; v < nv; ++v) {
-                    const gvec o = clamp(acc[r][v] + br, lo, hi);
-                    const int64_t n = nc - v * GV < GV ? nc - v * GV : GV;
-                    if (n == GV) {
-                        memcpy(y + v * GV, &o, sizeof o);
-                    } else {
-                        float t[GV];
-                        memcpy(t, &o, sizeof o);
-                        for (int64_t j = 0; j < n; ++j) y[v * GV + j] = t[j];
-                    }
-                }
-            }
+        int64_t at[RV], len[RV];
+        for (int v = 0; v < RV; ++v) {
+            at[v] = n0 + v * GV;
+            len[v] = nc - v * GV < GV ? nc - v * GV : GV;
         }
+        rows_panels(pack, strip, M, K, nv, bias, lo, hi, Y, ldy, at, len);
     }
     free(strip);
     return 0;
@@ -216,7 +225,6 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
         free(sums);
         return 1;
     }
-    float bias0[NR] = {0};
     for (int64_t k0 = 0, last = 0; !last; k0 += kb) {  /* once when K == 0: Y = bias */
         const int64_t kc = K - k0 < kb ? K - k0 : kb;
         last = k0 + kc == K;
@@ -249,15 +257,13 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                         w == NR ? tile(strip, MR, q, kc, NV, MR / 2, acc) : tile(strip, MR, q, kc, 1, MR / 2, acc);
                     else
                         w == NR ? tile(strip, MR, q, kc, NV, MR, acc) : tile(strip, MR, q, kc, 1, MR, acc);
-                    if (!last)
+                    if (!last) {
                         for (int i = 0; i < MR; ++i)
                             for (int v = 0; v < NV; ++v) saved[i * NV + v] = acc[i][v];
-                    else if (bias) {
-                        float bb[NR] = {0};
-                        for (int64_t j = 0; j < mc; ++j) bb[j] = bias[p0 + j];
-                        store_tile(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
                     } else {
-                        store_tile(bias0, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                        float bb[NR] = {0};  /* the panel's bias, 0 past M */
+                        for (int64_t j = 0; bias && j < mc; ++j) bb[j] = bias[p0 + j];
+                        store_tile(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
                     }
                 }
             }
@@ -284,36 +290,7 @@ static void conv_rows(const float* pack, const float* x, const int64_t* koff, co
         const int64_t ns = nseg - s0 < RV ? nseg - s0 : RV;
         for (int64_t k = 0; k < K; ++k)  /* as gemm_rows: the segments' rows copied one after another */
             for (int64_t v = 0; v < ns; ++v) memcpy(strip + k * RN + v * GV, x + koff[k] + seg[s0 + v], sizeof(gvec));
-        for (int64_t p0 = 0; p0 < M; p0 += RR) {
-            const int64_t mc = M - p0 < RR ? M - p0 : RR;
-            const float* a = pack + p0 * K;
-            gvec acc[RR][RV];
-            if (ns == RV)
-                rows_tile(a, strip, RN, K, RV, acc);
-            else if (ns == 1)
-                rows_tile(a, strip, RN, K, 1, acc);
-#if RV > 2
-            else if (ns == 3)
-                rows_tile(a, strip, RN, K, 3, acc);
-#endif
-            else
-                rows_tile(a, strip, RN, K, 2, acc);
-            for (int64_t r = 0; r < mc; ++r) {
-                const float br = bias ? bias[p0 + r] : 0.0f;
-                for (int64_t v = 0; v < ns; ++v) {
-                    const gvec o = clamp(acc[r][v] + br, lo, hi);
-                    float* restrict y = Y + (p0 + r) * ldy + yat[s0 + v];
-                    const int64_t n = segn[s0 + v];
-                    if (n == GV) {
-                        memcpy(y, &o, sizeof o);
-                    } else {
-                        float t[GV];
-                        memcpy(t, &o, sizeof o);
-                        for (int64_t j = 0; j < n; ++j) y[j] = t[j];
-                    }
-                }
-            }
-        }
+        rows_panels(pack, strip, M, K, ns, bias, lo, hi, Y, ldy, yat + s0, segn + s0);
     }
 }
 
