@@ -246,11 +246,8 @@ def _restores(graph: Graph, node, shape, axes, restored: bool):
     ones); an Unsqueeze at ``axes`` restores it."""
     rank = len(shape)
     if _node(node, "Unsqueeze"):
-        ua = attr(node, "axes")
-        if ua is None and len(node.input) > 1:
-            ua = graph.const_value(node.input[1])
-        return not restored and ua is not None and \
-            sorted(int(a) % rank for a in np.asarray(ua).reshape(-1)) == list(axes)
+        ua = _axes(graph, node)
+        return not restored and ua is not None and sorted(a % rank for a in ua) == list(axes)
     if _node(node, "Expand"):
         if not restored:
             return False

@@ -29,7 +29,6 @@ One module, past 500 lines: the CPU conv paths share the kept weights and the ch
 from __future__ import annotations
 
 import ctypes
-import functools
 import itertools
 import math
 
