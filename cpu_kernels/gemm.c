@@ -241,7 +241,8 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                         for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? r[co[i]] : 0.0f;
                     }
                 } else if (nc == MR) {
-                    for (int64_t k = 0; k < kc; ++k) memcpy(strip + k * MR, x + (k0 + k) * ldb + n0, sizeof(float) * MR);
+                    for (int64_t k = 0; k < kc; ++k)
+                        memcpy(strip + k * MR, x + (k0 + k) * ldb + n0, sizeof(float) * MR);
                 } else {
                     for (int64_t k = 0; k < kc; ++k)
                         for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? x[(k0 + k) * ldb + n0 + i] : 0.0f;
@@ -367,8 +368,9 @@ static void gemm_part(void* ctx, int64_t part, int64_t parts) {
     const float* pack = a->pack + m0 * a->K;
     const float* bias = a->bias ? a->bias + m0 : NULL;
     float* Y = a->Y + m0 * a->ldy + n0;
-    const int status = a->rows ? gemm_rows(pack, a->B + n0, a->ldb, bias, Y, a->ldy, m1 - m0, a->K, n1 - n0, a->lo, a->hi)
-                               : gemm_cells(pack, a->B + n0, a->ldb, bias, Y, a->ldy, m1 - m0, a->K, n1 - n0, a->lo, a->hi);
+    const int64_t M = m1 - m0, N = n1 - n0;
+    const int status = a->rows ? gemm_rows(pack, a->B + n0, a->ldb, bias, Y, a->ldy, M, a->K, N, a->lo, a->hi)
+                               : gemm_cells(pack, a->B + n0, a->ldb, bias, Y, a->ldy, M, a->K, N, a->lo, a->hi);
     if (status) a->status = status;
 }
 

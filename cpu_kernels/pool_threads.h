@@ -8,9 +8,10 @@
  * poll for POOL_POLL_NS, yielding the core to any other thread that wants it, then sleep on a condition
  * variable; the caller waits for the parts taken by workers the same way. (Waking a sleeping thread
  * takes 50-100 us on a VM, as long as a small conv: a program's kernels follow one another closely, so
- * a worker that slept after each would miss most of them.) The thread count is set from Python (gpuops.native.set_threads, through
- * each file's <file>_set_threads). A second caller while the pool is busy (another Python thread in
- * another session's run) runs all its parts itself. After fork() the child starts with no workers. */
+ * a worker that slept after each would miss most of them.) The thread count is set from Python
+ * (gpuops.native.set_threads, through each file's <file>_set_threads). A second caller while the pool
+ * is busy (another Python thread in another session's run) runs all its parts itself. After fork() the
+ * child starts with no workers. */
 #pragma once
 #include <pthread.h>
 #include <sched.h>

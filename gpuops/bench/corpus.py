@@ -194,8 +194,8 @@ def markdown(result: dict) -> str:
     from .machine import one_line
 
     env = result["env"]
-    lines = [f"gpuops / onnxruntime on the corpus (CPU, runs alternating, in blocks above one thread, equal threads) — "
-             f"{env['date']}", "",
+    lines = [f"gpuops / onnxruntime on the corpus (CPU, runs alternating, in blocks above one thread, equal "
+             f"threads) — {env['date']}", "",
              f"- {one_line(env['machine'])}",
              f"- commit {env.get('git_commit')}, onnxruntime {env.get('onnxruntime')}; load average (1, 5, 15 min) "
              f"{env['load_average']['before']} before, {env['load_average']['after']} after", "",

@@ -2,8 +2,9 @@
 
 For every model the two runtimes get the same thread count (gpuops' ``threads=``, onnxruntime's
 ``intra_op_num_threads``) and their timed runs alternate (gpuops, onnxruntime, gpuops, ...; in blocks
-of a few runs at more than one thread: :func:`alternate`), so load from other processes hits both alike. Reported per model: both medians and their ratio
-``gpuops / onnxruntime`` (below 1: gpuops is faster). Beyond the suite's models:
+of a few runs at more than one thread: :func:`alternate`), so load from other processes hits both
+alike. Reported per model: both medians and their ratio ``gpuops / onnxruntime`` (below 1: gpuops is
+faster). Beyond the suite's models:
 
 - float16 variants of the light models (converted at bench time with onnxruntime's float16 converter,
   inputs and outputs kept float32), timed against gpuops' own float32 run of the same model;

@@ -181,7 +181,8 @@ def test_a_residual_the_plan_cannot_take_runs_the_general_path():
 
 
 # (the last two: more channels than cells, so the parts split the channels)
-@pytest.mark.parametrize("C, M, S, rows", [(32, 48, 24, False), (8, 8, 40, True), (32, 96, 6, False), (8, 224, 10, True)])
+@pytest.mark.parametrize("C, M, S, rows", [(32, 48, 24, False), (8, 8, 40, True),
+                                           (32, 96, 6, False), (8, 224, 10, True)])
 def test_planned_convs_give_the_same_bits_on_any_number_of_threads(C, M, S, rows):
     """The output rows (or channels) are split across threads; each cell is summed as on one thread."""
     from gpuops.ops.cpu import native_gemm
