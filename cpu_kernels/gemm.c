@@ -209,12 +209,63 @@ static int64_t block_channels(int64_t kc) {
 
 #define KC 512  /* k per block, at most: a strip of MR cells' rows (MR KC floats) stays in L1 */
 
+/* r[v] = sum over k < K of b[k] q[k nv GV + v GV ...] (nv: a constant, 1 or NV), in four partial sums
+ * (k mod 4) added at the end: one chain of multiply-adds would wait on each one's latency. */
+static inline __attribute__((always_inline)) void gemv_panel(const float* restrict q, const float* restrict b,
+                                                             int64_t K, int nv, gvec r[NV]) {
+    gvec s[4][NV];
+    for (int u = 0; u < 4; ++u)
+        for (int v = 0; v < nv; ++v) s[u][v] = (gvec){0};
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+        __builtin_prefetch(q + (k + PF) * nv * GV);
+        for (int u = 0; u < 4; ++u)
+            for (int v = 0; v < nv; ++v) s[u][v] += b[k + u] * gload(q + ((k + u) * nv + v) * GV);
+    }
+    for (; k < K; ++k)
+        for (int v = 0; v < nv; ++v) s[0][v] += b[k] * gload(q + (k * nv + v) * GV);
+    for (int v = 0; v < nv; ++v) r[v] = (s[0][v] + s[1][v]) + (s[2][v] + s[3][v]);
+}
+
+/* A product of one cell (a fully connected layer's one row), B[k] at b[k]: each panel streams once
+ * against it, without tiles of cells that would be all but empty. */
+static void gemv(const float* pack, const float* b, const float* bias, float* Y, int64_t ldy, int64_t M, int64_t K,
+                 float lo, float hi) {
+    for (int64_t p0 = 0; p0 < M; p0 += NR) {
+        const int64_t w = panel_width(M, p0), mc = M - p0 < w ? M - p0 : w;
+        gvec r[NV];
+        if (w == NR)
+            gemv_panel(pack + p0 * K, b, K, NV, r);
+        else
+            gemv_panel(pack + p0 * K, b, K, 1, r);
+        float t[NR];
+        for (int v = 0; v < w / GV; ++v) memcpy(t + v * GV, &r[v], sizeof(gvec));
+        for (int64_t j = 0; j < mc; ++j) {
+            const gvec o = clamp((gvec){0} + (t[j] + (bias ? bias[p0 + j] : 0.0f)), lo, hi);
+            Y[(p0 + j) * ldy] = o[0];
+        }
+    }
+}
+
 /* gemm_f32 with channels on the lanes, B[k][n] at x[k ldb + n], or at x[koff[k] + cells[n]] (koff not
  * NULL: the taps of a conv's phase planes, read in place of an im2col copy). Per block of K and of
  * channels, each tile of MR cells is first copied into a strip (its rows one after another, 0 past N),
- * which the block's panels then read in order. Each cell's sum runs in the order of k. */
+ * which the block's panels then read in order. Each cell's sum runs in the order of k (a product of one
+ * cell: gemv). */
 static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int64_t* koff, const int64_t* cells,
                       const float* bias, float* Y, int64_t ldy, int64_t M, int64_t K, int64_t N, float lo, float hi) {
+    if (N == 1 && !koff && ldb == 1) {
+        gemv(pack, x, bias, Y, ldy, M, K, lo, hi);
+        return 0;
+    }
+    if (N == 1) {  /* the column copied: its floats one after another */
+        float* b = malloc(sizeof(float) * (size_t)(K + 1));
+        if (!b) return 1;
+        for (int64_t k = 0; k < K; ++k) b[k] = koff ? x[koff[k] + cells[0]] : x[k * ldb];
+        gemv(pack, b, bias, Y, ldy, M, K, lo, hi);
+        free(b);
+        return 0;
+    }
     const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
     const int64_t ntiles = (N + MR - 1) / MR, mpad = (M + NR - 1) / NR * NR, mb = block_channels(kb);
     float* strip = malloc(sizeof(float) * (size_t)(kb * MR + 1));

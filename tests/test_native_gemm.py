@@ -130,7 +130,8 @@ def test_gemm_in_threads():
 
 
 @needs_cc
-@pytest.mark.parametrize("M, K, N, rows", [(160, 300, 49, False), (200, 64, 120, True), (40, 512, 7, False)])
+@pytest.mark.parametrize("M, K, N, rows", [(160, 300, 49, False), (200, 64, 120, True), (40, 512, 7, False),
+                                           (300, 700, 1, False)])
 def test_split_across_threads_gives_the_same_bits(M, K, N, rows):
     """Products split across threads by cells (large maps) or by channels (more channels than cells: each
     part streams only its share of the weight): every cell is summed as on one thread."""
