@@ -3,7 +3,7 @@
  * form gathering its rows by id too), one pass where NumPy makes four to ten over a small tensor. The same
  * arithmetic as the NumPy code: float32 sums, x - max(x) before exp, NaN anywhere in a row making its max
  * NaN, the statistics in two passes (the mean, then the mean square of the deviations). Returns 0
- * (embed_layernorm_f32: 1 for an out-of-range id). */
+ * (embed_layernorm_f32: 1 for an out-of-range id). LRN's window sums over the channels too (lrn_f32). */
 #include <math.h>
 #include "vmath.h"
 #include "pool_threads.h"
@@ -399,6 +399,68 @@ int layernorm_channels_planned_f32(const int64_t* p, const float* x, const void*
     (void)unused;
     return layernorm_channels_f32(x, (const float*)(intptr_t)p[0], (const float*)(intptr_t)p[1], y, NULL, NULL, p[2],
                                   p[3], p[4], param_float(p, 5), 1);
+}
+
+/* lrn_f32's arguments: `outer` blocks of c planes of hw floats. */
+typedef struct {
+    const float* x;
+    float* y;
+    int64_t outer, c, hw, before, after;
+    float alpha, beta, bias;
+} LrnArgs;
+
+/* Positions [p, p + m) (m <= VL) of block o, VL at once: each channel's window of squares summed in the
+ * order of the channels (as the generic op adds its shifted slices), then y = x / (bias + alpha s)^beta. */
+static void lrn_block(const LrnArgs* a, int64_t o, int64_t p, int64_t m) {
+    const int64_t c = a->c, hw = a->hw;
+    const float* x = a->x + o * c * hw + p;
+    float* y = a->y + o * c * hw + p;
+    for (int64_t k = 0; k < c; ++k) {
+        const int64_t j0 = k - a->before > 0 ? k - a->before : 0, j1 = k + a->after < c ? k + a->after + 1 : c;
+        vfloat s = {0};
+        for (int64_t j = j0; j < j1; ++j) {
+            const vfloat v = m == VL ? vload(x + j * hw) : vload_part(x + j * hw, m, 0.0f);
+            const vfloat q = v * v;  /* rounded before the sum, as x * x is */
+            s = s + q;
+        }
+        const vfloat d = a->alpha * s;
+        const vfloat base = a->bias + d;
+        vfloat den;
+        if (a->beta == 0.75f) {  /* d^(3/4) = sqrt(d) sqrt(sqrt(d)): within 2 ulp of powf, vectorized */
+            vfloat r;
+            for (int l = 0; l < VL; ++l) r[l] = sqrtf(base[l]);
+            for (int l = 0; l < VL; ++l) den[l] = r[l] * sqrtf(r[l]);
+        } else {
+            for (int l = 0; l < VL; ++l) den[l] = powf(base[l], a->beta);
+        }
+        const vfloat v = m == VL ? vload(x + k * hw) : vload_part(x + k * hw, m, 0.0f);
+        const vfloat r = v / den;
+        if (m == VL)
+            memcpy(y + k * hw, &r, sizeof r);
+        else
+            vstore_part(y + k * hw, r, m);
+    }
+}
+
+static void lrn_part(void* ctx, int64_t part, int64_t parts) {
+    const LrnArgs* a = ctx;
+    const int64_t blocks = (a->hw + VL - 1) / VL;
+    int64_t lo, hi;
+    pool_range(a->outer * blocks, 1, part, parts, &lo, &hi);
+    for (int64_t i = lo; i < hi; ++i) {
+        const int64_t o = i / blocks, p = i % blocks * VL;
+        lrn_block(a, o, p, a->hw - p < VL ? a->hw - p : VL);
+    }
+}
+
+/* LRN over the channels of x (`outer` blocks of c planes of hw floats): y = x / (bias + alpha s)^beta, s the
+ * sum of the squares over channels [k - before, k + after] (alpha: the op's alpha / size). */
+int lrn_f32(const float* x, float* y, int64_t outer, int64_t c, int64_t hw, int64_t before, int64_t after,
+            float alpha, float beta, float bias) {
+    LrnArgs a = {x, y, outer, c, hw, before, after, alpha, beta, bias};
+    const int64_t blocks = outer * ((hw + VL - 1) / VL), per_block = c * (before + after + 2) * VL;
+    pool_run(lrn_part, &a, pool_parts(blocks, (POOL_MIN_WORK + per_block - 1) / per_block));
+    return 0;
 }
 
 int rows_set_threads(int64_t n) { return pool_threads_set(n); }

@@ -160,6 +160,8 @@ DECLARATIONS: dict[str, str] = {
         int layernorm_channels_f32(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                    float* inv, int64_t outer, int64_t c, int64_t hw, float epsilon, int64_t planes);
         int layernorm_channels_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
+        int lrn_f32(const float* x, float* y, int64_t outer, int64_t c, int64_t hw, int64_t before, int64_t after,
+                    float alpha, float beta, float bias);
         int rows_set_threads(int64_t n);
     """,
     "special.c": """
