@@ -1,6 +1,7 @@
 """Native programs (gpuops/onnx/programs.py): a CPU session's third run of a signature runs its natively
 bound nodes as one step, with the results the nodes give one by one."""
 
+import ctypes
 import threading
 
 import numpy as np
@@ -143,6 +144,38 @@ def test_concat_copies_each_input_into_place(axis):
                            optimize="basic")
     _same(got, want)
     assert sig["program_nodes"] == 5
+
+
+def test_concat_inputs_of_one_row_are_made_in_place():
+    """A one-row Concat's inputs are made in its output, without copies, a DenseNet-like chain of Concats
+    in one buffer; an input that is returned, a Concat that is, and a second piece of one value are copied.
+    Every value still reads as the nodes make it."""
+    rng = np.random.default_rng(31)
+    nodes = [helper.make_node("Relu", ["x"], ["r0"]),
+             helper.make_node("Mul", ["r0", "k"], ["a1"]),
+             helper.make_node("Concat", ["r0", "a1"], ["c1"], axis=1),
+             helper.make_node("Mul", ["c1", "k"], ["a2"]),
+             helper.make_node("Concat", ["c1", "a2"], ["c2"], axis=1),
+             helper.make_node("Sigmoid", ["c2"], ["a3"]),  # returned: an array of its own
+             helper.make_node("Concat", ["c2", "a3"], ["c3"], axis=1),
+             helper.make_node("Concat", ["a1", "a2"], ["d"], axis=1),  # returned, its pieces already placed
+             helper.make_node("Add", ["r0", "k"], ["a4"]),
+             helper.make_node("Concat", ["a4", "a4"], ["e"], axis=1),
+             helper.make_node("Add", ["c3", "c3"], ["y"]),
+             helper.make_node("Add", ["e", "c1"], ["z"])]
+    m = _model(nodes, [("x", [1, 2, 3, 3])], ["y", "z", "a3", "d", "a2"], [("k", np.float32(0.5))])
+    feeds = {"x": _awkward(rng, (1, 2, 3, 3))}
+    got, want, sig = _runs(m, feeds, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1, optimize="basic")
+    for _ in range(3):
+        sess.run(None, feeds)
+    (prog,) = [s.impl.fn for s in _plan(sess, feeds).steps]
+    copy = native.function("copy_rows_planned")
+    copies = sum(1 for f in prog.table[:, 0] if f == ctypes.cast(copy, ctypes.c_void_p).value)
+    assert copies == 5  # a2 into c2 and a3 into c3 (returned), d's two (returned), e's second a4
+    _same(sess.run(None, feeds), want)
 
 
 def test_reshapes_alias_and_values_read_after_the_program_escape():

@@ -11,8 +11,10 @@ once, from the shapes of the signature, to what the op itself computes.
 :func:`compile_programs` makes them for a plan whose values' shapes a run recorded (the shape-specialized
 plans of :mod:`gpuops.onnx.shape_plans`). The arena places each internal value at an offset by first
 fit over the run's lifetimes, allocating a node's output before freeing its inputs, so that no kernel
-writes over what it reads. A program checks its inputs' shapes and dtypes at each run; inputs of
-other shapes (a value whose shape depends on data) run the nodes one by one, as the plan would.
+writes over what it reads; the inputs of a Concat of one row (batch 1, along the channels) are made
+where the Concat would copy them (:func:`_placements`). A program checks its inputs' shapes and dtypes
+at each run; inputs of other shapes (a value whose shape depends on data) run the nodes one by one, as
+the plan would.
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ class Program:
                 last_use[root.get(name, name)] = k
                 if name not in produced and name not in consts and name not in self.in_names:
                     self.in_names.append(name)
+        place, in_place = _placements(steps, bound, produced, root, owned)
+        for x, (host, _) in place.items():  # a host lives until the last read of any value made in it
+            last_use[host] = max(last_use.get(host, -1), last_use.pop(x, -1))
         self.shapes = {n: tuple(known[n][0]) for n in list(self.in_names) + list(produced)}
         self.dtypes = {n: np.dtype(known[n][1]) for n in list(self.in_names) + list(produced)}
         self.in_shapes = [self.shapes[n] for n in self.in_names]
@@ -206,18 +211,18 @@ class Program:
                 loc[s.outputs[0]] = loc[root[s.outputs[0]]]
             for i, shape, dtype in ([] if ns.alias is not None else _outputs(s, ns)):
                 out = s.outputs[i]
-                if out in loc:  # returned: an array of its own
+                if out in loc:  # returned (an array of its own), or a host made with its first piece
                     continue
-                nbytes = _aligned(dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
-                for f, (off, room) in enumerate(free):  # first fit; made before the inputs are freed
-                    if room >= nbytes:
-                        free[f] = (off + nbytes, room - nbytes)
-                        loc[out] = off
-                        break
-                else:
-                    loc[out] = size
-                    size += nbytes
+                if out in place:
+                    host, at = place[out]
+                    if host not in loc:
+                        loc[host], size = _first_fit(free, size, self._bytes(host))
+                    loc[out] = loc[host] + at
+                    continue
+                loc[out], size = _first_fit(free, size, _aligned(dtype.itemsize * int(np.prod(shape, dtype=np.int64))))
             for c in ns.calls:
+                if (k, c.a) in in_place:  # a piece made where it is copied to
+                    continue
                 table.append((_planned.address(c.fn), _planned.address(c.params), where(s, c.a), where(s, c.b),
                               loc[s.outputs[c.out]], where(s, c.c), NONE if c.z is None else loc[s.outputs[c.z]],
                               int(c.wide)))
@@ -294,6 +299,41 @@ class Program:
                 if name:
                     env[name] = value
         return tuple(env[n] for n in self.out_names)
+
+
+def _placements(steps: list[Step], bound: list, produced: dict, root: dict, owned: set):
+    """(value -> (host, byte offset), the (step index, input position) of each copy that is then not
+    made): the pieces of one-row Concats (``NativeStep.pieces``) that the program makes in their Concat's
+    output, a host's own pieces in the host that holds it (DenseNet's chains of Concats: one buffer per
+    block), for values made here as buffers of their own and not returned."""
+    place: dict[str, tuple[str, int]] = {}
+    in_place: set[tuple[int, int]] = set()
+    for k, (s, ns) in enumerate(zip(steps, bound)):
+        host = s.outputs[0]
+        if host in owned:
+            continue
+        for pos, at in ns.pieces:
+            x = s.inputs[pos]
+            if x in produced and root.get(x) == x and x not in owned and x not in place:
+                place[x] = (host, at)
+                in_place.add((k, pos))
+    for x in place:  # the outermost host of each
+        host, at = place[x]
+        while host in place:
+            outer, more = place[host]
+            host, at = outer, at + more
+        place[x] = (host, at)
+    return place, in_place
+
+
+def _first_fit(free: list[tuple[int, int]], size: int, nbytes: int) -> tuple[int, int]:
+    """(the offset of ``nbytes`` in the arena, its size after): the first free block that holds them, or the
+    arena's end (made before the step's inputs are freed)."""
+    for f, (off, room) in enumerate(free):
+        if room >= nbytes:
+            free[f] = (off + nbytes, room - nbytes)
+            return off, size
+    return size, size + nbytes
 
 
 def _aligned(n: int) -> int:

@@ -62,7 +62,9 @@ class NativeStep(NamedTuple):
     ``alias`` seen with ``shape`` (a reshape). ``holds``: what the calls' parameters point into (kept alive
     with the program). A call returns 0, non-zero when its scratch could not be allocated, or
     :data:`RERUN` (its input is out of the node's domain: an index out of range), which runs the program's
-    nodes one by one, so that the node raises its own error."""
+    nodes one by one, so that the node raises its own error. ``pieces``: (input position, byte offset) of
+    the inputs that calls copy whole into one range of output 0 (a Concat of one row), which a program
+    may make there instead, without the copy."""
 
     shape: tuple
     calls: tuple = ()
@@ -70,6 +72,7 @@ class NativeStep(NamedTuple):
     holds: Any = None
     extra: tuple = ()
     dtype: np.dtype = np.dtype(np.float32)
+    pieces: tuple = ()
 
 
 _BINDINGS: dict[tuple[str, str], Callable] = {}

@@ -75,15 +75,17 @@ def _concat_step(step, operands):
         return None
     rows, inner = math.prod(lead), math.prod(tail)
     total = sum(x.shape[axis] for x in operands)
-    calls, offset, holds = [], 0, []
+    calls, offset, holds, pieces = [], 0, [], []
     for i, x in enumerate(operands):
         n = 4 * x.shape[axis] * inner
         if n:
             p = planned.params(rows, n, 4 * total * inner, offset)
             calls.append(planned.Call(fn, p, i))
             holds.append(p)
+            if rows == 1:
+                pieces.append((i, offset))
         offset += n
-    return planned.NativeStep(lead + (total,) + tail, tuple(calls), holds=holds)
+    return planned.NativeStep(lead + (total,) + tail, tuple(calls), holds=holds, pieces=tuple(pieces))
 
 
 MAX_MOVED = 1 << 22  # elements of a data movement's index map (4 or more bytes each, held by the program)
