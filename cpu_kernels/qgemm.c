@@ -621,6 +621,23 @@ int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_sc
 
 int qgemm_set_threads(int64_t n) { return pool_threads_set(n); }
 
+typedef int (*dynamic_quantize_fn)(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y);
+
+/* DynamicQuantizeMatMul as a program step: q = {p (qgemm_f32's parameters), A's size, quantize.c's
+ * dynamic_quantize_u8 (an address)}: A quantized to 8 bits into scratch, then qgemm_f32 with its scale and
+ * zero point. A NaN or an infinity in A returns the quantizer's 2 (PROGRAM's rerun: the op's own code). */
+int dynamic_quantize_matmul_planned_f32(const int64_t* q, const float* a, const void* unused, float* y) {
+    (void)unused;
+    const int64_t n = q[1];
+    float* scale = malloc(2 * sizeof(float) + (size_t)n);  /* the scale, the zero point, then A's bytes */
+    if (!scale) return 1;
+    uint8_t *zp = (uint8_t*)(scale + 1), *aq = (uint8_t*)(scale + 2);
+    int status = ((dynamic_quantize_fn)(intptr_t)q[2])(a, n, scale, zp, aq);
+    if (!status) status = qgemm_f32((const int64_t*)(intptr_t)q[0], aq, zp, scale, y);
+    free(scale);
+    return status;
+}
+
 /* The planned calls of native programs (gpuops/onnx/programs.py): QLinearConv's qconv_u8 with its plan's
  * parameters p, and QGemm's kernels with q = {p, A's zero point, a_scale (float out) or 0}. */
 int qconv_planned_u8(const int64_t* p, const void* x, const void* unused, void* y) {

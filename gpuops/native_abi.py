@@ -109,6 +109,7 @@ DECLARATIONS: dict[str, str] = {
         int qconv_planned_u8(const int64_t* p, const void* x, const void* unused, void* y);
         int qgemm_planned_8(const int64_t* q, const void* a, const void* unused, void* y);
         int qgemm_set_threads(int64_t n);
+        int dynamic_quantize_matmul_planned_f32(const int64_t* q, const float* a, const void* unused, float* y);
     """,
     "quantize.c": """
         int pack_weight_8(const uint8_t* B, int64_t b_signed, int64_t K, int64_t N, int32_t* pack);

@@ -458,6 +458,39 @@ def test_embedding_lookups_and_integer_casts():
         sess.run(None, {"ids": np.where(ids == 5, 7, ids)})
 
 
+@pytest.mark.parametrize("signed, with_bias", [(True, True), (False, False)])
+def test_dynamically_quantized_products_run_in_the_program(signed, with_bias):
+    """DynamicQuantizeMatMul (quantize_dynamic's MatMuls) in a program: its quantizer and product in one
+    call, the bits of the op's own kernels; a NaN in A reruns the nodes, the op's generic code."""
+    rng = np.random.default_rng(15)
+    K, N = 24, 20
+    ms = "com.microsoft"
+    dtype = np.int8 if signed else np.uint8
+    inits = [("B1", rng.integers(-60, 60, (K, N)).astype(np.int8).astype(dtype) if signed
+              else rng.integers(0, 255, (K, N)).astype(np.uint8)), ("s1", np.float32(0.01)),
+             ("z1", np.array(0 if signed else 128, dtype)), ("b1", rng.standard_normal(N).astype(np.float32)),
+             ("B2", rng.integers(-60, 60, (N, K)).astype(dtype) if signed else rng.integers(0, 255, (N, K)).astype(
+                 np.uint8)), ("s2", rng.uniform(0.005, 0.02, K).astype(np.float32))]
+    nodes = [helper.make_node("DynamicQuantizeMatMul", ["x", "B1", "s1", "z1"] + (["b1"] if with_bias else []),
+                              ["h"], domain=ms),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("DynamicQuantizeMatMul", ["r", "B2", "s2"], ["y"], domain=ms)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [3, 5, K])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ms, 1)])
+    x = rng.standard_normal((3, 5, K)).astype(np.float32)
+    got, want, sig = _runs(m, {"x": x}, optimize="basic")
+    _same(got, want)
+    assert sig["programs"] == 1 and sig["program_nodes"] == len(nodes)
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1, optimize="basic")
+    for _ in range(3):
+        sess.run(None, {"x": x})
+    x[1, 2, 3] = np.nan
+    unplanned = gpuops.InferenceSession(m, device="cpu", threads=1, optimize="basic", shape_plans=0)
+    _same(sess.run(None, {"x": x}), unplanned.run(None, {"x": x}))
+
+
 def test_an_8_bit_cnn_runs_as_one_program():
     rng = np.random.default_rng(14)
     C, M = 3, 8

@@ -775,6 +775,23 @@ def _qgemm_step(step, operands):
     return planned.NativeStep(plan.shape, (planned.Call(fn, q, 0),), holds=(q, plan), dtype=plan.dtype)
 
 
+@planned.planned("DynamicQuantizeMatMul", MS)
+def _dynamic_quantize_matmul_step(step, operands):
+    """The op's two kernels in one call, over the plan its recording run kept for A's shape and these very
+    constants (:func:`DynamicQuantizeMatMul`)."""
+    A, kept = operands[0], step.prepared
+    b_scale, b_zero_point, bias = (operands[i] if len(operands) > i else None for i in (2, 3, 4))
+    if not planned.is_f32(A) or not math.prod(A.shape) or kept is None or not kept.fits(operands[1], b_zero_point):
+        return None
+    plan = kept.plans.get(("float", tuple(A.shape)))  # made for A quantized: uint8 of A's shape
+    fn, quantize = planned.kernel("dynamic_quantize_matmul_planned_f32"), planned.kernel("dynamic_quantize_u8")
+    if plan is None or plan.x_dtype is not _UINT8 or fn is None or quantize is None or any(
+            a is not b for a, b in zip(plan.params, (b_scale, b_zero_point, bias))):
+        return None
+    q = planned.params(plan.p, math.prod(A.shape), planned.address(quantize))
+    return planned.NativeStep(plan.shape, (planned.Call(fn, q, 0),), holds=(q, plan))
+
+
 def _quantize_step(step, operands):
     x, scale = operands[0], operands[1]
     zero = operands[2] if len(operands) > 2 else None
