@@ -205,10 +205,11 @@ def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
     assert pays(64, 576, 49, threads=1) and pays(64, 576, 49, threads=2)  # 7 tiles of 7 cells: 2 threads fed
     assert not pays(64, 576, 49, threads=4)  # ... 4 are not
     monkeypatch.setattr(native, "vector_lanes", lambda: 8)  # AVX2: 8 lanes, tiles of 6 cells
-    assert pays(8, 64, 784, threads=1) and pays(64, 64, 3136, threads=1)  # the cells on the lanes
-    assert not pays(40, 240, 784, threads=1) and not pays(128, 256, 784, threads=1)  # channels: OpenBLAS
-    assert not pays(64, 64, 49, threads=1)  # a small map puts the channels on the lanes
-    assert pays(32, 400, 729, threads=1, columns=True) and not pays(32, 400, 729, threads=1)  # no im2col copy
-    assert pays(224, 1440, 49, threads=1, columns=True)  # ... or a small map
-    assert not pays(192, 576, 3025, threads=1, columns=True)  # ... but many channels on a large map: OpenBLAS
-    assert not pays(512, 4608, 49, threads=1, columns=True)  # ... or a long K
+    assert pays(8, 64, 784, threads=1) and pays(64, 64, 3136, threads=1)  # the kernel, either layout
+    assert pays(40, 240, 784, threads=1) and pays(128, 256, 784, threads=1, columns=True)
+    assert pays(64, 64, 49, threads=1) and pays(512, 4608, 49, threads=1, columns=True)
+    assert not pays(4, 64, 784, threads=1) and not pays(64, 8, 784, threads=1)  # few channels, short K
+    assert not pays(32, 576, 36, threads=4)  # 6 tiles of 6 cells do not feed 4 threads
+    rows = native_gemm.rows_layout
+    assert rows(128, 256, 784) and rows(512, 1024, 169) and not rows(512, 1024, 49)  # a product's cells
+    assert not rows(128, 1152, 784, row=28) and rows(64, 576, 3136, row=56)  # a conv's rows: on large maps

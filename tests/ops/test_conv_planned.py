@@ -194,7 +194,7 @@ def test_planned_convs_give_the_same_bits_on_any_number_of_threads(C, M, S, rows
     Z = rng.standard_normal((2, M, S, S)).astype(np.float32)
     attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
-    assert native_gemm.rows_layout(M, 9 * C, S * S) == rows
+    assert native_gemm.rows_layout(M, 9 * C, S * S, S) == rows  # as the plan asks, a row at a time
     params = cpu_conv.ConvParams(2, C, S, S, M, 3, 3, S, S, 1, 1, 1, 1, 1, 1, 1, rows)
     packs = kept.packs(W, B, 1, rows)
     params.weights, params.bias, params.lo, params.hi = packs[0].address, B.ctypes.data, 0.0, math.inf

@@ -52,11 +52,16 @@ def rows_layout(M: int, K: int, N: int | None = None, row: int | None = None) ->
     (None: large maps): for short K, where the transposed store costs as much as the sums, or channels
     that fill the lanes poorly; never on small maps (7x7), whose cells would; and with 16 lanes on every
     map of 784 cells or more (one core of the AVX-512 Xeon, 2026-11-28: 1.1-1.5x faster there, its
-    tiles storing rows as they lie; with 8 lanes it lost from K 256 on: 1.1-1.3x) whose output rows
-    (``row`` cells, where a conv reads its columns a row at a time) fill a vector. Lanes:
+    tiles storing rows as they lie) whose output rows (``row`` cells, where a conv reads its columns a
+    row at a time) fill a vector. With 8 lanes (the same Xeon, x86-64-v3, 2026-11-28, in a session's
+    Conv + Relu): on every product of 96 or more cells read as rows of B (a 1x1 conv's, ``row`` None)
+    at 0.85-1.0x of the channels layout's time, and on convs of 3025 cells or more (0.88x on 55x55 maps;
+    27x27 and 28x28 ones ran at 0.9-1.1x, resnet50's 3x3 at 1.1x). Lanes:
     :func:`gpuops.native.vector_lanes` (16 with AVX-512, 8 with AVX2)."""
     lanes = native.vector_lanes()
     if N is None or (N >= 784 and lanes == 16 and (row is None or row >= lanes)):
+        return True
+    if lanes == 8 and N >= 96 and (row is None or N >= 3025):
         return True
     return N >= 96 and (K < 96 or M / (-(-M // lanes) * lanes) < 0.8)
 
@@ -165,17 +170,13 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool 
     1.05-1.4x (kept: the cold-cache gain is larger).
 
     AVX2 (:func:`gpuops.native.vector_lanes` 8; the same machine with the kernels built for x86-64-v3
-    and ``OPENBLAS_CORETYPE=Haswell``): only the cells-on-lanes layout pays (0.86-0.95x); channels on
-    8 lanes ran at 1.02-1.45x on every shape measured, so OpenBLAS runs those, except for a conv of
-    more than one tap (``columns``: OpenBLAS then needs an im2col copy, which the kernel reads in place
-    from the input's planes) of at most 64 output channels and K <= 800, or on at most 196 cells with
-    K <= 2016: against im2col plus OpenBLAS, squeezenet's and inception_v1's 3x3 and 5x5 convs of 16-32
-    input channels ran at 0.5-0.7x, inception's 3x3 convs on 6x6-14x14 maps at 0.55-0.9x; resnet50's
-    3x3 convs of K 1152-4608 on 196-784 cells lost (1.1-1.2x). End to end (light
-    models, one thread, against the AVX-512 rules with 8 lanes): resnet50 0.96x, densenet121 0.90x,
-    inception_v1 0.98x, squeezenet and shufflenet 1.00x of their time. (Winograd's :func:`.winograd.pays`
-    was checked the same way and kept: raising its tile threshold, which single convs favoured, made
-    resnet50, vgg19, densenet121 and inception_v1 1.04-1.24x slower end to end.)
+    and ``OPENBLAS_CORETYPE=Haswell``), re-measured 2026-11-28 on the distinct convs of the light
+    models (vgg19's of 112x112 cells and more left out) as a session's Conv + Relu, warm caches, in the
+    layout :func:`rows_layout` picks: the kernel ran at 0.6-1.0x of OpenBLAS's time (im2col plus OpenBLAS for the convs of more than one
+    tap) on all of them but three strided 1x1 convs of resnet50 (1.0-1.08x), so it runs every product
+    of at least a vector's channels and K >= 16. (The 2026-11-27 rules, measured before the strips,
+    kept OpenBLAS for channels on 8 lanes.) End to end, against those rules: squeezenet 0.83x of its
+    time, inception_v1, inception_v2 and densenet121 0.82-0.84x, resnet50 0.90x.
 
     2026-11-28, the same Xeon (AVX-512 with FP16): with the cells on the lanes the kernel runs 8-24
     channels and K 16-96 on 2704-10816 cells at 0.55-0.61x of OpenBLAS, so those are taken too (a
@@ -194,7 +195,7 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool 
     if M < lanes:
         return lanes == 16 and cells and M >= pack_width(True) and K >= 16
     if lanes < 16:
-        return (cells and K >= 16) or (columns and (M <= 64 and K <= 800 or N <= 196 and K <= 2016))
+        return K >= 16
     if M % lanes:
         if cells:
             return K >= 16
