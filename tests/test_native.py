@@ -254,6 +254,13 @@ def test_winograd_is_chosen_where_it_pays():
         assert not winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [28, 28])
 
 
+
+def test_winograd_pays_on_14x14_maps_from_64_channels_with_8_lanes(monkeypatch):
+    for lanes, C in ((16, 128), (8, 64)):
+        monkeypatch.setattr(native, "vector_lanes", lambda: lanes)
+        assert winograd.pays(C, 128, 1, (14, 14)) and not winograd.pays(C - 16, 128, 1, (14, 14))
+        assert not winograd.pays(C, 128, 1, (10, 10))  # 25 tiles
+
 @needs_cc
 def test_winograd_transforms_write_only_their_outputs():
     rng = np.random.default_rng(13)

@@ -44,9 +44,12 @@ def pays(C: int, M: int, N: int, out) -> bool:
     products of both run the same packed GEMM): 0.67-0.8x of its time on 28x28 and larger maps from 64
     input channels (from 32 with at most 64 output channels: the GEMM's narrow products), and on 14x14
     maps from 128; on 13x13-14x14 maps of 48-64 channels and 27x27 maps of 32 it lost (1.1-1.6x): their
-    16 products have too short a K for the transforms' cost."""
+    16 products have too short a K for the transforms' cost. With 8 lanes (the same Xeon, kernels built
+    for x86-64-v3, 2026-11-28) it also wins on 13x13-14x14 maps from 64 input channels: 0.75-0.9x of the
+    GEMM conv's time (inception_v1's 96 -> 208 and 64 -> 96 convs; end to end inception_v2 0.95x)."""
     tiles = N * math.ceil(out[0] / 2) * math.ceil(out[1] / 2)
-    return M >= 16 and ((C >= 128 and tiles >= 36) or (tiles >= 196 and (C >= 64 or (C >= 32 and M <= 64))))
+    fewest = 64 if native.vector_lanes() == 8 else 128  # input channels on 13x13-14x14 maps
+    return M >= 16 and ((C >= fewest and tiles >= 36) or (tiles >= 196 and (C >= 64 or (C >= 32 and M <= 64))))
 
 
 def weights(W):
