@@ -33,7 +33,7 @@ def test_1x1_and_im2col_convs_with_bias_and_clamp_match_numpy(seed, monkeypatch)
     one row per block as well) against conv() with native kernels off; grouped convs, several images,
     maps from one cell to several strips (the kernel taking even the shapes where it does not pay
     here), NaN and inf in the input; packs made for the call, and kept for a step (its ConvWeights)."""
-    monkeypatch.setattr(conv.native_gemm, "gemm_pays", lambda M, K, N, threads=None, columns=False: True)
+    monkeypatch.setattr(conv.native_gemm, "gemm_pays", lambda M, K, N, threads=None: True)
     rng = np.random.default_rng(10 + seed)
     for case in range(16):
         group = int(rng.integers(1, 4))

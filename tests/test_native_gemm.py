@@ -206,8 +206,8 @@ def test_gemm_pays_follows_the_lanes_and_the_threads(monkeypatch):
     assert not pays(64, 576, 49, threads=4)  # ... 4 are not
     monkeypatch.setattr(native, "vector_lanes", lambda: 8)  # AVX2: 8 lanes, tiles of 6 cells
     assert pays(8, 64, 784, threads=1) and pays(64, 64, 3136, threads=1)  # the kernel, either layout
-    assert pays(40, 240, 784, threads=1) and pays(128, 256, 784, threads=1, columns=True)
-    assert pays(64, 64, 49, threads=1) and pays(512, 4608, 49, threads=1, columns=True)
+    assert pays(40, 240, 784, threads=1) and pays(128, 256, 784, threads=1)
+    assert pays(64, 64, 49, threads=1) and pays(512, 4608, 49, threads=1)
     assert not pays(4, 64, 784, threads=1) and not pays(64, 8, 784, threads=1)  # few channels, short K
     assert not pays(32, 576, 36, threads=4)  # 6 tiles of 6 cells do not feed 4 threads
     rows = native_gemm.rows_layout

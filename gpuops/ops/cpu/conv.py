@@ -254,7 +254,7 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
             if winograd.applies(X, W, kernel, strides, dilations, group, out):
                 return _winograd_plan(kept, params, shape, out, B)
             if (group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L)) or \
-                    not native_gemm.gemm_pays(Mg, CKg, L, columns=K > 1):
+                    not native_gemm.gemm_pays(Mg, CKg, L):
                 return None
         packs = kept.packs(kept.W, kept.B, group, rows)
         if not packs:

@@ -156,7 +156,7 @@ def gemm_into(p: Packed, b: int, ldb: int, y: int, ldy: int, N: int, lo: float, 
 MR = {16: 14, 8: 6}  # cells per tile of the channels layout, by vector lanes (cpu_kernels/gemm.c)
 
 
-def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool = False) -> bool:
+def gemm_pays(M: int, K: int, N: int, threads: int | None = None) -> bool:
     """Whether :func:`gemm` beats ``np.matmul`` plus the native bias-and-clamp pass on an M x K x N
     product at ``threads`` threads (None: the native kernels' count now).
 
@@ -172,11 +172,12 @@ def gemm_pays(M: int, K: int, N: int, threads: int | None = None, columns: bool 
     AVX2 (:func:`gpuops.native.vector_lanes` 8; the same machine with the kernels built for x86-64-v3
     and ``OPENBLAS_CORETYPE=Haswell``), re-measured 2026-11-28 on the distinct convs of the light
     models (vgg19's of 112x112 cells and more left out) as a session's Conv + Relu, warm caches, in the
-    layout :func:`rows_layout` picks: the kernel ran at 0.6-1.0x of OpenBLAS's time (im2col plus OpenBLAS for the convs of more than one
-    tap) on all of them but three strided 1x1 convs of resnet50 (1.0-1.08x), so it runs every product
-    of at least a vector's channels and K >= 16. (The 2026-11-27 rules, measured before the strips,
-    kept OpenBLAS for channels on 8 lanes.) End to end, against those rules: squeezenet 0.83x of its
-    time, inception_v1, inception_v2 and densenet121 0.82-0.84x, resnet50 0.90x.
+    layout :func:`rows_layout` picks: the kernel ran at 0.6-1.0x of OpenBLAS's time (im2col plus
+    OpenBLAS for the convs of more than one tap) on all of them but three strided 1x1 convs of resnet50
+    (1.0-1.08x), so it runs every product of at least a vector's channels and K >= 16. (The 2026-11-27
+    rules, measured before the strips, kept OpenBLAS for channels on 8 lanes.) End to end, against
+    those rules: squeezenet 0.83x of its time, inception_v1, inception_v2 and densenet121 0.82-0.84x,
+    resnet50 0.90x.
 
     2026-11-28, the same Xeon (AVX-512 with FP16): with the cells on the lanes the kernel runs 8-24
     channels and K 16-96 on 2704-10816 cells at 0.55-0.61x of OpenBLAS, so those are taken too (a
