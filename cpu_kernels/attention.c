@@ -238,7 +238,7 @@ int attention_planned_f32(const struct attention_plan* p, const float* x, const 
     return failed;
 }
 
-int attention_set_threads(int64_t n) { return pool_threads_set(n); }
+int attention_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }
 
 /* Attention as a (wide) program step (gpuops/onnx/programs.py): the packed projection qkv = x W + bias
  * by the BLAS (blas.h), into scratch, then attention_f32. p = {sgemm, 64-bit integers, W, bias (or 0), batch, seq, D, hidden, heads, hq, hv,

@@ -286,4 +286,4 @@ int depthwise_conv2d_planned_f32(const struct conv_params* p, const float* x, co
     return status;
 }
 
-int conv_set_threads(int64_t n) { return pool_threads_set(n); }
+int conv_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

@@ -119,4 +119,4 @@ int direct_conv2d_planned_f32(const struct conv_params* p, const float* x, const
     return status;
 }
 
-int direct_conv_set_threads(int64_t n) { return pool_threads_set(n); }
+int direct_conv_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

@@ -580,4 +580,4 @@ int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const f
     return a.status;
 }
 
-int gemm_set_threads(int64_t n) { return pool_threads_set(n); }
+int gemm_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

@@ -417,4 +417,4 @@ int squeeze_excite_planned_f32(const int64_t* p, const float* x, const void* unu
                               p[8], p[9], param_float(p, 10), param_float(p, 11));
 }
 
-int pool_set_threads(int64_t n) { return pool_threads_set(n); }
+int pool_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

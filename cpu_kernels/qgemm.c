@@ -619,7 +619,7 @@ int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_sc
     return matmul(p, a, za, a_scale, y);
 }
 
-int qgemm_set_threads(int64_t n) { return pool_threads_set(n); }
+int qgemm_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }
 
 typedef int (*dynamic_quantize_fn)(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y);
 

@@ -337,7 +337,7 @@ int qlinear_global_average_pool_8(const void* x, int64_t rows, int64_t n, int64_
     return 0;
 }
 
-int quantize_set_threads(int64_t n) { return pool_threads_set(n); }
+int quantize_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }
 
 /* The per-tensor kernels above as program steps (gpuops/onnx/programs.py), their scalars in p
  * (param_float for scales). Quantize: p = {n, scale, zp, y_signed}; dequantize: p = {n, x_signed, zp,

@@ -276,4 +276,4 @@ int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0,
     return rnn(&a);
 }
 
-int rnn_set_threads(int64_t n) { return pool_threads_set(n); }
+int rnn_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

@@ -463,4 +463,4 @@ int lrn_f32(const float* x, float* y, int64_t outer, int64_t c, int64_t hw, int6
     return 0;
 }
 
-int rows_set_threads(int64_t n) { return pool_threads_set(n); }
+int rows_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

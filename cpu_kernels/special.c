@@ -195,7 +195,7 @@ int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int
     return biased(x, bias, y, size, n, 1);
 }
 
-int special_set_threads(int64_t n) { return pool_threads_set(n); }
+int special_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }
 
 /* The element-wise activations of native programs (gpuops/onnx/programs.py), one rounding per
  * operation as the NumPy ops make them: NaN stays NaN (NumPy's maximum and minimum return it). */

@@ -214,4 +214,4 @@ int tree_sum_planned_f64(const struct tree_args* f, const double* x, int64_t row
     return 0;
 }
 
-int tree_ensemble_set_threads(int64_t n) { return pool_threads_set(n); }
+int tree_ensemble_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

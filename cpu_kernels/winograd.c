@@ -181,4 +181,4 @@ int winograd_f2k3_planned_f32(const struct conv_params* p, const float* x, const
     return status;
 }
 
-int winograd_set_threads(int64_t n) { return pool_threads_set(n); }
+int winograd_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

@@ -497,12 +497,16 @@ def _library(file: str) -> ctypes.CDLL | None:
                 missing = [k.name for k in native_abi.KERNELS.values() if k.file == file and not hasattr(lib, k.name)]
                 if missing:
                     raise BuildError(f"{so} lacks the declared functions {missing}")
-                setter = getattr(lib, f"{Path(file).stem}_set_threads", None)
-                if setter is not None:
-                    setter.argtypes, setter.restype = (ctypes.c_int64,), ctypes.c_int
+                if file == THREADS_FILE:
                     with _lock:
-                        setter(_threads)
-                        _setters.append(setter)
+                        _bind_pool(lib)
+                else:
+                    binder = getattr(lib, f"{Path(file).stem}_bind_threads", None)
+                    if binder is not None and _pool is None:
+                        _library(THREADS_FILE)
+                    if binder is not None and _pool is not None:  # else its kernels run on the calling thread
+                        binder.argtypes, binder.restype = (ctypes.c_void_p, ctypes.c_void_p), ctypes.c_int
+                        binder(_pool[0], _pool[1])
                 _loaded[file] = lib
             except Exception as e:  # noqa: BLE001 - any failure means "use NumPy", said once
                 _unavailable(file, str(e))
@@ -510,8 +514,18 @@ def _library(file: str) -> ctypes.CDLL | None:
         return _loaded[file]
 
 
+THREADS_FILE = "threads.c"  # the one thread pool the other files' kernels share
 _threads = 1  # the native kernels' thread count (set_threads)
-_setters: list = []  # each loaded file's <stem>_set_threads
+_pool: tuple | None = None  # (threads_run's address, threads_get's, threads_set) once THREADS_FILE is loaded
+
+
+def _bind_pool(lib) -> None:
+    """Keep THREADS_FILE's functions (called with _lock held), its count set to :func:`threads`'."""
+    global _pool
+    put = lib.threads_set
+    put.argtypes, put.restype = (ctypes.c_int64,), ctypes.c_int
+    put(_threads)
+    _pool = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (lib.threads_run, lib.threads_get)) + (put,)
 
 
 def threads() -> int:
@@ -520,16 +534,16 @@ def threads() -> int:
 
 
 def set_threads(n: int) -> None:
-    """Let the native kernels split their work across ``n`` threads (their pools: cpu_kernels/pool_threads.h);
-    the files loaded later get it too. A session sets its ``threads`` at the start of each run; the
+    """Let the native kernels split their work across ``n`` threads (the process's one pool:
+    cpu_kernels/threads.c, pool_threads.h). A session sets its ``threads`` at the start of each run; the
     count is the process's, so sessions of different counts running at once share the last one set."""
     global _threads
     if n == _threads:
         return
     with _lock:
         _threads = n
-        for setter in _setters:
-            setter(n)
+        if _pool is not None:
+            _pool[2](n)
 
 
 def function(name: str):

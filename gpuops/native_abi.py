@@ -12,8 +12,9 @@ its scratch could not be allocated; :func:`gpuops.native.call`) -- but ``gemm_pa
 returns a width, and ``embed_layernorm_f32``, whose 1 is an id out of range -- and takes pointers to
 arrays (any pointer is passed as an address, ``c_void_p``), ``int64_t`` sizes and flags, and
 ``float``/``double`` parameters. Functions that are not exported are ``static``. A file whose kernels
-split their work across threads (``cpu_kernels/pool_threads.h``)
-exports ``<stem>_set_threads(int64_t n)``, which :func:`gpuops.native.set_threads` calls.
+split their work across threads (``cpu_kernels/pool_threads.h``) exports ``<stem>_bind_threads(run,
+get)``, which :mod:`gpuops.native` calls at load with the addresses of ``threads.c``'s ``threads_run``
+and ``threads_get``: the one pool of the process, whose count :func:`gpuops.native.set_threads` sets.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ DECLARATIONS: dict[str, str] = {
                                   float* present);
         int attention_planned_f32(const struct attention_plan* p, const float* x, const int32_t* key_range,
                                   const uint8_t* masked, float* y);
-        int attention_set_threads(int64_t n);
+        int attention_bind_threads(const void* run, const void* get);
     """,
     "cast.c": """
         int cast_f32_f16(const float* x, void* y, int64_t n);
@@ -53,7 +54,7 @@ DECLARATIONS: dict[str, str] = {
         int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t N, int64_t M, int64_t L,
                                     float lo, float hi);
         int depthwise_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
-        int conv_set_threads(int64_t n);
+        int conv_bind_threads(const void* run, const void* get);
     """,
     "direct_conv.c": """
         int direct_conv2d_f32(const float* x, const float* w, const float* bias, float* y, int64_t N, int64_t C,
@@ -61,7 +62,7 @@ DECLARATIONS: dict[str, str] = {
                               int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                               float lo, float hi);
         int direct_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
-        int direct_conv_set_threads(int64_t n);
+        int direct_conv_bind_threads(const void* run, const void* get);
     """,
     "gemm.c": """
         int gemm_pack_width_f32(int64_t rows);
@@ -70,7 +71,7 @@ DECLARATIONS: dict[str, str] = {
                      int64_t M, int64_t K, int64_t N, int64_t rows, float lo, float hi);
         int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
         int gemm_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
-        int gemm_set_threads(int64_t n);
+        int gemm_bind_threads(const void* run, const void* get);
     """,
     "linear_ml.c": """
         int linear_classifier_f32(const float* x, const float* w, const float* b, float* s, int64_t* label,
@@ -89,7 +90,7 @@ DECLARATIONS: dict[str, str] = {
                                float alpha, float beta);
         int pool2d_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int squeeze_excite_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
-        int pool_set_threads(int64_t n);
+        int pool_bind_threads(const void* run, const void* get);
     """,
     "program.c": """
         int program_run(const struct program_step* steps, int64_t n, void* arena, const int64_t* ext);
@@ -108,7 +109,7 @@ DECLARATIONS: dict[str, str] = {
         int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y);
         int qconv_planned_u8(const int64_t* p, const void* x, const void* unused, void* y);
         int qgemm_planned_8(const int64_t* q, const void* a, const void* unused, void* y);
-        int qgemm_set_threads(int64_t n);
+        int qgemm_bind_threads(const void* run, const void* get);
         int dynamic_quantize_matmul_planned_f32(const int64_t* q, const float* a, const void* unused, float* y);
     """,
     "quantize.c": """
@@ -131,7 +132,7 @@ DECLARATIONS: dict[str, str] = {
         int dequantize_planned_f32(const int64_t* p, const void* x, const void* unused, float* y);
         int qlinear_add_planned_8(const int64_t* p, const void* a, const void* b, void* y);
         int qlinear_global_average_pool_planned_8(const int64_t* p, const void* x, const void* unused, void* y);
-        int quantize_set_threads(int64_t n);
+        int quantize_bind_threads(const void* run, const void* get);
     """,
     "rnn.c": """
         int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n,
@@ -141,7 +142,7 @@ DECLARATIONS: dict[str, str] = {
                         int64_t H);
         int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0, float* y, float* h_n,
                     int64_t T, int64_t D, int64_t batch, int64_t H, int64_t lbr);
-        int rnn_set_threads(int64_t n);
+        int rnn_bind_threads(const void* run, const void* get);
     """,
     "rows.c": """
         int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n);
@@ -163,7 +164,7 @@ DECLARATIONS: dict[str, str] = {
         int layernorm_channels_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int lrn_f32(const float* x, float* y, int64_t outer, int64_t c, int64_t hw, int64_t before, int64_t after,
                     float alpha, float beta, float bias);
-        int rows_set_threads(int64_t n);
+        int rows_bind_threads(const void* run, const void* get);
     """,
     "special.c": """
         int erf_f32(const float* x, float* y, int64_t n);
@@ -175,7 +176,12 @@ DECLARATIONS: dict[str, str] = {
         int fast_gelu_f32(const float* x, const float* bias, float* y, int64_t size, int64_t n);
         int unary_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int gelu_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
-        int special_set_threads(int64_t n);
+        int special_bind_threads(const void* run, const void* get);
+    """,
+    "threads.c": """
+        int64_t threads_get(void);
+        int threads_set(int64_t n);
+        int threads_run(const void* fn_address, void* ctx, int64_t parts);
     """,
     "tree_ensemble.c": """
         int tree_leaves_f32(const float* x, const int32_t* feature, const float* threshold, const int8_t* mode,
@@ -200,7 +206,7 @@ DECLARATIONS: dict[str, str] = {
                                  double* y);
         int tree_sum_planned_f64(const struct tree_args* f, const double* x, int64_t rows, int64_t n_features,
                                  double* y);
-        int tree_ensemble_set_threads(int64_t n);
+        int tree_ensemble_bind_threads(const void* run, const void* get);
     """,
     "winograd.c": """
         int winograd_f2k3_input_f32(const float* x, float* V, int64_t C, int64_t H, int64_t W, int64_t ph,
@@ -210,7 +216,7 @@ DECLARATIONS: dict[str, str] = {
                                      int64_t OW, int64_t tw, int64_t i0, int64_t i1, int64_t ld, int64_t col0,
                                      float lo, float hi);
         int winograd_f2k3_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
-        int winograd_set_threads(int64_t n);
+        int winograd_bind_threads(const void* run, const void* get);
     """,
 }
 

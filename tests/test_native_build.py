@@ -27,7 +27,7 @@ ANNOUNCE = "gpuops: compiling native CPU kernels"
 def fresh(monkeypatch, tmp_path):
     """A process state where nothing is loaded, warned or announced yet, and an empty cache folder."""
     for name, value in (("_loaded", {}), ("_functions", {}), ("_failures", {}), ("_warned", set()),
-                        ("_announced", False), ("_setters", [])):
+                        ("_announced", False), ("_pool", None)):
         monkeypatch.setattr(native, name, value)
     cache = tmp_path / "cache"
     monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(cache))
@@ -117,12 +117,13 @@ def test_compiled_once_into_a_private_cache_and_shared_by_threads(fresh):
     for t in threads:
         t.join()
     assert len(got) == 4 and all(isinstance(f, ctypes._CFuncPtr) for f in got) and len({id(f) for f in got}) == 1
-    files = sorted(p.name for p in fresh.iterdir())
-    assert len(files) == 2 and files[0].startswith("pool-") and files[1] == files[0] + ".sha256"
+    files = sorted(p.name for p in fresh.iterdir())  # pool.c's, and the thread pool's that it binds
+    assert len(files) == 4 and files[0].startswith("pool-") and files[1] == files[0] + ".sha256"
+    assert files[2].startswith("threads-") and files[3] == files[2] + ".sha256"
     assert fresh.stat().st_mode & 0o077 == 0
-    so = fresh / files[0]
-    assert so.stat().st_mode & 0o022 == 0 and native.intact(so)
-    assert native.status()["files"] == {"pool.c": "compiled"}
+    for so in (fresh / files[0], fresh / files[2]):
+        assert so.stat().st_mode & 0o022 == 0 and native.intact(so)
+    assert native.status()["files"] == {"pool.c": "compiled", "threads.c": "compiled"}
 
 
 @needs_cc

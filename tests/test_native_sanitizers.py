@@ -45,4 +45,4 @@ def test_native_kernels_are_clean_under_sanitizers(tmp_path):
     assert "AddressSanitizer" not in report and "runtime error" not in report, report
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").glob("*.so")) == [
         "attention", "cast", "conv", "direct_conv", "gemm", "linear_ml", "pool", "program", "qgemm", "quantize", "rnn",
-        "rows", "special", "tree_ensemble", "winograd"]
+        "rows", "special", "threads", "tree_ensemble", "winograd"]

@@ -5,6 +5,8 @@ one warning line per cause when the kernels cannot be built."""
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -242,8 +244,35 @@ def test_a_session_sets_the_native_threads_for_its_runs(native_threads):
     native_threads(1)
     s = gpuops.InferenceSession(_matmul_model(), device="cpu", threads=3)
     s.run(None, {"A": np.ones((2, 2), np.float32)})
-    assert native._threads == 3
-    assert all(setter is not None for setter in native._setters)
+    assert native._threads == 3 and native.function("threads_get")() == 3
+
+
+_ONE_POOL = """
+import os
+from gpuops import native
+from tests.test_native_threads import CASES, _with
+names = ("depthwise planes", "max pool planes", "gemm cells", "sigmoid", "softmax", "winograd conv")
+for f in names:  # their files loaded, no worker started
+    _with(native.set_threads, 1, CASES[f])
+before = len(os.listdir("/proc/self/task"))
+native.set_threads(3)
+for _ in range(2):
+    for f in names:
+        CASES[f]()
+print(len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@needs_cc
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the process's threads in /proc")
+def test_the_kernels_of_every_file_share_one_pool():
+    """Kernels of six files split across 3 threads, in a fresh process: 2 workers in all (a pool per
+    file left the workers of the last one polling beside the next one's)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _ONE_POOL], cwd=root, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert int(r.stdout.split()[-1]) == 2
 
 
 # -- one line per cause when the kernels cannot be built ---------------------------------------------
@@ -251,7 +280,7 @@ def test_a_session_sets_the_native_threads_for_its_runs(native_threads):
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     for name, value in (("_loaded", {}), ("_functions", {}), ("_failures", {}), ("_warned", set()),
-                        ("_announced", False), ("_setters", [])):
+                        ("_announced", False), ("_pool", None)):
         monkeypatch.setattr(native, name, value)
     monkeypatch.setenv("GPUOPS_NATIVE_CACHE", str(tmp_path / "cache"))
     return tmp_path
