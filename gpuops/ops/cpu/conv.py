@@ -288,6 +288,20 @@ def _winograd_plan(kept: ConvWeights, params: ConvParams, shape: tuple, out, B) 
     return _Planned(fn, params, shape, (packs, B))
 
 
+def _winograd(X, W, B, pads_begin, out, clamp_to=None):
+    """F(2x2, 3x3) of a 3x3, stride-1, group-1 float32 conv whose weight no session planned (not constant,
+    or float16 computed in float32): the planned kernel, W transformed and packed for this call; None
+    without the native kernels."""
+    N, C, H, Wd = X.shape
+    M = W.shape[0]
+    W, B = np.ascontiguousarray(W), None if B is None else np.ascontiguousarray(B)
+    lo, hi = clamp_to or _NO_CLAMP
+    params = ConvParams(N, C, H, Wd, M, 3, 3, *out, 1, 1, *pads_begin, 1, 1, 1, 0, W.ctypes.data, 0,
+                        None if B is None else B.ctypes.data, lo, hi, 0, 0.0, 0.0)
+    run = _winograd_plan(ConvWeights(W, B), params, (N, M, *out), out, B)
+    return None if run is None else run(X)
+
+
 # -- shifted flat planes --------------------------------------------------------
 
 
@@ -647,8 +661,9 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         return _conv1x1(X, W, B, group, out, L, clamp_to, kept)
     if K > 1 and L > 0 and X.size:  # paths without an im2col copy
         if winograd.applies(X, W, kernel, strides, dilations, group, out):
-            U = None if kept is None else kept.get("winograd", lambda: frozen(winograd.weights(W)))
-            return winograd.conv3x3(X, W, B, pb, out, clamp_to, U)
+            Y = _winograd(X, W, B, pb, out, clamp_to)
+            if Y is not None:
+                return Y
         if group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L):
             return _epilogue(_kn2row(X, W, B, kernel, strides, dilations, pb, out, kept), None, clamp_to)
     if L > 0:

@@ -7,12 +7,10 @@ Each 2x2 output tile is ``A^T [(G g G^T) * (B^T d B)] A`` over a 4x4 input tile 
 by rounding only. In NumPy the transforms cost as much as the flops they save (measured), so this path
 exists only with the native kernels.
 
-A session's conv with a constant weight runs the planned form (``winograd_f2k3_planned_f32``, from
-:func:`gpuops.ops.cpu.conv._plan`): one native call whose products run the native GEMM over the
-transformed weight, packed once (a BLAS would pack it on every call), a block of tile rows at a time
-that fits L2. :func:`conv3x3`, for other weights, runs the products in BLAS: the transformed input of
-all images shares one GEMM when it fits in :data:`BLOCK_BYTES`; larger maps (VGG's 224x224 layers) run
-a block of tile rows at a time.
+The conv runs planned (``winograd_f2k3_planned_f32``, from :func:`gpuops.ops.cpu.conv._plan`): one
+native call whose products run the native GEMM over the transformed weight, packed once per session for
+a constant weight (a BLAS would pack it on every call) and per call for others, a block of tile rows at
+a time that fits L2.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ from ... import native
 
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
-BLOCK_BYTES = 1 << 23  # transformed input + products of one GEMM batch
-_VL = 16  # VL of cpu_kernels/common.h: the output transform's last vector may read this far past Mo
 
 
 def applies(X, W, kernel, strides, dilations, group, out) -> bool:
@@ -58,41 +54,3 @@ def weights(W):
     M, C = W.shape[:2]
     U = np.einsum("ui,mcij,vj->uvmc", _G, W.astype(np.float64), _G)
     return np.ascontiguousarray(U.reshape(16, M, C).astype(W.dtype))
-
-
-def conv3x3(X, W, B, pads_begin, out, clamp_to=None, U=None):
-    """``Conv(X, W, B)`` for a 3x3 kernel, stride 1, dilation 1, group 1 (float32 NCHW NumPy arrays);
-    ``out`` is the output's spatial shape, ``pads_begin`` the begin pads (end padding is implicit),
-    ``clamp_to`` the ``(lo, hi)`` of a fused Relu or Clip, ``U`` W's :func:`weights` (None: made here)."""
-    forward = native.function("winograd_f2k3_input_f32")
-    backward = native.function("winograd_f2k3_output_f32")
-    X = np.ascontiguousarray(X)
-    B = None if B is None else np.ascontiguousarray(B, dtype=np.float32)
-    N, C, H, Wd = X.shape
-    M = W.shape[0]
-    OH, OW = out
-    th, tw = -(-OH // 2), -(-OW // 2)
-    if U is None:
-        U = weights(W)
-    Y = np.empty((N, M, OH, OW), dtype=np.float32)
-    per_row = 16 * (C + M) * tw * 4  # bytes of V and Mo per tile row
-    if N * th * per_row <= BLOCK_BYTES:  # every image in one GEMM batch
-        batches = [[(n, 0, th) for n in range(N)]]
-    else:
-        rows = max(1, min(th, BLOCK_BYTES // per_row))
-        batches = [[(n, i0, min(th, i0 + rows))] for n in range(N) for i0 in range(0, th, rows)]
-    for batch in batches:
-        ld = sum(i1 - i0 for _, i0, i1 in batch) * tw
-        V = np.empty((16, C, ld), dtype=np.float32)
-        Mo = np.empty(16 * M * ld + _VL, dtype=np.float32)
-        col = 0
-        for n, i0, i1 in batch:
-            native.call(forward, X[n].ctypes.data, V.ctypes.data, C, H, Wd, *pads_begin, th, tw, i0, i1, ld, col)
-            col += (i1 - i0) * tw
-        np.matmul(U, V, out=Mo[:16 * M * ld].reshape(16, M, ld))
-        col = 0
-        for n, i0, i1 in batch:
-            native.call(backward, Mo.ctypes.data, None if B is None else B.ctypes.data, Y[n].ctypes.data,
-                        M, OH, OW, tw, i0, i1, ld, col, *(clamp_to or (-math.inf, math.inf)))
-            col += (i1 - i0) * tw
-    return Y
