@@ -318,7 +318,8 @@ typedef struct {
 /* Positions [p, p + m) (m <= VL) of block o: the statistics of VL positions at once, one lane each, summed
  * over the c channels in order; the results go to y's planes as x's, or to its rows (c floats per
  * position), VL channels at a time as a transposed tile. */
-static void channel_norm_block(const ChannelNormArgs* a, int64_t o, int64_t p, int64_t m) {
+static void channel_norm_block(const void* args, int64_t o, int64_t p, int64_t m) {
+    const ChannelNormArgs* a = args;
     const int64_t c = a->c, hw = a->hw;
     const float* x = a->x + o * c * hw + p;
     vfloat acc = {0};
@@ -368,15 +369,22 @@ static void channel_norm_block(const ChannelNormArgs* a, int64_t o, int64_t p, i
     if (a->inv) vstore_part(a->inv + o * hw + p, inv, m);
 }
 
-static void channel_norm_part(void* ctx, int64_t part, int64_t parts) {
-    const ChannelNormArgs* a = ctx;
-    const int64_t blocks = (a->hw + VL - 1) / VL;
+/* Part `part` of the blocks of VL positions of `outer` blocks of planes of hw floats: block(a, o, p, m) for
+ * each, positions [p, p + m) of block o. */
+static inline void position_blocks(const void* a, int64_t outer, int64_t hw, int64_t part, int64_t parts,
+                                   void (*block)(const void*, int64_t, int64_t, int64_t)) {
+    const int64_t blocks = (hw + VL - 1) / VL;
     int64_t lo, hi;
-    pool_range(a->outer * blocks, 1, part, parts, &lo, &hi);
+    pool_range(outer * blocks, 1, part, parts, &lo, &hi);
     for (int64_t i = lo; i < hi; ++i) {
         const int64_t o = i / blocks, p = i % blocks * VL;
-        channel_norm_block(a, o, p, a->hw - p < VL ? a->hw - p : VL);
+        block(a, o, p, hw - p < VL ? hw - p : VL);
     }
+}
+
+static void channel_norm_part(void* ctx, int64_t part, int64_t parts) {
+    const ChannelNormArgs* a = ctx;
+    position_blocks(a, a->outer, a->hw, part, parts, channel_norm_block);
 }
 
 /* Layer normalization over the channels of channels-first data (LayerNormalization over the last axis of
@@ -411,7 +419,8 @@ typedef struct {
 
 /* Positions [p, p + m) (m <= VL) of block o, VL at once: each channel's window of squares summed in the
  * order of the channels (as the generic op adds its shifted slices), then y = x / (bias + alpha s)^beta. */
-static void lrn_block(const LrnArgs* a, int64_t o, int64_t p, int64_t m) {
+static void lrn_block(const void* args, int64_t o, int64_t p, int64_t m) {
+    const LrnArgs* a = args;
     const int64_t c = a->c, hw = a->hw;
     const float* x = a->x + o * c * hw + p;
     float* y = a->y + o * c * hw + p;
@@ -444,13 +453,7 @@ static void lrn_block(const LrnArgs* a, int64_t o, int64_t p, int64_t m) {
 
 static void lrn_part(void* ctx, int64_t part, int64_t parts) {
     const LrnArgs* a = ctx;
-    const int64_t blocks = (a->hw + VL - 1) / VL;
-    int64_t lo, hi;
-    pool_range(a->outer * blocks, 1, part, parts, &lo, &hi);
-    for (int64_t i = lo; i < hi; ++i) {
-        const int64_t o = i / blocks, p = i % blocks * VL;
-        lrn_block(a, o, p, a->hw - p < VL ? a->hw - p : VL);
-    }
+    position_blocks(a, a->outer, a->hw, part, parts, lrn_block);
 }
 
 /* LRN over the channels of x (`outer` blocks of c planes of hw floats): y = x / (bias + alpha s)^beta, s the
