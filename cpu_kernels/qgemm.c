@@ -1,4 +1,5 @@
-/* 8-bit integer GEMM with int32 accumulation, and QLinearConv / MatMulInteger / QLinearMatMul on it.
+/* 8-bit integer GEMM with int32 accumulation, and QLinearConv / ConvInteger / MatMulInteger / QLinearMatMul
+ * on it.
  *
  * The product. C[m, n] = sum_k A[m, k] B[k, n] over bytes, one operand uint8 and the other int8 (the
  * form of vpdpbusd; other signednesses are shifted by 128 into it by the callers, their zero points
@@ -16,9 +17,10 @@
  * each int32 lane (no intermediate saturation, unlike vpmaddubsw); with AVX2, vpmaddwd on the bytes
  * widened to int16 (exact too); elsewhere a portable loop computes the same bits.
  *
- * QLinearConv (qconv_u8, NCHW, 2-D) packs the input's im2col as B (padding cells hold the input's
- * zero point, so they add nothing once centred; built from "phase planes", below) and multiplies
- * the weight, A, by it: the output rows are the output channels, its columns the output pixels.
+ * QLinearConv (qconv_u8, NCHW, 2-D; ConvInteger's qconv_i32 alike, out int32) packs the input's im2col
+ * as B (padding cells hold the input's zero point, so they add nothing once centred; built from "phase
+ * planes", below) and multiplies the weight, A, by it: the output rows are the output channels, its
+ * columns the output pixels.
  * The exported functions return 0, or 1 when out of memory. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -328,7 +330,8 @@ static void scratch_put(uint8_t* p, size_t size) {
 /* Parameter array of qconv_u8 (int64 each; pointers as addresses). */
 enum {
     CV_N, CV_C, CV_H, CV_W, CV_M, CV_KH, CV_KW, CV_OH, CV_OW, CV_SH, CV_SW, CV_PH, CV_PW, CV_DH, CV_DW, CV_G,
-    CV_XSIGNED, CV_ZX, CV_YSIGNED, CV_ZY, CV_SIMD, CV_WPACK, CV_ROWC, CV_ZW, CV_MULT, CV_WPACKT, CV_MP, CV_COUNT
+    CV_XSIGNED, CV_ZX, CV_YSIGNED, CV_ZY, CV_SIMD, CV_WPACK, CV_ROWC, CV_ZW, CV_MULT, CV_WPACKT, CV_MP, CV_OUT8,
+    CV_WSUM, CV_COUNT
 };
 
 /* A conv reads its input through "phase planes": per input channel and per phase (py, px) of the
@@ -341,10 +344,10 @@ typedef struct {
     int64_t sh, sw, Hph, Wph, plane;  /* plane: bytes per plane, with room for the runs' overhang */
 } Phases;
 
-static void phases_build(const int64_t* p, const uint8_t* x, int64_t Cg, const Phases* f, uint8_t* out) {
+static void phases_build(const int64_t* p, const uint8_t* x, int64_t Cg, const Phases* f, uint8_t zx, uint8_t* out) {
     const int64_t H = p[CV_H], W = p[CV_W], ph = p[CV_PH], pw = p[CV_PW], sh = f->sh, sw = f->sw;
     const int64_t Hph = f->Hph, Wph = f->Wph;
-    const uint8_t zx = (uint8_t)p[CV_ZX], flip = p[CV_XSIGNED] ? 0x80 : 0;
+    const uint8_t flip = p[CV_XSIGNED] ? 0x80 : 0;
     for (int64_t c = 0; c < Cg; ++c)
         for (int64_t py = 0; py < sh; ++py)
             for (int64_t px = 0; px < sw; ++px) {
@@ -447,12 +450,6 @@ static void im2col_packed(const int64_t* p, const Phases* f, const uint8_t* plan
     }
 }
 
-/* QLinearConv of NCHW 8-bit x to NCHW 8-bit y, every parameter in p (CV_*): sizes and attributes; the
- * input's signedness and zero point (moved to uint8: +128 for int8); the output's signedness and
- * zero point; whether to use SIMD; the weight as int8 rows of Kgp bytes per output channel (Kgp:
- * Cg KH KW rounded up to 4, zero-padded; uint8 weights moved by -128), the per-channel constant
- * (bias - zx sum(w) + K zx zw, wrapped to int32), the weight zero points (int32, moved alike; 0: all
- * zero) and the float32 multipliers x_scale * w_scale / y_scale. */
 /* Whether to compute the conv with the output's pixels as rows and its channels as columns (the
  * weight packed as B: CV_WPACKT, [Kq][Mp][4] per group): for small maps, whose pixels fill few of the
  * 16 lanes a column vector holds, where there are more channels than pixels. */
@@ -465,8 +462,8 @@ static int pixel_rows(int64_t pixels, int64_t columns, int64_t Mg) {
 /* The pixels-as-rows product: rows[l] = the taps of output pixel l (Kgp bytes, zero-padded), their
  * sums when the weight has zero points, then tmp[l][m], written to y transposed (channels first). */
 static void conv_pixel_rows(const int64_t* p, const Phases* f, const uint8_t* planes, int64_t Cg, int64_t Mg,
-                            int64_t Kgp, int64_t g, const int64_t* taps, uint8_t* rows, int32_t* sums, uint8_t* tmp,
-                            uint8_t* yg) {
+                            int64_t Kgp, int64_t g, const int64_t* taps, const int32_t* rowc, uint8_t* rows,
+                            int32_t* sums, uint8_t* tmp, uint8_t* yg) {
     const int64_t OH = p[CV_OH], OW = p[CV_OW], T = p[CV_KH] * p[CV_KW], channel = f->sh * f->sw * f->plane;
     const int64_t L = OH * OW;
     const int32_t* zw = (const int32_t*)(intptr_t)p[CV_ZW];
@@ -485,19 +482,28 @@ static void conv_pixel_rows(const int64_t* p, const Phases* f, const uint8_t* pl
     }
     const int64_t Mp = p[CV_MP];
     const int8_t* wpackt = (const int8_t*)(intptr_t)p[CV_WPACKT] + g * (Kgp / 4) * Mp * 4;
-    Gemm gm = {rows, (const uint8_t*)wpackt, Kgp, Mp, L, Mg, Kgp / 4, 0, NULL,
-               (const int32_t*)(intptr_t)p[CV_ROWC] + g * Mg, zw ? sums : NULL, zw ? zw + g * Mg : NULL, 1,
-               p[CV_YSIGNED], NULL, (const float*)(intptr_t)p[CV_MULT] + g * Mg, NULL, (float)p[CV_ZY], tmp, Mg,
-               p[CV_SIMD]};
+    const float* mult = (const float*)(intptr_t)p[CV_MULT];
+    Gemm gm = {rows, (const uint8_t*)wpackt, Kgp, Mp, L, Mg, Kgp / 4, 0, NULL, rowc + g * Mg, zw ? sums : NULL,
+               zw ? zw + g * Mg : NULL, p[CV_OUT8], p[CV_YSIGNED], NULL, mult ? mult + g * Mg : NULL, NULL,
+               (float)p[CV_ZY], tmp, Mg, p[CV_SIMD]};
     gemm_run(&gm);
-    for (int64_t m = 0; m < Mg; ++m)
-        for (int64_t l = 0; l < L; ++l) yg[m * L + l] = tmp[l * Mg + m];
+    if (p[CV_OUT8]) {
+        for (int64_t m = 0; m < Mg; ++m)
+            for (int64_t l = 0; l < L; ++l) yg[m * L + l] = tmp[l * Mg + m];
+    } else {
+        const int32_t* t32 = (const int32_t*)tmp;
+        int32_t* y32 = (int32_t*)yg;
+        for (int64_t m = 0; m < Mg; ++m)
+            for (int64_t l = 0; l < L; ++l) y32[m * L + l] = t32[l * Mg + m];
+    }
 }
 
-int qconv_u8(const int64_t* p, const void* x, void* y) {
+/* The conv of p (qconv_u8's) with the input's zero point zx (moved to uint8) and the per-channel
+ * constant rowc (int32). */
+static int conv_run(const int64_t* p, const void* x, uint8_t zx, const int32_t* rowc, void* y) {
     const int64_t N = p[CV_N], C = p[CV_C], M = p[CV_M], G = p[CV_G], OH = p[CV_OH], OW = p[CV_OW];
     const int64_t Cg = C / G, Mg = M / G, Kg = Cg * p[CV_KH] * p[CV_KW], Kgp = (Kg + 3) / 4 * 4;
-    const int64_t HW = p[CV_H] * p[CV_W];
+    const int64_t HW = p[CV_H] * p[CV_W], size = p[CV_OUT8] ? 1 : 4;  /* bytes per output cell */
     Phases f;
     f.sh = p[CV_SH];
     f.sw = p[CV_SW];
@@ -508,28 +514,28 @@ int qconv_u8(const int64_t* p, const void* x, void* y) {
     const int64_t L = OH * f.Wph, Lp = (L + 15) / 16 * 16, compact = f.Wph != OW;
     const int by_pixel = p[CV_WPACKT] && pixel_rows(OH * OW, L, Mg);
     const int8_t* wpack = (const int8_t*)(intptr_t)p[CV_WPACK];
-    const int32_t* rowc = (const int32_t*)(intptr_t)p[CV_ROWC];
     const int32_t* zw = (const int32_t*)(intptr_t)p[CV_ZW];
     const float* mult = (const float*)(intptr_t)p[CV_MULT];
     const size_t planes_size = (size_t)(Cg * f.sh * f.sw * f.plane);
-    /* B (or the pixels' rows), the output before compaction (or transposition), the column sums */
-    const size_t bp_size = (size_t)(Kgp * Lp), out_size = compact || by_pixel ? (size_t)(Mg * L) : 0;
+    /* B (or the pixels' rows), the output before compaction (or transposition), the column sums; the
+     * int32 parts first, aligned */
+    const size_t bp_size = (size_t)(Kgp * Lp), out_size = compact || by_pixel ? (size_t)(Mg * L * size) : 0;
     const size_t sums = zw ? (size_t)(4 * Lp) : 0;
     const size_t taps_size = (size_t)(8 * p[CV_KH] * p[CV_KW]);
-    const size_t total = taps_size + sums + bp_size + planes_size + out_size + (size_t)L + 64;
+    const size_t total = taps_size + sums + out_size + bp_size + planes_size + (size_t)L + 64;
     uint8_t* buf = scratch_get(total);
     if (!buf) return 1;
     int64_t* taps = (int64_t*)buf;
     int32_t* colsum = (int32_t*)(buf + taps_size);
-    uint8_t *Bp = buf + taps_size + sums, *planes = Bp + bp_size, *out = planes + planes_size, *zeros = out + out_size;
+    uint8_t *out = buf + taps_size + sums, *Bp = out + out_size, *planes = Bp + bp_size, *zeros = planes + planes_size;
     memset(zeros, 0, (size_t)L);
     for (int64_t n = 0; n < N; ++n)
         for (int64_t g = 0; g < G; ++g) {
-            phases_build(p, (const uint8_t*)x + (n * C + g * Cg) * HW, Cg, &f, planes);
-            uint8_t* yg = (uint8_t*)y + (n * M + g * Mg) * OH * OW;
+            phases_build(p, (const uint8_t*)x + (n * C + g * Cg) * HW, Cg, &f, zx, planes);
+            uint8_t* yg = (uint8_t*)y + (n * M + g * Mg) * OH * OW * size;
             if (by_pixel) {
                 if (n == 0 && g == 0) im2col_taps(p, &f, taps);
-                conv_pixel_rows(p, &f, planes, Cg, Mg, Kgp, g, taps, Bp, colsum, out, yg);
+                conv_pixel_rows(p, &f, planes, Cg, Mg, Kgp, g, taps, rowc, Bp, colsum, out, yg);
                 continue;
             }
             im2col_packed(p, &f, planes, Cg, Bp, L, Lp, zeros, taps);
@@ -541,16 +547,44 @@ int qconv_u8(const int64_t* p, const void* x, void* y) {
                 }
             }
             Gemm gm = {(const uint8_t*)(wpack + g * Mg * Kgp), Bp, Kgp, Lp, Mg, L, Kgp / 4, 1, rowc + g * Mg, NULL,
-                       zw ? zw + g * Mg : NULL, zw ? colsum : NULL, 1, p[CV_YSIGNED], mult + g * Mg, NULL, NULL,
-                       (float)p[CV_ZY], compact ? out : yg, L, p[CV_SIMD]};
+                       zw ? zw + g * Mg : NULL, zw ? colsum : NULL, p[CV_OUT8], p[CV_YSIGNED],
+                       mult ? mult + g * Mg : NULL, NULL, NULL, (float)p[CV_ZY], compact ? out : yg, L, p[CV_SIMD]};
             gemm_run(&gm);
             if (compact)  /* the output's rows without the cells past OW */
                 for (int64_t m = 0; m < Mg; ++m)
                     for (int64_t oy = 0; oy < OH; ++oy)
-                        memcpy(yg + (m * OH + oy) * OW, out + m * L + oy * f.Wph, (size_t)OW);
+                        memcpy(yg + (m * OH + oy) * OW * size, out + (m * L + oy * f.Wph) * size, (size_t)(OW * size));
         }
     scratch_put(buf, total);
     return 0;
+}
+
+/* QLinearConv of NCHW 8-bit x to NCHW 8-bit y, every parameter in p (CV_*): sizes and attributes; the
+ * input's signedness and zero point (moved to uint8: +128 for int8); the output's signedness and
+ * zero point; whether to use SIMD; the weight as int8 rows of Kgp bytes per output channel (Kgp:
+ * Cg KH KW rounded up to 4, zero-padded; uint8 weights moved by -128), the per-channel constant
+ * (bias - zx sum(w) + K zx zw, wrapped to int32), the weight zero points (int32, moved alike; 0: all
+ * zero) and the float32 multipliers x_scale * w_scale / y_scale; the weight packed as B for small
+ * maps (0: none) with its rows' stride; CV_OUT8 1. */
+int qconv_u8(const int64_t* p, const void* x, void* y) {
+    return conv_run(p, x, (uint8_t)p[CV_ZX], (const int32_t*)(intptr_t)p[CV_ROWC], y);
+}
+
+/* ConvInteger: as qconv_u8 (CV_OUT8 0, no multipliers), out int32, the input's zero point read from zx
+ * (x's type; NULL: CV_ZX's); the per-channel constant - zx sum(w) + K zx zw made here from the weight's
+ * row sums CV_WSUM (int32, moved). */
+int qconv_i32(const int64_t* p, const void* x, const void* zx, int32_t* y) {
+    const int64_t M = p[CV_M], K = p[CV_C] / p[CV_G] * p[CV_KH] * p[CV_KW];
+    uint32_t z = (uint32_t)p[CV_ZX];
+    if (zx) z = p[CV_XSIGNED] ? (uint32_t)(*(const int8_t*)zx + 128) : *(const uint8_t*)zx;
+    const int32_t *wsum = (const int32_t*)(intptr_t)p[CV_WSUM], *zw = (const int32_t*)(intptr_t)p[CV_ZW];
+    int32_t* rowc = malloc((size_t)(4 * M));
+    if (!rowc) return 1;
+    for (int64_t m = 0; m < M; ++m)
+        rowc[m] = (int32_t)(z * ((uint32_t)K * (zw ? (uint32_t)zw[m] : 0u) - (uint32_t)wsum[m]));
+    const int status = conv_run(p, x, (uint8_t)z, rowc, y);
+    free(rowc);
+    return status;
 }
 
 /* -- MatMulInteger / QLinearMatMul by a packed weight ------------------------------------------------ */

@@ -105,6 +105,7 @@ DECLARATIONS: dict[str, str] = {
     """,
     "qgemm.c": """
         int qconv_u8(const int64_t* p, const void* x, void* y);
+        int qconv_i32(const int64_t* p, const void* x, const void* zx, int32_t* y);
         int qgemm_u8(const int64_t* p, const void* a, const void* za, void* y);
         int qgemm_f32(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y);
         int qconv_planned_u8(const int64_t* p, const void* x, const void* unused, void* y);

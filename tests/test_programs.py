@@ -518,6 +518,42 @@ def test_an_8_bit_cnn_runs_as_one_program():
     assert sig["program_nodes"] == len(nodes)
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_integer_convs_run_in_the_program(signed):
+    """ConvInteger (quantize_dynamic's convs) in a program: the zero point DynamicQuantizeLinear makes read
+    at run time, a constant one, and none; the bits of the nodes run one by one."""
+    rng = np.random.default_rng(16)
+    C, M = 4, 8
+    wt = np.dtype(np.int8 if signed else np.uint8)
+
+    def ints(shape):
+        return rng.integers(np.iinfo(wt).min, np.iinfo(wt).max + 1, shape).astype(wt)
+
+    inits = [numpy_helper.from_array(v, n) for n, v in [
+        ("w1", ints((M, C, 3, 3))), ("z1", ints(())), ("w2", ints((M, M, 1, 1))), ("z2", ints(M)),
+        ("w3", ints((M, M, 3, 3))), ("xz", np.array(200, np.uint8)), ("s", np.array(0.01, np.float32))]]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+             helper.make_node("ConvInteger", ["q", "w1", "qz", "z1"], ["c1"], pads=[1] * 4, strides=[2, 2]),
+             helper.make_node("ConvInteger", ["q", "w1", "xz", "z1"], ["c2"], pads=[1] * 4, strides=[2, 2]),
+             helper.make_node("Cast", ["c1"], ["f1"], to=F),
+             helper.make_node("Cast", ["c2"], ["f2"], to=F),
+             helper.make_node("Add", ["f1", "f2"], ["f"]),
+             helper.make_node("Mul", ["f", "s"], ["g"]),
+             helper.make_node("Relu", ["g"], ["r"]),
+             helper.make_node("DynamicQuantizeLinear", ["r"], ["q2", "qs2", "qz2"]),
+             helper.make_node("ConvInteger", ["q2", "w2", "qz2", "z2"], ["d1"]),
+             helper.make_node("ConvInteger", ["q2", "w3"], ["d2"], pads=[1] * 4),
+             helper.make_node("Cast", ["d1"], ["e1"], to=F),
+             helper.make_node("Cast", ["d2"], ["e2"], to=F),
+             helper.make_node("Add", ["e1", "e2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, C, 15, 17])],
+                              [helper.make_tensor_value_info("y", F, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    got, want, sig = _runs(m, {"x": rng.standard_normal((1, C, 15, 17)).astype(np.float32)}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes) - 2  # all but the DynamicQuantizeLinears
+
+
 @pytest.mark.parametrize("case", ["softmax", "softmax_1", "log_softmax", "split", "split_1"])
 def test_softmax_and_split(case):
     """(ConvNeXt's LayerNormChannels, a private op, runs in programs on the corpus: tests/corpus.)"""

@@ -1,4 +1,4 @@
-"""The native 8-bit kernels: QLinearConv, MatMulInteger and QLinearMatMul (cpu_kernels/qgemm.c),
+"""The native 8-bit kernels: QLinearConv, ConvInteger, MatMulInteger and QLinearMatMul (cpu_kernels/qgemm.c),
 DynamicQuantizeLinear and QLinearAdd (cpu_kernels/quantize.c) against
 the generic NumPy ops (exact: same integer sums, same float32 requantisation) with and without the
 AVX-512 VNNI and AVX2 paths, and against onnxruntime in sessions (weights as initializers, so the packs and
@@ -58,7 +58,7 @@ def test_qlinear_conv_native_equals_generic(simd, x_dtype, w_dtype, y_dtype, per
     assert got.dtype == y_dtype
 
 
-@pytest.mark.parametrize("geometry", [
+_GEOMETRIES = [
     dict(k=1, attrs=dict()), dict(k=7, H=20, W=17, attrs=dict(strides=[2, 2], pads=[3, 3, 3, 3])),
     dict(k=3, attrs=dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     dict(k=3, attrs=dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
@@ -72,7 +72,10 @@ def test_qlinear_conv_native_equals_generic(simd, x_dtype, w_dtype, y_dtype, per
     dict(H=1, W=1, C=16, M=20, attrs=dict(pads=[1] * 4)), dict(H=4, W=4, C=8, M=64, k=1, attrs=dict(strides=[2, 2])),
     dict(H=33, W=40, C=16, M=70, attrs=dict(pads=[1] * 4)), dict(bias=False, attrs=dict()),
     dict(C=1, M=1, H=1, W=1, k=1, attrs=dict()), dict(C=3, H=5, W=5, k=5, attrs=dict()),
-], ids=lambda g: str(g))
+]
+
+
+@pytest.mark.parametrize("geometry", _GEOMETRIES, ids=lambda g: str(g))
 def test_qlinear_conv_native_geometry(simd, geometry):
     g = dict(geometry)
     attrs = g.pop("attrs")
@@ -107,6 +110,91 @@ def test_qlinear_conv_int32_wraps(simd):
     args = (x, np.array(1.0, np.float32), np.array(0, U8), w, np.array(1.0, np.float32), np.array(0, S8),
             np.array(1e-9, np.float32), np.array(0, S8), B)
     np.testing.assert_array_equal(cpu.QLinearConv(np, *args), generic.QLinearConv(np, *args))
+
+
+def _conv_attrs(**attrs):
+    return dict(dict(auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None), **attrs)
+
+
+def _zero(rng, dtype, kind, n):
+    """A zero point: None, the type's lowest or highest value, or one per channel (both ends among them)."""
+    if kind == "none":
+        return None
+    info = np.iinfo(dtype)
+    if kind == "per_channel":
+        z = _ints(rng, dtype, (n,))
+        z[:2] = (info.min, info.max)[:n]
+        return z
+    return np.array(info.min if kind == "min" else info.max, dtype)
+
+
+def _conv_integer_case(rng, x_dtype, w_dtype, xz, wz, *, C=5, M=6, H=7, W=9, k=3, n=2, group=1, **_):
+    x, w = _ints(rng, x_dtype, (n, C, H, W)), _ints(rng, w_dtype, (M, C // group, k, k))
+    return x, w, _zero(rng, x_dtype, xz, 1) if xz != "random" else _ints(rng, x_dtype, ()), _zero(rng, w_dtype, wz, M)
+
+
+def _native_conv_integer(x, w, xz, wz, attrs):
+    """The native kernel's ConvInteger (asserted to run), and the generic op's."""
+    got = cpu._native_conv_integer(x, xz, w, wz, _conv_attrs(**attrs), None)
+    assert got is not None
+    return got, generic.ConvInteger(np, x, w, xz, wz, **attrs)
+
+
+@pytest.mark.parametrize("x_dtype,w_dtype", list(itertools.product([U8, S8], repeat=2)), ids=str)
+@pytest.mark.parametrize("xz", ["none", "min", "max", "random"])
+@pytest.mark.parametrize("wz", ["none", "min", "max", "per_channel"])
+def test_conv_integer_native_equals_generic(simd, x_dtype, w_dtype, xz, wz):
+    rng = np.random.default_rng(hash((x_dtype, w_dtype, xz, wz)) % 2 ** 32)
+    got, want = _native_conv_integer(*_conv_integer_case(rng, x_dtype, w_dtype, xz, wz), dict(pads=[1] * 4))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("geometry", _GEOMETRIES + [dict(C=1, M=24, H=16, W=40, attrs=dict(strides=[2, 2],
+                                                                                           pads=[1] * 4))],
+                         ids=lambda g: str(g))
+def test_conv_integer_native_geometry(simd, geometry):
+    g = dict(geometry)
+    attrs = g.pop("attrs")
+    rng = np.random.default_rng(8)
+    for x_dtype, w_dtype, xz, wz in [(U8, U8, "random", "max"), (S8, S8, "min", "per_channel"),
+                                     (U8, S8, "max", "none"), (S8, U8, "none", "min")]:
+        np.testing.assert_array_equal(*_native_conv_integer(*_conv_integer_case(rng, x_dtype, w_dtype, xz, wz, **g),
+                                                             attrs))
+
+
+def test_conv_integer_int32_wraps(simd):
+    """Sums past int32 wrap modulo 2**32, as the generic op's int32 result."""
+    x = np.full((1, 4160, 4, 4), 255, U8)
+    w = np.full((2, 4160, 4, 4), -128, S8)
+    w[1, :2] = 127
+    got, want = _native_conv_integer(x, w, np.array(0, U8), None, {})
+    assert (x[0].astype(np.int64) * w[0]).sum() < -2 ** 31
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("w_dtype,wz", [(U8, "random"), (U8, "per_channel"), (S8, "none")], ids=str)
+def test_conv_integer_session(w_dtype, wz):
+    """DynamicQuantizeLinear's zero point, read at run time, by the plan kept per session: as the generic
+    session, and as onnxruntime where it has the kernel."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    w = _ints(rng, w_dtype, (16, 8, 3, 3))
+    z = _ints(rng, w_dtype, ()) if wz == "random" else _zero(rng, w_dtype, wz, 16)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "zx"]),
+             helper.make_node("ConvInteger", ["q", "w", "zx"] + (["wz"] if z is not None else []), ["y"],
+                              pads=[1, 1, 1, 1], strides=[2, 2])]
+    inits = [("w", w)] + ([("wz", z)] if z is not None else [])
+    model = make_model(nodes, {"x": x}, outputs=["y"], inits=inits, opset=11)
+    import gpuops
+
+    sess = gpuops.InferenceSession(model, device="cpu")
+    for _ in range(3):
+        got = sess.run(None, {"x": x})[0]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _generic_session(model, {"x": x})[0])
+    if w_dtype == U8 and wz != "per_channel":  # what onnxruntime's kernel takes
+        np.testing.assert_array_equal(got, run_both(model, {"x": x})[1][0])
 
 
 @pytest.mark.parametrize("x_dtype,w_dtype", [(U8, S8), (U8, U8), (S8, S8)])

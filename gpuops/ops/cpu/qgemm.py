@@ -1,4 +1,4 @@
-"""The native 8-bit GEMM of ``cpu_kernels/qgemm.c`` for QLinearConv, MatMulInteger and QLinearMatMul:
+"""The native 8-bit GEMM of ``cpu_kernels/qgemm.c`` for QLinearConv, ConvInteger, MatMulInteger and QLinearMatMul:
 the weight's pack (made once per session, kept with the op's prepared data) and, per input shape,
 the kernel's parameter array (one int64 array, so that a call converts three arguments).
 
@@ -79,12 +79,16 @@ def _per_channel(p, n: int, dtypes):
     return None
 
 
+def _address(a) -> int:
+    return 0 if a is None else a.ctypes.data
+
+
 def _params(values) -> tuple[np.ndarray, int]:
     a = np.asarray(values, np.int64)
     return a, a.ctypes.data
 
 
-# -- QLinearConv -----------------------------------------------------------------------------------
+# -- QLinearConv / ConvInteger ------------------------------------------------------------------
 
 def conv_pack(w):
     """A conv weight (M, C/group, kh, kw) of 8 bits as the kernel reads it: int8 rows of the taps
@@ -104,10 +108,7 @@ def conv_pack(w):
 
 def conv_plan(pack, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B, attrs):
     """The plan of QLinearConv by :func:`conv_pack`'s ``pack`` (2-D, NCHW, 8 bits), or None."""
-    if pack is None or type(x) is not np.ndarray or x.ndim != 4 or x.dtype not in _BYTES or not x.size:
-        return None
-    fn = native.function("qconv_u8")
-    if fn is None:
+    if pack is None or type(x) is not np.ndarray or x.dtype not in _BYTES:
         return None
     zx = _scalar(x_zero_point, (x.dtype,)) if x_zero_point is not None else 0
     xs, ys = _scalar(x_scale, _FLOATS), _scalar(y_scale, _FLOATS)
@@ -119,6 +120,57 @@ def conv_plan(pack, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
         return None
     if B is not None and not (type(B) is np.ndarray and B.dtype == _I32 and B.shape == (M,)):
         return None
+    # moved to uint8 activations and int8 weights: the differences (x - zx), (w - zw) are unchanged
+    zx = zx + 128 if x.dtype == _S8 else zx
+    zw = _moved_zero_points(zw, M, w.dtype)
+    bias = np.zeros(M, np.int64) if B is None else B.astype(np.int64)
+    rowc = _wrap32(bias - zx * pack[1] + w.size // M * zx * zw)
+    # as the NumPy code: x_scale * w_scale / y_scale in float32
+    mult = np.ascontiguousarray((np.float32(xs) * ws.astype(np.float32) / np.float32(ys)).astype(np.float32))
+    mult = np.broadcast_to(mult, (M,)).copy()
+    return _conv("qconv_u8", pack, x, w, attrs, zx, zw, rowc, mult, np.dtype(y_zero_point.dtype), zy)
+
+
+def conv_integer_plan(pack, x, w, w_zero_point, attrs):
+    """The plan of ConvInteger by ``pack`` (as :func:`conv_plan`'s), int32 out; x's zero point is read
+    on each call (``run(plan, x, its address or 0)``), or set in :func:`with_x_zero_point`'s copy."""
+    if pack is None or type(x) is not np.ndarray or x.dtype not in _BYTES:
+        return None
+    M = w.shape[0]
+    zw = None if w_zero_point is None else _per_channel(w_zero_point, M, (w.dtype,))
+    if w_zero_point is not None and zw is None:
+        return None
+    zx = 128 if x.dtype == _S8 else 0
+    return _conv("qconv_i32", pack, x, w, attrs, zx, _moved_zero_points(zw, M, w.dtype), None, None, _I32, 0)
+
+
+# the place of the input's zero point in qconv_u8's parameters (qgemm.c's CV_ZX)
+_CV_ZX = 17
+
+
+def with_x_zero_point(plan, x_zero_point):
+    """:func:`conv_integer_plan`'s parameters with a constant zero point of x, as a new array."""
+    p = plan.keep[0].copy()
+    p[_CV_ZX] = int(x_zero_point.reshape(()).item()) + (128 if plan.x_dtype == _S8 else 0)
+    p.flags.writeable = False
+    return p
+
+
+def _moved_zero_points(zw, M, dtype):
+    """The weight's zero points (None: 0) as int64, moved by -128 with uint8 weights."""
+    zw = np.zeros(M, np.int64) if zw is None else zw.astype(np.int64)
+    return zw - 128 if dtype == _U8 else zw
+
+
+def _conv(name, pack, x, w, attrs, zx, zw, rowc, mult, y_dtype, zy):
+    """The plan of qgemm.c's conv ``name`` with x's zero point ``zx`` and the weight's ``zw`` (moved), the
+    per-channel constant ``rowc`` and multipliers ``mult`` (8-bit out; None: int32 out, the constant made by
+    the kernel from the weight's row sums)."""
+    if x.ndim != 4 or not x.size:
+        return None
+    fn = native.function(name)
+    if fn is None:
+        return None
     try:
         kernel, strides, dilations, pb, _, out, _, _ = conv_shape_geometry(
             x, w, attrs["group"], attrs["kernel_shape"], attrs["auto_pad"], attrs["strides"], attrs["dilations"],
@@ -126,19 +178,10 @@ def conv_plan(pack, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
     except Exception:  # noqa: BLE001 - the NumPy path reports it
         return None
     N, C, H, W = x.shape
-    group = attrs["group"]
-    K = w.size // M
+    M, group = w.shape[0], attrs["group"]
     wpack, wsum = pack
-    # moved to uint8 activations and int8 weights: the differences (x - zx), (w - zw) are unchanged
-    zx = zx + 128 if x.dtype == _S8 else zx
-    zw = np.zeros(M, np.int64) if zw is None else zw.astype(np.int64) - (128 if w.dtype == _U8 else 0)
-    bias = np.zeros(M, np.int64) if B is None else B.astype(np.int64)
-    rowc = _wrap32(bias - zx * wsum + K * zx * zw)
     zw32 = _wrap32(zw) if zw.any() else None
-    # as the NumPy code: x_scale * w_scale / y_scale in float32
-    mult = np.ascontiguousarray((np.float32(xs) * ws.astype(np.float32) / np.float32(ys)).astype(np.float32))
-    mult = np.broadcast_to(mult, (M,)).copy()
-    y_dtype = np.dtype(y_zero_point.dtype)
+    wsum32 = _wrap32(wsum) if mult is None else None
     # the weight as the B of a product whose rows are the output's pixels ([group][K/4][Mp][4]), which
     # the kernel takes for small maps
     Mg, Kgp = M // group, wpack.shape[1]
@@ -146,11 +189,11 @@ def conv_plan(pack, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
     wt = np.zeros((group, Kgp, Mp), np.int8)
     wt[:, :, :Mg] = wpack.reshape(group, Mg, Kgp).transpose(0, 2, 1)
     wt = np.ascontiguousarray(wt.reshape(group, Kgp // 4, 4, Mp).transpose(0, 1, 3, 2))
-    p, address = _params([N, C, H, W, M, kernel[0], kernel[1], out[0], out[1], strides[0], strides[1], pb[0], pb[1],
-                          dilations[0], dilations[1], group, x.dtype == _S8, zx, y_dtype == _S8, zy, SIMD,
-                          wpack.ctypes.data, rowc.ctypes.data, 0 if zw32 is None else zw32.ctypes.data,
-                          mult.ctypes.data, wt.ctypes.data, Mp])
-    return Plan(fn, address, (N, M, out[0], out[1]), y_dtype, x.dtype, (), (p, wpack, rowc, zw32, mult, wt))
+    p, at = _params([N, C, H, W, M, kernel[0], kernel[1], out[0], out[1], strides[0], strides[1], pb[0], pb[1],
+                     dilations[0], dilations[1], group, x.dtype == _S8, zx, y_dtype == _S8, zy, SIMD,
+                     wpack.ctypes.data, _address(rowc), _address(zw32), _address(mult), wt.ctypes.data, Mp,
+                     mult is not None, _address(wsum32)])
+    return Plan(fn, at, (N, M, out[0], out[1]), y_dtype, x.dtype, (), (p, wpack, rowc, zw32, mult, wt, wsum32))
 
 
 def run(plan, x, *extra):

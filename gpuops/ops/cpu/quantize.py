@@ -4,11 +4,11 @@ QuantizeLinear / DequantizeLinear of float32 to and from 8 bits with one scale a
 DynamicQuantizeLinear of float32, by native kernels (``cpu_kernels/quantize.c``), as are
 com.microsoft's QLinearAdd and QLinearGlobalAveragePool with per-tensor parameters. Products of 8-bit
 values by a constant weight run the native int8 GEMM of ``cpu_kernels/qgemm.c`` (:mod:`.qgemm`):
-2-D QLinearConv, MatMulInteger, QLinearMatMul, MatMulIntegerToFloat (so DynamicQuantizeMatMul) and
-QGemm, over the weight packed once per session, with a plan of the kernel's arguments per input
-shape; the older GEMV kernel of ``cpu_kernels/quantize.c`` (few rows by a large weight) and this
-package's float Conv (ConvInteger, other QLinearConvs) take the rest. A weight's centred copy, its
-packs and the plans are kept on the plan step (:class:`QuantWeights`, the ops' ``prepare`` hook).
+2-D QLinearConv and ConvInteger, MatMulInteger, QLinearMatMul, MatMulIntegerToFloat (so
+DynamicQuantizeMatMul) and QGemm, over the weight packed once per session, with a plan of the
+kernel's arguments per input shape; the older GEMV kernel of ``cpu_kernels/quantize.c`` (few rows
+by a large weight) and this package's float Conv (other integer convs) take the rest. A weight's
+centred copy, its packs and the plans are kept on the plan step (:class:`QuantWeights`, the ops' ``prepare`` hook).
 The generic ops of :mod:`gpuops.ops.quantize` stay their fallback and test oracle.
 
 One module, past 500 lines: the CPU's quantized ops share the weights kept per session
@@ -453,17 +453,6 @@ def _conv_parts(xp, kept):
     return conv, centred_w
 
 
-@op("ConvInteger", since=10, device="cpu", prepare=_prepare(1, 3))
-def ConvInteger(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
-                kernel_shape=None, pads=None, strides=None, prepared=None):
-    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                 strides=strides)
-    if not on_host(x, w, x_zero_point, w_zero_point):
-        return _quantize.ConvInteger(xp, x, w, x_zero_point, w_zero_point, **attrs)
-    conv, centred_w = _conv_parts(xp, _kept(prepared, w, w_zero_point))
-    return _quantize._conv_int32(xp, x, x_zero_point, w, w_zero_point, conv=conv, centred_w=centred_w, **attrs)
-
-
 _NO_PLANS, _NO_CONSTANTS = {}, frozenset()  # outside a session: no plan is kept
 
 
@@ -472,9 +461,37 @@ def _conv_pack(kept):
 
 
 def _eager_conv_pack(kept):
-    """At plan time: the native QLinearConv's weight pack."""
+    """At plan time: the native conv's weight pack."""
     if native.enabled() and native.function("qconv_u8") is not None:
         _conv_pack(kept)
+
+
+def _native_conv_integer(x, x_zero_point, w, w_zero_point, attrs, kept):
+    """ConvInteger by the native kernel, its plan made (and kept, for a session's constants), or None."""
+    if x_zero_point is not None and not (type(x_zero_point) is np.ndarray and x_zero_point.size == 1 and
+                                         x_zero_point.dtype == x.dtype):
+        return None
+    plans, constants = (_NO_PLANS, _NO_CONSTANTS) if kept is None else (kept.plans, kept.constants)
+    plan = _qgemm.lookup(plans, constants, "convi", x, (w, w_zero_point), lambda: _qgemm.conv_integer_plan(
+        _qgemm.conv_pack(w) if kept is None else _conv_pack(kept), x, w, w_zero_point, attrs))
+    return None if plan is None else _qgemm.run(plan, x, 0 if x_zero_point is None else x_zero_point.ctypes.data)
+
+
+@op("ConvInteger", since=10, device="cpu", prepare=_prepare(1, 3, _eager_conv_pack))
+def ConvInteger(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                kernel_shape=None, pads=None, strides=None, prepared=None):
+    """8-bit 2-D convs by the native kernel, as QLinearConv's (int32 out); others through this package's
+    float Conv."""
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                 strides=strides)
+    if type(x) is np.ndarray and native.enabled():
+        y = _native_conv_integer(x, x_zero_point, w, w_zero_point, attrs, _kept(prepared, w, w_zero_point))
+        if y is not None:
+            return y
+    if not on_host(x, w, x_zero_point, w_zero_point):
+        return _quantize.ConvInteger(xp, x, w, x_zero_point, w_zero_point, **attrs)
+    conv, centred_w = _conv_parts(xp, _kept(prepared, w, w_zero_point))
+    return _quantize._conv_int32(xp, x, x_zero_point, w, w_zero_point, conv=conv, centred_w=centred_w, **attrs)
 
 
 def _native_qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B, attrs, kept):
@@ -759,6 +776,26 @@ def _qlinear_conv_step(step, operands):
     if plan is None or fn is None:
         return None
     return planned.NativeStep(plan.shape, (planned.Call(fn, plan.p, 0),), holds=plan, dtype=plan.dtype)
+
+
+@planned.planned("ConvInteger")
+def _conv_integer_step(step, operands):
+    x, kept = operands[0], step.prepared
+    zx, w_zero_point = (operands[i] if len(operands) > i else None for i in (2, 3))
+    if not _bytes_operand(x) or kept is None or kept.B is not operands[1]:
+        return None
+    plan = _kept_plan(kept, "convi", x, (operands[1], w_zero_point))
+    fn = planned.kernel("qconv_i32")
+    if plan is None or fn is None:
+        return None
+    if type(zx) is planned.Operand:  # read on each call
+        if zx.dtype != x.dtype or math.prod(zx.shape) != 1:
+            return None
+        return planned.NativeStep(plan.shape, (planned.Call(fn, plan.p, 0, 2),), holds=plan, dtype=plan.dtype)
+    if zx is not None and not (type(zx) is np.ndarray and zx.size == 1 and zx.dtype == x.dtype):
+        return None
+    p = plan.p if zx is None else _qgemm.with_x_zero_point(plan, zx)
+    return planned.NativeStep(plan.shape, (planned.Call(fn, p, 0),), holds=(p, plan), dtype=plan.dtype)
 
 
 @planned.planned("QGemm", MS)
