@@ -248,7 +248,24 @@ int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp
 int dynamic_quantize_u8(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y) {
     float hi = 0.0f, lo = 0.0f;
     int bad = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    /* the range in VL lanes, then across them: the same bounds in any order (but for the sign of a zero
+     * bound, which changes nothing below) */
+    vfloat vh = {0}, vl = {0};
+    vint nan = {0};
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        const vfloat v = vload(x + i);
+        const vint above = v > vh, below = v < vl;
+        vh = (vfloat)((above & (vint)v) | (~above & (vint)vh));
+        vl = (vfloat)((below & (vint)v) | (~below & (vint)vl));
+        nan |= v != v;
+    }
+    for (int j = 0; j < VL; ++j) {
+        hi = vh[j] > hi ? vh[j] : hi;
+        lo = vl[j] < lo ? vl[j] : lo;
+        bad |= nan[j] != 0;
+    }
+    for (; i < n; ++i) {
         const float v = x[i];
         hi = v > hi ? v : hi;
         lo = v < lo ? v : lo;

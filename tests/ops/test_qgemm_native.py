@@ -276,7 +276,12 @@ def test_dynamic_quantize_linear_native():
     rng = np.random.default_rng(8)
     cases = [rng.standard_normal((3, 7, 32)), np.zeros(5), np.full(4, 3.0), np.full(4, -1.0), rng.uniform(0, 10, 100),
              rng.uniform(-10, 0, 100), np.array([0.5, -0.5, 1.5, 2.5]) * 127.5, np.array([np.nan, 1.0]),
-             np.array([np.inf, 1.0]), np.array(2.0), rng.standard_normal((64, 64)).T]
+             np.array([np.inf, 1.0]), np.array(2.0), rng.standard_normal((64, 64)).T, np.full(33, -0.0),
+             np.where(rng.random(40) < 0.5, -0.0, rng.uniform(0, 1, 40))]
+    for v in (np.nan, np.inf, -np.inf, 1e3, -1e3):  # in the first vector, a middle one, the tail
+        for at in (0, 21, 36):
+            cases.append(rng.standard_normal(37))
+            cases[-1][at] = v
     for x in cases:
         x = np.asarray(x, np.float32)
         got, want = cpu.DynamicQuantizeLinear(np, x), generic.DynamicQuantizeLinear(np, x)
