@@ -8,7 +8,8 @@ values by a constant weight run the native int8 GEMM of ``cpu_kernels/qgemm.c`` 
 DynamicQuantizeMatMul) and QGemm, over the weight packed once per session, with a plan of the
 kernel's arguments per input shape; the older GEMV kernel of ``cpu_kernels/quantize.c`` (few rows
 by a large weight) and this package's float Conv (other integer convs) take the rest. A weight's
-centred copy, its packs and the plans are kept on the plan step (:class:`QuantWeights`, the ops' ``prepare`` hook).
+centred copy, its packs and the plans are kept on the plan step (:class:`QuantWeights`, the ops'
+``prepare`` hook).
 The generic ops of :mod:`gpuops.ops.quantize` stay their fallback and test oracle.
 
 One module, past 500 lines: the CPU's quantized ops share the weights kept per session
