@@ -50,6 +50,8 @@ class RunContext:
 class Subgraph:
     """A graph attribute bound to the scope it runs in: ``body(*inputs) -> list of outputs``."""
 
+    __slots__ = ("plan", "outer", "ctx")
+
     def __init__(self, plan: Plan, outer: Mapping[str, Any], ctx: RunContext):
         self.plan, self.outer, self.ctx = plan, outer, ctx
 
@@ -59,7 +61,8 @@ class Subgraph:
 
     @property
     def output_names(self) -> list[str]:
-        return list(self.plan.outputs)
+        """The body's output names (the plan's own list, to read: an If checks its branches' on every run)."""
+        return self.plan.outputs
 
     @property
     def output_types(self) -> list:

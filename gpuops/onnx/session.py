@@ -129,6 +129,7 @@ class InferenceSession:
         self._host_nodes: set = set()  # (op, dtypes) already logged as running on the host
         self._shape_plans = (ShapePlans(self._specialized_plan, shape_plans)
                              if self.device.kind == "cpu" and shape_plans and optimize != "none" else None)
+        self._blas = blas_threads(self.threads)  # entered by every run (its state is the module's)
         self._closed = False
 
     # -- introspection -------------------------------------------------------------------------
@@ -172,7 +173,7 @@ class InferenceSession:
         native.set_threads(self.threads)  # the native kernels' pools (kept: each run sets its own)
         counts = None
         try:
-            with blas_threads(self.threads):
+            with self._blas:
                 if self.memory.pool is None:
                     outs, counts = self._run(names, input_feed, ctx, profile)
                 else:

@@ -20,7 +20,7 @@ def _scalar(value, what: str):
     value = np.asarray(value)
     if value.size != 1:
         raise NodeError(f"{what} must hold a single element, got shape {value.shape}")
-    return value.reshape(()).item()
+    return value.item()
 
 
 def _empty_scan_output(xp, body, index: int):
