@@ -64,6 +64,7 @@ def ort_session(model, threads: int):
 
 
 BLOCK = 5  # timed runs in a row per runtime when they use more than one thread (see alternate)
+SETTLE_S = 0.05  # the pause before each block, in which the other runtime's spinning workers park
 
 
 def alternate(fns: dict, feeds, warmup: int, repeat: int, budget_s: float, threads: int = 1) -> dict:
@@ -71,9 +72,11 @@ def alternate(fns: dict, feeds, warmup: int, repeat: int, budget_s: float, threa
     thread's CPU time (what a one-thread run costs, less sensitive to other processes' load).
 
     At one thread the runs alternate one by one. With more, each callable runs :data:`BLOCK` timed runs
-    in a row after an untimed one, the order of the callables reversed each round: a runtime's workers
-    keep spinning for a while after its run (onnxruntime's pool, OpenBLAS's threads) and would hold a
-    core through the other's next run, which no user of one runtime sees."""
+    in a row after a pause (:data:`SETTLE_S`) and an untimed run, the order of the callables reversed
+    each round: a runtime's workers keep spinning for a while after its run (onnxruntime's pool, OpenBLAS's
+    threads) and would hold a core through the other's next runs, which no user of one runtime sees. (On
+    the 2-core Xeon of 2026-11-28 onnxruntime's workers slowed gpuops' squeezenet 1.7x for about 25 ms
+    after its last run, the untimed run included; with a 20-50 ms pause neither runtime's times moved.)"""
     for fn in fns.values():
         for _ in range(warmup):
             fn(feeds)
@@ -87,7 +90,8 @@ def alternate(fns: dict, feeds, warmup: int, repeat: int, budget_s: float, threa
         n = min(block, repeat - done)
         for k, fn in order:
             if block > 1:
-                fn(feeds)  # the other runtime's spinning workers settle
+                time.sleep(SETTLE_S)  # the other runtime's spinning workers park
+                fn(feeds)
             for _ in range(n):
                 t, c = time.perf_counter(), time.thread_time()
                 fn(feeds)
