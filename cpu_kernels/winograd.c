@@ -142,43 +142,70 @@ typedef int (*GemmF32)(const float*, const float*, int64_t, const float*, float*
 
 #define BLOCK_FLOATS (1 << 19)  /* V and Mo of one block of tile rows (about L2), at most (unless one row needs more) */
 
-/* A whole conv of p (conv_params.h: 3x3, stride and dilation 1, one group) by F(2x2, 3x3), y = act(conv(x)
- * + bias (+ z: a residual of y's shape, or NULL)): p->weights holds the 16 products' packed U[k]
- * (gemm_pack_f32 of M x C, layout p->rows), p->wstride floats apart, and p->gemm is gemm_f32, which
- * multiplies them (no weight is packed per call, as a BLAS would). Blocks of tile rows of one image at a
- * time. Returns 0, or 1 when out of memory. */
-int winograd_f2k3_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+typedef struct {
+    const struct conv_params* p;
+    const float *x, *z;
+    float* y;
+    int64_t rows, blocks;  /* tile rows per block; blocks per image */
+    int status;
+} WinogradArgs;
+
+/* Blocks [b0, b1) of all images' (block b: image b / blocks, tile rows from (b % blocks) rows): the input
+ * transform, the 16 products and the output transform of each, in scratch of its own. */
+static int winograd_blocks(const WinogradArgs* a, int64_t b0, int64_t b1) {
+    const struct conv_params* p = a->p;
     const GemmF32 gemm = (GemmF32)(intptr_t)p->gemm;
     const int64_t C = p->C, M = p->M, OH = p->OH, OW = p->OW, th = (OH + 1) / 2, tw = (OW + 1) / 2;
-    const int64_t per_row = 16 * (C + M) * tw;
-    int64_t rows = BLOCK_FLOATS / (per_row > 0 ? per_row : 1);
-    rows = rows < 1 ? 1 : rows > th ? th : rows;
-    float* V = malloc(sizeof(float) * (size_t)(16 * (C + M) * rows * tw + VL));
+    float* V = malloc(sizeof(float) * (size_t)(16 * (C + M) * a->rows * tw + VL));
     if (!V) return 1;
-    float* Mo = V + 16 * C * rows * tw;
-    const int store = conv_store_clamps(p, z);
+    float* Mo = V + 16 * C * a->rows * tw;
+    const int store = conv_store_clamps(p, a->z);
     const float inf = __builtin_inff(), lo = store ? p->lo : -inf, hi = store ? p->hi : inf;
     int status = 0;
-    for (int64_t n = 0; n < p->N && !status; ++n) {
-        const float* xn = x + n * C * p->H * p->W;
-        float* yn = y + n * M * OH * OW;
-        for (int64_t i0 = 0; i0 < th && !status; i0 += rows) {
-            const int64_t i1 = i0 + rows < th ? i0 + rows : th, ld = (i1 - i0) * tw;
-            status = winograd_f2k3_input_f32(xn, V, C, p->H, p->W, p->ph, p->pw, th, tw, i0, i1, ld, 0);
-            for (int64_t k = 0; k < 16 && !status; ++k)
-                status = gemm(p->weights + k * p->wstride, V + k * C * ld, ld, NULL, Mo + k * M * ld, ld, M, C, ld,
-                              p->rows, -inf, inf);
-            if (status) break;
-            winograd_f2k3_output_f32(Mo, p->bias, yn, M, OH, OW, tw, i0, i1, ld, 0, lo, hi);
-            if (!store) {
-                const int64_t r0 = 2 * i0, r1 = 2 * i1 < OH ? 2 * i1 : OH;
-                for (int64_t m = 0; m < M; ++m)
-                    epilogue_rows(yn + m * OH * OW, OW, z ? z + (n * M + m) * OH * OW : NULL, OW, r0, r1, OW, p);
-            }
+    for (int64_t b = b0; b < b1 && !status; ++b) {
+        const int64_t n = b / a->blocks, i0 = b % a->blocks * a->rows, i1 = i0 + a->rows < th ? i0 + a->rows : th;
+        const int64_t ld = (i1 - i0) * tw;
+        const float* xn = a->x + n * C * p->H * p->W;
+        float* yn = a->y + n * M * OH * OW;
+        status = winograd_f2k3_input_f32(xn, V, C, p->H, p->W, p->ph, p->pw, th, tw, i0, i1, ld, 0);
+        for (int64_t k = 0; k < 16 && !status; ++k)
+            status = gemm(p->weights + k * p->wstride, V + k * C * ld, ld, NULL, Mo + k * M * ld, ld, M, C, ld,
+                          p->rows, -inf, inf);
+        if (status) break;
+        winograd_f2k3_output_f32(Mo, p->bias, yn, M, OH, OW, tw, i0, i1, ld, 0, lo, hi);
+        if (!store) {
+            const int64_t r0 = 2 * i0, r1 = 2 * i1 < OH ? 2 * i1 : OH;
+            for (int64_t m = 0; m < M; ++m)
+                epilogue_rows(yn + m * OH * OW, OW, a->z ? a->z + (n * M + m) * OH * OW : NULL, OW, r0, r1, OW, p);
         }
     }
     free(V);
     return status;
+}
+
+static void winograd_part(void* ctx, int64_t part, int64_t parts) {
+    WinogradArgs* a = ctx;
+    int64_t b0, b1;
+    pool_range(a->p->N * a->blocks, 1, part, parts, &b0, &b1);
+    if (b0 < b1 && winograd_blocks(a, b0, b1)) a->status = 1;
+}
+
+/* A whole conv of p (conv_params.h: 3x3, stride and dilation 1, one group) by F(2x2, 3x3), y = act(conv(x)
+ * + bias (+ z: a residual of y's shape, or NULL)): p->weights holds the 16 products' packed U[k]
+ * (gemm_pack_f32 of M x C, layout p->rows), p->wstride floats apart, and p->gemm is gemm_f32, which
+ * multiplies them (no weight is packed per call, as a BLAS would). Blocks of tile rows of one image at a
+ * time, their scratch about L2; with at least two blocks per thread, the threads take whole blocks (the
+ * transforms and products inside a part then run on its thread: the pool is busy), else each transform
+ * and product is split across them. Returns 0, or 1 when out of memory. */
+int winograd_f2k3_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    const int64_t OW = p->OW, th = (p->OH + 1) / 2, tw = (OW + 1) / 2;
+    const int64_t per_row = 16 * (p->C + p->M) * tw;
+    int64_t rows = BLOCK_FLOATS / (per_row > 0 ? per_row : 1);
+    rows = rows < 1 ? 1 : rows > th ? th : rows;
+    WinogradArgs a = {p, x, z, y, rows, (th + rows - 1) / rows, 0};
+    const int64_t blocks = p->N * a.blocks, t = pool_get_threads(), most = POOL_PARTS_PER_THREAD * t;
+    pool_run(winograd_part, &a, t > 1 && blocks >= 2 * t ? (blocks < most ? blocks : most) : 1);
+    return a.status;
 }
 
 int winograd_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

@@ -62,6 +62,7 @@ def _cases():
     wide = image(5, 40000)
     wino_x, wino_w = image(1, 64, 28, 27), rng.standard_normal((48, 64, 3, 3)).astype(np.float32)
     wino_b = rng.standard_normal(48).astype(np.float32)
+    wide_x, wide_w = image(2, 64, 60, 61), rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
     im2col_x, strided_w = image(1, 96, 64, 64), rng.standard_normal((48, 96, 3, 3)).astype(np.float32)
     pointwise = rng.standard_normal((24, 24, 1, 1)).astype(np.float32)
 
@@ -71,6 +72,7 @@ def _cases():
         "depthwise affine": lambda: conv.Conv(xp, Xa, bn, None, group=24),
         "direct conv": lambda: conv.Conv(xp, img, first, None, strides=[2, 2], pads=[3, 3, 3, 3]),
         "winograd conv": lambda: conv.Conv(xp, wino_x, wino_w, wino_b, pads=[1, 1, 1, 1]),
+        "winograd blocks": lambda: conv.Conv(xp, wide_x, wide_w, None, pads=[1, 1, 1, 1]),  # threads take blocks
         "im2col conv": lambda: conv.Conv(xp, im2col_x, strided_w, B, strides=[2, 2], pads=[1, 1, 1, 1]),
         "residual epilogue": lambda: conv.FusedConv(xp, Xa, pointwise, B[:24], Xa, activation="Relu"),
         "max pool planes": lambda: pool.MaxPool(xp, Xa, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
