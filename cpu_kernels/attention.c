@@ -244,7 +244,7 @@ int attention_bind_threads(const void* run, const void* get) { return pool_bind(
  * by the BLAS (blas.h), into scratch, then attention_f32. p = {sgemm, 64-bit integers, W, bias (or 0), batch, seq, D, hidden, heads, hq, hv,
  * mask (0 none, 1 or 2 key ranges: the int32 mask_index of batch or 2 batch values, 3 one int32 mask
  * row of total keys per batch, 4 one per query), causal, divisor, filter (param_float), past length,
- * sgemv (a one-row projection's)};
+ * sgemv (a one-row projection's), openblas_get_num_threads (or 0)};
  * past, present: (2, batch, heads, past, hq) and (2, batch, heads, past + seq, hq), or NULL. */
 int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
                           float* present) {
@@ -257,7 +257,8 @@ int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask,
     if (!qkv) return 1;
     uint8_t* masked = kind >= 3 ? (uint8_t*)(qkv + rows * hidden) : NULL;
     for (int64_t i = 0; i < masked_n; ++i) masked[i] = mask[i] <= 0;  /* as the op: mask <= 0 */
-    blas_product((intptr_t)p[0], p[1], (intptr_t)p[16], 0, rows, hidden, D, 1.0f, x, w, hidden, qkv);
+    blas_product_parts((intptr_t)p[0], p[1], (intptr_t)p[16], (intptr_t)p[17], 0, rows, hidden, D, 1.0f, x, w, hidden,
+                       qkv);
     if (bias)
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < hidden; ++j) qkv[r * hidden + j] += bias[j];

@@ -138,8 +138,9 @@ int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float
 
 /* A matrix product by the BLAS NumPy uses (its cblas_sgemm, found at plan time): p = {sgemm, int64 (its
  * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b), alpha (param_float),
- * sgemv}: y (M x N) = alpha a (M x K) b (K x N, or N x K with transB), all row-major and contiguous. One row
- * (M = 1) goes to cblas_sgemv, as NumPy's matmul sends it: sgemm would pack all of b for it. */
+ * sgemv, openblas_get_num_threads (or 0)}: y (M x N) = alpha a (M x K) b (K x N, or N x K with transB), all
+ * row-major and contiguous. One row (M = 1) goes to cblas_sgemv, as NumPy's matmul sends it: sgemm would
+ * pack all of b for it. Split across the kernels' pool while the BLAS runs on one thread (blas.h). */
 int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
     const int64_t M = p[2], N = p[3], K = p[4], tb = p[5];
     if (p[6]) b = (const float*)(intptr_t)p[6];
@@ -148,7 +149,8 @@ int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* 
         memset(y, 0, sizeof(float) * (size_t)(M * N));
         return 0;
     }
-    blas_product((intptr_t)p[0], p[1], (intptr_t)p[8], tb, M, N, K, param_float(p, 7), a, b, tb ? K : N, y);
+    blas_product_parts((intptr_t)p[0], p[1], (intptr_t)p[8], (intptr_t)p[9], tb, M, N, K, param_float(p, 7), a, b,
+                       tb ? K : N, y);
     return 0;
 }
 
@@ -187,3 +189,5 @@ int cast_planned(const int64_t* p, const void* a, const void* unused, void* y) {
     }
     return 0;
 }
+
+int program_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }

@@ -94,6 +94,7 @@ DECLARATIONS: dict[str, str] = {
     """,
     "program.c": """
         int program_run(const struct program_step* steps, int64_t n, void* arena, const int64_t* ext);
+        int program_bind_threads(const void* run, const void* get);
         int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
         int copy_from_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
         int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y);

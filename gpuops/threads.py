@@ -125,11 +125,12 @@ def _handle(c) -> tuple:
 _sgemm: list = []  # [(sgemm's address, 64-bit integers, sgemv's address) or None], found once
 
 
-def blas_sgemm() -> tuple[int, bool, int] | None:
-    """(the address of ``cblas_sgemm`` of the OpenBLAS NumPy uses, whether its integers are 64-bit, the address
-    of its ``cblas_sgemv``), or None (threadpoolctl absent, another BLAS): for native programs' matrix
-    products, which then run as NumPy would run them (a one-row product by the matrix-vector routine). An
-    OpenBLAS built for 64-bit integers names its symbols with a 64 suffix."""
+def blas_sgemm() -> tuple[int, bool, int, int] | None:
+    """(the address of ``cblas_sgemm`` of the OpenBLAS NumPy uses, whether its integers are 64-bit, the addresses
+    of its ``cblas_sgemv`` and ``openblas_get_num_threads``), or None (threadpoolctl absent, another BLAS): for
+    native programs' matrix products, which then run as NumPy would run them (a one-row product by the
+    matrix-vector routine), split across the native pool while the BLAS runs on one thread. An OpenBLAS built
+    for 64-bit integers names its symbols with a 64 suffix."""
     if not _sgemm:
         import ctypes
 
@@ -144,9 +145,11 @@ def blas_sgemm() -> tuple[int, bool, int] | None:
             for pre, suf in _AFFIXES:
                 gemm = getattr(lib, f"{pre}cblas_sgemm{suf}", None)
                 gemv = getattr(lib, f"{pre}cblas_sgemv{suf}", None)
+                count = getattr(lib, f"{pre}openblas_get_num_threads{suf}", None)
                 if gemm is not None and gemv is not None:
                     found = (ctypes.cast(gemm, ctypes.c_void_p).value, "64" in suf,
-                             ctypes.cast(gemv, ctypes.c_void_p).value)
+                             ctypes.cast(gemv, ctypes.c_void_p).value,
+                             0 if count is None else ctypes.cast(count, ctypes.c_void_p).value)
                     break
             if found:
                 break
@@ -207,3 +210,25 @@ class blas_threads:
                 for _, put, found, now in _open:
                     if now != found:
                         put(found)
+
+
+class blas_single:
+    """``with blas_single():`` inside a :class:`blas_threads` block: the BLAS at one thread, then at the
+    block's count again. Native programs run their matrix products so, split across the native kernels'
+    pool (``cpu_kernels/blas.h``), where nothing else in the run calls the BLAS: woken by a product,
+    OpenBLAS's workers spin through the rest of the run and take a core from the pool (magika at 2
+    threads ran no faster than at one)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        with _lock:
+            for lib in _open if _runs else ():
+                if lib[3] != 1:
+                    lib[1](1)
+
+    def __exit__(self, *exc):
+        with _lock:
+            for lib in _open if _runs else ():
+                if lib[3] != 1:
+                    lib[1](lib[3])

@@ -373,6 +373,54 @@ def test_matmul_and_gemm_by_the_blas_within_their_bounds():
     _bound(got[1], r2 @ G.T + C, np.abs(r2) @ np.abs(G.T) + np.abs(C), 25)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_products_split_across_the_pool_with_the_blas_on_one_thread(threads):
+    """At more than one thread a program whose run calls the BLAS nowhere else holds it at one thread and
+    splits its products across the native pool: by rows (more rows than columns), by columns (a long
+    product of few rows, and one row), each within the float32 bound; with a conv outside the programs
+    (its weight a feed: no plan), the BLAS keeps its threads and the products are whole. The BLAS's count
+    is the session's again after each run."""
+    from gpuops import threads as _threads
+
+    rng = np.random.default_rng(11)
+    A, B = rng.standard_normal((300, 96)).astype(np.float32), rng.standard_normal((96, 6000)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("MatMul", ["r", "A"], ["rows"]),  # (400, 300) @ (300, 96): by rows
+             helper.make_node("MatMul", ["rows", "B"], ["cols"]),  # (400, 96) @ (96, 6000): by columns
+             helper.make_node("Slice", ["rows", "z", "four", "z"], ["few"]),
+             helper.make_node("MatMul", ["few", "B"], ["wide"]),  # (4, 96) @ (96, 6000): by columns
+             helper.make_node("Slice", ["rows", "z", "one", "z"], ["first"]),
+             helper.make_node("MatMul", ["first", "B"], ["row"])]  # one row: sgemv by columns
+    m = _model(nodes, [("x", [400, 300])], ["cols", "wide", "row"], [("A", A), ("B", B)])
+    m.graph.initializer.extend([_i64("z", [0]), _i64("four", [4]), _i64("one", [1])])
+    x = rng.standard_normal((400, 300)).astype(np.float32)
+    before = [lib[0]() for lib in _threads._handles]
+    sess = gpuops.InferenceSession(m, device="cpu", threads=threads, optimize="basic")
+    for _ in range(3):
+        got = sess.run(None, {"x": x})
+    (prog,) = [s.impl.fn for s in _plan(sess, {"x": x}).steps]
+    assert prog.blas and prog.blas_single
+    assert [lib[0]() for lib in _threads._handles] == before
+    r = np.maximum(x, 0).astype(np.float64)
+    rows = r @ A
+    terms = np.abs(r) @ np.abs(A)
+    _bound(got[0], rows @ B, (terms * 2 + np.abs(rows)) @ np.abs(B), 300 + 96)
+    _bound(got[1], rows[:4] @ B, (terms[:4] * 2 + np.abs(rows[:4])) @ np.abs(B), 300 + 96)
+    _bound(got[2], rows[:1] @ B, (terms[:1] * 2 + np.abs(rows[:1])) @ np.abs(B), 300 + 96)
+    conv = [helper.make_node("Conv", ["img", "w"], ["c"])] + nodes
+    m2 = _model(conv, [("x", [400, 300]), ("img", [1, 2, 5, 5]), ("w", [3, 2, 3, 3])], ["cols", "c"],
+                [("A", A), ("B", B)])
+    m2.graph.initializer.extend([_i64("z", [0]), _i64("four", [4]), _i64("one", [1])])
+    feeds = {"x": x, "img": rng.standard_normal((1, 2, 5, 5)).astype(np.float32),
+             "w": rng.standard_normal((3, 2, 3, 3)).astype(np.float32)}
+    sess2 = gpuops.InferenceSession(m2, device="cpu", threads=threads, optimize="basic")
+    for _ in range(3):
+        got2 = sess2.run(None, feeds)
+    progs = [s.impl.fn for s in _plan(sess2, feeds).steps if s.op_type == "NativeProgram"]
+    assert progs and all(p.blas and not p.blas_single for p in progs)
+    np.testing.assert_allclose(got2[0], got[0], rtol=1e-5, atol=1e-3)
+
+
 def test_normalizations_and_gelus_run_the_ops_kernels():
     rng = np.random.default_rng(11)
     H = 16

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import native
 from ..ops.cpu import planned as _planned
+from ..threads import blas_single
 from ..executor.run import call_op
 from ..registry import OpImpl
 from .plan import Plan, Step, last_reads, plan_liveness
@@ -38,6 +39,14 @@ DOMAIN = "ai.gpuops"
 MIN_CALLS = 2  # a program of one kernel call saves nothing over the node's own step
 ALIGN = 64
 NONE = np.iinfo(np.int64).min  # cpu_kernels/program.c's PROGRAM_NONE
+BLAS_KERNELS = frozenset({"matmul_planned_f32", "attention_program_f32"})  # products by the BLAS (blas.h)
+# ops whose own steps may call the BLAS (NumPy's matmul): a product of theirs wakes its workers, which then
+# spin beside the native pool through the rest of the run
+BLAS_OPS = frozenset({"MatMul", "Gemm", "FusedGemm", "FusedMatMul", "Conv", "FusedConv", "ConvTranspose", "Einsum",
+                      "LSTM", "GRU", "RNN", "DynamicQuantizeLSTM", "AttnLSTM", "Attention", "MultiHeadAttention",
+                      "QAttention", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearMatMul",
+                      "QGemm", "ConvInteger", "QLinearConv"})
+_BLAS_SINGLE = blas_single()
 _F32 = np.dtype(np.float32)
 _addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 
@@ -91,6 +100,10 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple], outer: dict | None = 
         made["program_nodes"] += j - i
         done = j
     steps.extend(copy(k) for k in range(done, len(plan.steps)))
+    if outer is None and not any(s.subgraphs or s.op_type in BLAS_OPS for s in steps if s.op_type != "NativeProgram"):
+        for s in steps:  # nothing else wakes the BLAS's workers: the programs keep them asleep
+            if s.op_type == "NativeProgram":
+                s.impl.fn.blas_single = s.impl.fn.blas
     out = dataclasses.replace(plan, steps=steps, by_node=plan)
     plan_liveness(out, keep=keep)
     return out, made
@@ -242,6 +255,8 @@ class Program:
             self.ext[self.n_in + self.n_out + i] = consts[n].ctypes.data
         self.root = {o: root[o] for o in self.out_names}
         self.run = native.function("program_run")
+        self.blas = any(type(c) is _planned.Call and c.fn.__name__ in BLAS_KERNELS for c in holds)
+        self.blas_single = False  # its products split across the native pool, the BLAS at one thread
         self.name = f"{steps[0].name}..{steps[-1].name}" if len(steps) > 1 else steps[0].name
 
     def _bytes(self, name: str) -> int:
@@ -273,7 +288,11 @@ class Program:
             k += 1
         arena = np.empty(self.arena_bytes, np.uint8)  # (held here while the kernels run)
         base = _addressof(_from_buffer(arena)) if self.arena_bytes else 0
-        rc = self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext)))
+        if self.blas_single and native.threads() > 1:
+            with _BLAS_SINGLE:
+                rc = self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext)))
+        else:
+            rc = self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext)))
         if rc:
             if rc == _planned.RERUN:
                 return self.one_by_one(xp, inputs)

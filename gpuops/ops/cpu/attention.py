@@ -302,7 +302,7 @@ def _attention_step(step, operands):
     b = None if bias is None else np.ascontiguousarray(bias)
     p = planned.params(sgemm[0], int(sgemm[1]), weights.ctypes.data, 0 if b is None else b.ctypes.data, Bn, S, D,
                        hidden, N, hq, hv, kind, int(bool(a.get("unidirectional", 0))), float(divisor),
-                       float(a.get("mask_filter_value", -10000.0)), P, sgemm[2])
+                       float(a.get("mask_filter_value", -10000.0)), P, sgemm[2], sgemm[3])
     call = planned.Call(fn, p, 0, None if mask is None else 3, None if past is None else 4,
                         1 if want_present else None, wide=True)
     extra = ((1, (2, Bn, N, P + S, hq)),) if want_present else ()
