@@ -1,6 +1,6 @@
 """Thread count of the CPU ops, set per session run: the BLAS library under them (NumPy's OpenBLAS)
-and the native kernels (the session passes the count to :func:`gpuops.native.set_threads`; their
-pools' workers poll for a fraction of a millisecond after a call, yielding their core, then sleep).
+and the native kernels (the session passes the count to :func:`gpuops.native.set_threads`; their one
+pool's workers poll for a fraction of a millisecond after a call, yielding their core, then sleep).
 
 The default, as onnxruntime's, is the number of physical cores this process may use (SMT siblings
 counted once), at most :data:`MAX_DEFAULT_THREADS`; ``GPUOPS_NUM_THREADS`` replaces it, and a
@@ -8,8 +8,11 @@ session's ``threads=`` replaces both. Multithreaded OpenBLAS busy-waits for its 
 a machine whose cores other processes load, fewer threads can be faster (``gpuops bench --peers``
 measures both). The BLAS count is applied around each :meth:`InferenceSession.run`, where it differs,
 and restored afterwards (:class:`blas_threads`), the libraries found through ``threadpoolctl`` when it
-is installed (an optional dependency); without it, the BLAS
-keeps its own setting (``OPENBLAS_NUM_THREADS``) and only the native kernels follow ``threads``.
+is installed (an optional dependency); without it, the BLAS keeps its own setting
+(``OPENBLAS_NUM_THREADS``) and only the native kernels follow ``threads``.
+Native programs of a run that calls the BLAS nowhere else hold it at one thread and split their
+products across the native kernels' pool (:class:`blas_single`): OpenBLAS's workers, once woken,
+spin through the rest of the run.
 """
 
 from __future__ import annotations
