@@ -235,7 +235,8 @@ class CudaGraphs:
         except Exception as e:  # a node synchronised with the host inside the capture
             s.memory.free_pool(pool)
             entry.blocking_node = ctx.failed_node or warm_ctx.failed_node
-            entry.reason = str(e) if isinstance(e, GpuopsError) else f"{type(e).__name__}: {e}"
+            # in gpuops' words: CuPy's own say "the current stream is capturing, so D2H transfers ..."
+            entry.reason = "not captured: " + (str(e) if isinstance(e, GpuopsError) else f"{type(e).__name__}: {e}")
             log.info("gpuops: feed shapes %s cannot run as a CUDA graph (%s); they run node by node",
                      {k: shape for k, shape, _ in entry.key}, entry.reason)
             return
