@@ -238,12 +238,13 @@ static void gemv(const float* pack, const float* b, const float* bias, float* Y,
             gemv_panel(pack + p0 * K, b, K, NV, r);
         else
             gemv_panel(pack + p0 * K, b, K, 1, r);
-        float t[NR];
-        for (int v = 0; v < w / GV; ++v) memcpy(t + v * GV, &r[v], sizeof(gvec));
-        for (int64_t j = 0; j < mc; ++j) {
-            const gvec o = clamp((gvec){0} + (t[j] + (bias ? bias[p0 + j] : 0.0f)), lo, hi);
-            Y[(p0 + j) * ldy] = o[0];
+        float bb[NR] = {0}, t[NR];  /* the panel's bias, 0 past M; its sums, biased and clamped */
+        for (int64_t j = 0; bias && j < mc; ++j) bb[j] = bias[p0 + j];
+        for (int v = 0; v < w / GV; ++v) {
+            const gvec o = clamp(r[v] + gload(bb + v * GV), lo, hi);
+            memcpy(t + v * GV, &o, sizeof o);
         }
+        for (int64_t j = 0; j < mc; ++j) Y[(p0 + j) * ldy] = t[j];
     }
 }
 

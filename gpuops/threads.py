@@ -125,7 +125,7 @@ def _handle(c) -> tuple:
     return c.get_num_threads, c.set_num_threads
 
 
-_sgemm: list = []  # [(sgemm's address, 64-bit integers, sgemv's address) or None], found once
+_sgemm: list = []  # [blas_sgemm()'s tuple or None], found once
 
 
 def blas_sgemm() -> tuple[int, bool, int, int] | None:
