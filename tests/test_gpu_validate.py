@@ -78,11 +78,14 @@ def test_dry_run_on_the_standin_runs_or_names_every_part(tmp_path):
         assert not m["problems"] and m["graph_status"]["captured"] in (True, False)
         assert isinstance(m["cuda_syncs_per_run"], int) and m["cuda_vs_cpu"] and m["graph_replay_vs_cpu"]
     assert perf["light"]["models"][0]["judged_outputs"]  # the logits, added as a graph output
+    pools = perf["light"]["models"][0]["graph_pools"]  # each graph's pool against its liveness minimum
+    assert pools["signatures"] and pools["blas_workspace_bytes"] > 0
+    assert all(p["over_liveness"] == round(p["memory_bytes"] / p["planned_peak_bytes"], 3) for p in pools["signatures"])
     assert set(perf["squeezenet"]["runs"]) == {"ort_cpu_b1", "gpuops_cuda_b1", "gpuops_cuda_graph_b1"}
     assert perf["conv"]["shapes"] and all(not s["problems"] for s in perf["conv"]["shapes"])
     assert json.loads((out / "selftest.json").read_text())["ok"]
     assert "tests-cuda" in (out / "tests.txt").read_text()
-    assert "== every part run is ok" in summary and "light:squeezenet" in summary
+    assert "== every part run is ok" in summary and "light:squeezenet" in summary and "x liveness" in summary
     assert "== gpu_validate done" in (out / "gpu_validate.log").read_text()
 
 

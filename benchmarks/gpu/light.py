@@ -29,7 +29,7 @@ import gpuops
 from gpuops import selftest
 from gpuops.cli import resolve_model_path
 
-from .common import MODE, RTOL, SYNCS, cuda_device, device_sync, diffs, fmt, merge, second_feeds, short, timed, worst
+from .common import MODE, REAL, RTOL, SYNCS, cuda_device, device_sync, diffs, fmt, merge, second_feeds, short, timed, worst
 
 LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
          "vgg19", "zfnet512"]
@@ -65,11 +65,31 @@ def _cuda_runs(rec: dict, model, feeds: dict, feeds2: dict, want: list, want2: l
         rec["graph_new_shape_vs_cpu"] = diffs(g.run(None, feeds3), want3, host)
         rec["graph_status_new_shape"] = g.cuda_graph_status()
     rec["graph_memory"] = g.memory_stats()
+    rec["graph_pools"] = graph_pools(g.cuda_graph_status(per_signature=True))
     g.close()
+    over = [p for p in rec["graph_pools"]["signatures"] if p["over_liveness"] > GRAPH_MEMORY_BOUND]
+    if REAL and over:  # the stand-in's graph keeps every array it captured: there the bound cannot hold
+        rec["problems"].append(f"a graph's pool holds {max(p['over_liveness'] for p in over):.2f}x the liveness "
+                               f"minimum of its run > {GRAPH_MEMORY_BOUND}")
 
     for key in ("cuda_vs_cpu", "graph_vs_cpu", "graph_replay_vs_cpu", "graph_new_shape_vs_cpu"):
         if key in rec and worst(rec[key], judged) > RTOL:
             rec["problems"].append(f"{key}: {fmt(worst(rec[key], judged))} of max |ref| > {RTOL:g}")
+
+
+GRAPH_MEMORY_BOUND = 1.1
+"""A captured graph's own pool against the liveness minimum of its run, feeds held (issue bound)."""
+
+
+def graph_pools(status: dict) -> dict:
+    """Each captured signature's pool bytes against its run's liveness minimum. The graphs' shared cuBLAS
+    workspace (``blas_workspace_bytes``: 32 MiB on Hopper, allocated once per session from the session's
+    pool, not a graph's) is recorded beside them: it is most of a light model's graph memory above the
+    weights, and no run's liveness."""
+    sigs = [{"shapes": s["shapes"], "memory_bytes": s["memory_bytes"], "planned_peak_bytes": s["planned_peak_bytes"],
+             "over_liveness": round(s["memory_bytes"] / max(s["planned_peak_bytes"], 1), 3)}
+            for s in status.get("signatures", []) if s.get("captured")]
+    return {"signatures": sigs, "blas_workspace_bytes": status.get("blas_workspace_bytes", 0)}
 
 
 def light_inputs(path: str, inputs) -> tuple[dict, list]:
@@ -135,6 +155,10 @@ def line(rec: dict) -> str:
             + (f" new-shape {rel('graph_new_shape_vs_cpu')}" if "graph_new_shape_vs_cpu" in rec else "")
             + f" | syncs {rec.get('cuda_syncs_per_run', '-')}/{rec.get('graph_syncs_per_replay', '-')} | graph {graph}"
             f" | ms cpu {ms('cpu_latency')} cuda {ms('cuda_latency')} graph {ms('graph_latency')}")
+    pools = rec.get("graph_pools", {}).get("signatures", [])
+    if pools:
+        text += (f" | graph pool {max(p['over_liveness'] for p in pools):.2f}x liveness"
+                 f" (+ cuBLAS workspace {rec['graph_pools']['blas_workspace_bytes'] >> 20} MiB)")
     if "cpu_vs_stored" in rec and not rec["cpu_vs_stored"]["ok"]:
         text += " | cpu vs stored softmax differs (ill-conditioned; not judged)"
     if rec["problems"]:

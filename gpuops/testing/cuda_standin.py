@@ -82,7 +82,8 @@ class HostSyncError(ImplicitTransferError):
 
 
 class StreamCaptureError(RuntimeError):
-    """Like cudaErrorStreamCaptureUnsupported: a synchronising call inside a stream capture."""
+    """A synchronising call inside a stream capture: like cudaErrorStreamCaptureUnsupported, or CuPy's
+    RuntimeError refusing a copy to or from the host (:data:`CAPTURING_D2H`, :data:`CAPTURING_H2D`)."""
 
 
 # Whether strict() also raises on data-dependent shapes by default. Off until every op is sync-free
@@ -178,15 +179,24 @@ def _sync(what: str, explicit: bool = False, shape: bool = False) -> None:
         t.syncs.append(what)
         if isinstance(t, _Observer):
             t.callback(what)
-    _no_capture(what)
+    _no_capture(what, CAPTURING_D2H)
     if not explicit and _strict(shape):
         raise HostSyncError(f"implicit host sync ({what}) during a strict region; read device data on "
                             "the host only through an explicit transfer (.get() / gpuops.device.to_host)")
 
 
-def _no_capture(what: str):
+# CuPy's refusals of a copy to or from the host while the current stream captures (MemoryPointer's
+# copy_to_host_async / copy_from_host_async in cupy/cuda/memory.pyx): a RuntimeError raised before any
+# CUDA call. The stand-in also invalidates the capture, which is stricter.
+CAPTURING_D2H = "the current stream is capturing, so D2H transfers are disallowed"
+CAPTURING_H2D = "the current stream is capturing, so H2D transfers are disallowed"
+
+
+def _no_capture(what: str, cupy_message: str | None = None):
     if getattr(_state, "capture", None) is not None:
         _state.capture_invalid = what  # as CUDA does, the capture is invalidated: end_capture fails
+        if cupy_message:
+            raise StreamCaptureError(f"{cupy_message} ({what})")
         raise StreamCaptureError(f"{what} synchronises with the host, which a stream capture forbids")
 
 
@@ -524,7 +534,7 @@ class ndarray:
             raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
         if not (self._a.flags.c_contiguous or self._a.flags.f_contiguous):
             raise RuntimeError("Cannot set to non-contiguous array")
-        _no_capture(".set()")
+        _no_capture(".set()", CAPTURING_H2D)
         transfers["h2d"] += 1
         with _Device(self._m.device):
             _access(stream or _current_stream(), (), (self,))
@@ -1241,9 +1251,9 @@ class MemoryPool:
             if ident is not None and ident not in p.arenas:
                 return
             p.free_all(None if ident is None else (ident,))
-        for g in list(_Graph._live):  # blocks a captured graph still writes into go back to CUDA
-            if any(pool is self and d == dev and (ident is None or i == ident) for pool, d, i in g._temps):
-                g._freed = True
+        for g in list(_GraphRecord.live):  # blocks a captured graph still writes into go back to CUDA
+            if any(pool is self and d == dev and (ident is None or i == ident) for pool, d, i in g.temps):
+                g.freed = True
 
     def set_limit(self, size=None, fraction=None) -> None:
         """The current device's limit on the bytes this pool allocates (0: none), as CuPy checks it."""
@@ -1756,29 +1766,38 @@ class _Runtime:
 class _Graph:
     """A captured stream: replaying it re-runs every recorded call on the same buffers, writing each
     result into the array the capture produced, as a CUDA graph re-launches its kernels. The launch is
-    enqueued on ``stream``: every buffer it reads must be ordered before it there."""
+    enqueued on ``stream``: every buffer it reads must be ordered before it there. Like CuPy's
+    ``Graph`` (a cdef class), it takes no weak reference: its state lives in a record of its own."""
 
-    _live: "weakref.WeakSet[_Graph]" = weakref.WeakSet()
+    __slots__ = ("_rec",)
 
     def __init__(self, ops, temps=()):
-        self._ops = ops
-        # (pool, device, stream) it allocated from while captured. On a GPU the capture's temporaries go back to
-        # that pool's cache as soon as Python drops them, yet every replay writes into them: freeing the
-        # pool's cached blocks while the graph lives breaks it (the stand-in's record keeps them alive)
-        self._temps = set(temps)
-        self._freed = False
-        _Graph._live.add(self)
+        self._rec = _GraphRecord(ops, temps)
 
     def launch(self, stream=None):
         _no_capture("Graph.launch()")
-        if self._freed:
+        if self._rec.freed:
             raise CUDARuntimeError(700)
         stream = stream or _current_stream()
-        for f, args, kwargs, out in self._ops:
+        for f, args, kwargs, out in self._rec.ops:
             reads, writes = _reads_writes(f, args, kwargs)
             _access(stream, reads, ())
             _copy_into(out, f(*_unwrap(args), **_unwrap(kwargs)))
             _access(stream, (), writes + _new_buffers(out, reads), check=False)
+
+
+class _GraphRecord:
+    """What a live :class:`_Graph` launches, and the (pool, device, stream) blocks it allocated from
+    while captured. On a GPU the capture's temporaries go back to that pool's cache as soon as Python
+    drops them, yet every replay writes into them: freeing the pool's cached blocks while the graph
+    lives breaks it (the record keeps them alive, and ``freed`` says the graph would fault)."""
+
+    __slots__ = ("ops", "temps", "freed", "__weakref__")
+    live: "weakref.WeakSet[_GraphRecord]" = weakref.WeakSet()
+
+    def __init__(self, ops, temps):
+        self.ops, self.temps, self.freed = ops, set(temps), False
+        _GraphRecord.live.add(self)
 
 
 def _copy_into(out, new):
@@ -1940,7 +1959,7 @@ def asarray(obj, dtype=None, copy=None, **kwargs):
         return obj if dtype is None or obj.dtype == dtype else _wrap(obj._a.astype(dtype))
     if isinstance(obj, (list, tuple)) and any(isinstance(v, ndarray) for v in obj):
         return _wrap(np.asarray(_unwrap(obj), dtype=dtype))
-    _no_capture("a host->device copy from pageable memory")
+    _no_capture("a host->device copy from pageable memory", CAPTURING_H2D)
     transfers["h2d"] += 1
     host = np.array(obj, dtype=dtype, copy=True)
     if host.dtype.byteorder == ">":  # CuPy copies host data to little-endian (_dtype.normalize_dtype)

@@ -280,3 +280,40 @@ def test_functions_that_call_a_host_arrays_method_answer_on_the_host(sd, a):
     np.testing.assert_array_equal(sd.cp.clip(host, 1, 2), [1, 1, 2, 2])
     assert isinstance(sd.cp.sum(a), sd.ndarray)
     np.testing.assert_array_equal(sd.cp.full((2,), np.asarray(3.0)).get(), [3, 3])  # a size-1 host array
+
+
+# -- captures: cupy/cuda/memory.pyx (copy_to_host_async, copy_from_host_async), cupy/cuda/graph.pyx -----
+
+def test_host_copies_in_a_capture_raise_cupys_runtime_errors(sd, a):
+    # MemoryPointer.copy_to_host_async / copy_from_host_async refuse a capturing stream with these
+    # RuntimeErrors; .get(), .item() and a pageable upload all go through them
+    s = sd.cuda.Stream(non_blocking=True)
+    with s:
+        for read in (a.get, lambda: a[0].item()):
+            s.begin_capture()
+            with pytest.raises(RuntimeError, match=f"^{sd.CAPTURING_D2H}"):
+                read()
+            with pytest.raises(sd.StreamCaptureError):
+                s.end_capture()
+        for write in (lambda: a.set(np.zeros(6, np.float32)), lambda: sd.xp.asarray(np.ones(3, np.float32))):
+            s.begin_capture()
+            with pytest.raises(RuntimeError, match=f"^{sd.CAPTURING_H2D}"):
+                write()
+            with pytest.raises(sd.StreamCaptureError):
+                s.end_capture()
+    assert sd.CAPTURING_D2H == "the current stream is capturing, so D2H transfers are disallowed"
+
+
+def test_a_graph_takes_no_weak_reference_as_cupys_cdef_graph(sd, a):
+    import weakref
+
+    s = sd.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        b = a * 2
+        g = s.end_capture()
+    with pytest.raises(TypeError):
+        weakref.ref(g)
+    g.launch(s)
+    s.synchronize()
+    np.testing.assert_array_equal(b.get(), np.arange(6) * 2)
