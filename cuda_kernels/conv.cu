@@ -2,27 +2,30 @@
 // gpuops/ops/cuda/conv.py; these kernels reshape data around it and fuse the epilogue.
 //
 // Every convolution is treated as 3-D (1-D and 2-D ones get unit leading spatial dims), with
-//   x   [N, C, D, H, W]            input
-//   col [N, C * KD*KH*KW, OD*OH*OW] im2col matrix (channel-major, so it splits into groups as
-//                                  [N, G, C/G * K, O] for a grouped GEMM)
+//   x   [N, C, D, H, W]              input
+//   col [C * KD*KH*KW, N, OD*OH*OW]  im2col matrix: channel-major rows (so it splits into groups as
+//                                    [G, C/G * K, N * O]), each row holding every image's outputs, so
+//                                    that one GEMM per group covers the whole batch
 // and, along each spatial axis, output o reads input  i = o * stride - pad_begin + k * dilation
 // (pads may be negative, i.e. cropping, or larger than the input: such taps read zeros).
+// The GEMM's result is [M, N, O]; conv_epilogue writes it out as y [N, M, O].
 #include "common.cuh"
 
-// col[n, c, k, o] = x[n, c, i(o, k)] or 0 outside the input.
+// col[c, k, n, o] = x[n, c, i(o, k)] or 0 outside the input.
 template <class T>
-__global__ void im2col(const T* __restrict__ x, T* __restrict__ col, i64 total, int D, int H, int W, int OD,
-                       int OH, int OW, int KD, int KH, int KW, int SD, int SH, int SW, int PD, int PH, int PW,
-                       int DD, int DH, int DW) {
+__global__ void im2col(const T* __restrict__ x, T* __restrict__ col, i64 total, int N, int C, int D, int H, int W,
+                       int OD, int OH, int OW, int KD, int KH, int KW, int SD, int SH, int SW, int PD, int PH,
+                       int PW, int DD, int DH, int DW) {
     GRID_STRIDE_LOOP(i, total) {
         i64 r = i;
         const int ow = (int)(r % OW); r /= OW;
         const int oh = (int)(r % OH); r /= OH;
         const int od = (int)(r % OD); r /= OD;
+        const int n = (int)(r % N); r /= N;
         const int kw = (int)(r % KW); r /= KW;
         const int kh = (int)(r % KH); r /= KH;
         const int kd = (int)(r % KD); r /= KD;
-        const i64 nc = r;  // n * C + c
+        const i64 nc = (i64)n * C + r;
         const i64 id = (i64)od * SD - PD + (i64)kd * DD;
         const i64 ih = (i64)oh * SH - PH + (i64)kh * DH;
         const i64 iw = (i64)ow * SW - PW + (i64)kw * DW;
@@ -73,14 +76,17 @@ __global__ void col2im(const T* __restrict__ col, const T* __restrict__ bias, T*
     }
 }
 
-// y[n, m, s] = act(y[n, m, s] + bias[m] + z[n, m, s]) in place; `inner` = spatial size. bias and z
-// (FusedConv's residual input, same shape as y) may be null.
+// y[n, m, s] = act(t[m, n, s] + bias[m] + z[n, m, s]), from the GEMM's result t [M, N, inner]
+// (`inner` = spatial size). With N = 1, t may be y itself (each element is read, then written, by
+// one thread). bias and z (FusedConv's residual input, shaped as y) may be null.
 template <class T>
-__global__ void bias_activation(T* __restrict__ y, const T* __restrict__ bias, const T* __restrict__ z, i64 total,
-                                int M, i64 inner, int act, float alpha, float beta) {
+__global__ void conv_epilogue(const T* t, const T* __restrict__ bias, const T* __restrict__ z, T* y, i64 total,
+                              int N, int M, i64 inner, int act, float alpha, float beta) {
     GRID_STRIDE_LOOP(i, total) {
-        float v = to_float(y[i]);
-        if (bias) v += to_float(bias[(i / inner) % M]);
+        const i64 s = i % inner, nm = i / inner;
+        const int m = (int)(nm % M);
+        float v = to_float(t[((i64)m * N + nm / M) * inner + s]);
+        if (bias) v += to_float(bias[m]);
         if (z) v += to_float(z[i]);
         y[i] = from_float<T>(activate(v, act, alpha, beta));
     }

@@ -40,7 +40,7 @@ _BYTES = ("unsigned char", "signed char")
 _QUANT = (*_BYTES, "unsigned short", "short")
 
 NAME_EXPRESSIONS: dict[str, tuple[str, ...]] = {
-    "conv.cu": (*(f"{k}<{t}>" for k in ("im2col", "col2im", "bias_activation", "depthwise_conv") for t in _FLOATS),
+    "conv.cu": (*(f"{k}<{t}>" for k in ("im2col", "col2im", "conv_epilogue", "depthwise_conv") for t in _FLOATS),
                 "im2col<int>"),
     "quantize.cu": (
         *(f"quantize_linear<{x}, {s}, {q}>" for x in _FLOATS for s in _FLOATS for q in _QUANT),

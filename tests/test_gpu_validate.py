@@ -80,7 +80,8 @@ def test_dry_run_on_the_standin_runs_or_names_every_part(tmp_path):
     assert perf["light"]["models"][0]["judged_outputs"]  # the logits, added as a graph output
     pools = perf["light"]["models"][0]["graph_pools"]  # each graph's pool against its liveness minimum
     assert pools["signatures"] and pools["blas_workspace_bytes"] > 0
-    assert all(p["over_liveness"] == round(p["memory_bytes"] / p["planned_peak_bytes"], 3) for p in pools["signatures"])
+    assert all(p["over_liveness"] == round(p["memory_bytes"] / p["planned_peak_bytes"], 3)
+               and 0 < p["warm_up_bytes"] <= p["memory_bytes"] for p in pools["signatures"])
     assert set(perf["squeezenet"]["runs"]) == {"ort_cpu_b1", "gpuops_cuda_b1", "gpuops_cuda_graph_b1"}
     assert perf["conv"]["shapes"] and all(not s["problems"] for s in perf["conv"]["shapes"])
     assert json.loads((out / "selftest.json").read_text())["ok"]

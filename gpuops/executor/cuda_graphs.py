@@ -77,7 +77,7 @@ class GraphEntry:
         self.blocking_node: str | None = None
         self.plan = self.graph = self.stream = self.inputs = self.env = self.pool = self.checks = None
         self.nodes = self.folded = 0
-        self.memory_bytes = self.planned_peak_bytes = 0
+        self.memory_bytes = self.planned_peak_bytes = self.warm_up_bytes = 0
         self.replays = 0
 
     def describe(self) -> dict:
@@ -91,6 +91,9 @@ class GraphEntry:
             "folded_nodes": self.folded,  # steps computed on the host at capture
             "memory_bytes": self.memory_bytes,  # the graph's pool: what it holds on the device
             "planned_peak_bytes": self.planned_peak_bytes,  # the liveness minimum, feeds held
+            # the pool after the warm-up, before the capture: the node-by-node run's high-water mark,
+            # the ops' own scratch (im2col columns, GEMM results) included
+            "warm_up_bytes": self.warm_up_bytes,
             "replays": self.replays,
         }
 
@@ -217,6 +220,8 @@ class CudaGraphs:
                     spec = self._specialize(entry.key, inputs, shapes)
                     warm_ctx = self._ctx()
                     self._warm_up(spec.plan, inputs, warm_ctx)
+                with s.memory.on_device():
+                    warm_up_bytes = pool.total_bytes()
                 env = dict(spec.plan.weights, **inputs)
                 ctx.live.hold(sum(nbytes(v) for v in inputs.values()))
                 with checks.deferred() as captured:
@@ -245,7 +250,7 @@ class CudaGraphs:
         entry.plan, entry.graph, entry.stream, entry.pool = spec.plan, graph, stream, pool
         entry.inputs, entry.env, entry.checks = inputs, env, captured
         entry.nodes, entry.folded = len(spec.plan.steps), len(s.plan.steps) - len(spec.plan.steps)
-        entry.planned_peak_bytes = ctx.live.peak
+        entry.planned_peak_bytes, entry.warm_up_bytes = ctx.live.peak, warm_up_bytes
         with s.memory.on_device():
             entry.memory_bytes = pool.total_bytes()
 

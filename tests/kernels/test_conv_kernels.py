@@ -98,6 +98,7 @@ CONV_CASES = {
     "2d-depthwise-odd": ((1, 5, 7, 13), (5, 1, 3, 3), dict(group=5, pads=[1, 1, 1, 1])),
     "3d": ((1, 3, 5, 6, 7), (4, 3, 2, 3, 2), dict(pads=[1, 0, 1, 0, 2, 1], strides=[2, 1, 2])),
     "pointwise": ((3, 8, 5, 7), (4, 8, 1, 1), {}),
+    "pointwise-one-image": ((1, 8, 5, 7), (4, 8, 1, 1), {}),
     "pointwise-grouped": ((2, 6, 3, 3), (4, 3, 1, 1), dict(group=2)),
     "no-bias": ((1, 2, 6, 6), (3, 2, 2, 2), dict(strides=[2, 2])),
     "empty-batch": ((0, 2, 6, 6), (3, 2, 3, 3), {}),
@@ -144,11 +145,30 @@ def test_conv_float16(dev):
                                W[:4, :1].astype(np.float32), group=2), rtol=2e-2, atol=2e-2)
 
 
-def test_conv_im2col_in_chunks_of_images(dev, monkeypatch):
-    monkeypatch.setattr(cuda_conv, "_COL_BYTES", 1)  # one image per im2col buffer
-    X, W, B = _data(np.random.default_rng(5), (3, 2, 5, 5), (3, 2, 3, 3), bias=True)
+@pytest.mark.parametrize("images", [1, 2])
+def test_conv_im2col_in_chunks_of_images(dev, monkeypatch, images):
+    # one GEMM per chunk of images (the last one shorter), its [M, n, O] result written out as [n, M, O]
+    # with the bias, the residual input's rows of those images and the activation
+    monkeypatch.setattr(cuda_conv, "_COL_BYTES", images * 2 * 9 * 25 * 4)
+    rng = np.random.default_rng(5)
+    X, W, B = _data(rng, (3, 2, 5, 5), (3, 2, 3, 3), bias=True)
+    Z = rng.standard_normal((3, 3, 5, 5)).astype(np.float32)
     Y = dev.get(cuda_conv.conv(dev.xp, dev.put(X), dev.put(W), dev.put(B), pads=[1, 1, 1, 1]))
     np.testing.assert_allclose(Y, ref_conv(X, W, B, pads=[1, 1, 1, 1]), rtol=1e-5, atol=1e-5)
+    Y = dev.get(cuda_conv.conv(dev.xp, dev.put(X), dev.put(W), dev.put(B), pads=[1, 1, 1, 1], Z=dev.put(Z),
+                               act=cuda_conv.activation_code("Relu", None)))
+    np.testing.assert_allclose(Y, np.maximum(ref_conv(X, W, B, pads=[1, 1, 1, 1]) + Z, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pointwise", [False, True])
+def test_one_image_adds_its_epilogue_in_place(dev, pointwise):
+    rng = np.random.default_rng(10)
+    X, W, B = _data(rng, (1, 4, 6, 5), (3, 4, 1, 1) if pointwise else (3, 4, 3, 3), bias=True)
+    Z = rng.standard_normal((1, 3, 6, 5) if pointwise else (1, 3, 4, 3)).astype(np.float32)
+    act = cuda_conv.activation_code("LeakyRelu", [0.1])
+    Y = dev.get(cuda_conv.conv(dev.xp, dev.put(X), dev.put(W), dev.put(B), Z=dev.put(Z), act=act))
+    v = ref_conv(X, W, B) + Z
+    np.testing.assert_allclose(Y, np.where(v >= 0, v, 0.1 * v), rtol=1e-5, atol=1e-5)
 
 
 ACTIVATIONS = {

@@ -17,33 +17,34 @@ pytestmark = pytest.mark.skipif(not emulator.available(), reason="no C++ compile
 RNG = np.random.default_rng(12)
 
 
-def _bias_activation():
-    return kernels.get_function("conv.cu", "bias_activation<float>", cuda_standin.BACKEND, 0)
+def _conv_epilogue():
+    return kernels.get_function("conv.cu", "conv_epilogue<float>", cuda_standin.BACKEND, 0)
 
 
 def test_standin_launch_refuses_none_and_takes_a_null_pointer():
     xp = cuda_standin.xp
     y = xp.asarray(np.arange(6, dtype=np.float32).reshape(1, 2, 3))
     bias = xp.asarray(np.array([10, 20], np.float32))
-    args = (y, bias, None, np.int64(6), np.int32(2), np.int64(3), np.int32(0), np.float32(0), np.float32(0))
+    args = (y, bias, None, y, np.int64(6), np.int32(1), np.int32(2), np.int64(3), np.int32(0), np.float32(0),
+            np.float32(0))
     with pytest.raises(TypeError, match="argument 2 is None"):
-        _bias_activation()((1,), (32,), args)
-    _bias_activation()((1,), (32,), args[:2] + (_launch.NULL,) + args[3:])
+        _conv_epilogue()((1,), (32,), args)
+    _conv_epilogue()((1,), (32,), args[:2] + (_launch.NULL,) + args[3:])
     np.testing.assert_array_equal(y.get(), np.arange(6, dtype=np.float32).reshape(1, 2, 3) + [[[10], [20]]])
 
 
 def test_emulator_checks_null_pointers():
     fn = emulator.RawModule(code=kernels.source("conv.cu"), options=kernels.OPTIONS,
-                            name_expressions=kernels.NAME_EXPRESSIONS["conv.cu"]).get_function("bias_activation<float>")
+                            name_expressions=kernels.NAME_EXPRESSIONS["conv.cu"]).get_function("conv_epilogue<float>")
     y = np.ones((1, 2, 3), np.float32)
-    tail = (np.int64(6), np.int32(2), np.int64(3), np.int32(1), np.float32(0), np.float32(0))  # ReLU
+    tail = (np.int64(6), np.int32(1), np.int32(2), np.int64(3), np.int32(1), np.float32(0), np.float32(0))  # ReLU
     with pytest.raises(emulator.LaunchError, match="None is not a null pointer"):
-        fn((1,), (32,), (y, None, None, *tail))
+        fn((1,), (32,), (y, None, None, y, *tail))
     with pytest.raises(emulator.LaunchError, match="null pointer"):  # a nonzero address cannot be emulated
-        fn((1,), (32,), (y, np.uint64(64), 0, *tail))
+        fn((1,), (32,), (y, np.uint64(64), 0, y, *tail))
     with pytest.raises(emulator.LaunchError, match="null pointer"):  # 4 bytes would misalign the arguments
-        fn((1,), (32,), (y, np.int32(0), 0, *tail))
-    fn((1,), (32,), (y, np.uint64(0), 0, *tail))  # a Python int travels as int64, as in CuPy
+        fn((1,), (32,), (y, np.int32(0), 0, y, *tail))
+    fn((1,), (32,), (y, np.uint64(0), 0, y, *tail))  # a Python int travels as int64, as in CuPy
     np.testing.assert_array_equal(y, np.ones((1, 2, 3), np.float32))
 
 

@@ -108,8 +108,8 @@ MUTANTS = [
        "cb[j] = f[j] * cb[j] + i[j] * ct[j];", "cb[j] = i[j] * cb[j] + f[j] * ct[j];",
        "tests/test_native_rnn.py"),
     # -- CUDA kernels (cuda_kernels/, on the emulator) ---------------------------------------------
-    _m("cu-bias-activation-wrong-channel", "cuda_kernels/conv.cu",
-       "        if (bias) v += to_float(bias[(i / inner) % M]);", "        if (bias) v += to_float(bias[i % M]);",
+    _m("cu-conv-epilogue-wrong-channel", "cuda_kernels/conv.cu",
+       "        if (bias) v += to_float(bias[m]);", "        if (bias) v += to_float(bias[s % M]);",
        "tests/kernels/test_conv_kernels.py", "-k", "emulator"),
     _m("cu-depthwise-bias-dropped", "cuda_kernels/conv.cu",
        "        if (bias) acc += to_float(bias[m]);", "        if (bias) acc += 0.0f;",
