@@ -2,7 +2,8 @@
 GEMMs (``xp.matmul``), a direct depthwise kernel, and the bias + activation epilogue fused into one
 kernel. A Conv is one GEMM per group over a whole chunk of images (im2col lays the images' columns side
 by side; the epilogue kernel writes the [M, N, O] result out as [N, M, O]): at batch 32 a batch of
-per-image GEMMs ran at a quarter of the one large GEMM's speed on an H200. ConvInteger and QLinearConv: im2col of the centred int32
+per-image GEMMs, CuPy's broadcast matmul, made the whole conv run at 7-11 TFLOP/s at batch 32 on an
+H200, against 29-36 for ``cupy.matmul`` of the one GEMM (benchmarks/results/2026-11-28-h200). ConvInteger and QLinearConv: im2col of the centred int32
 input around the integer GEMM kernel, then the requantize kernel (quantize.cu).
 
 Every convolution is run as a 3-D one (1-D and 2-D get unit leading spatial axes). float32 and
