@@ -851,3 +851,32 @@ def test_reductions_of_rows(op, axes, keep):
                       (n + 2) * U * terms[finite] + 1e-30)
     else:
         _same(got, want)
+
+
+@pytest.mark.parametrize("name, touches_blas", [("skl_forest", False), ("skl_logreg", False), ("skl_mlp", True)])
+def test_classic_ml_runs_leave_the_blas_thread_count_alone(name, touches_blas):
+    # a tree ensemble, or a native program without BLAS products, runs without setting the BLAS count and
+    # restoring it (which took as long as the run); a model with a product still runs at the session's count
+    import os
+
+    import onnx
+
+    from gpuops import threads
+
+    m = onnx.load(os.path.join(os.path.dirname(__file__), "corpus", "models", f"{name}.onnx"))
+    (x,) = m.graph.input
+    features = x.type.tensor_type.shape.dim[1].dim_value
+    feeds = {x.name: np.random.default_rng(0).standard_normal((5, features)).astype(np.float32)}
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1)
+    for _ in range(3):  # the third runs the shape-specialized plan
+        sess.run(None, feeds)
+    if not threads._handles:
+        pytest.skip("no BLAS library found")
+    seen = []
+    real = threads._handles
+    threads._handles = [(lambda get=get: (seen.append("get"), get())[1], put) for get, put in real]
+    try:
+        sess.run(None, feeds)
+    finally:
+        threads._handles = real
+    assert bool(seen) is touches_blas

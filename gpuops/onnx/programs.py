@@ -47,6 +47,30 @@ BLAS_OPS = frozenset({"MatMul", "Gemm", "FusedGemm", "FusedMatMul", "Conv", "Fus
                       "QAttention", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearMatMul",
                       "QGemm", "ConvInteger", "QLinearConv"})
 _BLAS_SINGLE = blas_single()
+
+
+# steps that never call the BLAS: ai.onnx.ml's trees, encoders and preprocessing, and the glue the classic-ML
+# converters put around them (ai.onnx.ml's linear and SVM ops multiply by NumPy's matmul)
+_ML_PRODUCTS = frozenset({"LinearClassifier", "LinearRegressor", "SVMClassifier", "SVMRegressor"})
+_GLUE = frozenset({"Cast", "Identity", "Reshape", "Flatten", "Concat", "ArgMax", "ArgMin", "Softmax", "Sigmoid",
+                   "Add", "Sub", "Mul", "Div", "Squeeze", "Unsqueeze"})
+
+
+def calls_blas(plan: Plan) -> bool:
+    """Whether a run of ``plan`` may call the BLAS, and so needs the session's BLAS thread count. Not a
+    converted classic-ML model made of trees, encoders, native programs without BLAS products and
+    their glue: there, setting the count and restoring it after every run took as long as the run."""
+    got = plan.__dict__.get("_calls_blas")
+    if got is None:
+        got = plan.__dict__["_calls_blas"] = not all(
+            (not s.subgraphs) and (
+                (s.domain == DOMAIN and s.op_type == "NativeProgram" and not s.impl.fn.blas)
+                or (s.domain == "ai.onnx.ml" and s.op_type not in _ML_PRODUCTS)
+                or (s.domain == "" and s.op_type in _GLUE))
+            for s in plan.steps)
+    return got
+
+
 _F32 = np.dtype(np.float32)
 _addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 

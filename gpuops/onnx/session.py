@@ -173,12 +173,11 @@ class InferenceSession:
         native.set_threads(self.threads)  # the native kernels' pools (kept: each run sets its own)
         counts = None
         try:
-            with self._blas:
-                if self.memory.pool is None:
+            if self.memory.pool is None:
+                outs, counts = self._run(names, input_feed, ctx, profile)
+            else:
+                with self.memory.active():
                     outs, counts = self._run(names, input_feed, ctx, profile)
-                else:
-                    with self.memory.active():
-                        outs, counts = self._run(names, input_feed, ctx, profile)
         except OutOfMemoryError:
             self.memory.release_cached()
             raise
@@ -212,7 +211,8 @@ class InferenceSession:
         """The run inside its thread count and memory pool: (the outputs, the profile's device counters)."""
         feeds = self._check_feeds(input_feed)
         if self._graphs is not None and not profile:
-            outs = self._graphs.run(feeds, names)
+            with self._blas:
+                outs = self._graphs.run(feeds, names)
             if outs is not None:
                 return outs, None
         plan, key, record = self.plan, None, False
@@ -234,13 +234,17 @@ class InferenceSession:
         pending = None
         if self.device.kind == "cpu":  # NumPy checks run at once (checks.require)
             try:
-                run_plan(plan, env, ctx)
+                if programs.calls_blas(plan):
+                    with self._blas:
+                        run_plan(plan, env, ctx)
+                else:
+                    run_plan(plan, env, ctx)
             except BaseException:
                 if record:
                     self._shape_plans.abandon(key)  # the next run of these shapes records them
                 raise
         else:
-            with checks.deferred() as pending:  # index checks, read once the run is done
+            with checks.deferred() as pending, self._blas:  # index checks, read once the run is done
                 run_plan(plan, env, ctx)
         outs = [env[n] for n in names]
         if record:
