@@ -185,3 +185,42 @@ def test_a_session_step_keeps_the_weight_layouts(op):
     np.testing.assert_allclose(getattr(rnn, op)(xp, *other, direction="bidirectional", prepared=kept)[0],
                                getattr(rnn, op)(xp, *other, direction="bidirectional")[0], rtol=1e-6)
     assert kept._made == made
+
+
+@needs_cc
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("M, K, N", [(40, 513, 2048), (1, 64, 256), (7, 0, 5), (300, 20, 8)])
+def test_the_projections_product_on_the_pool_within_its_bound(threads, M, K, N):
+    # split by rows or columns across the pool with the BLAS at one thread: each element a sum of K products
+    rng = np.random.default_rng(M + K + N)
+    a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        y = rnn._product(a, b)
+    finally:
+        native.set_threads(before)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    u = np.finfo(np.float32).eps / 2
+    gamma = K * u / (1 - K * u)
+    assert y.shape == (M, N) and y.dtype == np.float32
+    assert np.all(np.abs(y - exact) <= gamma * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-30)
+
+
+@needs_cc
+def test_which_lstm_steps_leave_numpys_blas_alone():
+    from gpuops.onnx.plan import Step
+
+    def step(attrs, inputs=("x", "W", "R", "B")):
+        impl = registry.resolve("", "LSTM", 14, "cpu")
+        return Step("lstm", "LSTM", "", impl, list(inputs), ["y"], attrs)
+
+    f32 = np.dtype(np.float32)
+    shapes = {"x": ((40, 1, 512), f32), "W": ((2, 2048, 512), f32), "R": ((2, 2048, 512), f32)}
+    free = lambda s, shapes=shapes: rnn._lstm_blas_free(s, shapes.get)  # noqa: E731
+    assert free(step({"direction": "bidirectional", "hidden_size": 512}))
+    assert not free(step({"direction": "bidirectional"}, ("x", "W", "R", "B", "lens")))  # NumPy's masked loop
+    assert not free(step({"clip": 3.0}))
+    assert not free(step({}), {**shapes, "x": ((40, 8, 512), f32)})  # 8 rows of 512 units: NumPy's loop
+    assert not free(step({}), {**shapes, "x": ((40, 1, 512), np.dtype(np.float64))})
+    assert not free(step({}), {k: v for k, v in shapes.items() if k != "x"})  # shape unknown

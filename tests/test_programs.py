@@ -421,6 +421,38 @@ def test_products_split_across_the_pool_with_the_blas_on_one_thread(threads):
     np.testing.assert_allclose(got2[0], got[0], rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_lstm_whose_steps_run_in_c_lets_the_programs_hold_the_blas(threads):
+    """A bidirectional LSTM (its steps in C, its input projection by the pool-split product) between two
+    programs: nothing calls NumPy's BLAS, so the program with the classifier's product holds the BLAS
+    at one thread; with sequence_lens the LSTM runs NumPy's loop, and the products stay whole. The
+    outputs are those of the session without programs."""
+    rng = np.random.default_rng(12)
+    I, H, T = 24, 16, 7
+    f = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype(np.float32)  # noqa: E731
+    W, R, B, G = f(2, 4 * H, I, s=I ** -0.5), f(2, 4 * H, H, s=H ** -0.5), f(2, 8 * H), f(2 * H, 30)
+    shape = helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([T, 2 * H])))
+    for lens in (False, True):
+        nodes = [helper.make_node("Relu", ["x"], ["r"]),
+                 helper.make_node("LSTM", ["r", "W", "R", "B", "lens" if lens else ""], ["y"], hidden_size=H,
+                                  direction="bidirectional"),
+                 helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]), shape,
+                 helper.make_node("Reshape", ["yt", "shape"], ["flat"]),
+                 helper.make_node("MatMul", ["flat", "G"], ["logits"]),
+                 helper.make_node("Relu", ["logits"], ["out"])]
+        m = _model(nodes, [("x", [T, 1, I])], ["out"], [("W", W), ("R", R), ("B", B), ("G", G)])
+        if lens:
+            m.graph.initializer.append(numpy_helper.from_array(np.array([T], np.int32), "lens"))
+        x = f(T, 1, I)
+        sess = gpuops.InferenceSession(m, device="cpu", threads=threads)
+        for _ in range(3):
+            got = sess.run(None, {"x": x})
+        want = gpuops.InferenceSession(m, device="cpu", threads=threads, shape_plans=0).run(None, {"x": x})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        progs = [s.impl.fn for s in _plan(sess, {"x": x}).steps if s.op_type == "NativeProgram"]
+        assert any(p.blas for p in progs) and all(p.blas_single is (p.blas and not lens) for p in progs)
+
+
 def test_normalizations_and_gelus_run_the_ops_kernels():
     rng = np.random.default_rng(11)
     H = 16

@@ -124,7 +124,15 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple], outer: dict | None = 
         made["program_nodes"] += j - i
         done = j
     steps.extend(copy(k) for k in range(done, len(plan.steps)))
-    if outer is None and not any(s.subgraphs or s.op_type in BLAS_OPS for s in steps if s.op_type != "NativeProgram"):
+
+    def shape_of(name: str):
+        got = known.get(name)
+        if got is None and name in consts:
+            got = (consts[name].shape, consts[name].dtype)
+        return got
+
+    if outer is None and not any(s.subgraphs or (s.op_type in BLAS_OPS and not _planned.runs_blas_free(s, shape_of))
+                                 for s in steps if s.op_type != "NativeProgram"):
         for s in steps:  # nothing else wakes the BLAS's workers: the programs keep them asleep
             if s.op_type == "NativeProgram":
                 s.impl.fn.blas_single = s.impl.fn.blas

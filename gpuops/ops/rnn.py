@@ -292,18 +292,26 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag, derive=fresh):
 
 
 
-def _fused_lstm(xp, X, W, R, B, states, dirs, derive=fresh, loop=None):
+def lstm_bias(xp, B, D: int, H: int, dtype):
+    """The fused LSTM's (D, 4H) bias: Wb + Rb (zeros without B)."""
+    return xp.zeros((D, 4 * H), dtype=dtype) if B is None else B[:, :4 * H] + B[:, 4 * H:]
+
+
+def _fused_lstm(xp, X, W, R, B, states, dirs, derive=fresh, loop=None, project=None):
     """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
     input_forget. Per step: one GEMM per direction, then eight elementwise ops writing into
     preallocated buffers; the first moves the gates into the gate-major work buffer, where every
     later operand is one contiguous block. ``loop(XW, RT, h0, c0)``, when given, may run the steps
-    instead (returning ``(Y, [h, c])``, or None where it does not apply)."""
+    instead (returning ``(Y, [h, c])``, or None where it does not apply); ``project(X, W, B, dirs)``
+    may compute the input projection ``XW`` (T, 4, D, batch, H) instead (or return None)."""
     T, batch, _ = X.shape
     D, H = len(dirs), R.shape[-1]
     dt = X.dtype
     RT = derive("lstm fused R", lambda: _fused_weight(xp, R, _LSTM_ORDER, _LSTM_SCALE, False))  # (D, H, 4H)
-    XW = _fused_projection(xp, X, W, B, lambda B: xp.zeros((D, 4 * H), dtype=dt) if B is None else
-                           B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W", derive)
+    XW = None if project is None else project(X, W, B, dirs)
+    if XW is None:
+        XW = _fused_projection(xp, X, W, B, lambda B: lstm_bias(xp, B, D, H, dt), dirs, _LSTM_ORDER, _LSTM_SCALE,
+                               "lstm fused W", derive)
 
     h0, c0 = states
     if loop is not None:
@@ -501,13 +509,13 @@ def fuses_lstm(activations, clip, direction, input_forget, P=None) -> bool:
 
 def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
-         hidden_size=None, input_forget=0, layout=0, derive=fresh, loop=None):
-    """LSTM, the weights' layouts by ``derive`` and the fused loop's steps by ``loop`` (see
-    :func:`_fused_lstm`)."""
+         hidden_size=None, input_forget=0, layout=0, derive=fresh, loop=None, project=None):
+    """LSTM, the weights' layouts by ``derive``, and the fused loop's steps by ``loop`` and its input
+    projection by ``project`` (see :func:`_fused_lstm`)."""
     fused = None
     if fuses_lstm(activations, clip, direction, input_forget, P):
         def fused(xp, X, W, R, B, states, dirs):
-            return _fused_lstm(xp, X, W, R, B, states, dirs, derive, loop)
+            return _fused_lstm(xp, X, W, R, B, states, dirs, derive, loop, project)
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h, initial_c], n_gates=4,
                        hidden_size=hidden_size, direction=direction, activations=activations,
                        acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"]),

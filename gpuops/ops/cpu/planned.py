@@ -92,6 +92,26 @@ def binding(domain: str, op_type: str) -> Callable | None:
     return _BINDINGS.get((domain, op_type))
 
 
+_BLAS_FREE: dict[tuple[str, str], Callable] = {}
+
+
+def blas_free(op_type: str, domain: str = ""):
+    """Register the decorated ``test(step, shape_of) -> bool`` for ``domain::op_type``, an op that may call
+    NumPy's BLAS (``gpuops.onnx.programs.BLAS_OPS``): whether a run of ``step`` at these shapes will not
+    (``shape_of(name)``: the value's (shape, dtype), or None where unknown). Where every such step says so,
+    the programs hold the BLAS at one thread and split their products across the native pool."""
+    def register(fn: Callable) -> Callable:
+        _BLAS_FREE[(domain, op_type)] = fn
+        return fn
+    return register
+
+
+def runs_blas_free(step, shape_of: Callable) -> bool:
+    """The registered :func:`blas_free` test of ``step`` (False where there is none)."""
+    test = _BLAS_FREE.get((step.domain, step.op_type))
+    return test is not None and bool(test(step, shape_of))
+
+
 def params(*values) -> np.ndarray:
     """A planned kernel's int64 parameters: ints as they are, floats as a double's bits (``param_float``
     in ``cpu_kernels/common.h``)."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import native
+import contextlib
+
+from ... import native, threads
 from ...registry import op
 from .. import rnn as _rnn
 from ..contrib import quantized as _ms_quantized
+from . import planned
 from ._common import Kept, frozen, on_host
 
 
@@ -76,6 +79,65 @@ def _native(name, batch: int, H: int, arrays):
     if not all(type(a) is np.ndarray and a.dtype == np.float32 for a in arrays):
         return None
     return native.function(name)
+
+
+_BLAS_SINGLE = threads.blas_single()
+_NO_BLOCK = contextlib.nullcontext()
+
+
+def _product(a, b):
+    """``a @ b`` of C-contiguous float32 matrices by the BLAS NumPy uses, split across the native pool
+    with the BLAS held at one thread (``program.c`` ``matmul_planned_f32``, as programs run their
+    products): NumPy's matmul would wake the BLAS's own threads, which then spin beside the native
+    kernels through the rest of the run. NumPy's matmul where that BLAS was not found."""
+    sgemm, fn = threads.blas_sgemm(), native.function("matmul_planned_f32")
+    if sgemm is None or fn is None or a.dtype != np.float32 or b.dtype != np.float32:
+        return np.matmul(a, b)
+    (M, K), N = a.shape, b.shape[1]
+    y = np.empty((M, N), np.float32)
+    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3])
+    with _BLAS_SINGLE if native.threads() > 1 else _NO_BLOCK:
+        native.call(fn, p.ctypes.data, native.ptr(a), native.ptr(b), native.ptr(y))
+    return y
+
+
+def _lstm_projection(derive):
+    """The fused LSTM's input projection (T, 4, D, batch, H) of host arrays: one :func:`_product` per
+    direction of the inputs (read backwards for a reverse direction), with a column of ones for the
+    bias, by the gates' weight (D, n + 1, 4H). None where it does not apply."""
+
+    def project(X, W, B, dirs):
+        if not all(type(a) is np.ndarray for a in (X, W) + (() if B is None else (B,))):
+            return None
+        T, batch, n = X.shape
+        D, H = len(dirs), W.shape[1] // 4
+        wt = derive("lstm rows W", lambda: _rnn._fused_weight(
+            np, np.concatenate([W, _rnn.lstm_bias(np, B, D, H, W.dtype)[:, :, None]], axis=2),
+            _rnn._LSTM_ORDER, _rnn._LSTM_SCALE, False))  # (D, n + 1, 4H)
+        xa = np.empty((D, T * batch, n + 1), X.dtype)
+        for d, rev in enumerate(dirs):
+            xa[d, :, :n] = (X[::-1] if rev else X).reshape(T * batch, n)
+        xa[..., n] = 1
+        y = np.stack([_product(xa[d], wt[d]) for d in range(D)])
+        return np.ascontiguousarray(np.transpose(y.reshape(D, T, batch, 4, H), (1, 3, 0, 2, 4)))
+
+    return project
+
+
+@planned.blas_free("LSTM")
+def _lstm_blas_free(step, shape_of) -> bool:
+    """An LSTM of float32 inputs that runs the fused steps in C with :func:`_lstm_projection`'s product."""
+    a, ins = step.attrs, list(step.inputs) + [""] * 8
+    if ins[4] or a.get("layout", 0) or not _rnn.fuses_lstm(a.get("activations"), a.get("clip"),
+                                                         a.get("direction", "forward"), a.get("input_forget", 0),
+                                                         ins[7] or None):
+        return False
+    x, r = shape_of(ins[0]), shape_of(ins[2])
+    if x is None or r is None or x[1] != np.float32 or r[1] != np.float32 or len(x[0]) != 3 or len(r[0]) != 3:
+        return False
+    if threads.blas_sgemm() is None or native.function("matmul_planned_f32") is None:
+        return False
+    return _native("lstm_f32", x[0][1], r[0][-1], ()) is not None
 
 
 def _lstm_loop(XW, RT, h0, c0):
@@ -165,7 +227,7 @@ def GRU(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_a
 
 def _run_lstm(kept, W, R, B, attrs):
     kw = {k: v for k, v in attrs.items() if k in _RNN_ATTRS + ("layout", "input_forget")}
-    _rnn.lstm(_host_xp(), _zero_input(W, attrs), W, R, B, **kw, derive=kept.get)
+    _rnn.lstm(_host_xp(), _zero_input(W, attrs), W, R, B, **kw, derive=kept.get, project=_lstm_projection(kept.get))
 
 
 @op("LSTM", since=1, device="cpu", prepare=_prepare(_run_lstm))
@@ -202,7 +264,7 @@ def _lstm_row(kept: RnnWeights, X, W, R, B, h0, c0):
     order, scale = _rnn._LSTM_ORDER, _rnn._LSTM_SCALE
     wt = kept.get("lstm row W", lambda: _rnn._fused_weight(np, W, order, scale, False)[0])  # (n, 4H)
     rt = kept.get("lstm fused R", lambda: _rnn._fused_weight(np, R, order, scale, False))  # (1, H, 4H)
-    xw = np.matmul(X.reshape(T, n), wt)  # (T, 4H): the fused loop's (T, 4, D, batch, H) for one row
+    xw = _product(np.ascontiguousarray(X.reshape(T, n)), wt)  # (T, 4H): the fused loop's (T, 4, D, batch, H)
     if B is not None:
         xw += kept.get("lstm row bias", lambda: _rnn._fused_weight(
             np, (B[:, :4 * H] + B[:, 4 * H:]).reshape(1, 4 * H, 1), order, scale, False)[0, 0])
@@ -226,8 +288,9 @@ def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
               direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=layout)
     if not on_host(X, W, R, B, sequence_lens, initial_h, initial_c, P):
         return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw)
-    return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw,
-                     derive=_derive(prepared, W, R, B), loop=_lstm_loop)
+    derive = _derive(prepared, W, R, B)
+    return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw, derive=derive, loop=_lstm_loop,
+                     project=_lstm_projection(derive))
 
 
 # -- com.microsoft DynamicQuantizeLSTM -----------------------------------------------------------
