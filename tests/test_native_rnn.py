@@ -224,3 +224,12 @@ def test_which_lstm_steps_leave_numpys_blas_alone():
     assert not free(step({}), {**shapes, "x": ((40, 8, 512), f32)})  # 8 rows of 512 units: NumPy's loop
     assert not free(step({}), {**shapes, "x": ((40, 1, 512), np.dtype(np.float64))})
     assert not free(step({}), {k: v for k, v in shapes.items() if k != "x"})  # shape unknown
+
+
+def test_the_split_threshold_is_the_kernels():
+    import re
+
+    header = (native.source_dir("cpu_kernels") / "pool_threads.h").read_text()
+    (work,) = re.findall(r"#define POOL_MIN_WORK (\d+)", header)
+    assert rnn.SPLIT_WORK == 2 * int(work)
+    assert "M * N * K >= 2 * POOL_MIN_WORK" in (native.source_dir("cpu_kernels") / "blas.h").read_text()

@@ -83,20 +83,22 @@ def _native(name, batch: int, H: int, arrays):
 
 _BLAS_SINGLE = threads.blas_single()
 _NO_BLOCK = contextlib.nullcontext()
+SPLIT_WORK = 2 * 262144  # multiply-adds from which blas.h splits a product (2 POOL_MIN_WORK, pool_threads.h)
 
 
 def _product(a, b):
     """``a @ b`` of C-contiguous float32 matrices by the BLAS NumPy uses, split across the native pool
     with the BLAS held at one thread (``program.c`` ``matmul_planned_f32``, as programs run their
     products): NumPy's matmul would wake the BLAS's own threads, which then spin beside the native
-    kernels through the rest of the run. NumPy's matmul where that BLAS was not found."""
+    kernels through the rest of the run (a product too small to split runs on the BLAS as it is, below
+    the sizes where it starts threads). NumPy's matmul where that BLAS was not found."""
     sgemm, fn = threads.blas_sgemm(), native.function("matmul_planned_f32")
     if sgemm is None or fn is None or a.dtype != np.float32 or b.dtype != np.float32:
         return np.matmul(a, b)
     (M, K), N = a.shape, b.shape[1]
     y = np.empty((M, N), np.float32)
     p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3])
-    with _BLAS_SINGLE if native.threads() > 1 else _NO_BLOCK:
+    with _BLAS_SINGLE if native.threads() > 1 and M * N * K >= SPLIT_WORK else _NO_BLOCK:
         native.call(fn, p.ctypes.data, native.ptr(a), native.ptr(b), native.ptr(y))
     return y
 
