@@ -131,6 +131,40 @@ def test_depthwise_conv_matches_numpy(seed, planes):
     assert checked > 20
 
 
+# The direct kernel (cpu_kernels/direct_conv.c): output channels in chunks of each size it takes (24, 16
+# and 8 with 16 lanes; 4 with 8, M padded to its multiple) and past them; output rows in blocks (3 at a
+# time with 8 lanes, the last block moved back to end at the map's end; maps of 1 and 2 rows), rows of
+# less than a vector (its store spilling into the next row), of one, and of several (the last vector
+# moved back). (C, M, H, W, kernel, strides, pads, dilations)
+DIRECT_SHAPES = [(3, 64, 47, 45, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),  # squeezenet's first conv, a smaller map
+                 (3, 8, 32, 30, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
+                 (1, 5, 9, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+                 (2, 6, 4, 19, (3, 2), (1, 2), (0, 1, 1, 0), (1, 1)),  # 2 output rows
+                 (4, 40, 1, 35, (1, 3), (1, 1), (0, 1, 0, 1), (1, 2)),  # 1 output row
+                 (3, 16, 20, 11, (3, 3), (2, 1), (2, 1, 1, 1), (2, 1)),  # rows of 11 cells
+                 (2, 1, 14, 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # rows of 6 cells (8 lanes only)
+                 (3, 33, 16, 8, (2, 2), (1, 1), (0, 0, 0, 0), (1, 1)),  # rows of 7 cells (8 lanes only)
+                 (4, 48, 13, 31, (3, 3), (3, 2), (1, 0, 2, 1), (1, 1))]
+
+
+@needs_cc
+@pytest.mark.parametrize("shape", DIRECT_SHAPES, ids=str)
+@pytest.mark.parametrize("clamp", [None, (0.0, np.inf), (-0.5, 0.75)])
+def test_direct_conv_matches_numpy(shape, clamp):
+    C, M, H, W, k, s, pads, d = shape
+    OW = (W + pads[1] + pads[3] - (k[1] - 1) * d[1] - 1) // s[1] + 1
+    if not conv._direct_fits(C, k[0] * k[1], OW):
+        pytest.skip(f"rows of {OW} cells take the GEMM with {native.vector_lanes()} lanes")
+    rng = np.random.default_rng(M * 100 + W)
+    for N, specials in ((1, False), (2, True)):
+        X = _input(rng, N, C, H, W, specials)
+        Wt = rng.standard_normal((M, C, *k)).astype(np.float32)
+        B = rng.standard_normal(M).astype(np.float32) if specials else None
+        y, ref = _both(conv.conv, X, Wt, B, strides=list(s), pads=list(pads), dilations=list(d), clamp_to=clamp)
+        assert y.shape == ref.shape and y.dtype == np.float32
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{shape} {clamp}")
+
+
 @needs_cc
 def test_strided_views_and_float16_inputs():
     """Non-contiguous inputs are made contiguous for the kernels; float16 takes the NumPy pool path and
