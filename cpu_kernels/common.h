@@ -26,23 +26,27 @@ static inline float param_float(const int64_t* p, int64_t k) {
 }
 
 static inline vfloat vload(const float* p) { vfloat v; memcpy(&v, p, sizeof v); return v; }
-static inline vfloat vmax(vfloat a, vfloat b) { const vint m = b > a; return (vfloat)((m & (vint)b) | (~m & (vint)a)); }
 
-/* min(max(a, lo), hi) as NumPy's maximum and minimum: NaN stays NaN (the activation epilogue of a
- * fused conv: Relu is [0, inf], Clip [min, max], none [-inf, inf]). On x86 one max and one min (x86's
- * take the second operand where either is NaN, a here), not a compare and a blend per bound: the
- * blends of AVX2 take 2-3 micro-ops on the ports of the multiply-adds. */
+/* vmax(a, b): b where b > a, else a (a NaN in a stays, one in b is dropped; of equal lanes, +0 and -0,
+ * a). vclamp(a, lo, hi): min(max(a, lo), hi) as NumPy's maximum and minimum, NaN staying NaN (the
+ * activation epilogue of a fused conv: Relu is [0, inf], Clip [min, max], none [-inf, inf]). On x86
+ * one max or min instruction per bound (x86's take the second operand where either is NaN or both are
+ * equal), not a compare and a blend: the blends of AVX2 take 2-3 micro-ops on the ports of the
+ * multiply-adds. */
 #if defined(__AVX512F__)
 #include <immintrin.h>
+static inline vfloat vmax(vfloat a, vfloat b) { return (vfloat)_mm512_max_ps((__m512)b, (__m512)a); }
 static inline vfloat vclamp(vfloat a, float lo, float hi) {
     return (vfloat)_mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), (__m512)a));
 }
 #elif defined(__AVX__)
 #include <immintrin.h>
+static inline vfloat vmax(vfloat a, vfloat b) { return (vfloat)_mm256_max_ps((__m256)b, (__m256)a); }
 static inline vfloat vclamp(vfloat a, float lo, float hi) {
     return (vfloat)_mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), (__m256)a));
 }
 #else
+static inline vfloat vmax(vfloat a, vfloat b) { const vint m = b > a; return (vfloat)((m & (vint)b) | (~m & (vint)a)); }
 static inline vfloat vclamp(vfloat a, float lo, float hi) {
     const vint below = a < lo, above = a > hi;
     a = (vfloat)((below & (vint)((vfloat){0} + lo)) | (~below & (vint)a));
