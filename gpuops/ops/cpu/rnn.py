@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import contextlib
-
 from ... import native, threads
 from ...registry import op
 from .. import rnn as _rnn
@@ -82,45 +80,56 @@ def _native(name, batch: int, H: int, arrays):
 
 
 _BLAS_SINGLE = threads.blas_single()
-_NO_BLOCK = contextlib.nullcontext()
 SPLIT_WORK = 2 * 262144  # multiply-adds from which blas.h splits a product (2 POOL_MIN_WORK, pool_threads.h)
+# multiply-adds from which a product by _product pays: below, NumPy's matmul took half the time (a 32-step
+# LSTM of 128 units, at 2 threads), and the BLAS's workers, if it woke them, spun through a short run
+PRODUCT_WORK = 8 * SPLIT_WORK
+_params: dict = {}  # (M, N, K) -> matmul_planned_f32's parameters
 
 
-def _product(a, b):
-    """``a @ b`` of C-contiguous float32 matrices by the BLAS NumPy uses, split across the native pool
-    with the BLAS held at one thread (``program.c`` ``matmul_planned_f32``, as programs run their
-    products): NumPy's matmul would wake the BLAS's own threads, which then spin beside the native
-    kernels through the rest of the run (a product too small to split runs on the BLAS as it is, below
-    the sizes where it starts threads). NumPy's matmul where that BLAS was not found."""
-    sgemm, fn = threads.blas_sgemm(), native.function("matmul_planned_f32")
-    if sgemm is None or fn is None or a.dtype != np.float32 or b.dtype != np.float32:
-        return np.matmul(a, b)
+def _product(a, b, out):
+    """``out = a @ b`` of C-contiguous float32 matrices. Above one thread and :data:`PRODUCT_WORK`, by the
+    BLAS NumPy uses split across the native pool with the BLAS held at one thread (``program.c``
+    ``matmul_planned_f32``, as programs run their products): NumPy's matmul would wake the BLAS's own
+    threads, which then spin beside the native kernels through the rest of the run. Else NumPy's."""
     (M, K), N = a.shape, b.shape[1]
-    y = np.empty((M, N), np.float32)
-    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3])
-    with _BLAS_SINGLE if native.threads() > 1 and M * N * K >= SPLIT_WORK else _NO_BLOCK:
-        native.call(fn, p.ctypes.data, native.ptr(a), native.ptr(b), native.ptr(y))
-    return y
+    sgemm, fn = threads.blas_sgemm(), native.function("matmul_planned_f32")
+    if M * N * K < PRODUCT_WORK or native.threads() == 1 or sgemm is None or fn is None:
+        np.matmul(a, b, out=out)
+        return
+    p = _params.get((M, N, K))
+    if p is None:
+        if len(_params) > 64:
+            _params.clear()
+        p = _params[(M, N, K)] = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3])
+    with _BLAS_SINGLE:
+        native.call(fn, p.ctypes.data, native.ptr(a), native.ptr(b), native.ptr(out))
 
 
 def _lstm_projection(derive):
-    """The fused LSTM's input projection (T, 4, D, batch, H) of host arrays: one :func:`_product` per
-    direction of the inputs (read backwards for a reverse direction), with a column of ones for the
-    bias, by the gates' weight (D, n + 1, 4H). None where it does not apply."""
+    """The fused LSTM's input projection (T, 4, D, batch, H) of float32 host arrays whose steps then run
+    in C, where :func:`_product` applies: one product per direction of the inputs (read backwards for a
+    reverse direction) with a column of ones for the bias, by the gates' weight (D, n + 1, 4H). None
+    elsewhere (the generic projection runs)."""
 
     def project(X, W, B, dirs):
-        if not all(type(a) is np.ndarray for a in (X, W) + (() if B is None else (B,))):
+        if type(B) is not np.ndarray and B is not None:
             return None
         T, batch, n = X.shape
         D, H = len(dirs), W.shape[1] // 4
+        if _native("lstm_f32", batch, H, (X, W)) is None or native.threads() == 1 or \
+                T * batch * (n + 1) * 4 * H < PRODUCT_WORK:
+            return None
         wt = derive("lstm rows W", lambda: _rnn._fused_weight(
             np, np.concatenate([W, _rnn.lstm_bias(np, B, D, H, W.dtype)[:, :, None]], axis=2),
             _rnn._LSTM_ORDER, _rnn._LSTM_SCALE, False))  # (D, n + 1, 4H)
-        xa = np.empty((D, T * batch, n + 1), X.dtype)
+        xa = np.empty((D, T * batch, n + 1), np.float32)
         for d, rev in enumerate(dirs):
             xa[d, :, :n] = (X[::-1] if rev else X).reshape(T * batch, n)
         xa[..., n] = 1
-        y = np.stack([_product(xa[d], wt[d]) for d in range(D)])
+        y = np.empty((D, T * batch, 4 * H), np.float32)
+        for d in range(D):
+            _product(xa[d], wt[d], y[d])
         return np.ascontiguousarray(np.transpose(y.reshape(D, T, batch, 4, H), (1, 3, 0, 2, 4)))
 
     return project
@@ -128,7 +137,7 @@ def _lstm_projection(derive):
 
 @planned.blas_free("LSTM")
 def _lstm_blas_free(step, shape_of) -> bool:
-    """An LSTM of float32 inputs that runs the fused steps in C with :func:`_lstm_projection`'s product."""
+    """An LSTM of float32 inputs whose steps run in C and whose projection is :func:`_lstm_projection`'s."""
     a, ins = step.attrs, list(step.inputs) + [""] * 8
     if ins[4] or a.get("layout", 0) or not _rnn.fuses_lstm(a.get("activations"), a.get("clip"),
                                                          a.get("direction", "forward"), a.get("input_forget", 0),
@@ -137,9 +146,10 @@ def _lstm_blas_free(step, shape_of) -> bool:
     x, r = shape_of(ins[0]), shape_of(ins[2])
     if x is None or r is None or x[1] != np.float32 or r[1] != np.float32 or len(x[0]) != 3 or len(r[0]) != 3:
         return False
+    (T, batch, n), H = x[0], r[0][-1]
     if threads.blas_sgemm() is None or native.function("matmul_planned_f32") is None:
         return False
-    return _native("lstm_f32", x[0][1], r[0][-1], ()) is not None
+    return _native("lstm_f32", batch, H, ()) is not None and T * batch * n * 4 * H >= PRODUCT_WORK
 
 
 def _lstm_loop(XW, RT, h0, c0):
@@ -266,7 +276,8 @@ def _lstm_row(kept: RnnWeights, X, W, R, B, h0, c0):
     order, scale = _rnn._LSTM_ORDER, _rnn._LSTM_SCALE
     wt = kept.get("lstm row W", lambda: _rnn._fused_weight(np, W, order, scale, False)[0])  # (n, 4H)
     rt = kept.get("lstm fused R", lambda: _rnn._fused_weight(np, R, order, scale, False))  # (1, H, 4H)
-    xw = _product(np.ascontiguousarray(X.reshape(T, n)), wt)  # (T, 4H): the fused loop's (T, 4, D, batch, H)
+    xw = np.empty((T, 4 * H), np.float32)  # the fused loop's (T, 4, D, batch, H) for one row
+    _product(np.ascontiguousarray(X.reshape(T, n)), wt, xw)
     if B is not None:
         xw += kept.get("lstm row bias", lambda: _rnn._fused_weight(
             np, (B[:, :4 * H] + B[:, 4 * H:]).reshape(1, 4 * H, 1), order, scale, False)[0, 0])
