@@ -599,6 +599,43 @@ def test_an_8_bit_cnn_runs_as_one_program():
 
 
 @pytest.mark.parametrize("signed", [False, True])
+def test_an_8_bit_mlp_runs_as_one_program(signed):
+    # QLinearMatMul's product in the program, bit for bit the op's: A's zero point a constant, the weight's
+    # scale per column in one layer; a zero point computed at run time keeps its node out of the program
+    rng = np.random.default_rng(15)
+    a_t, w_t = (np.int8, np.int8) if signed else (np.uint8, np.uint8)
+    lo, hi = (-128, 128) if signed else (0, 256)
+    d = 96
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(7, a_t), "z"),
+             numpy_helper.from_array(np.array(0.003, np.float32), "ws0"),
+             numpy_helper.from_array((rng.random(d) * 0.004 + 0.001).astype(np.float32), "ws1")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q0"])]
+    for i in range(2):
+        inits.append(numpy_helper.from_array(rng.integers(lo, hi, (d, d)).astype(w_t), f"w{i}"))
+        inits.append(numpy_helper.from_array(np.array(3, w_t), f"wz{i}"))
+        nodes.append(helper.make_node("QLinearMatMul", [f"q{i}", "s", "z", f"w{i}", f"ws{i}", f"wz{i}", "s", "z"],
+                                      [f"q{i + 1}"]))
+    nodes.append(helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [6, d])],
+                              [helper.make_tensor_value_info("y", F, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = (rng.standard_normal((6, d)) * 4).astype(np.float32)  # (DequantizeLinear: native from 512 values)
+    got, want, sig = _runs(m, {"x": x}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == len(nodes)
+    # DynamicQuantizeLinear's zero point is a run-time value: that product runs as its own step
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q0", "xs", "xz"]),
+             helper.make_node("QLinearMatMul", ["q0", "xs", "xz", "w0", "ws0", "wz0", "s", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["y"])]
+    if not signed:
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [6, d])],
+                                  [helper.make_tensor_value_info("y", F, None)], inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        got, want, sig = _runs(m, {"x": x}, optimize="basic")
+        _same(got, want)
+
+
+@pytest.mark.parametrize("signed", [False, True])
 def test_integer_convs_run_in_the_program(signed):
     """ConvInteger (quantize_dynamic's convs) in a program: the zero point DynamicQuantizeLinear makes read
     at run time, a constant one, and none; the bits of the nodes run one by one."""

@@ -813,6 +813,23 @@ def _qgemm_step(step, operands):
     return planned.NativeStep(plan.shape, (planned.Call(fn, q, 0),), holds=(q, plan), dtype=plan.dtype)
 
 
+@planned.planned("QLinearMatMul")
+def _qlinear_matmul_step(step, operands):
+    """The op's 8-bit product over the plan its recording run kept for A's shape and these very constants
+    (:func:`QLinearMatMul`), A's zero point a constant."""
+    a, kept = operands[0], step.prepared
+    za = operands[2] if len(operands) > 2 else None
+    if not _bytes_operand(a) or kept is None or not kept.fits(operands[3], operands[5]) or \
+            (za is not None and not _one_zero_point(za, a)):
+        return None
+    plan = _kept_plan(kept, "8-bit", a, tuple(operands[i] for i in (1, 4, 5, 6, 7)))
+    fn = planned.kernel("qgemm_planned_8")
+    if plan is None or fn is None:
+        return None
+    q = planned.params(plan.p, 0 if za is None else za.ctypes.data, 0)
+    return planned.NativeStep(plan.shape, (planned.Call(fn, q, 0),), holds=(q, plan, za), dtype=plan.dtype)
+
+
 @planned.planned("DynamicQuantizeMatMul", MS)
 def _dynamic_quantize_matmul_step(step, operands):
     """The op's two kernels in one call, over the plan its recording run kept for A's shape and these very
