@@ -258,7 +258,7 @@ int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask,
     uint8_t* masked = kind >= 3 ? (uint8_t*)(qkv + rows * hidden) : NULL;
     for (int64_t i = 0; i < masked_n; ++i) masked[i] = mask[i] <= 0;  /* as the op: mask <= 0 */
     blas_product_parts((intptr_t)p[0], p[1], (intptr_t)p[16], (intptr_t)p[17], 0, rows, hidden, D, 1.0f, x, w, hidden,
-                       qkv);
+                       qkv, hidden);
     if (bias)
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < hidden; ++j) qkv[r * hidden + j] += bias[j];

@@ -40,7 +40,7 @@ static inline void blas_product(intptr_t sgemm, int64_t ilp64, intptr_t sgemv, i
 
 typedef struct {
     intptr_t sgemm, sgemv;
-    int64_t ilp64, trans_b, M, N, K, ldb, by_rows;
+    int64_t ilp64, trans_b, M, N, K, ldb, ldy, by_rows;
     float alpha;
     const float *a, *b;
     float* y;
@@ -54,26 +54,26 @@ static void blas_product_part(void* ctx, int64_t part, int64_t parts) {
         pool_range(p->M, 1, part, parts, &lo, &hi);
         if (lo < hi)
             blas_product(p->sgemm, p->ilp64, p->sgemv, p->trans_b, hi - lo, p->N, p->K, p->alpha, p->a + lo * p->K,
-                         p->b, p->ldb, p->y + lo * p->N, p->N);
+                         p->b, p->ldb, p->y + lo * p->ldy, p->ldy);
     } else {
         pool_range(p->N, 16, part, parts, &lo, &hi);
         if (lo < hi)
             blas_product(p->sgemm, p->ilp64, p->sgemv, p->trans_b, p->M, hi - lo, p->K, p->alpha, p->a,
-                         p->b + (p->trans_b ? lo * p->ldb : lo), p->ldb, p->y + lo, p->N);
+                         p->b + (p->trans_b ? lo * p->ldb : lo), p->ldb, p->y + lo, p->ldy);
     }
 }
 
-/* blas_product (y's rows N apart), split across the kernels' pool (pool_threads.h) while the BLAS runs on
+/* blas_product, split across the kernels' pool (pool_threads.h) while the BLAS runs on
  * one thread (its openblas_get_num_threads, `count`, says 1: native programs hold it so where nothing else
  * in the run wakes its workers, gpuops/onnx/programs.py), a part per thread, when each gets POOL_MIN_WORK
  * multiply-adds: the rows when a has more than b's columns, else the columns (each part's BLAS call packs
  * the operand it does not split). */
 static inline void blas_product_parts(intptr_t sgemm, int64_t ilp64, intptr_t sgemv, intptr_t count, int64_t trans_b,
                                       int64_t M, int64_t N, int64_t K, float alpha, const float* a, const float* b,
-                                      int64_t ldb, float* y) {
+                                      int64_t ldb, float* y, int64_t ldy) {
     const int64_t by_rows = M > N, units = by_rows ? M : N / 16;
     const int64_t t = count && ((int (*)(void))count)() == 1 ? pool_get_threads() : 1;
-    BlasProduct p = {sgemm, sgemv, ilp64, trans_b, M, N, K, ldb, by_rows, alpha, a, b, y};
+    BlasProduct p = {sgemm, sgemv, ilp64, trans_b, M, N, K, ldb, ldy, by_rows, alpha, a, b, y};
     const int64_t parts = t > 1 && M * N * K >= 2 * POOL_MIN_WORK ? (units < t ? units : t) : 1;
     pool_run(blas_product_part, &p, parts > 1 ? parts : 1);
 }

@@ -138,19 +138,20 @@ int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float
 
 /* A matrix product by the BLAS NumPy uses (its cblas_sgemm, found at plan time): p = {sgemm, int64 (its
  * integers are 64-bit), M, N, K, transB, b (a constant's address, or 0: the step's b), alpha (param_float),
- * sgemv, openblas_get_num_threads (or 0)}: y (M x N) = alpha a (M x K) b (K x N, or N x K with transB), all
- * row-major and contiguous. One row (M = 1) goes to cblas_sgemv, as NumPy's matmul sends it: sgemm would
- * pack all of b for it. Split across the kernels' pool while the BLAS runs on one thread (blas.h). */
+ * sgemv, openblas_get_num_threads (or 0), ldy (0: N)}: y (M x N, rows ldy apart) = alpha a (M x K) b (K x N,
+ * or N x K with transB), a and b row-major and contiguous. One row (M = 1) goes to cblas_sgemv, as NumPy's
+ * matmul sends it: sgemm would pack all of b for it. Split across the kernels' pool while the BLAS runs on
+ * one thread (blas.h). */
 int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
-    const int64_t M = p[2], N = p[3], K = p[4], tb = p[5];
+    const int64_t M = p[2], N = p[3], K = p[4], tb = p[5], ldy = p[10] ? p[10] : N;
     if (p[6]) b = (const float*)(intptr_t)p[6];
     if (!M || !N) return 0;
     if (!K) {
-        memset(y, 0, sizeof(float) * (size_t)(M * N));
+        for (int64_t r = 0; r < M; ++r) memset(y + r * ldy, 0, sizeof(float) * (size_t)N);
         return 0;
     }
     blas_product_parts((intptr_t)p[0], p[1], (intptr_t)p[8], (intptr_t)p[9], tb, M, N, K, param_float(p, 7), a, b,
-                       tb ? K : N, y);
+                       tb ? K : N, y, ldy);
     return 0;
 }
 

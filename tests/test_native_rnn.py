@@ -189,23 +189,27 @@ def test_a_session_step_keeps_the_weight_layouts(op):
 
 @needs_cc
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("M, K, N", [(40, 513, 2048), (1, 4096, 1100), (32, 65, 512), (7, 0, 5), (300, 20, 8)])
-def test_the_projections_product_within_its_bound(threads, M, K, N):
-    # large products split across the pool with the BLAS at one thread, small ones NumPy's: each element
+@pytest.mark.parametrize("D, rows, K, H", [(2, 40, 513, 512), (1, 1, 4096, 1100), (2, 32, 65, 128), (1, 7, 0, 5),
+                                           (2, 300, 20, 8)])
+def test_the_projections_product_within_its_bound(threads, D, rows, K, H):
+    # (1, D, rows, K) @ (4, D, K, H) into a strided output, as the fused projection calls it: large products
+    # one per gate and direction on the pool with the BLAS at one thread, small ones NumPy's; each element
     # a sum of K products
-    rng = np.random.default_rng(M + K + N)
-    a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
-    y = np.full((M, N), np.nan, np.float32)
+    rng = np.random.default_rng(rows + K + H)
+    a, b = rng.standard_normal((1, D, rows, K)).astype(np.float32), rng.standard_normal((4, D, K, H)).astype(np.float32)
+    y = np.full((rows, 4, D, H), np.nan, np.float32)
     before = native.threads()
     native.set_threads(threads)
     try:
-        rnn._product(a, b, y)
+        got = rnn._projection_matmul(a, b, out=np.permute_dims(y, (1, 2, 0, 3)))
     finally:
         native.set_threads(before)
+    assert got.base is y or got.base is y.base or np.shares_memory(got, y)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     u = np.finfo(np.float32).eps / 2
     gamma = K * u / (1 - K * u)
-    assert np.all(np.abs(y - exact) <= gamma * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-30)
+    got = np.permute_dims(y, (1, 2, 0, 3))
+    assert np.all(np.abs(got - exact) <= gamma * (np.abs(a).astype(np.float64) @ np.abs(b)) + 1e-30)
 
 
 @needs_cc
@@ -225,7 +229,7 @@ def test_which_lstm_steps_leave_numpys_blas_alone():
     assert not free(step({}), {**shapes, "x": ((40, 8, 512), f32)})  # 8 rows of 512 units: NumPy's loop
     assert not free(step({}), {**shapes, "x": ((40, 1, 512), np.dtype(np.float64))})
     assert not free(step({}), {k: v for k, v in shapes.items() if k != "x"})  # shape unknown
-    small = {"x": ((32, 1, 64), f32), "W": ((2, 512, 64), f32), "R": ((2, 512, 128), f32)}
+    small = {"x": ((32, 1, 64), f32), "W": ((2, 512, 64), f32), "R": ((2, 512, 128), f32)}  # 266k a product
     assert not free(step({"direction": "bidirectional"}), small)  # NumPy's projection: too small to pay
 
 

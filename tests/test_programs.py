@@ -428,7 +428,7 @@ def test_an_lstm_whose_steps_run_in_c_lets_the_programs_hold_the_blas(threads):
     at one thread; with sequence_lens the LSTM runs NumPy's loop, and the products stay whole. The
     outputs are those of the session without programs."""
     rng = np.random.default_rng(12)
-    I, H, T = 128, 512, 20  # projections of 5M multiply-adds a direction: on the pool (rnn.PRODUCT_WORK)
+    I, H, T = 128, 512, 20  # the projection's products of 1.3M multiply-adds: on the pool (rnn.PRODUCT_WORK)
     f = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype(np.float32)  # noqa: E731
     W, R, B, G = f(2, 4 * H, I, s=I ** -0.5), f(2, 4 * H, H, s=H ** -0.5), f(2, 8 * H), f(2 * H, 30)
     shape = helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([T, 2 * H])))

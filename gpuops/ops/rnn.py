@@ -263,11 +263,13 @@ def _fused_weight(xp, M, order, scale, gate_major: bool):
     return xp.reshape(M, (G, D, n, H) if gate_major else (D, n, G * H))
 
 
-def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag, derive=fresh):
+def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag, derive=fresh, matmul=None):
     """``X @ W^T + bias(B)`` of every step in step order (a reverse direction reads X backwards),
     laid out (T, G, D, batch, H) so that each step's slice is one contiguous block. ``bias(B)`` (B may
     be None) is the (D, G*H) bias: it joins the weight (``derive``'d under ``tag``) as a last input
-    column of ones."""
+    column of ones. ``matmul`` (default ``xp.matmul``) multiplies (1, D, T*batch, n+1) by that weight
+    (G, D, n+1, H), into ``out`` when given."""
+    matmul = matmul or xp.matmul
     T, batch, n_in = X.shape
     D, G = len(dirs), len(order)
     H = W.shape[1] // G
@@ -284,9 +286,9 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag, derive=fresh):
     Xa = xp.reshape(Xa, (1, D, T * batch, n_in + 1))
     XW = xp.empty((T, G, D, batch, H), dtype=X.dtype)
     if batch == 1:  # the GEMM writes there directly
-        xp.matmul(Xa, WT, out=xp.permute_dims(XW[:, :, :, 0], (1, 2, 0, 3)))
+        matmul(Xa, WT, out=xp.permute_dims(XW[:, :, :, 0], (1, 2, 0, 3)))
     else:
-        XW[...] = xp.permute_dims(xp.reshape(xp.matmul(Xa, WT), (G, D, T, batch, H)), (2, 0, 1, 3, 4))
+        XW[...] = xp.permute_dims(xp.reshape(matmul(Xa, WT), (G, D, T, batch, H)), (2, 0, 1, 3, 4))
     return XW
 
 
@@ -297,21 +299,19 @@ def lstm_bias(xp, B, D: int, H: int, dtype):
     return xp.zeros((D, 4 * H), dtype=dtype) if B is None else B[:, :4 * H] + B[:, 4 * H:]
 
 
-def _fused_lstm(xp, X, W, R, B, states, dirs, derive=fresh, loop=None, project=None):
+def _fused_lstm(xp, X, W, R, B, states, dirs, derive=fresh, loop=None, matmul=None):
     """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
     input_forget. Per step: one GEMM per direction, then eight elementwise ops writing into
     preallocated buffers; the first moves the gates into the gate-major work buffer, where every
     later operand is one contiguous block. ``loop(XW, RT, h0, c0)``, when given, may run the steps
-    instead (returning ``(Y, [h, c])``, or None where it does not apply); ``project(X, W, B, dirs)``
-    may compute the input projection ``XW`` (T, 4, D, batch, H) instead (or return None)."""
+    instead (returning ``(Y, [h, c])``, or None where it does not apply); ``matmul`` is the input
+    projection's product (:func:`_fused_projection`)."""
     T, batch, _ = X.shape
     D, H = len(dirs), R.shape[-1]
     dt = X.dtype
     RT = derive("lstm fused R", lambda: _fused_weight(xp, R, _LSTM_ORDER, _LSTM_SCALE, False))  # (D, H, 4H)
-    XW = None if project is None else project(X, W, B, dirs)
-    if XW is None:
-        XW = _fused_projection(xp, X, W, B, lambda B: lstm_bias(xp, B, D, H, dt), dirs, _LSTM_ORDER, _LSTM_SCALE,
-                               "lstm fused W", derive)
+    XW = _fused_projection(xp, X, W, B, lambda B: lstm_bias(xp, B, D, H, dt), dirs, _LSTM_ORDER, _LSTM_SCALE,
+                           "lstm fused W", derive, matmul)
 
     h0, c0 = states
     if loop is not None:
@@ -509,13 +509,13 @@ def fuses_lstm(activations, clip, direction, input_forget, P=None) -> bool:
 
 def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
-         hidden_size=None, input_forget=0, layout=0, derive=fresh, loop=None, project=None):
+         hidden_size=None, input_forget=0, layout=0, derive=fresh, loop=None, matmul=None):
     """LSTM, the weights' layouts by ``derive``, and the fused loop's steps by ``loop`` and its input
-    projection by ``project`` (see :func:`_fused_lstm`)."""
+    projection's product by ``matmul`` (see :func:`_fused_lstm`)."""
     fused = None
     if fuses_lstm(activations, clip, direction, input_forget, P):
         def fused(xp, X, W, R, B, states, dirs):
-            return _fused_lstm(xp, X, W, R, B, states, dirs, derive, loop, project)
+            return _fused_lstm(xp, X, W, R, B, states, dirs, derive, loop, matmul)
     return _recurrence(xp, X, W, R, B, sequence_lens, [initial_h, initial_c], n_gates=4,
                        hidden_size=hidden_size, direction=direction, activations=activations,
                        acts=(activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"]),

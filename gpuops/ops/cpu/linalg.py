@@ -143,7 +143,7 @@ def _product(A, B, trans_b: bool, alpha: float = 1.0):
         return None
     M = math.prod(A.shape[:-1])
     p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), B.ctypes.data if const else 0, float(alpha),
-                       sgemm[2], sgemm[3])
+                       sgemm[2], sgemm[3], 0)
     return planned.Call(fn, p, 0, None if const else 1), A.shape[:-1] + (N,), (p, B)
 
 

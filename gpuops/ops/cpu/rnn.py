@@ -81,63 +81,65 @@ def _native(name, batch: int, H: int, arrays):
 
 _BLAS_SINGLE = threads.blas_single()
 SPLIT_WORK = 2 * 262144  # multiply-adds from which blas.h splits a product (2 POOL_MIN_WORK, pool_threads.h)
-# multiply-adds from which a product by _product pays: below, NumPy's matmul took half the time (a 32-step
+# multiply-adds from which a product by the pool pays: below, NumPy's matmul took half the time (a 32-step
 # LSTM of 128 units, at 2 threads), and the BLAS's workers, if it woke them, spun through a short run
-PRODUCT_WORK = 8 * SPLIT_WORK
-_params: dict = {}  # (M, N, K) -> matmul_planned_f32's parameters
+PRODUCT_WORK = 2 * SPLIT_WORK
+_params: dict = {}  # (M, N, K, ldy) -> matmul_planned_f32's parameters
 
 
-def _product(a, b, out):
-    """``out = a @ b`` of C-contiguous float32 matrices. Above one thread and :data:`PRODUCT_WORK`, by the
-    BLAS NumPy uses split across the native pool with the BLAS held at one thread (``program.c``
-    ``matmul_planned_f32``, as programs run their products): NumPy's matmul would wake the BLAS's own
-    threads, which then spin beside the native kernels through the rest of the run. Else NumPy's."""
+def _poolable(M: int, N: int, K: int) -> bool:
+    """Whether an M x K x N product goes to :func:`_product`'s pool above one thread (at one, NumPy's matmul
+    runs it, the BLAS held at one thread by the session)."""
+    return M * N * K >= PRODUCT_WORK and threads.blas_sgemm() is not None and \
+        native.function("matmul_planned_f32") is not None
+
+
+def _pooled(M: int, N: int, K: int) -> bool:
+    return native.threads() > 1 and _poolable(M, N, K)
+
+
+def _product(a, b, out) -> None:
+    """``out = a @ b``: a (M x K) and b (K x N) C-contiguous float32, out's rows contiguous (any distance
+    apart), by the BLAS NumPy uses split across the native pool while the BLAS is held at one thread
+    (``program.c`` ``matmul_planned_f32``, as programs run their products; the caller holds
+    ``_BLAS_SINGLE``): NumPy's matmul would wake the BLAS's own threads, which then spin beside the
+    native kernels through the rest of the run."""
     (M, K), N = a.shape, b.shape[1]
-    sgemm, fn = threads.blas_sgemm(), native.function("matmul_planned_f32")
-    if M * N * K < PRODUCT_WORK or native.threads() == 1 or sgemm is None or fn is None:
-        np.matmul(a, b, out=out)
-        return
-    p = _params.get((M, N, K))
+    ldy = out.strides[0] // 4 if M > 1 else N
+    key = (M, N, K, ldy)
+    p = _params.get(key)
     if p is None:
         if len(_params) > 64:
             _params.clear()
-        p = _params[(M, N, K)] = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3])
+        sgemm = threads.blas_sgemm()
+        p = _params[key] = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3], ldy)
+    if out.dtype != np.float32 or out.strides[1] != 4 or out.shape != (M, N):
+        raise TypeError(f"a product's output must be float32 ({M}, {N}) with contiguous rows")
+    native.call(native.function("matmul_planned_f32"), p.ctypes.data, native.ptr(a), native.ptr(b),
+                out.ctypes.data)
+
+
+def _projection_matmul(xa, wt, out=None):
+    """``np.matmul(xa, wt, out=out)`` of the fused LSTM's input projection (``ops.rnn._fused_projection``:
+    xa (1, D, rows, n + 1), wt (G, D, n + 1, H) C-contiguous float32, out (G, D, rows, H)), one
+    :func:`_product` per gate and direction where the products are large enough for the pool."""
+    G, D, K, H = wt.shape
+    rows = xa.shape[2]
+    if not (xa.dtype == wt.dtype == np.float32 and xa.flags.c_contiguous and wt.flags.c_contiguous) or \
+            not _pooled(rows, H, K):
+        return np.matmul(xa, wt, out=out)
+    if out is None:
+        out = np.empty((G, D, rows, H), np.float32)
     with _BLAS_SINGLE:
-        native.call(fn, p.ctypes.data, native.ptr(a), native.ptr(b), native.ptr(out))
-
-
-def _lstm_projection(derive):
-    """The fused LSTM's input projection (T, 4, D, batch, H) of float32 host arrays whose steps then run
-    in C, where :func:`_product` applies: one product per direction of the inputs (read backwards for a
-    reverse direction) with a column of ones for the bias, by the gates' weight (D, n + 1, 4H). None
-    elsewhere (the generic projection runs)."""
-
-    def project(X, W, B, dirs):
-        if type(B) is not np.ndarray and B is not None:
-            return None
-        T, batch, n = X.shape
-        D, H = len(dirs), W.shape[1] // 4
-        if _native("lstm_f32", batch, H, (X, W)) is None or native.threads() == 1 or \
-                T * batch * (n + 1) * 4 * H < PRODUCT_WORK:
-            return None
-        wt = derive("lstm rows W", lambda: _rnn._fused_weight(
-            np, np.concatenate([W, _rnn.lstm_bias(np, B, D, H, W.dtype)[:, :, None]], axis=2),
-            _rnn._LSTM_ORDER, _rnn._LSTM_SCALE, False))  # (D, n + 1, 4H)
-        xa = np.empty((D, T * batch, n + 1), np.float32)
-        for d, rev in enumerate(dirs):
-            xa[d, :, :n] = (X[::-1] if rev else X).reshape(T * batch, n)
-        xa[..., n] = 1
-        y = np.empty((D, T * batch, 4 * H), np.float32)
-        for d in range(D):
-            _product(xa[d], wt[d], y[d])
-        return np.ascontiguousarray(np.transpose(y.reshape(D, T, batch, 4, H), (1, 3, 0, 2, 4)))
-
-    return project
+        for g in range(G):
+            for d in range(D):
+                _product(xa[0, d], wt[g, d], out[g, d])
+    return out
 
 
 @planned.blas_free("LSTM")
 def _lstm_blas_free(step, shape_of) -> bool:
-    """An LSTM of float32 inputs whose steps run in C and whose projection is :func:`_lstm_projection`'s."""
+    """An LSTM of float32 inputs whose steps run in C and whose projection's products run on the pool."""
     a, ins = step.attrs, list(step.inputs) + [""] * 8
     if ins[4] or a.get("layout", 0) or not _rnn.fuses_lstm(a.get("activations"), a.get("clip"),
                                                          a.get("direction", "forward"), a.get("input_forget", 0),
@@ -147,9 +149,7 @@ def _lstm_blas_free(step, shape_of) -> bool:
     if x is None or r is None or x[1] != np.float32 or r[1] != np.float32 or len(x[0]) != 3 or len(r[0]) != 3:
         return False
     (T, batch, n), H = x[0], r[0][-1]
-    if threads.blas_sgemm() is None or native.function("matmul_planned_f32") is None:
-        return False
-    return _native("lstm_f32", batch, H, ()) is not None and T * batch * n * 4 * H >= PRODUCT_WORK
+    return _native("lstm_f32", batch, H, ()) is not None and _poolable(T * batch, H, n + 1)
 
 
 def _lstm_loop(XW, RT, h0, c0):
@@ -239,7 +239,7 @@ def GRU(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_a
 
 def _run_lstm(kept, W, R, B, attrs):
     kw = {k: v for k, v in attrs.items() if k in _RNN_ATTRS + ("layout", "input_forget")}
-    _rnn.lstm(_host_xp(), _zero_input(W, attrs), W, R, B, **kw, derive=kept.get, project=_lstm_projection(kept.get))
+    _rnn.lstm(_host_xp(), _zero_input(W, attrs), W, R, B, **kw, derive=kept.get)
 
 
 @op("LSTM", since=1, device="cpu", prepare=_prepare(_run_lstm))
@@ -276,8 +276,13 @@ def _lstm_row(kept: RnnWeights, X, W, R, B, h0, c0):
     order, scale = _rnn._LSTM_ORDER, _rnn._LSTM_SCALE
     wt = kept.get("lstm row W", lambda: _rnn._fused_weight(np, W, order, scale, False)[0])  # (n, 4H)
     rt = kept.get("lstm fused R", lambda: _rnn._fused_weight(np, R, order, scale, False))  # (1, H, 4H)
-    xw = np.empty((T, 4 * H), np.float32)  # the fused loop's (T, 4, D, batch, H) for one row
-    _product(np.ascontiguousarray(X.reshape(T, n)), wt, xw)
+    x = X.reshape(T, n)  # (T, 4H): the fused loop's (T, 4, D, batch, H) for one row
+    if _pooled(T, 4 * H, n):
+        xw = np.empty((T, 4 * H), np.float32)
+        with _BLAS_SINGLE:
+            _product(np.ascontiguousarray(x), wt, xw)
+    else:
+        xw = np.matmul(x, wt)
     if B is not None:
         xw += kept.get("lstm row bias", lambda: _rnn._fused_weight(
             np, (B[:, :4 * H] + B[:, 4 * H:]).reshape(1, 4 * H, 1), order, scale, False)[0, 0])
@@ -301,9 +306,8 @@ def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
               direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=layout)
     if not on_host(X, W, R, B, sequence_lens, initial_h, initial_c, P):
         return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw)
-    derive = _derive(prepared, W, R, B)
-    return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw, derive=derive, loop=_lstm_loop,
-                     project=_lstm_projection(derive))
+    return _rnn.lstm(xp, X, W, R, B, sequence_lens, initial_h, initial_c, P, **kw,
+                     derive=_derive(prepared, W, R, B), loop=_lstm_loop, matmul=_projection_matmul)
 
 
 # -- com.microsoft DynamicQuantizeLSTM -----------------------------------------------------------
