@@ -20,7 +20,7 @@ import numpy as np
 from ...errors import NodeError
 from ...registry import op
 from ..windows import check_bias, check_conv_output, conv_geometry, spatial_attrs
-from ._launch import contiguous, f32, generic, i32, i64, launch, on_device, optional
+from ._launch import NULL, contiguous, f32, generic, i32, i64, launch, on_device, optional
 from .quantize import int_matmul, requantize
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
@@ -86,23 +86,28 @@ class _ConvShape:
 
 
 def _gemm_chunks(xp, X, W, g: _ConvShape, t: str, gemm):
-    """Yields ``(n0, n, T)``: the convolution of images ``n0 .. n0 + n`` as ``T [M, n, O]`` =
-    ``gemm(W [G, M/G, C/G*K], col [G, C/G*K, n*O])``, one GEMM per group over all the chunk's images
-    (cuBLAS runs one large GEMM far faster than a batch of per-image ones). ``col`` comes from the
-    im2col kernel (X itself for a 1x1 convolution of one image); chunks of images keep it within
-    ``_COL_BYTES``."""
+    """Yields ``(n0, n, R)``: the convolution of images ``n0 .. n0 + n`` as ``R [G, M/G, n*O]`` (that is
+    ``[M, n, O]``) = ``gemm(W [G, M/G, C/G*K], col [G, C/G*K, n*O])``, one GEMM per group over all the
+    chunk's images (cuBLAS runs one large GEMM far faster than a batch of per-image ones). ``col``
+    comes from the im2col kernel (X itself for a 1x1 convolution of one image); chunks of images keep
+    it within ``_COL_BYTES``."""
     N, C, G, Cg, O, K = g.N, g.C, g.G, g.Cg, g.O, g.K
     Wg = xp.reshape(W, (G, g.M // G, Cg * K))
     if g.pointwise and N == 1:
-        yield 0, 1, xp.reshape(gemm(Wg, xp.reshape(X, (G, Cg, O))), (g.M, 1, O))
+        yield 0, 1, gemm(Wg, xp.reshape(X, (G, Cg, O)))
         return
     chunk = max(1, min(N, _COL_BYTES // max(1, C * K * O * X.itemsize)))
+    if chunk == N:  # (the common case: no views of a buffer)
+        col = xp.empty((C * K, N, O), dtype=X.dtype)
+        launch("conv.cu", f"im2col<{t}>", X, col.size, (X, col, i64(col.size), i32(N), i32(C), *g.args))
+        yield 0, N, gemm(Wg, xp.reshape(col, (G, Cg * K, N * O)))
+        return
     buf = xp.empty(C * K * chunk * O, dtype=X.dtype)
     for n0 in range(0, N, chunk):
         n = min(chunk, N - n0)
         col = xp.reshape(buf[:C * K * n * O], (C * K, n, O))
         launch("conv.cu", f"im2col<{t}>", X, col.size, (X[n0:n0 + n], col, i64(col.size), i32(n), i32(C), *g.args))
-        yield n0, n, xp.reshape(gemm(Wg, xp.reshape(col, (G, Cg * K, n * O))), (g.M, n, O))
+        yield n0, n, gemm(Wg, xp.reshape(col, (G, Cg * K, n * O)))
 
 
 def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
@@ -126,17 +131,20 @@ def conv(xp, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel
         launch("conv.cu", f"depthwise_conv<{t}>", X, Y.size, (X, W, optional(xp, B), Y, i64(Y.size), i32(g.C),
                                                               i32(g.M), *g.args, i32(code), f32(alpha), f32(beta)))
         return Y
-    Z = None if Z is None else contiguous(xp, Z)
-    Y = None if g.N == 1 else xp.empty(g.y_shape, dtype=X.dtype)
-    for n0, n, T in _gemm_chunks(xp, X, W, g, t, xp.matmul):
-        if Y is None and B is None and Z is None and not code:  # one image, nothing to add: T is Y
-            return xp.reshape(T, g.y_shape)
-        out = T if Y is None else Y[n0:n0 + n]  # one image: in place
-        launch("conv.cu", f"conv_epilogue<{t}>", out, out.size,
-               (T, optional(xp, B), optional(xp, None if Z is None else Z[n0:n0 + n]), out, i64(out.size), i32(n),
-                i32(g.M), i64(g.O), i32(code), f32(alpha), f32(beta)))
-        if Y is None:
-            return xp.reshape(T, g.y_shape)
+    if g.N == 1:  # the epilogue in place, when there is one
+        ((_, _, R),) = _gemm_chunks(xp, X, W, g, t, xp.matmul)
+        if B is not None or Z is not None or code:
+            launch("conv.cu", f"conv_epilogue<{t}>", R, R.size, (R, optional(xp, B), optional(xp, Z), R, i64(R.size),
+                                                                i32(1), i32(g.M), i64(g.O), i32(code), f32(alpha),
+                                                                f32(beta)))
+        return xp.reshape(R, g.y_shape)
+    B, Z = optional(xp, B), optional(xp, Z)
+    Y = xp.empty(g.y_shape, dtype=X.dtype)
+    for n0, n, R in _gemm_chunks(xp, X, W, g, t, xp.matmul):  # R [M, n, O] written out as Y's [n, M, O]
+        out = Y if n == g.N else Y[n0:n0 + n]
+        z = Z if Z is NULL or n == g.N else Z[n0:n0 + n]
+        launch("conv.cu", f"conv_epilogue<{t}>", out, out.size, (R, B, z, out, i64(out.size), i32(n), i32(g.M),
+                                                                i64(g.O), i32(code), f32(alpha), f32(beta)))
     return Y
 
 
@@ -163,9 +171,14 @@ def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NO
     W = w.astype(np.int32)
     if w_zero_point is not None:
         W = W - xp.reshape(w_zero_point, (-1,) + (1,) * (w.ndim - 1)).astype(np.int32)
+    X, W = contiguous(xp, X), contiguous(xp, W)
+    gemm = lambda a, b: int_matmul(xp, a, b)  # noqa: E731
+    if g.N == 1:
+        ((_, _, R),) = _gemm_chunks(xp, X, W, g, "int", gemm)
+        return xp.reshape(R, g.y_shape)
     Y = xp.empty(g.y_shape, dtype=np.int32)
-    for n0, n, T in _gemm_chunks(xp, contiguous(xp, X), contiguous(xp, W), g, "int", lambda a, b: int_matmul(xp, a, b)):
-        Y[n0:n0 + n] = xp.reshape(xp.moveaxis(T, 1, 0), (n, *g.y_shape[1:]))
+    for n0, n, R in _gemm_chunks(xp, X, W, g, "int", gemm):  # R [M, n, O] to Y's [n, M, O]
+        Y[n0:n0 + n] = xp.reshape(xp.moveaxis(xp.reshape(R, (g.M, n, g.O)), 1, 0), (n, *g.y_shape[1:]))
     return Y
 
 
