@@ -1,10 +1,11 @@
 """Conv, ConvTranspose and com.microsoft FusedConv on CUDA: im2col / col2im kernels around cuBLAS
 GEMMs (``xp.matmul``), a direct depthwise kernel, and the bias + activation epilogue fused into one
-kernel. A Conv is one GEMM per group over a whole chunk of images (im2col lays the images' columns side
-by side; the epilogue kernel writes the [M, N, O] result out as [N, M, O]): at batch 32 a batch of
-per-image GEMMs, CuPy's broadcast matmul, made the whole conv run at 7-11 TFLOP/s at batch 32 on an
-H200, against 29-36 for ``cupy.matmul`` of the one GEMM (benchmarks/results/2026-11-28-h200). ConvInteger and QLinearConv: im2col of the centred int32
-input around the integer GEMM kernel, then the requantize kernel (quantize.cu).
+kernel. A Conv is one GEMM per group over a whole chunk of images: im2col lays the images' columns side
+by side, and the epilogue kernel writes the [M, N, O] result out as [N, M, O]. A batch of per-image
+GEMMs (CuPy's broadcast matmul) had made the whole conv run at 7-11 TFLOP/s at batch 32 on an H200,
+against 29-36 for ``cupy.matmul`` of the one GEMM (benchmarks/results/2026-11-28-h200). ConvInteger
+and QLinearConv: im2col of the centred int32 input around the integer GEMM kernel, then the
+requantize kernel (quantize.cu).
 
 Every convolution is run as a 3-D one (1-D and 2-D get unit leading spatial axes). float32 and
 float16 run on the kernels (float16 GEMMs accumulate as cuBLAS does; TF32 for float32 GEMMs is
