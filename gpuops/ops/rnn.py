@@ -294,11 +294,6 @@ def _fused_projection(xp, X, W, B, bias, dirs, order, scale, tag, derive=fresh, 
 
 
 
-def lstm_bias(xp, B, D: int, H: int, dtype):
-    """The fused LSTM's (D, 4H) bias: Wb + Rb (zeros without B)."""
-    return xp.zeros((D, 4 * H), dtype=dtype) if B is None else B[:, :4 * H] + B[:, 4 * H:]
-
-
 def _fused_lstm(xp, X, W, R, B, states, dirs, derive=fresh, loop=None, matmul=None):
     """The LSTM of the default activations (sigmoid, tanh, tanh) without clip, peepholes or
     input_forget. Per step: one GEMM per direction, then eight elementwise ops writing into
@@ -310,8 +305,8 @@ def _fused_lstm(xp, X, W, R, B, states, dirs, derive=fresh, loop=None, matmul=No
     D, H = len(dirs), R.shape[-1]
     dt = X.dtype
     RT = derive("lstm fused R", lambda: _fused_weight(xp, R, _LSTM_ORDER, _LSTM_SCALE, False))  # (D, H, 4H)
-    XW = _fused_projection(xp, X, W, B, lambda B: lstm_bias(xp, B, D, H, dt), dirs, _LSTM_ORDER, _LSTM_SCALE,
-                           "lstm fused W", derive, matmul)
+    XW = _fused_projection(xp, X, W, B, lambda B: xp.zeros((D, 4 * H), dtype=dt) if B is None else
+                           B[:, :4 * H] + B[:, 4 * H:], dirs, _LSTM_ORDER, _LSTM_SCALE, "lstm fused W", derive, matmul)
 
     h0, c0 = states
     if loop is not None:

@@ -105,6 +105,8 @@ def _product(a, b, out) -> None:
     ``_BLAS_SINGLE``): NumPy's matmul would wake the BLAS's own threads, which then spin beside the
     native kernels through the rest of the run."""
     (M, K), N = a.shape, b.shape[1]
+    if out.dtype != np.float32 or out.strides[1] != 4 or out.shape != (M, N):
+        raise TypeError(f"a product's output must be float32 ({M}, {N}) with contiguous rows")
     ldy = out.strides[0] // 4 if M > 1 else N
     key = (M, N, K, ldy)
     p = _params.get(key)
@@ -113,8 +115,6 @@ def _product(a, b, out) -> None:
             _params.clear()
         sgemm = threads.blas_sgemm()
         p = _params[key] = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3], ldy)
-    if out.dtype != np.float32 or out.strides[1] != 4 or out.shape != (M, N):
-        raise TypeError(f"a product's output must be float32 ({M}, {N}) with contiguous rows")
     native.call(native.function("matmul_planned_f32"), p.ctypes.data, native.ptr(a), native.ptr(b),
                 out.ctypes.data)
 
@@ -276,7 +276,7 @@ def _lstm_row(kept: RnnWeights, X, W, R, B, h0, c0):
     order, scale = _rnn._LSTM_ORDER, _rnn._LSTM_SCALE
     wt = kept.get("lstm row W", lambda: _rnn._fused_weight(np, W, order, scale, False)[0])  # (n, 4H)
     rt = kept.get("lstm fused R", lambda: _rnn._fused_weight(np, R, order, scale, False))  # (1, H, 4H)
-    x = X.reshape(T, n)  # (T, 4H): the fused loop's (T, 4, D, batch, H) for one row
+    x = X.reshape(T, n)  # its product xw (T, 4H): the fused loop's (T, 4, D, batch, H) for one row
     if _pooled(T, 4 * H, n):
         xw = np.empty((T, 4 * H), np.float32)
         with _BLAS_SINGLE:
