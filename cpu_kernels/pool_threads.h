@@ -3,9 +3,10 @@
  * (<stem>_bind_threads): the kernels of one run follow one another closely, and a pool per file left the
  * workers of the last file's pool polling beside the next one's. A kernel splits its work into parts --
  * independent outputs, so that the result is the same bits for any number of parts and whichever thread
- * computes one -- and pool_run() hands them out: the calling thread and the workers each take the next
- * part not taken yet until none is left, so a worker that the OS does not schedule in time (cores loaded
- * by other processes, or by a BLAS's spinning threads) costs nothing: the caller takes its parts. Parts
+ * computes one -- and pool_run() hands them out: each thread of the run (the caller and its workers) has
+ * a contiguous segment of the parts, which it takes in order, then takes the last untaken part of the
+ * segment with most left until none is left, so a worker that the OS does not schedule in time (cores
+ * loaded by other processes, or by a BLAS's spinning threads) costs nothing: the others take its parts. Parts
  * are several per thread for the same reason. Workers are started on first need; between calls they
  * poll for POOL_POLL_NS, yielding the core to any other thread that wants it, then sleep on a condition
  * variable; the caller waits for the parts taken by workers the same way. (Waking a sleeping thread

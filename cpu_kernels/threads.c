@@ -11,12 +11,14 @@ static struct {
     pthread_cond_t wake, done;
     int64_t started;  /* workers running */
     uint64_t round;  /* incremented per parallel run */
-    int64_t parts, next, finished, active;  /* this run's parts, the next to take, those done; workers in it */
+    int64_t parts, finished, active;  /* this run's parts, those done; workers in it */
+    int64_t slots, joined;  /* this run's segments of parts; the threads that have taken one so far */
+    int64_t first[POOL_MAX + 1], end[POOL_MAX + 1];  /* segment s: parts [first, end) not taken yet */
     pool_fn fn;
     void* ctx;
     int forked;  /* pthread_atfork registered */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          0, 0, 0, 0, 0, 0, 0, 0, 0};
+} pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
+          .done = PTHREAD_COND_INITIALIZER};
 
 static int64_t pool_threads = 1;  /* the count the next runs use (read and written atomically) */
 
@@ -52,14 +54,30 @@ static void pool_poll(int worker, uint64_t seen) {
     pthread_mutex_lock(&pool.lock);
 }
 
-/* Take and compute parts of the current run until none is left (called with pool.lock held; returns
- * with it held). */
-static void pool_take_parts(void) {
+/* The next part for the thread with segment `slot` (-1: none) to compute, or -1 when all are taken
+ * (called with pool.lock held). Each thread takes its own segment's parts in order, so that the data
+ * it touches is contiguous: with parts dealt out one by one, neighbouring parts went to different
+ * cores, whose prefetchers then pulled each other's lines (a 1x1 conv of 16 -> 64 channels on 3025
+ * cells gained nothing from a second thread; in two contiguous halves, 1.65x). A thread whose
+ * segment is done takes the last part of the segment with most left. */
+static int64_t pool_next_part(int64_t slot) {
+    if (slot >= 0 && pool.first[slot] < pool.end[slot]) return pool.first[slot]++;
+    int64_t most = 0, victim = -1;
+    for (int64_t s = 0; s < pool.slots; ++s)
+        if (pool.end[s] - pool.first[s] > most) {
+            most = pool.end[s] - pool.first[s];
+            victim = s;
+        }
+    return victim < 0 ? -1 : --pool.end[victim];
+}
+
+/* Take and compute parts of the current run until none is left, from segment `slot` first (called
+ * with pool.lock held; returns with it held). */
+static void pool_take_parts(int64_t slot) {
     const pool_fn fn = pool.fn;
     void* ctx = pool.ctx;
     const int64_t parts = pool.parts;
-    while (pool.next < parts) {
-        const int64_t part = pool.next++;
+    for (int64_t part; (part = pool_next_part(slot)) >= 0;) {
         pthread_mutex_unlock(&pool.lock);
         fn(ctx, part, parts);
         pthread_mutex_lock(&pool.lock);
@@ -75,7 +93,7 @@ static void* pool_worker(void* arg) {
         while (pool.round == seen) pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.round;
         __atomic_add_fetch(&pool.active, 1, __ATOMIC_RELEASE);
-        pool_take_parts();
+        pool_take_parts(pool.joined < pool.slots ? pool.joined++ : -1);
         if (__atomic_sub_fetch(&pool.active, 1, __ATOMIC_RELEASE) == 0 && pool.finished == pool.parts)
             pthread_cond_signal(&pool.done);
     }
@@ -88,7 +106,7 @@ static void pool_after_fork(void) {  /* the child: the parent's workers do not e
     pthread_cond_init(&pool.wake, NULL);
     pthread_cond_init(&pool.done, NULL);
     pool.started = pool.active = 0;
-    pool.next = pool.parts = pool.finished = 0;
+    pool.parts = pool.finished = pool.slots = pool.joined = 0;
 }
 
 /* fn(ctx, part, parts) for part in [0, parts) (fn: a pool_fn), on up to the thread count's threads when
@@ -115,11 +133,16 @@ int threads_run(const void* fn_address, void* ctx, int64_t parts) {
         pool.fn = fn;
         pool.ctx = ctx;
         __atomic_store_n(&pool.parts, parts, __ATOMIC_RELAXED);
-        pool.next = 0;
+        pool.slots = (pool.started < want ? pool.started : want) + 1;  /* the caller's (0), one per worker */
+        for (int64_t t = 0; t < pool.slots; ++t) {
+            pool.first[t] = parts * t / pool.slots;
+            pool.end[t] = parts * (t + 1) / pool.slots;
+        }
+        pool.joined = 1;
         __atomic_store_n(&pool.finished, 0, __ATOMIC_RELAXED);
         __atomic_add_fetch(&pool.round, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&pool.wake);
-        pool_take_parts();
+        pool_take_parts(0);
         pool_poll(0, 0);
         while (pool.finished < parts || pool.active) pthread_cond_wait(&pool.done, &pool.lock);
         pool.fn = NULL;

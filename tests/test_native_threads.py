@@ -184,6 +184,37 @@ def test_concurrent_callers_share_a_pool(native_threads):
         np.testing.assert_array_equal(g, want)
 
 
+@needs_cc
+@pytest.mark.parametrize("threads_, parts", [(2, 8), (3, 12), (3, 7)])
+def test_each_thread_takes_a_contiguous_segment_of_the_parts(native_threads, threads_, parts):
+    """threads_run gives each thread of a run a contiguous segment of the parts, taken in order, and
+    then the last part of the segment with most left (dealt one by one, neighbouring parts went to
+    different cores, whose prefetchers pulled each other's lines). Every part runs once."""
+    import ctypes
+    import time
+
+    native_threads(threads_)
+    assert native.function("threads_get") is not None and native._pool is not None
+    run = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(native._pool[0])
+    taken: dict = {}
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    def part(ctx, p, n):
+        taken.setdefault(threading.get_ident(), []).append(p)
+        time.sleep(0.005)  # lets the other threads in (each part holds the GIL only briefly)
+
+    assert run(ctypes.cast(part, ctypes.c_void_p), None, parts) == 0
+    assert sorted(p for seq in taken.values() for p in seq) == list(range(parts))
+    assert taken[threading.get_ident()][0] == 0  # the caller's segment is the first
+    for seq in taken.values():
+        own = 1
+        while own < len(seq) and seq[own] == seq[own - 1] + 1:
+            own += 1
+        for s in range(threads_):  # what it took from others' segments: each from the back
+            stolen = [p for p in seq[own:] if parts * s // threads_ <= p < parts * (s + 1) // threads_]
+            assert stolen == sorted(stolen, reverse=True), seq
+
+
 def _child(q):
     q.put(CASES["max pool planes"]().tobytes())
 
