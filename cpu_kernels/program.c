@@ -62,52 +62,51 @@ int copy_from_rows_planned(const int64_t* p, const void* a, const void* unused, 
     return 0;
 }
 
-enum { BINARY_ADD, BINARY_MUL, BINARY_MAX, BINARY_SUB, BINARY_DIV };
+enum { BINARY_ADD, BINARY_MUL, BINARY_MAX, BINARY_SUB, BINARY_DIV, BINARY_MAX_SWAPPED };
 
-static inline float binary(int64_t op, float a, float b) {
-    switch (op) {
-        case BINARY_ADD: return a + b;
-        case BINARY_MUL: return a * b;
-        case BINARY_MAX: return (a >= b || a != a) ? a : b;  /* NumPy's maximum: a NaN wins */
-        case BINARY_SUB: return a - b;
-        default: return a / b;
-    }
-}
 enum { BROADCAST_SAME, BROADCAST_CHANNEL, BROADCAST_SCALAR, BROADCAST_ROWS };
 
+/* NumPy's maximum on x86 (its SIMD loops: maxps, which takes b where equal): a NaN in either wins; of
+ * +0 and -0, b. */
+static inline float max_np(float a, float b) { return (a > b || a != a) ? a : b; }
+
+/* y[i] = a[i] op W for i < n, W an expression of i: one loop per op, so that each vectorises. */
+#define BINARY_LOOPS(W)                                                                             \
+    switch (op) {                                                                                   \
+        case BINARY_ADD: for (int64_t i = 0; i < n; ++i) y[i] = a[i] + (W); break;                  \
+        case BINARY_MUL: for (int64_t i = 0; i < n; ++i) y[i] = a[i] * (W); break;                  \
+        case BINARY_MAX: for (int64_t i = 0; i < n; ++i) y[i] = max_np(a[i], (W)); break;           \
+        case BINARY_SUB: for (int64_t i = 0; i < n; ++i) y[i] = a[i] - (W); break;                  \
+        case BINARY_MAX_SWAPPED: for (int64_t i = 0; i < n; ++i) y[i] = max_np((W), a[i]); break;   \
+        default: for (int64_t i = 0; i < n; ++i) y[i] = a[i] / (W);                                 \
+    }
+
+/* y = a op b over n floats, b of n floats (same) or one. */
+static void binary_row(int64_t op, const float* a, const float* b, int same, float* y, int64_t n) {
+    if (same) {
+        BINARY_LOOPS(b[i])
+    } else {
+        const float v = b[0];
+        BINARY_LOOPS(v)
+    }
+}
+
 /* p = {op, outer, channels, inner, broadcast}: y = a op b (b op a is the caller's swap, for commutative
- * ops) over outer x channels x inner floats, b of a's size (BROADCAST_SAME), one value per channel
+ * ops; BINARY_MAX_SWAPPED keeps Max's operand order, which picks between +0 and -0) over outer x channels x inner floats, b of a's size (BROADCAST_SAME), one value per channel
  * (BROADCAST_CHANNEL), one value (BROADCAST_SCALAR), or inner values repeated (BROADCAST_ROWS: the last
  * axes). One rounding per element, as NumPy's. */
 int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
     const int64_t op = p[0], outer = p[1], C = p[2], inner = p[3], broadcast = p[4];
-    const int64_t n = outer * C * inner;
     if (broadcast == BROADCAST_SAME) {
-        if (op == BINARY_ADD)
-            for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
-        else if (op == BINARY_MUL)
-            for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
-        else
-            for (int64_t i = 0; i < n; ++i) y[i] = binary(op, a[i], b[i]);
-        return 0;
-    }
-    if (broadcast == BROADCAST_ROWS) {
+        binary_row(op, a, b, 1, y, outer * C * inner);
+    } else if (broadcast == BROADCAST_ROWS) {
+        for (int64_t o = 0; o < outer; ++o) binary_row(op, a + o * inner, b, 1, y + o * inner, inner);
+    } else {
         for (int64_t o = 0; o < outer; ++o)
-            for (int64_t i = 0; i < inner; ++i) y[o * inner + i] = binary(op, a[o * inner + i], b[i]);
-        return 0;
+            for (int64_t c = 0; c < C; ++c)
+                binary_row(op, a + (o * C + c) * inner, broadcast == BROADCAST_SCALAR ? b : b + c, 0,
+                           y + (o * C + c) * inner, inner);
     }
-    for (int64_t o = 0; o < outer; ++o)
-        for (int64_t c = 0; c < C; ++c) {
-            const float v = broadcast == BROADCAST_SCALAR ? b[0] : b[c];
-            const float* x = a + (o * C + c) * inner;
-            float* out = y + (o * C + c) * inner;
-            if (op == BINARY_ADD)
-                for (int64_t i = 0; i < inner; ++i) out[i] = x[i] + v;
-            else if (op == BINARY_MUL)
-                for (int64_t i = 0; i < inner; ++i) out[i] = x[i] * v;
-            else
-                for (int64_t i = 0; i < inner; ++i) out[i] = binary(op, x[i], v);
-        }
     return 0;
 }
 

@@ -119,6 +119,27 @@ def test_binary_ops_broadcast_as_numpy(op, other, swap):
     assert sig.get("program_nodes") == (3 if not swap or commutes or other == (2, 5, 3, 4) else None)
 
 
+@pytest.mark.parametrize("op", ["Add", "Mul", "Max", "Sub", "Div"])
+@pytest.mark.parametrize("other", [(2, 3, 53), (3, 1), (53,), ()])
+@pytest.mark.parametrize("special", [float("nan"), -0.0, 0.0])
+@pytest.mark.parametrize("swap", [False, True])
+def test_binary_ops_in_vector_lanes_match_numpy_bits(op, other, special, swap):
+    """Rows long enough for the kernel's vector loops, specials (NaN, signed zeros, infinities) in both
+    operands at lanes past the first vector, and a special constant: the same bits as NumPy's ufunc."""
+    rng = np.random.default_rng(11)
+    x = _awkward(rng, (2, 3, 53))
+    x.reshape(-1)[[20, 41, 70, 99]] = [np.nan, -0.0, 0.0, -np.inf]
+    k = _awkward(rng, other) if other else np.float32(special)
+    if other:
+        k.reshape(-1)[-1] = special
+    nodes = [helper.make_node("Add", ["x", "zero"], ["r"]),
+             helper.make_node(op, ["k", "r"] if swap else ["r", "k"], ["y"])]
+    m = _model(nodes, [("x", [2, 3, 53])], ["y"], [("k", k), ("zero", np.float32(0.0))], opset=13)
+    got, want, sig = _runs(m, {"x": x})
+    assert sig.get("program_nodes") == (2 if not swap or op in ("Add", "Mul", "Max") or other == (2, 3, 53) else None)
+    np.testing.assert_array_equal(got[0].view(np.uint32), want[0].view(np.uint32))
+
+
 @pytest.mark.parametrize("op, attrs", [("Relu", {}), ("Sigmoid", {}), ("HardSwish", {}),
                                        ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4})])
 def test_activations_match_the_ops_to_the_bit(op, attrs):

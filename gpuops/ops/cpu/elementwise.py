@@ -55,6 +55,7 @@ def Sigmoid(xp, X):
 # -- native programs (gpuops.onnx.programs): float32 binary ops and activations ----------------------------
 
 _BINARY = {"Add": 0, "Mul": 1, "Max": 2, "Sub": 3, "Div": 4}  # cpu_kernels/program.c's BINARY_*
+_MAX_SWAPPED = 5  # Max(b, a) with b broadcast: its order kept (of +0 and -0, maximum takes the second)
 _COMMUTATIVE = ("Add", "Mul", "Max")
 _SAME, _CHANNEL, _SCALAR, _ROWS = 0, 1, 2, 3  # and BROADCAST_*
 
@@ -96,7 +97,8 @@ def _binary_step(step, operands):
         a, b, mode = 1, 0, broadcast(sb, sa)
     if mode is None:
         return None
-    p = planned.params(_BINARY[step.op_type], *mode[1:], mode[0])
+    code = _MAX_SWAPPED if a == 1 and step.op_type == "Max" else _BINARY[step.op_type]
+    p = planned.params(code, *mode[1:], mode[0])
     return planned.NativeStep(sa if a == 0 else sb, (planned.Call(fn, p, a, b),), holds=p)
 
 
