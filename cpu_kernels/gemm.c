@@ -195,6 +195,20 @@ static inline __attribute__((always_inline)) void store_tile(const float* bb, fl
         }
 }
 
+/* store_tile's tile stored as it is held: cell n0 + i's mc channels at Y + (n0 + i) ldy + p0. */
+static inline __attribute__((always_inline)) void store_rows(const float* bb, float lo, float hi, float* Y,
+                                                             int64_t ldy, int64_t p0, int64_t n0, int64_t mc,
+                                                             int64_t nc, gvec acc[MR][NV]) {
+    for (int64_t i = 0; i < nc; ++i) {
+        float t[NR];
+        for (int v = 0; v < NV; ++v) {
+            const gvec o = clamp(acc[i][v] + gload(bb + v * GV), lo, hi);
+            memcpy(t + v * GV, &o, sizeof o);
+        }
+        memcpy(Y + (n0 + i) * ldy + p0, t, sizeof(float) * (size_t)mc);
+    }
+}
+
 /* Channels per block of the pack that stays in L2 while every tile of cells runs over it: half of L2
  * for the block, whole panels, at least one. */
 static int64_t block_channels(int64_t kc) {
@@ -249,17 +263,23 @@ static void gemv(const float* pack, const float* b, const float* bias, float* Y,
 }
 
 /* gemm_f32 with channels on the lanes, B[k][n] at x[k ldb + n], or at x[koff[k] + cells[n]] (koff not
- * NULL: the taps of a conv's phase planes, read in place of an im2col copy). Per block of K and of
+ * NULL: the taps of a conv's phase planes, read in place of an im2col copy), or (xrows: a fully
+ * connected layer's rows) at x[n ldb + k], Y[m][n] then stored at Y[n ldy + m]. Per block of K and of
  * channels, each tile of MR cells is first copied into a strip (its rows one after another, 0 past N),
- * which the block's panels then read in order. Each cell's sum runs in the order of k (a product of one
- * cell: gemv). */
+ * which the block's panels then read in order. Each cell's sum runs in the order of k; a product of one
+ * cell (CELLS_ONE: the whole product, not one cell of a part of it, which must sum as the others) runs
+ * by gemv. */
+enum { CELLS_XROWS = 1, CELLS_ONE = 2 };  /* cells_gemm's flags */
+
 static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int64_t* koff, const int64_t* cells,
-                      const float* bias, float* Y, int64_t ldy, int64_t M, int64_t K, int64_t N, float lo, float hi) {
-    if (N == 1 && !koff && ldb == 1) {
-        gemv(pack, x, bias, Y, ldy, M, K, lo, hi);
+                      const float* bias, float* Y, int64_t ldy, int64_t M, int64_t K, int64_t N, float lo, float hi,
+                      int flags) {
+    const int xrows = flags & CELLS_XROWS;
+    if (N == 1 && (flags & CELLS_ONE) && !koff && (ldb == 1 || xrows)) {
+        gemv(pack, x, bias, Y, xrows ? 1 : ldy, M, K, lo, hi);
         return 0;
     }
-    if (N == 1) {  /* the column copied: its floats one after another */
+    if (N == 1 && (flags & CELLS_ONE)) {  /* the column copied: its floats one after another */
         float* b = malloc(sizeof(float) * (size_t)(K + 1));
         if (!b) return 1;
         for (int64_t k = 0; k < K; ++k) b[k] = koff ? x[koff[k] + cells[0]] : x[k * ldb];
@@ -292,6 +312,14 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                         const float* restrict r = x + koff[k0 + k];
                         for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? r[co[i]] : 0.0f;
                     }
+                } else if (xrows) {
+                    for (int i = 0; i < MR; ++i) {
+                        const float* restrict r = x + (n0 + i) * ldb + k0;
+                        if (i < nc)
+                            for (int64_t k = 0; k < kc; ++k) strip[k * MR + i] = r[k];
+                        else
+                            for (int64_t k = 0; k < kc; ++k) strip[k * MR + i] = 0.0f;
+                    }
                 } else if (nc == MR) {
                     for (int64_t k = 0; k < kc; ++k)
                         memcpy(strip + k * MR, x + (k0 + k) * ldb + n0, sizeof(float) * MR);
@@ -316,7 +344,10 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                     } else {
                         float bb[NR] = {0};  /* the panel's bias, 0 past M */
                         for (int64_t j = 0; bias && j < mc; ++j) bb[j] = bias[p0 + j];
-                        store_tile(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                        if (xrows)
+                            store_rows(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                        else
+                            store_tile(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
                     }
                 }
             }
@@ -328,8 +359,8 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
 }
 
 static int gemm_cells(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
-                      int64_t M, int64_t K, int64_t N, float lo, float hi) {
-    return cells_gemm(pack, B, ldb, NULL, NULL, bias, Y, ldy, M, K, N, lo, hi);
+                      int64_t M, int64_t K, int64_t N, float lo, float hi, int flags) {
+    return cells_gemm(pack, B, ldb, NULL, NULL, bias, Y, ldy, M, K, N, lo, hi, flags);
 }
 
 /* gemm_rows of a conv without its columns: the cells go in segments of at most GV cells of one output
@@ -402,7 +433,7 @@ static int64_t channel_parts(int64_t M, int64_t K, int64_t N, int64_t rows) {
 typedef struct {
     const float *pack, *B, *bias;
     float* Y;
-    int64_t ldb, ldy, M, K, N, rows, by_channels;
+    int64_t ldb, ldy, M, K, N, rows, by_channels, xrows;
     float lo, hi;
     int status;
 } GemmArgs;
@@ -419,10 +450,17 @@ static void gemm_part(void* ctx, int64_t part, int64_t parts) {
     if (n1 <= n0 || m1 <= m0) return;
     const float* pack = a->pack + m0 * a->K;
     const float* bias = a->bias ? a->bias + m0 : NULL;
-    float* Y = a->Y + m0 * a->ldy + n0;
     const int64_t M = m1 - m0, N = n1 - n0;
-    const int status = a->rows ? gemm_rows(pack, a->B + n0, a->ldb, bias, Y, a->ldy, M, a->K, N, a->lo, a->hi)
-                               : gemm_cells(pack, a->B + n0, a->ldb, bias, Y, a->ldy, M, a->K, N, a->lo, a->hi);
+    const int one = a->N == 1 ? CELLS_ONE : 0;
+    int status;
+    if (a->xrows)
+        status = cells_gemm(pack, a->B + n0 * a->ldb, a->ldb, NULL, NULL, bias, a->Y + n0 * a->ldy + m0, a->ldy, M,
+                            a->K, N, a->lo, a->hi, CELLS_XROWS | one);
+    else if (a->rows)
+        status = gemm_rows(pack, a->B + n0, a->ldb, bias, a->Y + m0 * a->ldy + n0, a->ldy, M, a->K, N, a->lo, a->hi);
+    else
+        status = gemm_cells(pack, a->B + n0, a->ldb, bias, a->Y + m0 * a->ldy + n0, a->ldy, M, a->K, N, a->lo, a->hi,
+                            one);
     if (status) a->status = status;
 }
 
@@ -430,14 +468,34 @@ static void gemm_part(void* ctx, int64_t part, int64_t parts) {
  * + bias (NULL: 0), clamped to [lo, hi] (NaN stays). The columns, or the channels (channel_parts), are
  * split across the pool's threads (pool_threads.h) when each gets at least POOL_MIN_WORK multiply-adds.
  * Returns 0, or 1 when out of memory. */
+static int gemm_split(GemmArgs* a) {
+    a->by_channels = channel_parts(a->M, a->K, a->N, a->rows);
+    const int64_t tile = a->rows ? RN : MR, per_tile = tile * (a->M * a->K > 0 ? a->M * a->K : 1);
+    pool_run(gemm_part, a, a->by_channels ? a->by_channels
+                                          : pool_parts((a->N + tile - 1) / tile, (POOL_MIN_WORK + per_tile - 1) / per_tile));
+    return a->status;
+}
+
 int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy, int64_t M,
              int64_t K, int64_t N, int64_t rows, float lo, float hi) {
-    const int64_t by_channels = channel_parts(M, K, N, rows);
-    GemmArgs a = {pack, B, bias, Y, ldb, ldy, M, K, N, rows, by_channels, lo, hi, 0};
-    const int64_t tile = rows ? RN : MR, per_tile = tile * (M * K > 0 ? M * K : 1);
-    pool_run(gemm_part, &a, by_channels ? by_channels
-                                        : pool_parts((N + tile - 1) / tile, (POOL_MIN_WORK + per_tile - 1) / per_tile));
-    return a.status;
+    GemmArgs a = {pack, B, bias, Y, ldb, ldy, M, K, N, rows, 0, 0, lo, hi, 0};
+    return gemm_split(&a);
+}
+
+/* A fully connected layer: Y (N x M, rows ldy apart) = X (N x K, rows ldx apart) W^T + bias, clamped to
+ * [lo, hi], pack = gemm_pack_f32 of W (M x K) in the channels layout (rows 0): gemm_f32's product with
+ * X's rows as its cells, read and written as rows. Split as gemm_f32's. Returns 0, or 1 when out of memory. */
+int fc_f32(const float* pack, const float* X, int64_t ldx, const float* bias, float* Y, int64_t ldy, int64_t M,
+           int64_t K, int64_t N, float lo, float hi) {
+    GemmArgs a = {pack, X, bias, Y, ldx, ldy, M, K, N, 0, 0, 1, lo, hi, 0};
+    return gemm_split(&a);
+}
+
+/* fc_f32 as a program step: p = {pack, bias (addresses), ldx, ldy, M, K, N, lo, hi (param_float)}. */
+int fc_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
+    (void)unused;
+    return fc_f32((const float*)(intptr_t)p[0], x, p[2], (const float*)(intptr_t)p[1], y, p[3], p[4], p[5], p[6],
+                  param_float(p, 7), param_float(p, 8));
 }
 
 /* gemm_f32 as a program step, B = x: p = {pack, bias (addresses), ldb, ldy, M, K, N, rows, lo, hi (param_float)}. */
@@ -505,7 +563,7 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
         for (int64_t c = 0; c < C; ++c)
             for (int64_t t = 0; t < K; ++t) koff[c * K + t] = c * P + offs[t];
     }
-    const int store = conv_store_clamps(p, a->z);
+    const int store = conv_store_clamps(p, a->z), one = p->N * OHW == 1 ? CELLS_ONE : 0;
     const float lo = store ? p->lo : -__builtin_inff(), hi = store ? p->hi : __builtin_inff();
     for (int64_t r = r0; r < r1;) {
         const int64_t n = r / OH, oy0 = r % OH;
@@ -521,7 +579,7 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
                 const float* b = xn + oy0 * OW + gi * CKg * HW;
                 float* yg = yn + (gi * Mg + m0) * OHW;
                 const int status = p->rows ? gemm_rows(pack, b, HW, bias, yg, OHW, m1 - m0, CKg, L, lo, hi)
-                                           : gemm_cells(pack, b, HW, bias, yg, OHW, m1 - m0, CKg, L, lo, hi);
+                                           : gemm_cells(pack, b, HW, bias, yg, OHW, m1 - m0, CKg, L, lo, hi, one);
                 if (status) a->status = status;
             }
         } else {
@@ -547,7 +605,8 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
                     conv_rows(pack, buf, koff + gi * CKg, cells, segn, yat, nseg, bias, yg, OHW, m1 - m0, CKg, lo, hi,
                               buf + C * P);
                 else
-                    status = cells_gemm(pack, buf, 0, koff + gi * CKg, cells, bias, yg, OHW, m1 - m0, CKg, L, lo, hi);
+                    status = cells_gemm(pack, buf, 0, koff + gi * CKg, cells, bias, yg, OHW, m1 - m0, CKg, L, lo, hi,
+                                        one);
                 if (status) a->status = status;
             }
         }

@@ -152,6 +152,50 @@ def test_split_across_threads_gives_the_same_bits(M, K, N, rows):
     _check(out[0], A, B, bias, (-0.5, np.inf), f"{M} x {K} x {N}")
 
 
+@needs_cc
+@pytest.mark.parametrize("seed", range(3))
+def test_fully_connected_rows_match_float64(seed):
+    """native_gemm.fc (X's rows as the cells, read and written as rows) over every size, with bias, clamp,
+    NaN and infinities, and the same bits at any thread count."""
+    rng = np.random.default_rng(20 + seed)
+    before = native.threads()
+    try:
+        for case in range(40):
+            M, N, K = (int(rng.choice(s)) for s in (SIZES_M, SIZES_N, SIZES_K))
+            A, B = _operands(rng, M, K, N, specials=case % 5 == 0)
+            bias = rng.standard_normal(M).astype(np.float32) if case % 3 else None
+            clamp_to = [None, (0.0, np.inf), (-0.5, 0.25), (-np.inf, np.inf)][case % 4]
+            (p,) = native_gemm.packed(A, bias, rows=False)
+            got = []
+            for threads in (1, 3):
+                native.set_threads(threads)
+                got.append(native_gemm.fc(p, np.ascontiguousarray(B.T), clamp_to))
+            what = f"M={M} K={K} N={N} bias={bias is not None} clamp={clamp_to}"
+            np.testing.assert_array_equal(got[1], got[0], err_msg=what)
+            _check(got[0].T, A, B, bias, clamp_to, what)
+    finally:
+        native.set_threads(before)
+
+
+def test_constant_packs_are_made_once_per_weight():
+    """linalg's fully connected steps share one pack per constant weight (and bias), dropped with it."""
+    import gc
+
+    W = np.ones((40, 30), np.float32)
+    b = np.zeros(40, np.float32)
+    p = native_gemm.constant_pack(W, True, b)
+    if p is None:
+        pytest.skip("no native kernels")
+    assert native_gemm.constant_pack(W, True, b) is p
+    assert native_gemm.constant_pack(W, True, None) is not p
+    q = native_gemm.constant_pack(W.T.copy(), False, b)  # B (K x M): the same weight, packed the same
+    np.testing.assert_array_equal(q.pack, p.pack)
+    key = (id(W), True, id(b))
+    del W, q
+    gc.collect()
+    assert key not in native_gemm._constant_packs
+
+
 def test_unavailable_when_native_is_off():
     A = np.ones((8, 4), np.float32)
     with native.disabled():

@@ -394,13 +394,58 @@ def test_matmul_and_gemm_by_the_blas_within_their_bounds():
     _bound(got[1], r2 @ G.T + C, np.abs(r2) @ np.abs(G.T) + np.abs(C), 25)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_products_of_constant_weights_run_by_the_native_gemm_within_their_bounds(threads):
+    """MatMul and Gemm by constant weights, from FC_MIN_WORK multiply-adds (and one row at any size), run
+    by the native GEMM on the weight packed once (linalg._fc): rows of a 3-D MatMul, a Gemm with transB
+    and a bias, K past the kernel's blocks of 512 (partial sums), outputs not a multiple of a panel, one
+    row, a weight shared by two nodes; no BLAS call in the program, each result within the float32 bound."""
+    from gpuops.ops.cpu import linalg
+
+    rng = np.random.default_rng(14)
+    W = rng.standard_normal((1100, 333)).astype(np.float32)  # K 1100
+    G = rng.standard_normal((77, 333)).astype(np.float32)
+    C = rng.standard_normal(77).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("MatMul", ["r", "W"], ["m"]),  # (3, 9, 1100) @ (1100, 333)
+             helper.make_node("Reshape", ["m", "s"], ["m2"]),
+             helper.make_node("Gemm", ["m2", "G", "C"], ["g"], transB=1),  # (27, 333) x (77, 333)^T + C
+             helper.make_node("Slice", ["m2", "z", "one", "z"], ["first"]),
+             helper.make_node("Gemm", ["first", "G", "C"], ["g1"], transB=1),  # one row
+             helper.make_node("Relu", ["g"], ["y"])]
+    m = _model(nodes, [("x", [3, 9, 1100])], ["y", "g1", "m"], [("W", W), ("G", G), ("C", C)])
+    m.graph.initializer.extend([_i64("s", [27, 333]), _i64("z", [0]), _i64("one", [1])])
+    x = rng.standard_normal((3, 9, 1100)).astype(np.float32)
+    assert 27 * 333 * 77 < linalg.FC_MIN_WORK <= 27 * 1100 * 333
+    sess = gpuops.InferenceSession(m, device="cpu", threads=threads, optimize="basic")
+    for _ in range(3):
+        y, g1, mm = sess.run(None, {"x": x})
+    (prog,) = [s.impl.fn for s in _plan(sess, {"x": x}).steps]
+    assert prog.blas  # the small Gemm's product stays with the BLAS
+    r = np.maximum(x, 0).astype(np.float64)
+    exact_m = r @ W
+    terms_m = np.abs(r) @ np.abs(W)
+    _bound(mm, exact_m, terms_m, 1100)
+    m2, t2 = exact_m.reshape(27, 333), terms_m.reshape(27, 333)
+    terms_g = (t2 * 2 + np.abs(m2)) @ np.abs(G.T) + np.abs(C)  # g's inputs carry m's rounding
+    _bound(y, np.maximum(m2 @ G.T + C, 0), terms_g, 1100 + 334)
+    _bound(g1, m2[:1] @ G.T + C, terms_g[:1], 1100 + 334)
+    alone = _model(nodes[:2], [("x", [3, 9, 1100])], ["m"], [("W", W)])
+    sess = gpuops.InferenceSession(alone, device="cpu", threads=threads, optimize="basic")
+    for _ in range(3):
+        (got,) = sess.run(None, {"x": x})
+    (prog,) = [s.impl.fn for s in _plan(sess, {"x": x}).steps]
+    assert not prog.blas  # the large product: the native GEMM
+    np.testing.assert_array_equal(got, mm)
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_products_split_across_the_pool_with_the_blas_on_one_thread(threads):
     """At more than one thread a program whose run calls the BLAS nowhere else holds it at one thread and
     splits its products across the native pool: by rows (more rows than columns), by columns (a long
     product of few rows, and one row), each within the float32 bound; with a conv outside the programs
     (its weight a feed: no plan), the BLAS keeps its threads and the products are whole. The BLAS's count
-    is the session's again after each run."""
+    is the session's again after each run. (The weights are feeds: constant ones run by the native GEMM.)"""
     from gpuops import threads as _threads
 
     rng = np.random.default_rng(11)
@@ -412,14 +457,14 @@ def test_products_split_across_the_pool_with_the_blas_on_one_thread(threads):
              helper.make_node("MatMul", ["few", "B"], ["wide"]),  # (4, 96) @ (96, 6000): by columns
              helper.make_node("Slice", ["rows", "z", "one", "z"], ["first"]),
              helper.make_node("MatMul", ["first", "B"], ["row"])]  # one row: sgemv by columns
-    m = _model(nodes, [("x", [400, 300])], ["cols", "wide", "row"], [("A", A), ("B", B)])
+    m = _model(nodes, [("x", [400, 300]), ("A", [300, 96]), ("B", [96, 6000])], ["cols", "wide", "row"])
     m.graph.initializer.extend([_i64("z", [0]), _i64("four", [4]), _i64("one", [1])])
     x = rng.standard_normal((400, 300)).astype(np.float32)
     before = [lib[0]() for lib in _threads._handles]
     sess = gpuops.InferenceSession(m, device="cpu", threads=threads, optimize="basic")
     for _ in range(3):
-        got = sess.run(None, {"x": x})
-    (prog,) = [s.impl.fn for s in _plan(sess, {"x": x}).steps]
+        got = sess.run(None, {"x": x, "A": A, "B": B})
+    (prog,) = [s.impl.fn for s in _plan(sess, {"x": x, "A": A, "B": B}).steps]
     assert prog.blas and prog.blas_single
     assert [lib[0]() for lib in _threads._handles] == before
     r = np.maximum(x, 0).astype(np.float64)
@@ -429,10 +474,10 @@ def test_products_split_across_the_pool_with_the_blas_on_one_thread(threads):
     _bound(got[1], rows[:4] @ B, (terms[:4] * 2 + np.abs(rows[:4])) @ np.abs(B), 300 + 96)
     _bound(got[2], rows[:1] @ B, (terms[:1] * 2 + np.abs(rows[:1])) @ np.abs(B), 300 + 96)
     conv = [helper.make_node("Conv", ["img", "w"], ["c"])] + nodes
-    m2 = _model(conv, [("x", [400, 300]), ("img", [1, 2, 5, 5]), ("w", [3, 2, 3, 3])], ["cols", "c"],
-                [("A", A), ("B", B)])
+    m2 = _model(conv, [("x", [400, 300]), ("A", [300, 96]), ("B", [96, 6000]), ("img", [1, 2, 5, 5]),
+                       ("w", [3, 2, 3, 3])], ["cols", "c"])
     m2.graph.initializer.extend([_i64("z", [0]), _i64("four", [4]), _i64("one", [1])])
-    feeds = {"x": x, "img": rng.standard_normal((1, 2, 5, 5)).astype(np.float32),
+    feeds = {"x": x, "A": A, "B": B, "img": rng.standard_normal((1, 2, 5, 5)).astype(np.float32),
              "w": rng.standard_normal((3, 2, 3, 3)).astype(np.float32)}
     sess2 = gpuops.InferenceSession(m2, device="cpu", threads=threads, optimize="basic")
     for _ in range(3):

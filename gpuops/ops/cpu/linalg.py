@@ -124,7 +124,33 @@ def FusedGemm(xp, A, B, C=None, *, activation=None, activation_alpha=None, activ
 
 # -- native programs (gpuops.onnx.programs) ------------------------------------------------------------
 
-MAX_PACKED = 1 << 22  # floats of a weight a program packs for the native GEMM (a copy of it)
+MAX_PACKED = 1 << 24  # floats of a weight a program packs for the native GEMM (a copy of it, kept per session)
+FC_MIN_WORK = 1 << 20  # multiply-adds from which a product of several rows runs by the native GEMM (below: BLAS)
+
+
+def _fc(A, B, trans_b: bool, C=None):
+    """The :class:`.planned.NativeStep` of ``A @ W.T (+ C)``, W = B (trans_b) or B.T, by the native GEMM on
+    the constant weight packed once (``fc_planned_f32``): a float32 operand A (..., K), B a constant 2-D
+    float32 array, C None or a constant bias of W's rows. None where it does not apply: other operands,
+    weights over MAX_PACKED, or products of several rows under FC_MIN_WORK multiply-adds, where the BLAS's
+    sgemm was as fast or faster (one core of the AVX-512 Xeon, 2026-11-28: 0.3-0.7x of its time on
+    products of 8-100 rows of 40-512 inputs; 1.1-1.8x from 1M multiply-adds, 2.6-3.7x on 2-8 rows of 512
+    or more outputs)."""
+    fn = planned.kernel("fc_planned_f32")
+    if fn is None or not planned.is_f32(A) or A.ndim < 2 or type(B) is not np.ndarray or B.dtype != _F32 \
+            or B.ndim != 2 or B.size > MAX_PACKED:
+        return None
+    M, K = B.shape if trans_b else B.shape[::-1]
+    N = math.prod(A.shape[:-1])
+    if A.shape[-1] != K or not M or (N > 1 and N * K * M < FC_MIN_WORK):
+        return None
+    if C is not None and not (type(C) is np.ndarray and C.dtype == _F32 and C.size == M and C.shape in ((M,), (1, M))):
+        return None
+    pk = native_gemm.constant_pack(B, trans_b, None if C is None else C.reshape(M))
+    if pk is None:
+        return None
+    p = planned.params(pk.address, pk.bias_address or 0, K, M, M, K, N, -math.inf, math.inf)
+    return planned.NativeStep(A.shape[:-1] + (M,), (planned.Call(fn, p, 0),), holds=(p, pk))
 
 
 def _product(A, B, trans_b: bool, alpha: float = 1.0):
@@ -151,6 +177,9 @@ def _product(A, B, trans_b: bool, alpha: float = 1.0):
 def _matmul_step(step, operands):
     if step.prepared is not None:  # a float16 weight, multiplied in float32
         return None
+    fc = _fc(operands[0], operands[1], False)
+    if fc is not None:
+        return fc
     got = _product(operands[0], operands[1], False)
     return None if got is None else planned.NativeStep(got[1], (got[0],), holds=got[2])
 
@@ -172,9 +201,9 @@ def _fused_gemm_step(step, operands):
 
 @planned.planned("Gemm")
 def _gemm_step(step, operands):
-    """A fully connected layer: one row (``A`` 1 x K, a constant float32 ``B`` and bias ``C``) by the native
-    GEMM on the packed weight, ``Y^T = B^T A^T + C`` (one row: the transposes are the same memory); else
-    ``alpha A B`` by the BLAS, then ``C`` added as it broadcasts (a constant or a run-time value)."""
+    """A fully connected layer (a constant float32 ``B`` and bias ``C``) by the native GEMM on the packed
+    weight (:func:`_fc`); else ``alpha A B`` by the BLAS, then ``C`` added as it broadcasts (a constant or a
+    run-time value)."""
     A, B = operands[0], operands[1]
     C = operands[2] if len(operands) > 2 else None
     a = step.attrs
@@ -187,14 +216,9 @@ def _gemm_step(step, operands):
     M, K = W.shape
     if K != A.shape[1] or not M:
         return None
-    if A.shape[0] == 1 and B.size <= MAX_PACKED and alpha == 1.0 and (C is None or (
-            type(C) is np.ndarray and C.dtype == np.float32 and C.size == M and C.shape in ((M,), (1, M)))):
-        packs = native_gemm.packed(np.ascontiguousarray(W), None if C is None else C.reshape(M), rows=False)
-        fn = planned.kernel("gemm_planned_f32")
-        if packs and fn is not None:
-            pk = packs[0]
-            p = planned.params(pk.address, pk.bias_address or 0, 1, 1, M, K, 1, 0, -math.inf, math.inf)
-            return planned.NativeStep((1, M), (planned.Call(fn, p, 0),), holds=(p, pk))
+    fc = _fc(A, B, bool(a.get("transB", 0)), C) if alpha == 1.0 else None
+    if fc is not None:
+        return fc
     got = _product(A, np.ascontiguousarray(B), bool(a.get("transB", 0)), alpha)
     add = planned.kernel("binary_planned_f32")
     if got is None or add is None:

@@ -16,6 +16,8 @@ and callers use ``np.matmul``.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 
 import numpy as np
 
@@ -45,6 +47,32 @@ def _pack(A: np.ndarray, bias, rows: bool) -> Packed:
         bias = np.array(bias, dtype=np.float32)  # a copy: read-only below
         bias.flags.writeable = False
     return Packed(pack, bias, M, K, rows)
+
+
+_constant_packs: dict = {}  # (id(B), trans_b, id(bias)) -> (weak refs to B and bias, Packed)
+_constant_lock = threading.Lock()
+
+
+def constant_pack(B: np.ndarray, trans_b: bool, bias: np.ndarray | None = None) -> Packed | None:
+    """The channels-layout pack of a fully connected layer's constant weight, W = B (M x K) with
+    ``trans_b``, else B.T (B: K x M), with its bias (M,): made once per weight array and kept while the
+    arrays live, so that a session's plans for several feed shapes share it. None when native kernels
+    are unavailable."""
+    key = (id(B), bool(trans_b), id(bias))
+    with _constant_lock:
+        hit = _constant_packs.get(key)
+        if hit is not None and hit[0][0]() is B and (bias is None or hit[0][1]() is bias):
+            return hit[1]
+    got = packed(np.ascontiguousarray(B if trans_b else B.T), bias, rows=False)
+    if not got:
+        return None
+    refs = (weakref.ref(B), None if bias is None else weakref.ref(bias))
+    with _constant_lock:
+        _constant_packs[key] = (refs, got[0])
+    for a in (B, bias):
+        if a is not None:
+            weakref.finalize(a, _constant_packs.pop, key, None)
+    return got[0]
 
 
 def rows_layout(M: int, K: int, N: int | None = None, row: int | None = None) -> bool:
@@ -139,6 +167,24 @@ def gemm(p: Packed, B: np.ndarray, clamp_to=None, out: np.ndarray | None = None)
 
 
 _NO_CLAMP = (-math.inf, math.inf)
+
+
+def fc(p: Packed, X: np.ndarray, clamp_to=None) -> np.ndarray | None:
+    """A fully connected layer, ``clip(X @ A.T + bias, lo, hi)``, for the packed ``A`` (M x K, channels
+    layout) and X (N x K float32): :func:`gemm` with X's rows as its cells, read and written as rows
+    (``cpu_kernels/gemm.c`` ``fc_f32``). None when native kernels are unavailable."""
+    fn = native.function("fc_f32")
+    if fn is None:
+        return None
+    if p.rows or X.ndim != 2 or X.shape[1] != p.K:
+        raise ValueError(f"fc: X of shape {X.shape} for a packed {p.M} x {p.K} weight (channels layout)")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    N = X.shape[0]
+    out = np.empty((N, p.M), np.float32)
+    if p.M and N:
+        lo, hi = _NO_CLAMP if clamp_to is None else clamp_to
+        native.call(fn, p.address, native.ptr(X), p.K, p.bias_address, native.address(out), p.M, p.M, p.K, N, lo, hi)
+    return out
 
 
 def gemm_into(p: Packed, b: int, ldb: int, y: int, ldy: int, N: int, lo: float, hi: float) -> bool:
