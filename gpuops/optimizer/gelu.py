@@ -4,7 +4,8 @@ added just before goes into the op (BiasGelu, FastGelu's bias).
 TorchScript emits ``x * (1 + Erf(x / sqrt 2)) * 0.5`` (Div, Erf, Add, Mul, Mul); the dynamo exporter
 (onnxscript) emits ``x * (0.5 * (1 + Erf(x * (1 / sqrt 2))))``; the factor 0.5 may also multiply x
 first (as GPT-2's tanh form does: ``0.5 x (1 + Tanh(sqrt(2 / pi) (x + 0.044715 Pow(x, 3))))``);
-TorchScript below opset 15 writes the cube as ``x * (x * x)``.
+TorchScript below opset 15 writes the cube as ``x * (x * x)``; jax2tf (magika) the scaled cube as
+``x * (x * (0.044715 * x))``.
 Every order of the two products, and of each Mul's and Add's operands, is matched."""
 
 from __future__ import annotations
@@ -84,7 +85,23 @@ def _tanh_input(graph: Graph, tanh):
         powers = _cube(graph, p, x) if p else None
         if powers is not None:
             return x, [m1, add, m2, *powers]
+        scaled = _scaled_cube(graph, cube, x)
+        if scaled is not None:
+            return x, [m1, add, *scaled]
     return None, None
+
+
+def _scaled_cube(graph: Graph, p: str, x: str):
+    """The nodes making ``p`` = x * (x * (0.044715 * x)) (single uses), as jax2tf writes the cube, any
+    operand order."""
+    outer = graph.producer_of(p, "Mul")
+    if outer is None or not graph.single_use(p) or x not in outer.input:
+        return None
+    mid = graph.producer_of(_other(outer, x), "Mul")
+    if mid is None or not graph.single_use(mid.output[0]) or x not in mid.input:
+        return None
+    y, inner = _mul_by(graph, _other(mid, x), 0.044715)
+    return [outer, mid, inner] if y == x else None
 
 
 def _cube(graph: Graph, p: str, x: str):

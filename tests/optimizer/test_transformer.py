@@ -62,6 +62,21 @@ def test_tanh_gelu():
     assert len(opt.graph.node) == 1
 
 
+def test_tanh_gelu_of_jax2tf():
+    """jax2tf's x (0.5 (1 + tanh(sqrt(2 / pi) (x + x (x (0.044715 x)))))) (magika) -> FastGelu."""
+    X = rng.standard_normal((2, 5, 8)).astype(np.float32) * 3
+    nodes = [helper.make_node("Mul", ["c", "X"], ["m"]), helper.make_node("Mul", ["X", "m"], ["m1"]),
+             helper.make_node("Mul", ["X", "m1"], ["m2"]), helper.make_node("Add", ["X", "m2"], ["i"]),
+             helper.make_node("Mul", ["k", "i"], ["ki"]), helper.make_node("Tanh", ["ki"], ["t"]),
+             helper.make_node("Add", ["one", "t"], ["a"]), helper.make_node("Mul", ["half", "a"], ["h"]),
+             helper.make_node("Mul", ["X", "h"], ["Y"])]
+    consts = [("half", np.float32(0.5)), ("c", np.float32(0.044715)), ("k", np.float32(0.7978846)),
+              ("one", np.float32(1))]
+    m = make_model(nodes, {"X": X}, _out(), inits=consts, opset=14)
+    opt = check(m, {"X": X}, gone=["Tanh", "Mul", "Add"], present=["FastGelu"])
+    assert len(opt.graph.node) == 1
+
+
 @pytest.mark.parametrize("form", ["torchscript", "tanh"])
 def test_bias_gelu(form):
     """The projection's bias add before the activation goes into BiasGelu / FastGelu."""
