@@ -289,7 +289,7 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
     }
     const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
     const int64_t ntiles = (N + MR - 1) / MR, mpad = (M + NR - 1) / NR * NR, mb = block_channels(kb);
-    float* strip = malloc(sizeof(float) * (size_t)(kb * MR + 1));
+    float* strip = malloc(sizeof(float) * (size_t)(kb * MR + GV));  /* (+ GV: a last move's lanes past it) */
     /* partial sums between blocks of K: tile (n-tile, panel) at sums + (n-tile mpad + p0) MR */
     gvec* sums = nblocks > 1 ? aligned_alloc(sizeof(gvec), sizeof(float) * (size_t)(ntiles * mpad * MR)) : NULL;
     if (!strip || (nblocks > 1 && !sums)) {
@@ -307,11 +307,25 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                 const int64_t nc = N - n0 < MR ? N - n0 : MR;
                 if (koff) {
                     int64_t co[MR];
-                    for (int i = 0; i < MR; ++i) co[i] = cells[n0 + (i < nc ? i : 0)];
-                    for (int64_t k = 0; k < kc; ++k) {
-                        const float* restrict r = x + koff[k0 + k];
-                        for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? r[co[i]] : 0.0f;
+                    int runs[MR], nr = 0;  /* where runs of cells next to each other in the planes start */
+                    for (int i = 0; i < MR; ++i) {
+                        co[i] = cells[n0 + (i < nc ? i : 0)];
+                        if (i == 0 || co[i] != co[i - 1] + 1) runs[nr++] = i;
                     }
+                    if (nc == MR && nr <= 3)  /* a vector move per run, in order: each one's lanes past its run
+                                               * (into the next run, or the next k) are written again after */
+                        for (int64_t k = 0; k < kc; ++k) {
+                            const float* r = x + koff[k0 + k];
+                            for (int j = 0; j < nr; ++j) {
+                                const gvec v = gload(r + co[runs[j]]);
+                                memcpy(strip + k * MR + runs[j], &v, sizeof v);
+                            }
+                        }
+                    else
+                        for (int64_t k = 0; k < kc; ++k) {
+                            const float* restrict r = x + koff[k0 + k];
+                            for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? r[co[i]] : 0.0f;
+                        }
                 } else if (xrows) {
                     for (int i = 0; i < MR; ++i) {
                         const float* restrict r = x + (n0 + i) * ldb + k0;
@@ -544,7 +558,9 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
     int64_t *offs = NULL, *koff = NULL, *cells = NULL, *segn = NULL, *yat = NULL;
     float* buf = NULL;
     if (!a->direct) {  /* B read from the phase planes of the input channels */
-        offs = malloc(sizeof(int64_t) * (K + CK + 3 * chunk * OW) + sizeof(float) * (C * P + (p->rows ? CKg * RN : 0)));
+        /* (+ GV floats: cells_gemm's vector moves read past a run at the planes' end) */
+        offs = malloc(sizeof(int64_t) * (K + CK + 3 * chunk * OW) +
+                      sizeof(float) * (C * P + GV + (p->rows ? CKg * RN : 0)));
         if (!offs) {
             a->status = 1;
             return;
@@ -560,6 +576,7 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
         else
             for (int64_t c = 0; c < C; ++c)  /* the slack a last vector of a row may read */
                 memset(buf + (c + 1) * P - VL, 0, sizeof(float) * VL);
+        memset(buf + C * P, 0, sizeof(float) * GV);
         for (int64_t c = 0; c < C; ++c)
             for (int64_t t = 0; t < K; ++t) koff[c * K + t] = c * P + offs[t];
     }

@@ -279,18 +279,28 @@ def test_winograd_is_chosen_where_it_pays():
                                                    ([3, 3], [1, 1], [1, 1], 2, [28, 28]), ([3, 3], [1, 1], [1, 1], 1, [14, 14])):
         assert not winograd.applies(X, W, kernel, strides, dilations, group, out)
     assert not winograd.applies(X[:, :16], W[:, :16], [3, 3], [1, 1], [1, 1], 1, [28, 28])  # too few channels
-    assert not winograd.applies(X, np.repeat(W, 8, axis=0), [3, 3], [1, 1], [1, 1], 1, [28, 28])  # too short a K
-    X4 = np.repeat(X, 4, axis=1)[..., :14, :14]  # 128 channels: 14x14 maps too
-    assert winograd.applies(X4, np.repeat(W, 4, axis=1), [3, 3], [1, 1], [1, 1], 1, [14, 14])
+    assert winograd.applies(X, np.repeat(W, 8, axis=0), [3, 3], [1, 1], [1, 1], 1, [28, 28])
+    X4 = np.repeat(X, 4, axis=1)[..., :14, :14]  # 14x14 maps: 128 -> 16 channels too few, 128 -> 128 enough
+    assert not winograd.applies(X4, np.repeat(W, 4, axis=1), [3, 3], [1, 1], [1, 1], 1, [14, 14])
+    W4 = np.repeat(np.repeat(W, 4, axis=1), 8, axis=0)
+    assert winograd.applies(X4, W4, [3, 3], [1, 1], [1, 1], 1, [14, 14])
     with native.disabled():
         assert not winograd.applies(X, W, [3, 3], [1, 1], [1, 1], 1, [28, 28])
 
 
-def test_winograd_pays_on_14x14_maps_from_64_channels_with_8_lanes(monkeypatch):
-    for lanes, C in ((16, 128), (8, 64)):
+def test_winograd_pays_by_tiles_and_channels_and_earlier_with_8_lanes(monkeypatch):
+    for lanes in (16, 8):
         monkeypatch.setattr(native, "vector_lanes", lambda: lanes)
-        assert winograd.pays(C, 128, 1, (14, 14)) and not winograd.pays(C - 16, 128, 1, (14, 14))
-        assert not winograd.pays(C, 128, 1, (10, 10))  # 25 tiles
+        assert winograd.pays(32, 16, 1, (28, 28)) and not winograd.pays(16, 64, 1, (28, 28))
+        assert winograd.pays(32, 32, 1, (20, 20)) and not winograd.pays(32, 16, 1, (20, 20))
+        assert winograd.pays(96, 96, 1, (14, 14)) and winograd.pays(96, 96, 1, (10, 10))
+        assert not winograd.pays(256, 256, 1, (8, 8))  # 16 tiles
+        assert not winograd.pays(128, 16, 1, (14, 14))
+    monkeypatch.setattr(native, "vector_lanes", lambda: 16)
+    assert not winograd.pays(64, 64, 1, (14, 14)) and not winograd.pays(64, 64, 1, (10, 10))
+    monkeypatch.setattr(native, "vector_lanes", lambda: 8)
+    assert winograd.pays(64, 64, 1, (14, 14)) and winograd.pays(64, 64, 1, (10, 10))
+    assert winograd.pays(32, 64, 1, (14, 14)) and not winograd.pays(32, 64, 1, (10, 10))
 
 
 @needs_cc

@@ -36,16 +36,25 @@ def applies(X, W, kernel, strides, dilations, group, out) -> bool:
 
 
 def pays(C: int, M: int, N: int, out) -> bool:
-    """Measured against the planned native GEMM conv (one core of the AVX-512 Xeon, 2026-11-28; the
-    products of both run the same packed GEMM): 0.67-0.8x of its time on 28x28 and larger maps from 64
-    input channels (from 32 with at most 64 output channels: the GEMM's narrow products), and on 14x14
-    maps from 128; on 13x13-14x14 maps of 48-64 channels and 27x27 maps of 32 it lost (1.1-1.6x): their
-    16 products have too short a K for the transforms' cost. With 8 lanes (the same Xeon, kernels built
-    for x86-64-v3, 2026-11-28) it also wins on 13x13-14x14 maps from 64 input channels: 0.75-0.9x of the
-    GEMM conv's time (inception_v1's 96 -> 208 and 64 -> 96 convs; end to end inception_v2 0.95x)."""
+    """Whether F(2x2, 3x3) beats the planned native GEMM conv, by the tiles of its output and the product
+    of its channels. Measured against that conv (the products of both run the same packed GEMM) on one
+    core of the AVX-512 Xeon, 2026-11-28, over 7x7 to 28x28 maps of 32-256 input channels and half to twice
+    as many outputs: on 28x28 maps and larger it won everywhere (0.48-0.82x of the time); on 20x20 from 32
+    input and output channels (0.65-0.93x; 32 -> 16: 1.0x); on 10x10 to 14x14 maps where the channels'
+    product reaches 96 x 96 (0.63-0.91x; below it 0.93-1.9x); on 7x7 maps nowhere (1.1-2x). With 8 lanes
+    (the same Xeon, kernels built for x86-64-v3) the GEMM conv is slower and Winograd wins earlier: on
+    13x13-14x14 maps from a product of 32 x 64 (0.59-0.90x), on 10x10 from 64 x 64 (0.62-0.87x)."""
     tiles = N * math.ceil(out[0] / 2) * math.ceil(out[1] / 2)
-    fewest = 64 if native.vector_lanes() == 8 else 128  # input channels on 13x13-14x14 maps
-    return M >= 16 and ((C >= fewest and tiles >= 36) or (tiles >= 196 and (C >= 64 or (C >= 32 and M <= 64))))
+    if C < 32 or M < 16 or tiles < 25:
+        return False
+    if tiles >= 196:
+        return True
+    if M < 32:  # (20x20 maps: 48 -> 24 channels 0.65x; 14x14: 128 -> 16 1.03-1.35x)
+        return tiles >= 100 and C * M >= 1152
+    if tiles >= 100:
+        return True
+    wide = native.vector_lanes() == 16
+    return C * M >= (9216 if wide else 2048 if tiles >= 49 else 4096)
 
 
 def weights(W):
