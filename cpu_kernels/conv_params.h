@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "common.h"
+#include "pool_threads.h"
 #include "vmath.h"
 
 struct conv_params {
@@ -102,4 +103,25 @@ static inline void epilogue_rows(float* y, int64_t ld, const float* z, int64_t l
         else
             CONV_EPILOGUE((v < lo ? lo : v) > hi ? hi : (v < lo ? lo : v));  /* NaN stays */
     }
+}
+
+typedef struct {
+    float* y;
+    const float* z;
+    int64_t rows, n;
+    const struct conv_params* p;
+} EpilogueRows;
+
+static void epilogue_rows_part(void* ctx, int64_t part, int64_t parts) {
+    const EpilogueRows* a = ctx;
+    int64_t r0, r1;
+    pool_range(a->rows, 1, part, parts, &r0, &r1);
+    epilogue_rows(a->y, a->n, a->z, a->n, r0, r1, a->n, a->p);
+}
+
+/* epilogue_rows over y's rows [0, rows) of n floats one after another (z's too), split across the pool's
+ * threads (pool_threads.h) from 16k floats a part: the pass after a whole conv (depthwise, direct). */
+static inline void epilogue_rows_split(float* y, const float* z, int64_t rows, int64_t n, const struct conv_params* p) {
+    EpilogueRows a = {y, z, rows, n, p};
+    pool_run(epilogue_rows_part, &a, pool_parts(rows, (16384 + n) / (n + 1) + 1));
 }

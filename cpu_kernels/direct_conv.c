@@ -152,7 +152,7 @@ int direct_conv2d_planned_f32(const struct conv_params* p, const float* x, const
     const int status = direct_conv2d_f32(x, p->weights, p->bias, y, p->N, p->C, p->H, p->W, p->M, p->KH, p->KW,
                                          p->OH, p->OW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw,
                                          store ? p->lo : -inf, store ? p->hi : inf);
-    if (!status && !store) epilogue_rows(y, p->OH * p->OW, z, p->OH * p->OW, 0, p->N * p->M, p->OH * p->OW, p);
+    if (!status && !store) epilogue_rows_split(y, z, p->N * p->M, p->OH * p->OW, p);
     return status;
 }
 

@@ -173,10 +173,11 @@ static int winograd_blocks(const WinogradArgs* a, int64_t b0, int64_t b1) {
                           p->rows, -inf, inf);
         if (status) break;
         winograd_f2k3_output_f32(Mo, p->bias, yn, M, OH, OW, tw, i0, i1, ld, 0, lo, hi);
-        if (!store) {
-            const int64_t r0 = 2 * i0, r1 = 2 * i1 < OH ? 2 * i1 : OH;
+        if (!store) {  /* the block's rows of each channel, one after another: one row of them all */
+            const int64_t r0 = 2 * i0, r1 = 2 * i1 < OH ? 2 * i1 : OH, at = r0 * OW;
             for (int64_t m = 0; m < M; ++m)
-                epilogue_rows(yn + m * OH * OW, OW, a->z ? a->z + (n * M + m) * OH * OW : NULL, OW, r0, r1, OW, p);
+                epilogue_rows(yn + m * OH * OW + at, 0, a->z ? a->z + (n * M + m) * OH * OW + at : NULL, 0, 0, 1,
+                              (r1 - r0) * OW, p);
         }
     }
     free(V);

@@ -75,6 +75,15 @@ def _cases():
         "winograd blocks": lambda: conv.Conv(xp, wide_x, wide_w, None, pads=[1, 1, 1, 1]),  # threads take blocks
         "im2col conv": lambda: conv.Conv(xp, im2col_x, strided_w, B, strides=[2, 2], pads=[1, 1, 1, 1]),
         "residual epilogue": lambda: conv.FusedConv(xp, Xa, pointwise, B[:24], Xa, activation="Relu"),
+        # the activation pass after a whole depthwise, direct or Winograd conv, split across the threads
+        "depthwise hard sigmoid": lambda: conv.FusedConv(xp, X, dw, B, group=24, pads=[1, 1, 1, 1],
+                                                         activation="HardSigmoid", activation_params=[0.2, 0.5],
+                                                         prepared=conv.ConvWeights(dw, B)),
+        "direct leaky relu": lambda: conv.FusedConv(xp, img, first, None, strides=[2, 2], pads=[3, 3, 3, 3],
+                                                    activation="LeakyRelu", activation_params=[0.1],
+                                                    prepared=conv.ConvWeights(first, None)),
+        "winograd silu": lambda: conv.ConvSilu(xp, wino_x, wino_w, wino_b, pads=[1, 1, 1, 1],
+                                               prepared=conv.ConvWeights(wino_w, wino_b)),
         "max pool planes": lambda: pool.MaxPool(xp, Xa, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         "average pool blocks": lambda: pool.AveragePool(xp, Xb, kernel_shape=[3, 3], strides=[2, 2],
                                                         pads=[1, 1, 1, 1]),
