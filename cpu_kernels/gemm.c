@@ -641,7 +641,44 @@ static void conv_gemm_part(void* ctx, int64_t part, int64_t parts) {
  * KW), in layout p->rows). The output rows, or on small maps the channels (channel_parts), are split
  * across the pool's threads (pool_threads.h) when each part gets at least POOL_MIN_WORK multiply-adds.
  * Returns 0, or 1 when out of memory. */
+typedef struct {
+    const struct conv_params* p;
+    const float* x;
+    float* xs;
+} SampleArgs;
+
+/* Planes [c0, c1) of the (N C) input planes, the cells a strided 1x1 conv reads. */
+static void sample_part(void* ctx, int64_t part, int64_t parts) {
+    const SampleArgs* a = ctx;
+    const struct conv_params* p = a->p;
+    int64_t c0, c1;
+    pool_range(p->N * p->C, 1, part, parts, &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c) {
+        const float* xc = a->x + c * p->H * p->W;
+        float* out = a->xs + c * p->OH * p->OW;
+        for (int64_t oy = 0; oy < p->OH; ++oy) {
+            const float* row = xc + oy * p->sh * p->W;
+            for (int64_t ox = 0; ox < p->OW; ++ox) out[oy * p->OW + ox] = row[ox * p->sw];
+        }
+    }
+}
+
 int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
+    if (p->KH == 1 && p->KW == 1 && !p->ph && !p->pw && (p->sh > 1 || p->sw > 1) && p->OH > 0 && p->OW > 0 &&
+        (p->OH - 1) * p->sh < p->H && (p->OW - 1) * p->sw < p->W) {
+        /* a strided 1x1 conv without padding: the cells it reads copied out, then the direct 1x1 conv of
+         * them (its columns read as they lie, not through phase planes) */
+        float* xs = malloc(sizeof(float) * (size_t)(p->N * p->C * p->OH * p->OW));
+        if (!xs) return 1;
+        SampleArgs s = {p, x, xs};
+        const int64_t per_plane = p->OH * p->OW + 1;
+        pool_run(sample_part, &s, pool_parts(p->N * p->C, (16384 + per_plane - 1) / per_plane + 1));
+        struct conv_params q = *p;
+        q.H = p->OH, q.W = p->OW, q.sh = q.sw = 1;
+        const int status = conv2d_gemm_planned_f32(&q, xs, z, y);
+        free(xs);
+        return status;
+    }
     const Windows g = conv_windows(p);
     const int64_t K = p->KH * p->KW, CK = p->C * K, OW = p->OW > 0 ? p->OW : 1;
     const int64_t direct = K == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 && p->OH == p->H &&

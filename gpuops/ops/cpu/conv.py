@@ -246,7 +246,8 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
         name = "direct_conv2d_planned_f32"
     else:
         Mg, CKg = M // group, W.size // M
-        direct = K == 1 and all(s == 1 for s in strides) and not any(pb) and list(out) == spatial
+        # a 1x1 conv without padding reads its columns as they lie (strided: sampled first; gemm.c)
+        direct = K == 1 and not any(pb) and all((o - 1) * s < d for o, s, d in zip(out, strides, spatial))
         rows = native_gemm.rows_layout(Mg, CKg, L, None if direct else out[-1])  # (conv_rows: a row at a time)
         tile = native_gemm.pack_width(rows)
         padded = N * L * CKg * group * -(-Mg // tile) * tile
