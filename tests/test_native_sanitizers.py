@@ -16,7 +16,7 @@ NATIVE_TESTS = ["tests/test_native.py", "tests/test_native_rnn.py", "tests/test_
                 "tests/test_conv_epilogue.py", "tests/test_native_gemm.py", "tests/test_native_threads.py",
                 "tests/ml/test_native_trees.py", "tests/ml/test_native_linear.py", "tests/ops/test_qgemm_native.py",
                 "tests/ops/test_cpu_transformer.py", "tests/ops/test_private_ops.py", "tests/ops/test_cast_native.py",
-                "tests/test_programs.py"]
+                "tests/test_programs.py", "tests/ops/test_conv_planned.py"]
 
 
 def _runtime(cc: str, name: str) -> str | None:
