@@ -51,3 +51,35 @@ def test_feeds_other_than_exact_arrays_are_converted_or_refused_as_before():
                          ({"x": np.float32(1), "y": y}, r"input 'x': expected rank 2")):
         with pytest.raises(gpuops.FeedError, match=match):
             sess.run(None, feeds)
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+def test_a_signature_that_passed_once_still_refuses_other_feeds():
+    """A CPU session takes a dict of NumPy arrays of a signature that passed the checks before as it is; any
+    other feed (another shape or dtype, a missing or unknown name, a list, another array type) is still
+    checked, and refused naming the input."""
+    sess = _session()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.ones((1, 3), np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, {"x": x, "y": y})[0], x + y)
+    np.testing.assert_array_equal(sess.run(None, {"y": y, "x": x.tolist()})[0], x + y)
+    with pytest.raises(gpuops.NodeError):  # y's free dimension is checked by the op (2 rows against 4)
+        sess.run(None, {"x": x, "y": np.ones((4, 3), np.float32)})
+    for feeds, match in (({"x": x.astype(np.float64), "y": y}, r"input 'x': expected dtype"),
+                         ({"x": x.reshape(3, 2), "y": y}, r"input 'x': dimension 0 must be 2"),
+                         ({"x": x, "y": y.astype(np.float16)}, r"input 'y': expected dtype"),
+                         ({"x": x, "y": y[None]}, r"input 'y': expected rank 2"),
+                         ({"x": x}, r"missing input\(s\) \['y'\]"),
+                         ({"x": x, "y": y, "w": y}, r"unknown input name\(s\) \['w'\]"),
+                         ({"x": x, "y": y, 1: y}, r"unknown input name\(s\) \[1\]"),
+                         ({"x": x.view(_Sub), "y": y}, None)):
+        if match is None:  # an ndarray subclass takes the full path (and runs)
+            np.testing.assert_array_equal(np.asarray(sess.run(None, feeds)[0]), x + y)
+            continue
+        with pytest.raises(gpuops.FeedError, match=match):
+            sess.run(None, feeds)
+    np.testing.assert_array_equal(sess.run(None, {"y": y, "x": x})[0], x + y)

@@ -32,6 +32,9 @@ from .plan import Plan, PlanBuilder, node_count
 from .shape_plans import DEFAULT_CACHE as DEFAULT_SHAPE_PLANS
 from .shape_plans import ShapePlans, owned_bytes
 
+MAX_SIGNATURES = 1024
+"""Feed signatures a CPU session remembers as having passed the feed checks (beyond them it starts over)."""
+
 
 @dataclass(frozen=True)
 class NodeArg:
@@ -123,6 +126,8 @@ class InferenceSession:
                               for a in self._feed_args.values()
                               if self.device.kind == "cpu" and a.dtype is not None and a.dtype != object
                               and a.shape is not None}
+        # signatures (ShapePlans.key) of CPU feed dicts of NumPy arrays that passed the checks as they were
+        self._valid_signatures: set | None = set() if self.device.kind == "cpu" else None
         self.last_profile: dict | None = None
         self._graphs = (CudaGraphs(self, cuda_graph_cache, specializer=specialize)
                         if cuda_graph and self.device.kind == "cuda" else None)
@@ -169,7 +174,7 @@ class InferenceSession:
         names = self._requested(output_names) if output_names else self._output_names
         if output_device != "cpu" and output_device != "device":
             raise GpuopsError(f"output_device must be 'cpu' or 'device', not {output_device!r}")
-        ctx = RunContext(self.device, self.memory, [] if profile else None, host_nodes_logged=self._host_nodes)
+        ctx = RunContext(self.device, self.memory, [] if profile else None, None, self._host_nodes)
         native.set_threads(self.threads)  # the native kernels' pools (kept: each run sets its own)
         counts = None
         try:
@@ -209,20 +214,18 @@ class InferenceSession:
 
     def _run(self, names: list[str], input_feed, ctx: RunContext, profile: bool):
         """The run inside its thread count and memory pool: (the outputs, the profile's device counters)."""
-        feeds = self._check_feeds(input_feed)
+        feeds, key = self._feeds(input_feed)
         if self._graphs is not None and not profile:
             with self._blas:
                 outs = self._graphs.run(feeds, names)
             if outs is not None:
                 return outs, None
-        plan, key, record = self.plan, None, False
-        if self._shape_plans is not None:
-            key = ShapePlans.key(feeds)
-            if key is not None:
-                plan, record = self._shape_plans.lookup(key)
-                plan = plan or self.plan
-                if profile and plan.by_node is not None:  # node by node, each timed
-                    plan = plan.by_node
+        plan, record = self.plan, False
+        if self._shape_plans is not None and key is not None:
+            plan, record = self._shape_plans.lookup(key)
+            plan = plan or self.plan
+            if profile and plan.by_node is not None:  # node by node, each timed
+                plan = plan.by_node
         env = specialize.ShapeRecorder(plan.weights) if record else dict(plan.weights)
         env.update(feeds)
         shapes_of = {k: (v.shape, v.dtype) for k, v in feeds.items()} if record else None
@@ -358,6 +361,26 @@ class InferenceSession:
     def __exit__(self, *exc):
         self.close()
 
+    def _feeds(self, feed: Mapping[str, Any]) -> tuple[dict[str, Any], tuple | None]:
+        """The checked feeds (:meth:`_check_feeds`) and, on the CPU, their signature (``ShapePlans.key``;
+        None where a feed has no shape). On the CPU the checks of a NumPy feed read only its name, dtype and
+        shape, and take it as it is: a dict of NumPy arrays whose signature passed them before passes again."""
+        valid = self._valid_signatures
+        if valid is None:
+            return self._check_feeds(feed), None
+        if type(feed) is dict:
+            key = _signature(feed)
+            if key in valid:
+                return feed, key
+        feeds = self._check_feeds(feed)
+        key = ShapePlans.key(feeds)
+        if key is not None and type(feed) is dict and all(type(v) is np.ndarray and v is feed[k]
+                                                          for k, v in feeds.items()):
+            if len(valid) >= MAX_SIGNATURES:
+                valid.clear()
+            valid.add(key)
+        return feeds, key
+
     def _check_feeds(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         if type(feed) is not dict and not isinstance(feed, Mapping):  # the ABC check is slow
             raise FeedError(f"input_feed must be a dict of name -> array, not {type(feed).__name__}")
@@ -409,6 +432,20 @@ class InferenceSession:
                                         f"(shape {arg.shape}), got shape {tuple(arr.shape)}")
             out[name] = arr
         return out
+
+
+def _signature(feed: dict) -> tuple | None:
+    """``ShapePlans.key`` of a dict of NumPy arrays; None when a value is anything else."""
+    if len(feed) == 1:  # the common case, at a third of the cost
+        [(k, v)] = feed.items()
+        return ((k, v.shape, v.dtype),) if type(v) is np.ndarray else None
+    for v in feed.values():
+        if type(v) is not np.ndarray:
+            return None
+    try:
+        return ShapePlans.key(feed)
+    except TypeError:  # names that do not sort (not all str): the checks refuse them
+        return None
 
 
 def _feed_to_device(device: Device, value):
