@@ -304,6 +304,33 @@ def test_concurrent_runs_of_one_program_agree():
     assert not bad and sess.shape_plan_status()["signatures"][0]["programs"] == 1
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_calls_keep_their_scratch_and_return_fresh_outputs(monkeypatch, kept):
+    """A program keeps its addresses table (and an arena up to KEPT_ARENA_BYTES) for its next call; each
+    call's outputs are arrays of their own, and a wide arena is made for each call and not kept."""
+    from gpuops.onnx import programs
+    if not kept:
+        monkeypatch.setattr(programs, "KEPT_ARENA_BYTES", 0)
+    rng = np.random.default_rng(9)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "x"], ["m"]),
+             helper.make_node("Add", ["m", "x"], ["y"])]
+    m = _model(nodes, [("x", [4, 3])], ["y"])
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1, optimize="basic")
+    xs = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(3)]
+    for _ in range(3):
+        sess.run(None, {"x": xs[0]})
+    (step,) = [s for s in _plan(sess, {"x": xs[0]}).steps if s.op_type == "NativeProgram"]
+    program = step.impl.fn
+    assert program.arena_bytes > 0
+    ys = [sess.run(None, {"x": x})[0] for x in xs]
+    for x, y in zip(xs, ys):
+        np.testing.assert_array_equal(y, np.maximum(x, 0) * x + x)
+    assert len({y.ctypes.data for y in ys}) == 3
+    assert len(program.scratch) == 1
+    ((ext, _, arena, _),) = program.scratch
+    assert (arena is not None) == kept and list(ext[program.n_in + program.n_out:]) == list(program.ext[program.n_in + program.n_out:])
+
+
 def test_no_program_without_native_kernels():
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])]
     m = _model(nodes, [("x", [2, 3])], ["y"])

@@ -38,6 +38,9 @@ log = logging.getLogger("gpuops")
 DOMAIN = "ai.gpuops"
 MIN_CALLS = 2  # a program of one kernel call saves nothing over the node's own step
 ALIGN = 64
+KEPT_ARENA_BYTES = 64 << 10
+"""A program's arena up to this size is kept between its calls, one per call running at once (a larger one
+is made for each call, and freed after it)."""
 NONE = np.iinfo(np.int64).min  # cpu_kernels/program.c's PROGRAM_NONE
 BLAS_KERNELS = frozenset({"matmul_planned_f32", "attention_program_f32"})  # products by the BLAS (blas.h)
 # ops whose own steps may call the BLAS (NumPy's matmul): a product of theirs wakes its workers, which then
@@ -286,6 +289,12 @@ class Program:
         for i, n in enumerate(const_names):
             self.ext[self.n_in + self.n_out + i] = consts[n].ctypes.data
         self.root = {o: root[o] for o in self.out_names}
+        self.out_arrays = [(self.shapes[r], self.dtypes[r], int(np.prod(self.shapes[r])) > 0) for r in self.out_roots]
+        # each output: (from the output arrays or the inputs, its index there, the shape to give it or None)
+        self.out_from = [(r in produced, self.out_roots.index(r) if r in produced else self.in_names.index(r),
+                          None if self.shapes[r] == self.shapes[n] else self.shapes[n])
+                         for n in self.out_names for r in (root[n],)]
+        self.scratch: list = []  # (ext, its address, arena or None, the arena's address) of no call running now
         self.run = native.function("program_run")
         self.blas = any(type(c) is _planned.Call and c.fn.__name__ in BLAS_KERNELS for c in holds)
         self.blas_single = False  # its products split across the native pool, the BLAS at one thread
@@ -300,11 +309,16 @@ class Program:
         return Step(self.name, "NativeProgram", DOMAIN, impl, list(self.in_names), list(self.out_names), {})
 
     def __call__(self, xp, *inputs):
-        ext = self.ext.copy()
+        for x, dtype, shape in zip(inputs, self.in_dtypes, self.in_shapes):
+            if type(x) is not np.ndarray or x.dtype != dtype or x.shape != shape:
+                return self.one_by_one(xp, inputs)
+        try:
+            scratch = self.scratch.pop()  # (list.pop and append are atomic: concurrent calls take their own)
+        except IndexError:
+            scratch = self._scratch()
+        ext, ext_address, arena, base = scratch
         copies = []  # inputs copied to C order, alive until the kernels are done
         for i, x in enumerate(inputs):
-            if type(x) is not np.ndarray or x.dtype != self.in_dtypes[i] or x.shape != self.in_shapes[i]:
-                return self.one_by_one(xp, inputs)
             try:
                 ext[i] = _addressof(_from_buffer(x))
             except (TypeError, ValueError):  # read-only, or not C-contiguous
@@ -312,31 +326,44 @@ class Program:
                     x = np.ascontiguousarray(x)
                     copies.append(x)
                 ext[i] = x.ctypes.data
-        arrays = {}
+        arrays = []
         k = self.n_in
-        for n in self.out_roots:
-            a = arrays[n] = np.empty(self.shapes[n], self.dtypes[n])
-            ext[k] = _addressof(_from_buffer(a)) if a.size else 0
+        for shape, dtype, nonempty in self.out_arrays:
+            a = np.empty(shape, dtype)
+            arrays.append(a)
+            ext[k] = _addressof(_from_buffer(a)) if nonempty else 0
             k += 1
-        arena = np.empty(self.arena_bytes, np.uint8)  # (held here while the kernels run)
-        base = _addressof(_from_buffer(arena)) if self.arena_bytes else 0
-        if self.blas_single and native.threads() > 1:
-            with _BLAS_SINGLE:
-                rc = self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext)))
-        else:
-            rc = self.run(self.table_address, self.n_calls, base, _addressof(_from_buffer(ext)))
+        if arena is None:  # a large arena: made for each call (held here while the kernels run)
+            arena = np.empty(self.arena_bytes, np.uint8)
+            base = _addressof(_from_buffer(arena))
+        try:
+            if self.blas_single and native.threads() > 1:
+                with _BLAS_SINGLE:
+                    rc = self.run(self.table_address, self.n_calls, base, ext_address)
+            else:
+                rc = self.run(self.table_address, self.n_calls, base, ext_address)
+        finally:
+            self.scratch.append(scratch)
         if rc:
             if rc == _planned.RERUN:
                 return self.one_by_one(xp, inputs)
             raise MemoryError(f"a native kernel of {self.name} could not allocate its scratch")
         outs = []
-        for n in self.out_names:
-            r = self.root[n]
-            a = arrays.get(r)
-            if a is None:  # a reshape of an input
-                a = inputs[self.in_names.index(r)]
-            outs.append(a if a.shape == self.shapes[n] else a.reshape(self.shapes[n]))
+        for made, i, shape in self.out_from:
+            a = arrays[i] if made else inputs[i]  # (an input: a reshape of it)
+            outs.append(a if shape is None else a.reshape(shape))
         return tuple(outs)
+
+    def _scratch(self) -> tuple:
+        """A call's own (``ext``: the addresses of its inputs, outputs and constants; ``ext``'s address; the
+        arena, or None when it is made for each call; its address). Kept for the next call: an arena of at
+        most :data:`KEPT_ARENA_BYTES`, and ``ext``."""
+        ext = self.ext.copy()
+        arena = base = None
+        if self.arena_bytes <= KEPT_ARENA_BYTES:
+            arena = np.empty(max(self.arena_bytes, 1), np.uint8)
+            base = _addressof(_from_buffer(arena))
+        return ext, _addressof(_from_buffer(ext)), arena, base
 
     def one_by_one(self, xp, inputs):
         """The nodes run as their own steps would (inputs of other shapes than planned, or a kernel's
