@@ -172,6 +172,14 @@ def resolve(threads: int | None) -> int:
     return threads
 
 
+def blas_controlled() -> bool:
+    """Whether :class:`blas_threads` sets any library's count (threadpoolctl found a BLAS): without one, a
+    run need not open the block."""
+    if _controllers is None:
+        _blas_controllers()
+    return bool(_handles)
+
+
 _lock = threading.Lock()
 _runs = 0  # blas_threads blocks open now, in any thread
 _open: list = []  # while _runs > 0: [get, set, count found before the first block, count now] per library

@@ -422,3 +422,24 @@ def test_blas_counts_are_restored_after_nested_and_concurrent_blocks():
         assert sets == []  # already 1: nothing set, nothing restored
     finally:
         threads._handles = real
+
+
+def test_a_run_that_calls_the_blas_sets_its_count_and_restores_it(monkeypatch):
+    """A session's run of a model with a product sets each BLAS library's count to the session's threads and
+    restores the count found before; with no library to set (threadpoolctl absent), it opens no block."""
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              [onnx.numpy_helper.from_array(np.ones((3, 4), np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = gpuops.InferenceSession(model, device="cpu", threads=1, shape_plans=0)
+    x = np.ones((2, 3), np.float32)
+    sets = []
+    monkeypatch.setattr(threads, "_handles", [(lambda: 3, sets.append)])
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.full((2, 4), 3, np.float32))
+    assert sets == [1, 3]
+    entered = []
+    monkeypatch.setattr(threads, "_handles", [])
+    monkeypatch.setattr(threads.blas_threads, "__enter__", lambda self: entered.append(self))
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.full((2, 4), 3, np.float32))
+    assert entered == []

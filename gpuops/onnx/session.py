@@ -24,7 +24,7 @@ from ..ops import checks
 from ..registry import canonical_domain
 from ..optimizer import optimize as optimize_model
 from ..optimizer import save_model
-from ..threads import blas_threads
+from ..threads import blas_controlled, blas_threads
 from ..threads import resolve as resolve_threads
 from . import programs, specialize
 from .model import load_model
@@ -231,13 +231,17 @@ class InferenceSession:
         shapes_of = {k: (v.shape, v.dtype) for k, v in feeds.items()} if record else None
         fed = plan.fed
         live = ctx.live
-        live.current = live.peak = sum([nbytes(v) for k, v in feeds.items() if k in fed])
+        held = 0
+        for k, v in feeds.items():  # (a loop: a comprehension costs a function call)
+            if k in fed:
+                held += nbytes(v)
+        live.current = live.peak = held
         feeds = None  # env's alone: a feed is freed after its last use
         counts = _profile.counters(self.device) if profile else None
         pending = None
         if self.device.kind == "cpu":  # NumPy checks run at once (checks.require)
             try:
-                if programs.calls_blas(plan):
+                if programs.calls_blas(plan) and blas_controlled():
                     with self._blas:
                         run_plan(plan, env, ctx)
                 else:
