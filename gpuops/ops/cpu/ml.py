@@ -31,6 +31,7 @@ from ..ml._common import ML, apply_transform, class_labels, labels_of, pick, tra
 from . import planned
 
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer  # (native.address, without its call)
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
@@ -178,8 +179,8 @@ def _summed(forest: trees.Forest, X):
     y = np.empty((N, row.shape[1]), dtype=np.float64)
     if not y.size:
         return y, row
-    if fn(args, native.address(x) if x.flags.writeable and x.size else x.ctypes.data, N, x.shape[1],
-          native.address(y)):
+    if fn(args, _addressof(_from_buffer(x)) if x.flags.writeable and x.size else x.ctypes.data, N, x.shape[1],
+          _addressof(_from_buffer(y))):
         raise MemoryError(f"native kernel {fn.__name__} could not allocate its scratch")
     return y, row
 
@@ -210,7 +211,7 @@ def _prepare_regressor(constants, attrs):
     # one target summed and no transform (PROBIT is the one a single target takes): the sums in float32
     # plus the one base value, as legacy_trees.regressed computes them
     plain = forest.n_targets == 1 and agg == "SUM" and post != "PROBIT"
-    one = base[:1] if base is not None and base.size == 1 else None
+    one = base[0] if base is not None and base.size == 1 else None  # (a NumPy scalar: added faster than an array)
     return _Prepared(forest, _attrs_of(attrs), (base, agg, post, plain, one))
 
 
