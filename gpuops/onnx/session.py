@@ -192,6 +192,11 @@ class InferenceSession:
             self.last_profile = None
         if output_device == "device":
             return [_callers(v) for v in outs]
+        for v in outs:
+            if type(v) is not np.ndarray or not v.flags.writeable:
+                break
+        else:
+            return outs  # (the common case: every output a NumPy array the caller may change)
         host = []
         for name, v in zip(names, outs):
             if type(v) is np.ndarray:
@@ -373,7 +378,11 @@ class InferenceSession:
         if valid is None:
             return self._check_feeds(feed), None
         if type(feed) is dict:
-            key = _signature(feed)
+            if len(feed) == 1:  # the common case, without a call
+                [(k, v)] = feed.items()
+                key = ((k, v.shape, v.dtype),) if type(v) is np.ndarray else None
+            else:
+                key = _signature(feed)
             if key in valid:
                 return feed, key
         feeds = self._check_feeds(feed)
@@ -440,9 +449,6 @@ class InferenceSession:
 
 def _signature(feed: dict) -> tuple | None:
     """``ShapePlans.key`` of a dict of NumPy arrays; None when a value is anything else."""
-    if len(feed) == 1:  # the common case, at a third of the cost
-        [(k, v)] = feed.items()
-        return ((k, v.shape, v.dtype),) if type(v) is np.ndarray else None
     for v in feed.values():
         if type(v) is not np.ndarray:
             return None
