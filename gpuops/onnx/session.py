@@ -241,7 +241,7 @@ class InferenceSession:
             if k in fed:
                 held += nbytes(v)
         live.current = live.peak = held
-        feeds = None  # env's alone: a feed is freed after its last use
+        feeds = v = None  # env's alone: a feed (an uploaded one) is freed after its last use
         counts = _profile.counters(self.device) if profile else None
         pending = None
         if self.device.kind == "cpu":  # NumPy checks run at once (checks.require)
