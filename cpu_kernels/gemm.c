@@ -262,11 +262,55 @@ static void gemv(const float* pack, const float* b, const float* bias, float* Y,
     }
 }
 
+#define STRIPS_FLOATS 32768  /* the strips of a group of tiles at most (128 KiB, in L2 beside a panel) */
+
+/* The strip of the tile of nc cells from n0 (MR floats per k, 0 past nc) for k in [k0, k0 + kc), from B
+ * as cells_gemm reads it. */
+static inline void fill_strip(float* strip, const float* x, int64_t ldb, const int64_t* koff, const int64_t* cells,
+                              int64_t k0, int64_t kc, int64_t n0, int64_t nc, int xrows) {
+    if (koff) {
+        int64_t co[MR];
+        int runs[MR], nr = 0;  /* where runs of cells next to each other in the planes start */
+        for (int i = 0; i < MR; ++i) {
+            co[i] = cells[n0 + (i < nc ? i : 0)];
+            if (i == 0 || co[i] != co[i - 1] + 1) runs[nr++] = i;
+        }
+        if (nc == MR && nr <= 3)  /* a vector move per run, in order: each one's lanes past its run (into the
+                                   * next run, or the next k, or the next strip) are written again after */
+            for (int64_t k = 0; k < kc; ++k) {
+                const float* r = x + koff[k0 + k];
+                for (int j = 0; j < nr; ++j) {
+                    const gvec v = gload(r + co[runs[j]]);
+                    memcpy(strip + k * MR + runs[j], &v, sizeof v);
+                }
+            }
+        else
+            for (int64_t k = 0; k < kc; ++k) {
+                const float* restrict r = x + koff[k0 + k];
+                for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? r[co[i]] : 0.0f;
+            }
+    } else if (xrows) {
+        for (int i = 0; i < MR; ++i) {
+            const float* restrict r = x + (n0 + i) * ldb + k0;
+            if (i < nc)
+                for (int64_t k = 0; k < kc; ++k) strip[k * MR + i] = r[k];
+            else
+                for (int64_t k = 0; k < kc; ++k) strip[k * MR + i] = 0.0f;
+        }
+    } else if (nc == MR) {
+        for (int64_t k = 0; k < kc; ++k) memcpy(strip + k * MR, x + (k0 + k) * ldb + n0, sizeof(float) * MR);
+    } else {
+        for (int64_t k = 0; k < kc; ++k)
+            for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? x[(k0 + k) * ldb + n0 + i] : 0.0f;
+    }
+}
+
 /* gemm_f32 with channels on the lanes, B[k][n] at x[k ldb + n], or at x[koff[k] + cells[n]] (koff not
  * NULL: the taps of a conv's phase planes, read in place of an im2col copy), or (xrows: a fully
  * connected layer's rows) at x[n ldb + k], Y[m][n] then stored at Y[n ldy + m]. Per block of K and of
- * channels, each tile of MR cells is first copied into a strip (its rows one after another, 0 past N),
- * which the block's panels then read in order. Each cell's sum runs in the order of k; a product of one
+ * channels, the tiles of MR cells of a group (fill_strip: STRIPS_FLOATS) are first copied into strips
+ * (their rows one after another, 0 past N), which each panel of the block then reads in order, one tile
+ * after another. Each cell's sum runs in the order of k; a product of one
  * cell (CELLS_ONE: the whole product, not one cell of a part of it, which must sum as the others) runs
  * by gemv. */
 enum { CELLS_XROWS = 1, CELLS_ONE = 2 };  /* cells_gemm's flags */
@@ -289,11 +333,15 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
     }
     const int64_t nblocks = K > KC ? (K + KC - 1) / KC : 1, kb = (K + nblocks - 1) / nblocks;
     const int64_t ntiles = (N + MR - 1) / MR, mpad = (M + NR - 1) / NR * NR, mb = block_channels(kb);
-    float* strip = malloc(sizeof(float) * (size_t)(kb * MR + GV));  /* (+ GV: a last move's lanes past it) */
+    /* tiles whose strips are filled together, then each panel runs over all of them: a panel fetched from
+     * memory (a weight read once per run) is then used group times as it arrives */
+    int64_t group = STRIPS_FLOATS / (kb * MR > 0 ? kb * MR : 1);
+    group = group < 1 ? 1 : group > ntiles ? ntiles : group;
+    float* strips = malloc(sizeof(float) * (size_t)(group * kb * MR + GV));  /* (+ GV: a last move's lanes) */
     /* partial sums between blocks of K: tile (n-tile, panel) at sums + (n-tile mpad + p0) MR */
     gvec* sums = nblocks > 1 ? aligned_alloc(sizeof(gvec), sizeof(float) * (size_t)(ntiles * mpad * MR)) : NULL;
-    if (!strip || (nblocks > 1 && !sums)) {
-        free(strip);
+    if (!strips || (nblocks > 1 && !sums)) {
+        free(strips);
         free(sums);
         return 1;
     }
@@ -303,71 +351,41 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
         const int first = k0 == 0;
         for (int64_t m0 = 0; m0 < M; m0 += mb) {
             const int64_t m1 = M - m0 < mb ? M : m0 + mb;
-            for (int64_t n0 = 0, nt = 0; n0 < N; n0 += MR, ++nt) {
-                const int64_t nc = N - n0 < MR ? N - n0 : MR;
-                if (koff) {
-                    int64_t co[MR];
-                    int runs[MR], nr = 0;  /* where runs of cells next to each other in the planes start */
-                    for (int i = 0; i < MR; ++i) {
-                        co[i] = cells[n0 + (i < nc ? i : 0)];
-                        if (i == 0 || co[i] != co[i - 1] + 1) runs[nr++] = i;
-                    }
-                    if (nc == MR && nr <= 3)  /* a vector move per run, in order: each one's lanes past its run
-                                               * (into the next run, or the next k) are written again after */
-                        for (int64_t k = 0; k < kc; ++k) {
-                            const float* r = x + koff[k0 + k];
-                            for (int j = 0; j < nr; ++j) {
-                                const gvec v = gload(r + co[runs[j]]);
-                                memcpy(strip + k * MR + runs[j], &v, sizeof v);
-                            }
-                        }
-                    else
-                        for (int64_t k = 0; k < kc; ++k) {
-                            const float* restrict r = x + koff[k0 + k];
-                            for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? r[co[i]] : 0.0f;
-                        }
-                } else if (xrows) {
-                    for (int i = 0; i < MR; ++i) {
-                        const float* restrict r = x + (n0 + i) * ldb + k0;
-                        if (i < nc)
-                            for (int64_t k = 0; k < kc; ++k) strip[k * MR + i] = r[k];
-                        else
-                            for (int64_t k = 0; k < kc; ++k) strip[k * MR + i] = 0.0f;
-                    }
-                } else if (nc == MR) {
-                    for (int64_t k = 0; k < kc; ++k)
-                        memcpy(strip + k * MR, x + (k0 + k) * ldb + n0, sizeof(float) * MR);
-                } else {
-                    for (int64_t k = 0; k < kc; ++k)
-                        for (int i = 0; i < MR; ++i) strip[k * MR + i] = i < nc ? x[(k0 + k) * ldb + n0 + i] : 0.0f;
-                }
+            for (int64_t t0 = 0; t0 < ntiles; t0 += group) {
+                const int64_t t1 = t0 + group < ntiles ? t0 + group : ntiles;
+                for (int64_t nt = t0; nt < t1; ++nt)
+                    fill_strip(strips + (nt - t0) * kc * MR, x, ldb, koff, cells, k0, kc, nt * MR,
+                               N - nt * MR < MR ? N - nt * MR : MR, xrows);
                 for (int64_t p0 = m0; p0 < m1; p0 += NR) {
                     const int64_t w = panel_width(M, p0), mc = M - p0 < w ? M - p0 : w;
-                    gvec acc[MR][NV];
-                    gvec* saved = sums ? sums + (nt * mpad + p0) * MR / GV : NULL;
-                    for (int i = 0; i < MR; ++i)
-                        for (int v = 0; v < NV; ++v) acc[i][v] = first ? (gvec){0} : saved[i * NV + v];
                     const float* q = pack + p0 * K + k0 * w;
-                    if (2 * nc <= MR)  /* half the cells: half the sums */
-                        w == NR ? tile(strip, MR, q, kc, NV, MR / 2, acc) : tile(strip, MR, q, kc, 1, MR / 2, acc);
-                    else
-                        w == NR ? tile(strip, MR, q, kc, NV, MR, acc) : tile(strip, MR, q, kc, 1, MR, acc);
-                    if (!last) {
+                    float bb[NR] = {0};  /* the panel's bias, 0 past M */
+                    for (int64_t j = 0; last && bias && j < mc; ++j) bb[j] = bias[p0 + j];
+                    for (int64_t nt = t0; nt < t1; ++nt) {
+                        const int64_t n0 = nt * MR, nc = N - n0 < MR ? N - n0 : MR;
+                        const float* strip = strips + (nt - t0) * kc * MR;
+                        gvec acc[MR][NV];
+                        gvec* saved = sums ? sums + (nt * mpad + p0) * MR / GV : NULL;
                         for (int i = 0; i < MR; ++i)
-                            for (int v = 0; v < NV; ++v) saved[i * NV + v] = acc[i][v];
-                    } else {
-                        float bb[NR] = {0};  /* the panel's bias, 0 past M */
-                        for (int64_t j = 0; bias && j < mc; ++j) bb[j] = bias[p0 + j];
-                        if (xrows)
-                            store_rows(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                            for (int v = 0; v < NV; ++v) acc[i][v] = first ? (gvec){0} : saved[i * NV + v];
+                        if (2 * nc <= MR)  /* half the cells: half the sums */
+                            w == NR ? tile(strip, MR, q, kc, NV, MR / 2, acc) : tile(strip, MR, q, kc, 1, MR / 2, acc);
                         else
+                            w == NR ? tile(strip, MR, q, kc, NV, MR, acc) : tile(strip, MR, q, kc, 1, MR, acc);
+                        if (!last) {
+                            for (int i = 0; i < MR; ++i)
+                                for (int v = 0; v < NV; ++v) saved[i * NV + v] = acc[i][v];
+                        } else if (xrows) {
+                            store_rows(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                        } else {
                             store_tile(bb, lo, hi, Y, ldy, p0, n0, mc, nc, acc);
+                        }
                     }
                 }
             }
         }
     }
-    free(strip);
+    free(strips);
     free(sums);
     return 0;
 }
