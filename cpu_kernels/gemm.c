@@ -361,9 +361,15 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                     const float* q = pack + p0 * K + k0 * w;
                     float bb[NR] = {0};  /* the panel's bias, 0 past M */
                     for (int64_t j = 0; last && bias && j < mc; ++j) bb[j] = bias[p0 + j];
+                    /* the next panel fetched into L2 over this one's tiles (a weight read once per run
+                     * comes from memory, faster than the hardware's prefetchers fetch it) */
+                    const float* next = p0 + NR < m1 ? pack + (p0 + NR) * K + k0 * panel_width(M, p0 + NR) : NULL;
+                    const int64_t lines = next ? (kc * panel_width(M, p0 + NR) + 15) / 16 : 0;
                     for (int64_t nt = t0; nt < t1; ++nt) {
                         const int64_t n0 = nt * MR, nc = N - n0 < MR ? N - n0 : MR;
                         const float* strip = strips + (nt - t0) * kc * MR;
+                        for (int64_t l = lines * (nt - t0) / (t1 - t0); l < lines * (nt - t0 + 1) / (t1 - t0); ++l)
+                            __builtin_prefetch(next + 16 * l, 0, 1);
                         gvec acc[MR][NV];
                         gvec* saved = sums ? sums + (nt * mpad + p0) * MR / GV : NULL;
                         for (int i = 0; i < MR; ++i)
