@@ -215,9 +215,11 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
           activation=(0, 0.0, 0.0)):
     """The :class:`_Planned` conv of ``kept``'s weights for inputs of X's shape, or None where the
     general path runs: not 1-D or 2-D float32, native kernels off, or a conv large enough that another
-    path (Winograd, kn2row, BLAS where :func:`.native_gemm.gemm_pays` says so) may beat the native
-    GEMM. Depthwise convs and those of few input channels run their own native kernels; a 1-D conv
-    runs as a 2-D one of one row."""
+    path (BLAS where :func:`.native_gemm.gemm_pays` says so) may beat the native GEMM; Winograd where it
+    pays. Not kn2row: on the 3x3 convs where :func:`_kn2row_pays` prefers it to im2col, the planned GEMM
+    (its columns read in place) took 0.5-0.95x of its time (one core of the AVX-512 Xeon, 2026-11-28).
+    Depthwise convs and those of few input channels run their own native kernels; a 1-D conv runs as a
+    2-D one of one row."""
     W, B = kept.W, kept.B
     if not (native.enabled() and X.ndim in (3, 4) and X.dtype == W.dtype == _F32 and (B is None or B.dtype == _F32)):
         return None
@@ -254,8 +256,7 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
         if padded > (SMALL_MACS if Mg >= SMALL_MIN_CHANNELS else SMALL_MACS >> 4):
             if winograd.applies(X, W, kernel, strides, dilations, group, out):
                 return _winograd_plan(kept, params, shape, out, B)
-            if (group == 1 and _kn2row_pays(C, M, kernel, strides, dilations, out, L)) or \
-                    not native_gemm.gemm_pays(Mg, CKg, L):
+            if not native_gemm.gemm_pays(Mg, CKg, L):
                 return None
         packs = kept.packs(kept.W, kept.B, group, rows)
         if not packs:
