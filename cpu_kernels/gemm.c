@@ -509,8 +509,9 @@ static void gemm_part(void* ctx, int64_t part, int64_t parts) {
 static int gemm_split(GemmArgs* a) {
     a->by_channels = channel_parts(a->M, a->K, a->N, a->rows);
     const int64_t tile = a->rows ? RN : MR, per_tile = tile * (a->M * a->K > 0 ? a->M * a->K : 1);
-    pool_run(gemm_part, a, a->by_channels ? a->by_channels
-                                          : pool_parts((a->N + tile - 1) / tile, (POOL_MIN_WORK + per_tile - 1) / per_tile));
+    const int64_t min_tiles = (POOL_MIN_WORK + per_tile - 1) / per_tile;
+    const int64_t parts = a->by_channels ? a->by_channels : pool_parts((a->N + tile - 1) / tile, min_tiles);
+    pool_run(gemm_part, a, parts);
     return a->status;
 }
 

@@ -92,9 +92,10 @@ static void binary_row(int64_t op, const float* a, const float* b, int same, flo
 }
 
 /* p = {op, outer, channels, inner, broadcast}: y = a op b (b op a is the caller's swap, for commutative
- * ops; BINARY_MAX_SWAPPED keeps Max's operand order, which picks between +0 and -0) over outer x channels x inner floats, b of a's size (BROADCAST_SAME), one value per channel
- * (BROADCAST_CHANNEL), one value (BROADCAST_SCALAR), or inner values repeated (BROADCAST_ROWS: the last
- * axes). One rounding per element, as NumPy's. */
+ * ops; BINARY_MAX_SWAPPED keeps Max's operand order, which picks between +0 and -0) over outer x channels
+ * x inner floats, b of a's size (BROADCAST_SAME), one value per channel (BROADCAST_CHANNEL), one value
+ * (BROADCAST_SCALAR), or inner values repeated (BROADCAST_ROWS: the last axes). One rounding per element,
+ * as NumPy's. */
 int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
     const int64_t op = p[0], outer = p[1], C = p[2], inner = p[3], broadcast = p[4];
     if (broadcast == BROADCAST_SAME) {

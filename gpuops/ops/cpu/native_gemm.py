@@ -81,13 +81,17 @@ def rows_layout(M: int, K: int, N: int | None = None, row: int | None = None) ->
     that fill the lanes poorly; never on small maps (7x7), whose cells would; and with 16 lanes on every
     map of 784 cells or more (one core of the AVX-512 Xeon, 2026-11-28: 1.1-1.5x faster there, its
     tiles storing rows as they lie) whose output rows (``row`` cells, where a conv reads its columns a
-    row at a time) fill a vector. With 8 lanes (the same Xeon, x86-64-v3, 2026-11-28, in a session's
-    Conv + Relu): on every product of 96 or more cells read as rows of B (a 1x1 conv's, ``row`` None)
-    at 0.85-1.0x of the channels layout's time, and on convs of 3025 cells or more (0.88x on 55x55 maps;
-    27x27 and 28x28 ones ran at 0.9-1.1x, resnet50's 3x3 at 1.1x). Lanes:
+    row at a time) fill a vector -- those read through phase planes only below K 256: since the channels
+    layout moves a tile's cells into its strip a vector at a time, 3x3 convs of 32-128 input channels
+    on 28x28-80x80 maps ran 0.85-1.02x of the cells layout's time there (16 channels: 1.02-1.3x). With
+    8 lanes (the same Xeon, x86-64-v3, 2026-11-28, in a session's Conv + Relu; both layouts within
+    0.93-1.04x of each other again after the strips' vector moves): on every product of 96 or more cells
+    read as rows of B (a 1x1 conv's, ``row`` None) at 0.85-1.0x of the channels layout's time, and on
+    convs of 3025 cells or more (0.88x on 55x55 maps; 27x27 and 28x28 ones ran at 0.9-1.1x, resnet50's
+    3x3 at 1.1x). Lanes:
     :func:`gpuops.native.vector_lanes` (16 with AVX-512, 8 with AVX2)."""
     lanes = native.vector_lanes()
-    if N is None or (N >= 784 and lanes == 16 and (row is None or row >= lanes)):
+    if N is None or (N >= 784 and lanes == 16 and (row is None or (row >= lanes and K < 256))):
         return True
     if lanes == 8 and N >= 96 and (row is None or N >= 3025):
         return True
