@@ -57,8 +57,8 @@ static void pool_poll(int worker, uint64_t seen) {
 /* The next part for the thread with segment `slot` (-1: none) to compute, or -1 when all are taken
  * (called with pool.lock held). Each thread takes its own segment's parts in order, so that the data
  * it touches is contiguous: with parts dealt out one by one, neighbouring parts went to different
- * cores, whose prefetchers then pulled each other's lines (a 1x1 conv of 16 -> 64 channels on 3025
- * cells gained nothing from a second thread; in two contiguous halves, 1.65x). A thread whose
+ * cores, and a 1x1 conv of 16 -> 64 channels on 3025 cells gained nothing from a second thread (in two
+ * contiguous halves, 1.65x; neighbours share cache lines at their edges). A thread whose
  * segment is done takes the last part of the segment with most left. */
 static int64_t pool_next_part(int64_t slot) {
     if (slot >= 0 && pool.first[slot] < pool.end[slot]) return pool.first[slot]++;

@@ -198,7 +198,7 @@ def test_concurrent_callers_share_a_pool(native_threads):
 def test_each_thread_takes_a_contiguous_segment_of_the_parts(native_threads, threads_, parts):
     """threads_run gives each thread of a run a contiguous segment of the parts, taken in order, and
     then the last part of the segment with most left (dealt one by one, neighbouring parts went to
-    different cores, whose prefetchers pulled each other's lines). Every part runs once."""
+    different cores, and splits gained less or nothing). Every part runs once."""
     import ctypes
     import time
 
