@@ -1042,3 +1042,26 @@ def test_classic_ml_runs_leave_the_blas_thread_count_alone(name, touches_blas):
     finally:
         threads._handles = real
     assert bool(seen) is touches_blas
+
+
+def test_a_numpy_scalar_from_a_step_outside_runs_the_program(monkeypatch):
+    """A 0-d value that a NumPy step outside the programs made (NumPy returns a scalar, not an array: a
+    Mul of two int64 0-d arrays, as silero_vad's sample-rate arithmetic) feeds a program as its planned
+    0-d input: the program runs its kernels, not its nodes one by one."""
+    from gpuops.onnx import programs
+
+    nodes = [helper.make_node("Mul", ["s", "two"], ["m"]),
+             helper.make_node("Cast", ["m"], ["c"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3]),
+                                           helper.make_tensor_value_info("s", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", F, None)], [_i64("two", 2)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    feeds = {"x": x, "s": np.array(5, np.int64)}
+    sess = gpuops.InferenceSession(m, device="cpu", threads=1, optimize="basic")
+    for _ in range(2):
+        sess.run(None, feeds)
+    assert [s.op_type for s in _plan(sess, feeds).steps] == ["Mul", "NativeProgram"]
+    monkeypatch.setattr(programs.Program, "one_by_one", lambda *a: pytest.fail("ran one node at a time"))
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], x + 10)

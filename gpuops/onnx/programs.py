@@ -309,8 +309,11 @@ class Program:
         return Step(self.name, "NativeProgram", DOMAIN, impl, list(self.in_names), list(self.out_names), {})
 
     def __call__(self, xp, *inputs):
-        for x, dtype, shape in zip(inputs, self.in_dtypes, self.in_shapes):
+        for i, (x, dtype, shape) in enumerate(zip(inputs, self.in_dtypes, self.in_shapes)):
             if type(x) is not np.ndarray or x.dtype != dtype or x.shape != shape:
+                if shape == () and isinstance(x, np.generic) and x.dtype == dtype:  # NumPy's 0-d results
+                    inputs = inputs[:i] + (np.array(x),) + inputs[i + 1:]
+                    continue
                 return self.one_by_one(xp, inputs)
         try:
             scratch = self.scratch.pop()  # (list.pop and append are atomic: concurrent calls take their own)
