@@ -378,11 +378,7 @@ class InferenceSession:
         if valid is None:
             return self._check_feeds(feed), None
         if type(feed) is dict:
-            if len(feed) == 1:  # the common case, without a call
-                [(k, v)] = feed.items()
-                key = ((k, v.shape, v.dtype),) if type(v) is np.ndarray else None
-            else:
-                key = _signature(feed)
+            key = _signature(feed)
             if key in valid:
                 return feed, key
         feeds = self._check_feeds(feed)
