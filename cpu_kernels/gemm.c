@@ -537,13 +537,6 @@ int fc_planned_f32(const int64_t* p, const float* x, const void* unused, float* 
                   param_float(p, 7), param_float(p, 8));
 }
 
-/* gemm_f32 as a program step, B = x: p = {pack, bias (addresses), ldb, ldy, M, K, N, rows, lo, hi (param_float)}. */
-int gemm_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
-    (void)unused;
-    return gemm_f32((const float*)(intptr_t)p[0], x, p[2], (const float*)(intptr_t)p[1], y, p[3], p[4], p[5], p[6],
-                    p[7], param_float(p, 8), param_float(p, 9));
-}
-
 /* A whole conv as this GEMM (conv_params.h) without an im2col copy: blocks of output rows of one image at
  * a time, the rows of the input's phase planes (common.h) that a block reads filled (each part of a
  * threaded run touches only its own rows of its planes), then one GEMM per

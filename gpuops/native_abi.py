@@ -70,7 +70,6 @@ DECLARATIONS: dict[str, str] = {
         int gemm_f32(const float* pack, const float* B, int64_t ldb, const float* bias, float* Y, int64_t ldy,
                      int64_t M, int64_t K, int64_t N, int64_t rows, float lo, float hi);
         int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y);
-        int gemm_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int fc_f32(const float* pack, const float* X, int64_t ldx, const float* bias, float* Y, int64_t ldy,
                    int64_t M, int64_t K, int64_t N, float lo, float hi);
         int fc_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
