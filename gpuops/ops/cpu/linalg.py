@@ -212,14 +212,14 @@ def _gemm_step(step, operands):
             or A.ndim != 2 or a.get("transA", 0) or type(B) is not np.ndarray or B.dtype != np.float32 \
             or B.ndim != 2 or (C is not None and a.get("beta", 1.0) != 1.0):
         return None
-    W = B if a.get("transB", 0) else B.T
-    M, K = W.shape
+    trans_b = bool(a.get("transB", 0))
+    M, K = B.shape if trans_b else B.shape[::-1]
     if K != A.shape[1] or not M:
         return None
-    fc = _fc(A, B, bool(a.get("transB", 0)), C) if alpha == 1.0 else None
+    fc = _fc(A, B, trans_b, C) if alpha == 1.0 else None
     if fc is not None:
         return fc
-    got = _product(A, np.ascontiguousarray(B), bool(a.get("transB", 0)), alpha)
+    got = _product(A, np.ascontiguousarray(B), trans_b, alpha)
     add = planned.kernel("binary_planned_f32")
     if got is None or add is None:
         return None
