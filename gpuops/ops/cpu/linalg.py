@@ -153,12 +153,22 @@ def _fc(A, B, trans_b: bool, C=None):
     return planned.NativeStep(A.shape[:-1] + (M,), (planned.Call(fn, p, 0),), holds=(p, pk))
 
 
+def matmul_params(M: int, N: int, K: int, trans_b: bool = False, b: int = 0, alpha: float = 1.0,
+                  ldy: int = 0) -> np.ndarray | None:
+    """``program.c``'s ``matmul_planned_f32`` parameters of an M x K x N product by the BLAS NumPy uses (b: a
+    constant B's address, or 0 for the call's own; ldy: the output's row distance, 0 for N); None without
+    that BLAS's sgemm."""
+    sgemm = threads.blas_sgemm()
+    if sgemm is None:
+        return None
+    return planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), b, float(alpha), sgemm[2], sgemm[3], ldy)
+
+
 def _product(A, B, trans_b: bool, alpha: float = 1.0):
     """The :class:`.planned.Call` of ``alpha A @ B`` (``B.T`` with ``trans_b``) by the BLAS's sgemm, A a float32
     operand (..., K) and B a 2-D float32 operand or C-contiguous constant; None where it does not apply."""
-    sgemm = threads.blas_sgemm()
     fn = planned.kernel("matmul_planned_f32")
-    if sgemm is None or fn is None or not planned.is_f32(A) or A.ndim < 2:
+    if threads.blas_sgemm() is None or fn is None or not planned.is_f32(A) or A.ndim < 2:
         return None
     const = type(B) is np.ndarray
     if B is None or B.ndim != 2 or (const and (B.dtype != np.float32 or not B.flags.c_contiguous)) \
@@ -168,8 +178,7 @@ def _product(A, B, trans_b: bool, alpha: float = 1.0):
     if A.shape[-1] != K:
         return None
     M = math.prod(A.shape[:-1])
-    p = planned.params(sgemm[0], int(sgemm[1]), M, N, K, int(trans_b), B.ctypes.data if const else 0, float(alpha),
-                       sgemm[2], sgemm[3], 0)
+    p = matmul_params(M, N, K, trans_b, B.ctypes.data if const else 0, alpha)
     return planned.Call(fn, p, 0, None if const else 1), A.shape[:-1] + (N,), (p, B)
 
 

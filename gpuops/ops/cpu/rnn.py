@@ -14,6 +14,7 @@ from ...registry import op
 from .. import rnn as _rnn
 from ..contrib import quantized as _ms_quantized
 from . import planned
+from .linalg import matmul_params
 from ._common import Kept, frozen, on_host
 
 
@@ -113,8 +114,7 @@ def _product(a, b, out) -> None:
     if p is None:
         if len(_params) > 64:
             _params.clear()
-        sgemm = threads.blas_sgemm()
-        p = _params[key] = planned.params(sgemm[0], int(sgemm[1]), M, N, K, 0, 0, 1.0, sgemm[2], sgemm[3], ldy)
+        p = _params[key] = matmul_params(M, N, K, ldy=ldy)
     native.call(native.function("matmul_planned_f32"), p.ctypes.data, native.ptr(a), native.ptr(b),
                 out.ctypes.data)
 
