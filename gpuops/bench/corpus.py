@@ -114,13 +114,14 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
     fail) against onnxruntime, runs alternating."""
     import gpuops
 
-    from .cpu_peers import outputs_agree, alternate, ort_session
+    from .cpu_peers import alternate, ort_reference, ort_session, outputs_agree
 
     path = model_path(entry)
     feeds = make_feeds(entry["feeds"], np.random.default_rng(0))
     rec = {"model": entry["name"], "kind": entry["kind"], "threads": threads}
-    ort = ort_session(_load(path), threads)
-    want = ort(feeds)
+    model = _load(path)
+    ort = ort_session(model, threads)
+    want = ort_reference(model, ort)(feeds)
     for optimize in ("all", "none"):
         try:
             sess = gpuops.InferenceSession(str(path), device="cpu", threads=threads, optimize=optimize)

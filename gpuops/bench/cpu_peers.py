@@ -63,6 +63,15 @@ def ort_session(model, threads: int):
     return lambda feeds: sess.run(None, feeds)
 
 
+def ort_reference(model, run):
+    """onnxruntime's outputs to check gpuops' against: ``run``'s (the timed session's), but on a CPU where
+    its u8 x s8 products saturate, those of the model with unsigned weights (:mod:`.exact_int8`)."""
+    from .exact_int8 import for_onnxruntime
+
+    exact = for_onnxruntime(model)
+    return run if exact is model else ort_session(exact, 1)
+
+
 BLOCK = 5  # timed runs in a row per runtime when they use more than one thread (see alternate)
 SETTLE_S = 0.05  # the pause before each block, in which the other runtime's spinning workers park
 
@@ -166,7 +175,7 @@ def bench_model(name: str, model, feeds, a, variant: str = "float32") -> dict:
     fns = {"gpuops": gpuops_session(model, a.threads)}
     try:
         fns["onnxruntime"] = ort_session(model, a.threads)
-        want = fns["onnxruntime"](feeds)
+        want = ort_reference(model, fns["onnxruntime"])(feeds)
     except Exception as e:  # a peer that cannot run the model is reported
         fns.pop("onnxruntime", None)
         rec["onnxruntime_error"] = f"{type(e).__name__}: {e}"[:200]

@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from gpuops.bench.exact_int8 import for_onnxruntime
 from gpuops.selftest import EXACT_OPS, NODE_ROUNDINGS, UNIT_ROUNDOFF
 from gpuops.selftest import terms as selftest_terms
 
@@ -52,11 +53,12 @@ EXTRA_EXACT = frozenset({"Cast", "CastLike", "GreaterOrEqual", "LessOrEqual", "X
 
 def _ort_values(model: onnx.ModelProto, feeds: dict, names: list[str]) -> dict:
     """``{name: value}`` of the named values of ``model``'s top-level graph, computed by onnxruntime
-    with its graph optimizations off (the values as the graph writes them)."""
+    with its graph optimizations off (the values as the graph writes them; int8 weights made unsigned
+    where its int8 sums saturate: :mod:`gpuops.bench.exact_int8`)."""
     import onnxruntime as ort
 
     m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m.CopyFrom(for_onnxruntime(model))
     del m.graph.output[:]
     m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
     opts = ort.SessionOptions()

@@ -9,6 +9,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import gpuops
+from gpuops.bench.exact_int8 import for_onnxruntime
 
 from tests.conformance.harness import assert_close, device_guard, unchanged
 
@@ -70,8 +71,9 @@ def run_gpuops(model, feeds, device="cpu", outputs=None):
 
 
 def run_ort(model, feeds, outputs=None):
-    """Run ``model`` in onnxruntime on the CPU."""
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    """Run ``model`` in onnxruntime on the CPU (its int8 weights made uint8 where its int8 sums saturate:
+    :mod:`gpuops.bench.exact_int8`)."""
+    sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(outputs, dict(feeds))
 
 

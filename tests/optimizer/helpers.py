@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 import gpuops
+from gpuops.bench.exact_int8 import for_onnxruntime
 from gpuops.optimizer import optimize
 from tests.conformance.harness import assert_close, device_guard
 from tests.ops.common import DEVICES, make_model, run_ort  # noqa: F401  (make_model re-exported)
@@ -64,7 +65,7 @@ def _oracle(model, opt, feeds):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     given = model if _newer_contrib_forms(opt) else opt
-    return ort.InferenceSession(given.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
+    return ort.InferenceSession(for_onnxruntime(given).SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
         None, dict(feeds))
 
 

@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import gpuops
+from gpuops.bench.exact_int8 import for_onnxruntime
 from gpuops.optimizer import optimize
 
 from .helpers import make_model, ops
@@ -50,7 +51,7 @@ def test_fused_and_exact(per_column, bias, bias_first, scale_first):
     np.testing.assert_array_equal(got[0], want[0])
     import onnxruntime as ort
 
-    oracle = ort.InferenceSession(opt.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    oracle = ort.InferenceSession(for_onnxruntime(opt).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     np.testing.assert_allclose(got[0], oracle[0], rtol=1e-6, atol=1e-6)
 
 

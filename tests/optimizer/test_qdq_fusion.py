@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import gpuops
+from gpuops.bench.exact_int8 import for_onnxruntime
 from gpuops.optimizer import optimize
 
 from .helpers import make_model, ops
@@ -64,7 +65,7 @@ def _conv_model(rng, act, wt, per_channel=True, bias="dq", w_zero=False):
 
 def _session_results(model, feeds):
     got = gpuops.InferenceSession(model, device="cpu").run(None, feeds)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    want = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     return got, want
 
 

@@ -11,7 +11,8 @@ level 99, QOperator and float16 variants: the CUDA path depends on the ops, not 
 The whole zoo takes about 165 s of CPU time (measured: 124 s user + 41 s system, one pytest process);
 most of it is the tools themselves (symbolic shape inference, calibration).
 
-Oracles: onnxruntime on the tool's output. For QDQ models its sessions fuse DequantizeLinear ->
+Oracles: onnxruntime on the tool's output (its int8 weights made uint8 where onnxruntime's u8 x s8 sums
+saturate: gpuops.bench.exact_int8). For QDQ models its sessions fuse DequantizeLinear ->
 op -> QuantizeLinear groups into integer kernels that round differently (by design), so QDQ
 variants, and quantize_dynamic's (whose fused MatMulIntegerToFloat / DynamicQuantizeMatMul kernels
 round differently), compare with onnxruntime running the graph as written (optimizations disabled). The
@@ -42,6 +43,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from gpuops.bench.exact_int8 import for_onnxruntime
 from gpuops.ops.contrib import nchwc
 
 from ..contrib.test_nchwc import BLOCK
@@ -116,7 +118,7 @@ def _oracle(zoo, model, variant, form, feeds):
         model = zoo.model
     elif "QDQ" in variant.name or variant.name.startswith("qdyn"):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(for_onnxruntime(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
 
 
