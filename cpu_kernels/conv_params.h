@@ -34,29 +34,6 @@ static inline Windows conv_windows(const struct conv_params* p) {
     return windows(p->H, p->W, p->OH, p->OW, p->KH, p->KW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw);
 }
 
-/* Rows [r0, r1) of y (rows of n floats, ld apart), the conv with its bias: + z (a FusedConv's residual,
- * rows ldz apart; NULL: none), then p's activation, summed and applied in that order as the separate
- * passes would. */
-static inline float clamp01(float t) {
-    const float c = t < 0.0f ? 0.0f : t;  /* NaN stays */
-    return c > 1.0f ? 1.0f : c;
-}
-
-/* y = EXPR of v, v = y (+ z), over a row: one loop per case, so that each vectorises. */
-#define CONV_EPILOGUE(EXPR)                                                  \
-    do {                                                                     \
-        if (zr)                                                              \
-            for (int64_t l = 0; l < n; ++l) {                                \
-                const float v = yr[l] + zr[l];                               \
-                yr[l] = (EXPR);                                              \
-            }                                                                \
-        else                                                                 \
-            for (int64_t l = 0; l < n; ++l) {                                \
-                const float v = yr[l];                                       \
-                yr[l] = (EXPR);                                              \
-            }                                                                \
-    } while (0)
-
 /* sigmoid(v) in every lane: with e = e^-|v|, 1 / (1 + e) for v >= 0 and e / (1 + e) below (no overflow
  * either way); NaN stays NaN. */
 static inline vfloat vsigmoid(vfloat v) {
@@ -68,21 +45,27 @@ static inline vfloat vsigmoid(vfloat v) {
 /* v * sigmoid(v) (SiLU) in every lane. */
 static inline vfloat vsilu(vfloat v) { return v * vsigmoid(v); }
 
-/* yr = SiLU(yr (+ zr)) over n floats, VL at a time. */
-static inline void silu_row(float* yr, const float* zr, int64_t n) {
-    int64_t l = 0;
-    for (; l + VL <= n; l += VL) {
-        const vfloat v = zr ? vload(yr + l) + vload(zr + l) : vload(yr + l);
-        const vfloat s = vsilu(v);
-        memcpy(yr + l, &s, sizeof s);
-    }
-    if (l < n) {
-        const vfloat v = zr ? vload_part(yr + l, n - l, 0.0f) + vload_part(zr + l, n - l, 0.0f)
-                            : vload_part(yr + l, n - l, 0.0f);
-        vstore_part(yr + l, vsilu(v), n - l);
-    }
-}
+/* yr = EXPR of v, v = yr (+ zr), over a row of n floats, VL at a time in explicit vectors: written as
+ * scalar selects, GCC leaves a conditional multiply (LeakyRelu) unvectorised under -ftrapping-math and
+ * calls expf one float at a time. */
+#define CONV_EPILOGUE(EXPR)                                                                           \
+    do {                                                                                              \
+        int64_t l = 0;                                                                                \
+        for (; l + VL <= n; l += VL) {                                                                \
+            const vfloat v = zr ? vload(yr + l) + vload(zr + l) : vload(yr + l);                      \
+            const vfloat e = (EXPR);                                                                  \
+            memcpy(yr + l, &e, sizeof e);                                                             \
+        }                                                                                             \
+        if (l < n) {                                                                                  \
+            const vfloat v = zr ? vload_part(yr + l, n - l, 0.0f) + vload_part(zr + l, n - l, 0.0f)   \
+                                : vload_part(yr + l, n - l, 0.0f);                                    \
+            vstore_part(yr + l, (EXPR), n - l);                                                       \
+        }                                                                                             \
+    } while (0)
 
+/* Rows [r0, r1) of y (rows of n floats, ld apart), the conv with its bias: + z (a FusedConv's residual,
+ * rows ldz apart; NULL: none), then p's activation, summed and applied in that order as the separate
+ * passes would. */
 static inline void epilogue_rows(float* y, int64_t ld, const float* z, int64_t ldz, int64_t r0, int64_t r1,
                                  int64_t n, const struct conv_params* p) {
     const float lo = p->lo, hi = p->hi, alpha = p->alpha, beta = p->beta;
@@ -91,17 +74,17 @@ static inline void epilogue_rows(float* y, int64_t ld, const float* z, int64_t l
         float* restrict yr = y + r * ld;
         const float* restrict zr = z ? z + r * ldz : NULL;
         if (act == CONV_HARD_SIGMOID)
-            CONV_EPILOGUE(clamp01(v * alpha + beta));
+            CONV_EPILOGUE(vclamp(v * alpha + beta, 0.0f, 1.0f));
         else if (act == CONV_HARD_SWISH)
-            CONV_EPILOGUE(v * clamp01(v * (1.0f / 6.0f) + 0.5f));
+            CONV_EPILOGUE(v * vclamp(v * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f));
         else if (act == CONV_SIGMOID)
-            CONV_EPILOGUE(1.0f / (1.0f + expf(-v)));
+            CONV_EPILOGUE(vsigmoid(v));
         else if (act == CONV_SILU)
-            silu_row(yr, zr, n);
+            CONV_EPILOGUE(vsilu(v));
         else if (act == CONV_LEAKY_RELU)
-            CONV_EPILOGUE(v >= 0.0f ? v : v * alpha);
+            CONV_EPILOGUE(vselect(v >= 0.0f, v, v * alpha));
         else
-            CONV_EPILOGUE((v < lo ? lo : v) > hi ? hi : (v < lo ? lo : v));  /* NaN stays */
+            CONV_EPILOGUE(vclamp(v, lo, hi));
     }
 }
 
