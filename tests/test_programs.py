@@ -863,6 +863,26 @@ def test_tanh_lanes_are_within_two_ulps_of_the_exact_value():
     assert y[-3] == 1 and y[-2] == -1 and np.isnan(y[-1])
 
 
+def test_exp_lanes_are_within_two_ulps_of_the_exact_value():
+    """The programs' Exp (vmath.h's vexp) over its whole normal range, where 2^n takes two halves (n up
+    to 128), at its ends, past them (+inf above 88.72, 0 below -87.34, where e^x is subnormal: at most
+    1.2e-38 off), and at infinities and NaN."""
+    top, bottom = np.float32(88.72283935546875), np.float32(-87.33654475)
+    x = np.concatenate([np.linspace(-87.3, 88.7, 600_001, dtype=np.float32), np.logspace(-38, 1, 10_001, dtype=np.float32),
+                        np.float32([top, np.nextafter(top, np.float32(0)), 1e-45, 0.0])])
+    x = np.concatenate([x, -x, np.float32([np.nextafter(top, np.float32(100)), 100.0, -90.0, -200.0, np.inf, -np.inf,
+                                           np.nan])])
+    y = np.empty_like(x)
+    p = np.array([9, x.size, 0, 0], np.int64)  # special.c's UNARY_EXP
+    native.call(native.function("unary_planned_f32"), p.ctypes.data, x.ctypes.data, None, y.ctypes.data)
+    normal = np.isfinite(x) & (x >= bottom) & (x <= top)
+    exact = np.exp(x[normal].astype(np.float64))
+    spacing = np.spacing(np.minimum(exact, np.finfo(np.float32).max).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(y[normal] - exact) <= 2 * spacing)
+    assert np.all(y[np.isfinite(x) & (x < bottom)] <= 1.2e-38)
+    assert np.array_equal(y[-7:-1], np.float32([np.inf, np.inf, 0, 0, np.inf, 0])) and np.isnan(y[-1])
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 def test_pad_is_a_copy_with_its_constant(mode):
     rng = np.random.default_rng(18)
