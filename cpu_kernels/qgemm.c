@@ -182,16 +182,16 @@ static const tile_fn vnni_tiles[2][4][3] = {
      {tile_vnni_4_3_1, NULL, NULL}, {tile_vnni_4_4_1, NULL, NULL}},
 };
 
-/* Rows [m0, m0 + 4) by 8 columns from n0 with AVX2, exact: the bytes widened to int16 and multiplied
- * in pairs by vpmaddwd (|a b| <= 32640, a pair's sum fits int32), never vpmaddubsw, whose int16 pair
- * sums saturate. The sums go through store1 (the portable epilogue). */
+/* Rows [m0, m0 + R) (R: a constant, 1 to 4) by 8 columns from n0 with AVX2, exact: the bytes widened to
+ * int16 and multiplied in pairs by vpmaddwd (|a b| <= 32640, a pair's sum fits int32), never vpmaddubsw,
+ * whose int16 pair sums saturate. The sums go through store1 (the portable epilogue). */
 #define QG_AVX2 __attribute__((target("avx2")))
 static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* g, int64_t m0, int64_t n0,
-                                                                    const int AS) {
+                                                                    const int AS, const int R) {
     const uint8_t* a[4];
-    for (int r = 0; r < 4; ++r) a[r] = g->A + (m0 + r < g->M ? m0 + r : g->M - 1) * g->lda;
+    for (int r = 0; r < R; ++r) a[r] = g->A + (m0 + r) * g->lda;
     __m256i acc[4][2];
-    for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     const uint8_t* b = g->B + n0 * 4;
     const int64_t step = g->Np * 4;
     for (int64_t q = 0; q < g->Kq; ++q, b += step) {
@@ -200,7 +200,7 @@ static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* 
         const __m256i w0 = AS ? _mm256_cvtepu8_epi16(b0) : _mm256_cvtepi8_epi16(b0);
         const __m256i w1 = AS ? _mm256_cvtepu8_epi16(b1) : _mm256_cvtepi8_epi16(b1);
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < R; ++r) {
             int32_t v;
             memcpy(&v, a[r] + 4 * q, 4);
             const __m128i a4 = AS ? _mm_cvtepi8_epi16(_mm_cvtsi32_si128(v)) : _mm_cvtepu8_epi16(_mm_cvtsi32_si128(v));
@@ -209,9 +209,8 @@ static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* 
             acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(w1, av));
         }
     }
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < R; ++r) {
         const int64_t m = m0 + r;
-        if (m >= g->M) break;
         /* lanes hold pair sums: (c0, c0, c1, c1 | c2, c2, c3, c3), (c4.. | c6..) -> c0..c7 */
         const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][0], acc[r][1]), 0xD8);
         uint32_t c[8];
@@ -220,8 +219,13 @@ static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* 
     }
 }
 
-static QG_AVX2 void tile_avx2_0(const Gemm* g, int64_t m0, int64_t n0) { tile_avx2(g, m0, n0, 0); }
-static QG_AVX2 void tile_avx2_1(const Gemm* g, int64_t m0, int64_t n0) { tile_avx2(g, m0, n0, 1); }
+#define QG_TILE(AS, R) \
+    static QG_AVX2 void tile_avx2_##AS##_##R(const Gemm* g, int64_t m0, int64_t n0) { tile_avx2(g, m0, n0, AS, R); }
+QG_TILE(0, 1) QG_TILE(0, 2) QG_TILE(0, 3) QG_TILE(0, 4) QG_TILE(1, 1) QG_TILE(1, 2) QG_TILE(1, 3) QG_TILE(1, 4)
+#undef QG_TILE
+/* [A int8][rows - 1]: a last tile of fewer than 4 rows computes only those (a one-row product: a fourth) */
+static const tile_fn avx2_tiles[2][4] = {{tile_avx2_0_1, tile_avx2_0_2, tile_avx2_0_3, tile_avx2_0_4},
+                                         {tile_avx2_1_1, tile_avx2_1_2, tile_avx2_1_3, tile_avx2_1_4}};
 
 static int has_avx2(void) {
     static int known = -1;
@@ -268,9 +272,9 @@ static void gemm_blocks(const Gemm* g, int64_t b0, int64_t b1) {
         return;
     }
     if (g->simd >= 1 && has_avx2()) {
-        const tile_fn fn = g->a_signed ? tile_avx2_1 : tile_avx2_0;
+        const tile_fn* fn = avx2_tiles[g->a_signed ? 1 : 0];
         for (int64_t n0 = b0 * 64; n0 < b1 * 64 && n0 < g->N; n0 += 8)
-            for (int64_t m0 = 0; m0 < g->M; m0 += 4) fn(g, m0, n0);
+            for (int64_t m0 = 0; m0 < g->M; m0 += 4) fn[(g->M - m0 < 4 ? g->M - m0 : 4) - 1](g, m0, n0);
         return;
     }
 #endif
