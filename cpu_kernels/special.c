@@ -216,23 +216,16 @@ static inline vfloat vtanh(vfloat x) {
     return (vfloat)((vint)t | ((vint)x & (vint)vsplat(-0.0f)));
 }
 
-static void tanh_f32(const float* x, float* y, int64_t n) {
-    int64_t i = 0;
-    for (; i + VL <= n; i += VL) {
-        const vfloat t = vtanh(vload(x + i));
-        memcpy(y + i, &t, sizeof t);
-    }
-    if (i < n) vstore_part(y + i, vtanh(vload_part(x + i, n - i, 0.0f)), n - i);
-}
-
-static void exp_f32(const float* x, float* y, int64_t n) {
-    int64_t i = 0;
-    for (; i + VL <= n; i += VL) {
-        const vfloat e = vexp(vload(x + i));
-        memcpy(y + i, &e, sizeof e);
-    }
-    if (i < n) vstore_part(y + i, vexp(vload_part(x + i, n - i, 0.0f)), n - i);
-}
+/* y = F(x) over n floats, a vector at a time (F: a vfloat -> vfloat function). */
+#define VECTOR_ROW(F, x, y, n)                                                     \
+    do {                                                                           \
+        int64_t i_ = 0;                                                            \
+        for (; i_ + VL <= (n); i_ += VL) {                                         \
+            const vfloat v_ = F(vload((x) + i_));                                  \
+            memcpy((y) + i_, &v_, sizeof v_);                                      \
+        }                                                                          \
+        if (i_ < (n)) vstore_part((y) + i_, F(vload_part((x) + i_, (n) - i_, 0.0f)), (n) - i_); \
+    } while (0)
 
 static inline float max_nan(float x, float lo) { return (x >= lo || x != x) ? x : lo; }
 static inline float min_nan(float x, float hi) { return (x <= hi || x != x) ? x : hi; }
@@ -262,8 +255,8 @@ int unary_planned_f32(const int64_t* p, const float* a, const void* unused, floa
         case UNARY_RECIPROCAL: for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / a[i]; break;
         case UNARY_NEG: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
         case UNARY_ABS: for (int64_t i = 0; i < n; ++i) y[i] = fabsf(a[i]); break;
-        case UNARY_TANH: tanh_f32(a, y, n); break;
-        case UNARY_EXP: exp_f32(a, y, n); break;
+        case UNARY_TANH: VECTOR_ROW(vtanh, a, y, n); break;
+        case UNARY_EXP: VECTOR_ROW(vexp, a, y, n); break;
         case UNARY_LOG: for (int64_t i = 0; i < n; ++i) y[i] = logf(a[i]); break;
         case UNARY_SQUARE: for (int64_t i = 0; i < n; ++i) y[i] = a[i] * a[i]; break;
         default: for (int64_t i = 0; i < n; ++i) y[i] = min_nan(max_nan(a[i], alpha), beta);

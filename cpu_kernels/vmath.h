@@ -71,6 +71,16 @@ static inline void vstore_part(float* p, vfloat v, int64_t n) {
 #endif
 #endif
 
+/* e^r for |r| <= ln2 / 2 by Cephes' degree-7 polynomial (within 1 ulp of float32 there). */
+static inline vfloat vexp_reduced(vfloat r) {
+    vfloat p = vfma(vsplat(1.9875691500e-4f), r, vsplat(1.3981999507e-3f));
+    p = vfma(p, r, vsplat(8.3334519073e-3f));
+    p = vfma(p, r, vsplat(4.1665795894e-2f));
+    p = vfma(p, r, vsplat(1.6666665459e-1f));
+    p = vfma(p, r, vsplat(5.0000001201e-1f));
+    return vfma(p, r * r, r) + 1.0f;
+}
+
 /* e^(x - d) for x - d <= 0 (and NaN, which stays NaN), as Cephes' expf: x - d = n ln2 + r with |r| <= ln2 / 2
  * (ln2 in two parts, so that x - n ln2 is exact where x is, d a small correction subtracted after it), e^r
  * by a degree-7 polynomial (within 1 ulp of float32 on that range, about 2 ulp in all), times 2^n built
@@ -84,12 +94,7 @@ static inline vfloat vexp_neg_d(vfloat x, vfloat d) {
     d = vselect(under, (vfloat){0}, d);
     const vfloat kd = (x - d) * 1.44269504088896341f + magic, n = kd - magic;
     const vfloat r = ((x - n * 0.693359375f) - n * -2.12194440e-4f) - d;
-    vfloat p = vfma(vsplat(1.9875691500e-4f), r, vsplat(1.3981999507e-3f));
-    p = vfma(p, r, vsplat(8.3334519073e-3f));
-    p = vfma(p, r, vsplat(4.1665795894e-2f));
-    p = vfma(p, r, vsplat(1.6666665459e-1f));
-    p = vfma(p, r, vsplat(5.0000001201e-1f));
-    p = vfma(p, r * r, r) + 1.0f;
+    const vfloat p = vexp_reduced(r);
     const vint scale = (((vint)kd - 0x4B400000) + 127) << 23;  /* kd's low bits hold n */
     return vselect(under, (vfloat){0}, p * (vfloat)scale);
 }
@@ -105,12 +110,7 @@ static inline vfloat vexp(vfloat x) {
     const vfloat xs = vselect(under | over, (vfloat){0}, x);
     const vfloat kd = xs * 1.44269504088896341f + magic, n = kd - magic;
     const vfloat r = (xs - n * 0.693359375f) - n * -2.12194440e-4f;
-    vfloat p = vfma(vsplat(1.9875691500e-4f), r, vsplat(1.3981999507e-3f));
-    p = vfma(p, r, vsplat(8.3334519073e-3f));
-    p = vfma(p, r, vsplat(4.1665795894e-2f));
-    p = vfma(p, r, vsplat(1.6666665459e-1f));
-    p = vfma(p, r, vsplat(5.0000001201e-1f));
-    p = vfma(p, r * r, r) + 1.0f;
+    const vfloat p = vexp_reduced(r);
     const vint k = (vint)kd - 0x4B400000, h = k >> 1;  /* n = k = h + (k - h), each half in [-63, 64] */
     const vfloat e = p * (vfloat)((h + 127) << 23) * (vfloat)((k - h + 127) << 23);
     return vselect(over, vsplat(INFINITY), vselect(under, (vfloat){0}, e));

@@ -32,6 +32,8 @@ def test_quick_bench_writes_reports(tmp_path):
     machine = result["env"]["machine"]
     assert machine["threads"] == result["env"]["threads"] == 1 and machine["cpu_model"]
     assert machine["vector_extensions"] is not None and isinstance(machine["blas"], list)
+    if machine["arch"] in ("x86_64", "AMD64") and Path("/proc/cpuinfo").exists():  # CPUID names the core
+        assert machine["cpu_id"].startswith("family ") and " model " in machine["cpu_id"]
     md = (tmp_path / "bench.md").read_text()
     assert "gpuops / onnxruntime-cpu" in md and "transformer_encoder" in md
     assert "every runtime ran 1 thread(s)" in md and machine["cpu_model"] in md

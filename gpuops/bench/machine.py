@@ -27,6 +27,27 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_id() -> str | None:
+    """x86 CPUID's family, model and stepping (Linux: /proc/cpuinfo), e.g. ``family 25 model 1 stepping
+    1`` (AMD Zen 3): a virtual machine's model name may be only ``AMD EPYC``, which names no core."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("cpu family", "model", "stepping") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip():
+                    break
+    except OSError:
+        return None
+    if "cpu family" not in fields or "model" not in fields:
+        return None
+    return f"family {fields['cpu family']} model {fields['model']}" + (
+        f" stepping {fields['stepping']}" if "stepping" in fields else "")
+
+
 def vector_extensions() -> list[str]:
     """The vector extensions NumPy detected on this CPU (of :data:`VECTOR_EXTENSIONS`)."""
     try:
@@ -61,7 +82,7 @@ def describe(threads: int | None = None) -> dict:
         load = [round(v, 2) for v in os.getloadavg()]  # other processes' load: how far to trust wall times
     except (AttributeError, OSError):
         load = None
-    return {"cpu_model": cpu_model(), "arch": platform.machine(), "cpus": os.cpu_count(), "cpus_available": available,
+    return {"cpu_model": cpu_model(), "cpu_id": cpu_id(), "arch": platform.machine(), "cpus": os.cpu_count(), "cpus_available": available,
             "vector_extensions": vector_extensions(), "blas": blas(),
             "blas_env": {k: os.environ[k] for k in BLAS_ENV if k in os.environ}, "threads": threads,
             "load_average_1_5_15_min": load}
@@ -75,7 +96,8 @@ def one_line(machine: dict) -> str:
     threads = machine.get("threads")
     load = machine.get("load_average_1_5_15_min")
     extensions = ", ".join(machine.get("vector_extensions", [])) or "no vector extensions found"
-    text = f"{machine.get('cpu_model')} ({extensions}; {libs}"
+    cid = f", {machine['cpu_id']}" if machine.get("cpu_id") else ""
+    text = f"{machine.get('cpu_model')}{cid} ({extensions}; {libs}"
     if core:
         text += f", OPENBLAS_CORETYPE={core}"
     if threads:
