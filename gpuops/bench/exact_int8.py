@@ -8,9 +8,10 @@ u8 x u8 everywhere, its sums are exact int32 ones, as the spec asks.
 
 :func:`unsigned_weights` rewrites a model's int8 weights to uint8 (``w + 128`` and zero point ``+ 128``:
 the same ``w - zero_point``, so the same model), which onnxruntime then runs on its exact u8 x u8
-kernels; in a QDQ model with int8 activations, those become uint8 too. :func:`u8s8_saturates` tells whether this machine's onnxruntime needs that, and
-:func:`for_onnxruntime` gives the model to check against. The bench and the tests compare gpuops'
-outputs with onnxruntime's on the rewritten model there; the bench times the model as it is.
+kernels; in a QDQ model with int8 activations, those become uint8 too. :func:`u8s8_saturates` tells
+whether this machine's onnxruntime needs that, and :func:`for_onnxruntime` gives the model to check
+against. The bench and the tests compare gpuops' outputs with onnxruntime's on the rewritten model
+there; the bench times the model as it is.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def u8s8_saturates() -> bool:
     graph = helper.make_graph([helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "probe",
                               [helper.make_tensor_value_info("A", TensorProto.UINT8, [4, 64])],
                               [helper.make_tensor_value_info("Y", TensorProto.INT32, [4, 8])], [B])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)  # onnxruntime >= 1.14
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])

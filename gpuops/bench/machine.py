@@ -82,8 +82,8 @@ def describe(threads: int | None = None) -> dict:
         load = [round(v, 2) for v in os.getloadavg()]  # other processes' load: how far to trust wall times
     except (AttributeError, OSError):
         load = None
-    return {"cpu_model": cpu_model(), "cpu_id": cpu_id(), "arch": platform.machine(), "cpus": os.cpu_count(), "cpus_available": available,
-            "vector_extensions": vector_extensions(), "blas": blas(),
+    return {"cpu_model": cpu_model(), "cpu_id": cpu_id(), "arch": platform.machine(), "cpus": os.cpu_count(),
+            "cpus_available": available, "vector_extensions": vector_extensions(), "blas": blas(),
             "blas_env": {k: os.environ[k] for k in BLAS_ENV if k in os.environ}, "threads": threads,
             "load_average_1_5_15_min": load}
 
