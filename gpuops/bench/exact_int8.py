@@ -107,7 +107,10 @@ def _rewrite(graph: onnx.GraphProto, outer: dict, types: dict, taken: set, repla
     taken |= set(types) | {y for n in graph.node for y in n.output}
     made: dict[str, str] = {}  # original name (or a zero point's stand-in key) -> its uint8 form
     nodes: list = []
-    int8 = lambda name: bool(name) and types.get(name) == TensorProto.INT8  # noqa: E731
+
+    def int8(name: str) -> bool:
+        return bool(name) and types.get(name) == TensorProto.INT8
+
     signed_q = [n for n in graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2 and int8(n.input[2])]
     # int8 activations that only QuantizeLinear writes and only DequantizeLinear reads (a QDQ model) become
     # uint8 with the rest: Q with zero point + 128 writes q + 128, which DQ with zero point + 128 reads back
