@@ -66,6 +66,8 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto | None:
     shifted in place of the original; a weight fed or computed (its type known from the graph or from
     shape inference) goes through Cast, Add 128 and Cast before the node. Other nodes are left as they
     are."""
+    if not any(_key(n) in WEIGHTS for graph in _graphs(model.graph) for n in graph.node):
+        return None  # no integer products: not worth a copy and shape inference (a float model's bench run)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     try:
@@ -95,6 +97,11 @@ def _graphs(graph: onnx.GraphProto):
     for node in graph.node:
         for sub in _subgraphs(node):
             yield from _graphs(sub)
+
+
+def _key(node: onnx.NodeProto) -> tuple:
+    """``node``'s key in :data:`WEIGHTS`: its domain ("ai.onnx" as "") and op type."""
+    return node.domain if node.domain != "ai.onnx" else "", node.op_type
 
 
 def _subgraphs(node: onnx.NodeProto) -> list:
@@ -145,7 +152,7 @@ def _rewrite(graph: onnx.GraphProto, outer: dict, types: dict, taken: set, repla
     for node in graph.node:
         for sub in _subgraphs(node):
             changed |= _rewrite(sub, inits, types, taken, replaced)
-        weights, activation = WEIGHTS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type), ([], None))
+        weights, activation = WEIGHTS.get(_key(node), ([], None))
         if id(node) in signed_q and qdq:
             node.input[2] = unsigned(node.input[2], None)
             shifted_activations.add(node.output[0])
