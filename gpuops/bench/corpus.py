@@ -14,7 +14,10 @@ model and the geomean, with the machine (:mod:`gpuops.bench.machine`: CPU model,
 core type, threads) and the load average before and after, so that a number can be reproduced. At 1 thread both runtimes run on the calling thread, so
 the ratio of their thread CPU times (``cpu_ratio``) is also reported: it moves less with other
 processes' load than the wall-clock ratio. A model gpuops cannot run with its default options is reported with the
-error, and timed with ``optimize="none"`` as well (marked; not in the geomean).
+error, and timed with ``optimize="none"`` as well (marked; not in the geomean). Outputs agree when their
+largest difference is within ``--atol + --rtol * max |onnxruntime's|`` or within the float32 error bound
+derived from the model's sums (:mod:`gpuops.bench.tolerance`, the corpus tests' bound), whichever is
+larger; the bench exits 1 when some model's do not.
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
     model = _load(path)
     ort = ort_session(model, threads)
     want = ort_reference(model, ort)(feeds)
+    bounds = derived_bounds(model, feeds, rec)
     for optimize in ("all", "none"):
         try:
             sess = gpuops.InferenceSession(str(path), device="cpu", threads=threads, optimize=optimize)
@@ -131,13 +135,30 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
             continue
         t = alternate({"gpuops": lambda f: sess.run(None, f), "onnxruntime": ort}, feeds, a.warmup, a.repeat,
                       a.budget, threads)
-        agree, diff = outputs_agree(got, want, a.rtol, a.atol)
+        agree, diff = outputs_agree(got, want, a.rtol, a.atol, bounds)
         rec.update(optimize=optimize, gpuops=t["gpuops"], onnxruntime=t["onnxruntime"], agree=agree,
                    max_abs_diff=diff, ratio=t["gpuops"]["median_ms"] / t["onnxruntime"]["median_ms"])
         if threads == 1:  # both run on the calling thread: their CPU times are what a run costs, load aside
             rec["cpu_ratio"] = t["gpuops"]["cpu_median_ms"] / max(t["onnxruntime"]["cpu_median_ms"], 1e-9)
         break
     return rec
+
+
+def derived_bounds(model, feeds: dict, rec: dict) -> list | None:
+    """Per output, the float32 error bound two implementations of ``model`` may differ by on these feeds
+    (:mod:`.tolerance`, the corpus tests' bound; None for a non-float output), recorded under
+    ``rec["bounds"]``: quantized models round their activations to 8 bits, and a value near a rounding
+    tie may go either way in two correct runtimes, by more than a fixed relative tolerance allows.
+    None, with the reason recorded, where the model cannot be analysed (a loop body, say)."""
+    from .tolerance import tolerances
+
+    try:
+        tol = tolerances(model, feeds)
+    except Exception as e:  # the fixed --rtol/--atol then decide alone
+        rec["bounds"] = f"none derived ({type(e).__name__}: {e})"[:300]
+        return None
+    rec["bounds"] = {name: how for name, (_, how) in tol.items()}
+    return [tol[o.name][0] if o.name in tol else None for o in model.graph.output]
 
 
 def _load(path: Path):
@@ -211,7 +232,9 @@ def markdown(result: dict) -> str:
                      f"{r['onnxruntime']['median_ms']:.3f} | {r['ratio']:.2f}x | "
                      + (f"{r['cpu_ratio']:.2f}x | " if "cpu_ratio" in r else "– | ") +
                      f"{'yes' if r['agree'] else 'NO'} ({r['max_abs_diff']:.1e}) |")
-    lines.append("")
+    lines += ["", "- outputs agree: max |gpuops - onnxruntime| (in brackets) within atol + rtol max |onnxruntime| "
+              f"({result['settings'].get('atol')}, {result['settings'].get('rtol')}) or the model's derived float32 "
+              "error bound (gpuops/bench/tolerance.py; `bounds` in corpus.json), whichever is larger"]
     for t, g in result["geomean"].items():
         lines.append(f"- geomean at {t} thread(s), default options: " + (f"{g:.2f}x" if g else "–"))
     if result["cpu_time_geomean_1_thread"]:

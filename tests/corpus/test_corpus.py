@@ -5,7 +5,7 @@ no-implicit-transfer guard), with the graph optimizer (``optimize="all"``, the d
 (``optimize="none"``; fetched models on ``cuda`` with the optimizer only, marked ``slow``), on the
 manifest's feeds, and is compared with onnxruntime's CPU provider running the same file; on the CPU
 with the optimizer, the shape-specialized plan (the third run) is compared too. Tolerances are float32
-error bounds derived from each model's sums (tests/corpus/tolerance.py); integer outputs (labels) must
+error bounds derived from each model's sums (gpuops/bench/tolerance.py); integer outputs (labels) must
 be equal.
 
 Vendored models always run. Fetched ones (benchmarks/corpus/fetch.py) are skipped only when their file
@@ -31,7 +31,7 @@ from gpuops.bench.exact_int8 import for_onnxruntime
 from gpuops.bench.corpus import FETCH_COMMAND, VENDORED, load_manifest, make_feeds, model_path
 
 from ..conformance.harness import device_guard, unchanged
-from .tolerance import tolerances
+from gpuops.bench.tolerance import tolerances
 
 ENTRIES = load_manifest()
 BY_NAME = {e["name"]: e for e in ENTRIES}

@@ -31,7 +31,7 @@ machine's summation order, so the comparison takes the two apart:
 3. **the model as written** (with the paths gpuops takes there only, a DynamicQuantizeLinear fused into
    DynamicQuantizeMatMul, whose results equal the unfused nodes' bit for bit:
    tests/optimizer/test_matmul_integer_to_float.py): its outputs within that same float32 tolerance plus
-   the bound that tests/corpus/tolerance.py derives for the corpus's quantized models: each value a
+   the bound that gpuops/bench/tolerance.py derives for the corpus's quantized models: each value a
    quantizer rounds adds one step of its range (``2 / (max q - min q)``, 2/255 for 8 bits) to the
    relative error bound of everything it feeds, the float32 sums adding ``gamma_K``, and two
    implementations differ by at most twice the bound times the output's magnitude (first order, as for
@@ -48,7 +48,7 @@ from onnx import helper
 
 from gpuops.selftest import UNIT_ROUNDOFF
 
-from ..corpus.tolerance import observe, tolerances
+from gpuops.bench.tolerance import observe, tolerances
 from ..ops.common import run_gpuops
 
 QUANTIZER = "DynamicQuantizeLinear"
@@ -62,7 +62,7 @@ def quantizes_at_run_time(model: onnx.ModelProto) -> bool:
 
 class Oracle:
     """onnxruntime's side of the comparison for one model and feeds: every value of the graph (graph
-    optimizations off, the graph as written: :func:`tests.corpus.tolerance.observe`), the outputs'
+    optimizations off, the graph as written: :func:`gpuops.bench.tolerance.observe`), the outputs'
     quantization bounds, and the pinned model with its feeds."""
 
     def __init__(self, model: onnx.ModelProto, feeds: dict):

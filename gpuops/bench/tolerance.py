@@ -36,9 +36,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gpuops.bench.exact_int8 import for_onnxruntime
-from gpuops.selftest import EXACT_OPS, NODE_ROUNDINGS, UNIT_ROUNDOFF
-from gpuops.selftest import terms as selftest_terms
+from .exact_int8 import for_onnxruntime
+from ..selftest import EXACT_OPS, NODE_ROUNDINGS, UNIT_ROUNDOFF
+from ..selftest import terms as selftest_terms
 
 SQUASH_OPS = ("Sigmoid", "Softmax", "HardSigmoid", "Tanh")
 SQUASH_ABS = 4 * UNIT_ROUNDOFF  # two results each within u of a value in [0, 1] (a sigmoid computed as 1 - q)
