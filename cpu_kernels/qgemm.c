@@ -182,50 +182,107 @@ static const tile_fn vnni_tiles[2][4][3] = {
      {tile_vnni_4_3_1, NULL, NULL}, {tile_vnni_4_4_1, NULL, NULL}},
 };
 
-/* Rows [m0, m0 + R) (R: a constant, 1 to 4) by 8 columns from n0 with AVX2, exact: the bytes widened to
- * int16 and multiplied in pairs by vpmaddwd (|a b| <= 32640, a pair's sum fits int32), never vpmaddubsw,
- * whose int16 pair sums saturate. The sums go through store1 (the portable epilogue). */
+/* AVX2, exact: the bytes widened to int16 and multiplied in pairs by vpmaddwd (|a b| <= 32640, a pair's
+ * sum fits int32), never vpmaddubsw, whose int16 pair sums saturate. Tiles of 1 or 2 rows by 16 columns
+ * (8 accumulators: more spill out of AVX2's 16 registers). Where several tiles of rows read a group of 16
+ * columns, B's group is widened once, into `wb` ([Kq][16][4] int16), for all of them: widened in every
+ * tile, an 8-bit conv or product ran 1.5-2x longer (AMD EPYC, Zen 3). */
 #define QG_AVX2 __attribute__((target("avx2")))
-static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* g, int64_t m0, int64_t n0,
-                                                                    const int AS, const int R) {
-    const uint8_t* a[4];
-    for (int r = 0; r < R; ++r) a[r] = g->A + (m0 + r) * g->lda;
-    __m256i acc[4][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+#define QG_AVX2_COLS 16
+#define QG_AVX2_ROWS 2
+
+static QG_AVX2 void widen_avx2(const Gemm* g, int64_t n0, int16_t* restrict wb) {
     const uint8_t* b = g->B + n0 * 4;
-    const int64_t step = g->Np * 4;
-    for (int64_t q = 0; q < g->Kq; ++q, b += step) {
-        const __m128i b0 = _mm_loadu_si128((const __m128i*)b), b1 = _mm_loadu_si128((const __m128i*)(b + 16));
-        /* columns n0..n0+3 and n0+4..n0+7, their 4 k each, as int16 */
-        const __m256i w0 = AS ? _mm256_cvtepu8_epi16(b0) : _mm256_cvtepi8_epi16(b0);
-        const __m256i w1 = AS ? _mm256_cvtepu8_epi16(b1) : _mm256_cvtepi8_epi16(b1);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-            int32_t v;
-            memcpy(&v, a[r] + 4 * q, 4);
-            const __m128i a4 = AS ? _mm_cvtepi8_epi16(_mm_cvtsi32_si128(v)) : _mm_cvtepu8_epi16(_mm_cvtsi32_si128(v));
-            const __m256i av = _mm256_broadcastq_epi64(a4);  /* the row's 4 k as int16, 4 times */
-            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(w0, av));
-            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(w1, av));
+    for (int64_t q = 0; q < g->Kq; ++q, b += g->Np * 4, wb += QG_AVX2_COLS * 4)
+        for (int j = 0; j < QG_AVX2_COLS * 4; j += 16) {
+            const __m128i v = _mm_loadu_si128((const __m128i*)(b + j));
+            _mm256_store_si256((__m256i*)(wb + j), g->a_signed ? _mm256_cvtepu8_epi16(v) : _mm256_cvtepi8_epi16(v));
         }
-    }
-    for (int r = 0; r < R; ++r) {
-        const int64_t m = m0 + r;
-        /* lanes hold pair sums: (c0, c0, c1, c1 | c2, c2, c3, c3), (c4.. | c6..) -> c0..c7 */
-        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][0], acc[r][1]), 0xD8);
-        uint32_t c[8];
-        _mm256_storeu_si256((__m256i*)c, h);
-        for (int i = 0; i < 8 && n0 + i < g->N; ++i) store1(g, m, n0 + i, c[i]);
-    }
 }
 
-#define QG_TILE(AS, R) \
-    static QG_AVX2 void tile_avx2_##AS##_##R(const Gemm* g, int64_t m0, int64_t n0) { tile_avx2(g, m0, n0, AS, R); }
-QG_TILE(0, 1) QG_TILE(0, 2) QG_TILE(0, 3) QG_TILE(0, 4) QG_TILE(1, 1) QG_TILE(1, 2) QG_TILE(1, 3) QG_TILE(1, 4)
+/* The corrections and the output of 8 columns of row m from n (all below N), as store1 does each. */
+static inline __attribute__((always_inline)) QG_AVX2 void store8_avx2(const Gemm* g, int64_t m, int64_t n, __m256i c) {
+    if (g->rowc) c = _mm256_add_epi32(c, _mm256_set1_epi32(g->rowc[m]));
+    if (g->colc) c = _mm256_add_epi32(c, _mm256_loadu_si256((const __m256i*)(g->colc + n)));
+    if (g->P)
+        c = _mm256_sub_epi32(c, _mm256_mullo_epi32(_mm256_set1_epi32(g->P[m]),
+                                                   _mm256_loadu_si256((const __m256i*)(g->Q + n))));
+    if (!g->out8) {
+        _mm256_storeu_si256((__m256i*)((int32_t*)g->Y + m * g->ldy + n), c);
+        return;
+    }
+    __m256 f = _mm256_cvtepi32_ps(c);
+    if (g->out8 == 2) {
+        f = _mm256_mul_ps(f, _mm256_loadu_ps(g->mcol + n));
+        if (g->bias) f = _mm256_add_ps(f, _mm256_loadu_ps(g->bias + n));
+        _mm256_storeu_ps((float*)g->Y + m * g->ldy + n, f);
+        return;
+    }
+    f = _mm256_mul_ps(f, g->mrow ? _mm256_set1_ps(g->mrow[m]) : _mm256_loadu_ps(g->mcol + n));
+    f = _mm256_add_ps(_mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm256_set1_ps(g->zy));
+    f = _mm256_max_ps(f, _mm256_set1_ps(g->y_signed ? -128.0f : 0.0f));  /* max(NaN, lo) is lo: the second operand */
+    f = _mm256_min_ps(f, _mm256_set1_ps(g->y_signed ? 127.0f : 255.0f));
+    const __m256i i = _mm256_cvtps_epi32(f);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));  /* exact */
+    _mm_storel_epi64((__m128i*)((uint8_t*)g->Y + m * g->ldy + n), g->y_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w));
+}
+
+/* Rows [m0, m0 + R) by the QG_AVX2_COLS columns from n0 that `wb` holds widened. */
+static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* g, const int16_t* wb, int64_t m0,
+                                                                    int64_t n0, const int AS, const int R,
+                                                                    const int WIDE) {
+    const uint8_t* b = g->B + n0 * 4;  /* WIDE 0: B widened here, in the tile (a product of one tile of rows) */
+    enum { V = QG_AVX2_COLS / 4 };  /* vectors of 4 columns x 4 k */
+    const uint8_t* a[4];
+    for (int r = 0; r < R; ++r) a[r] = g->A + (m0 + r) * g->lda;
+    __m256i acc[4][V];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_si256();
+    for (int64_t q = 0; q < g->Kq; ++q, wb += WIDE ? QG_AVX2_COLS * 4 : 0, b += g->Np * 4) {
+        __m256i bv[V];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v)
+            bv[v] = WIDE ? _mm256_load_si256((const __m256i*)(wb + 16 * v))
+                  : AS   ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(b + 16 * v)))
+                         : _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 16 * v)));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            int32_t v4;
+            memcpy(&v4, a[r] + 4 * q, 4);
+            const __m128i a4 = AS ? _mm_cvtepi8_epi16(_mm_cvtsi32_si128(v4)) : _mm_cvtepu8_epi16(_mm_cvtsi32_si128(v4));
+            const __m256i av = _mm256_broadcastq_epi64(a4);  /* the row's 4 k as int16, 4 times */
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v)
+                acc[r][v] = _mm256_add_epi32(acc[r][v], _mm256_madd_epi16(bv[v], av));
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; v += 2) {
+            const int64_t m = m0 + r, n = n0 + 4 * v;
+            /* lanes hold pair sums: (c0, c0, c1, c1 | c2, c2, c3, c3), (c4.. | c6..) -> c0..c7 */
+            const __m256i c = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][v], acc[r][v + 1]), 0xD8);
+            if (n + 8 <= g->N) {
+                store8_avx2(g, m, n, c);
+                continue;
+            }
+            uint32_t cs[8];
+            _mm256_storeu_si256((__m256i*)cs, c);
+            for (int i = 0; i < 8 && n + i < g->N; ++i) store1(g, m, n + i, cs[i]);
+        }
+}
+
+#define QG_TILE(AS, R, WIDE)                                                                             \
+    static QG_AVX2 void tile_avx2_##AS##_##R##_##WIDE(const Gemm* g, const int16_t* wb, int64_t m0, int64_t n0) { \
+        tile_avx2(g, wb, m0, n0, AS, R, WIDE);                                                           \
+    }
+QG_TILE(0, 1, 0) QG_TILE(0, 2, 0) QG_TILE(1, 1, 0) QG_TILE(1, 2, 0)
+QG_TILE(0, 1, 1) QG_TILE(0, 2, 1) QG_TILE(1, 1, 1) QG_TILE(1, 2, 1)
 #undef QG_TILE
-/* [A int8][rows - 1]: a last tile of fewer than 4 rows computes only those (a one-row product: a fourth) */
-static const tile_fn avx2_tiles[2][4] = {{tile_avx2_0_1, tile_avx2_0_2, tile_avx2_0_3, tile_avx2_0_4},
-                                         {tile_avx2_1_1, tile_avx2_1_2, tile_avx2_1_3, tile_avx2_1_4}};
+/* [B widened once per group][A int8][rows - 1]: a last tile of one row computes only it */
+typedef void (*avx2_tile_fn)(const Gemm*, const int16_t*, int64_t, int64_t);
+static const avx2_tile_fn avx2_tiles[2][2][QG_AVX2_ROWS] = {
+    {{tile_avx2_0_1_0, tile_avx2_0_2_0}, {tile_avx2_1_1_0, tile_avx2_1_2_0}},
+    {{tile_avx2_0_1_1, tile_avx2_0_2_1}, {tile_avx2_1_1_1, tile_avx2_1_2_1}}};
 
 static int has_avx2(void) {
     static int known = -1;
@@ -272,10 +329,21 @@ static void gemm_blocks(const Gemm* g, int64_t b0, int64_t b1) {
         return;
     }
     if (g->simd >= 1 && has_avx2()) {
-        const tile_fn* fn = avx2_tiles[g->a_signed ? 1 : 0];
-        for (int64_t n0 = b0 * 64; n0 < b1 * 64 && n0 < g->N; n0 += 8)
-            for (int64_t m0 = 0; m0 < g->M; m0 += 4) fn[(g->M - m0 < 4 ? g->M - m0 : 4) - 1](g, m0, n0);
-        return;
+        /* B widened once per group of columns when several tiles of rows read it (64-byte aligned: a
+         * vector load across two cache lines costs more; unaligned, one kernel's times had varied 2x
+         * from process to process); else in the tile */
+        const int wide = g->M > QG_AVX2_ROWS;
+        int16_t* wb = wide ? aligned_alloc(64, (size_t)(g->Kq * QG_AVX2_COLS * 4) * sizeof(int16_t)) : NULL;
+        if (wb || !wide) {  /* (out of memory: the portable loop below) */
+            const avx2_tile_fn* fn = avx2_tiles[wide][g->a_signed ? 1 : 0];
+            for (int64_t n0 = b0 * 64; n0 < b1 * 64 && n0 < g->N; n0 += QG_AVX2_COLS) {
+                if (wide) widen_avx2(g, n0, wb);
+                for (int64_t m0 = 0; m0 < g->M; m0 += QG_AVX2_ROWS)
+                    fn[(g->M - m0 < QG_AVX2_ROWS ? g->M - m0 : QG_AVX2_ROWS) - 1](g, wb, m0, n0);
+            }
+            free(wb);
+            return;
+        }
     }
 #endif
     for (int64_t b = b0; b < b1; ++b) {

@@ -227,9 +227,10 @@ def _generic_session(model, feeds):
 @pytest.mark.parametrize("a_dtype,b_dtype", [(U8, S8), (U8, U8), (S8, S8), (S8, U8)])
 @pytest.mark.parametrize("shape", [(1, 32), (2, 7, 32), (5, 33), (70, 130)], ids=str)
 @pytest.mark.parametrize("b_zero", ["none", "scalar", "per_column"])
-def test_matmul_integer_native(simd, a_dtype, b_dtype, shape, b_zero):
+@pytest.mark.parametrize("N", [20, 83])
+def test_matmul_integer_native(simd, a_dtype, b_dtype, shape, b_zero, N):
     rng = np.random.default_rng(5)
-    K, N = shape[-1], 20
+    K = shape[-1]
     a = _ints(rng, a_dtype, shape)
     b = _ints(rng, b_dtype, (K, N))
     az = _ints(rng, a_dtype, ())
@@ -254,11 +255,16 @@ def test_matmul_integer_native(simd, a_dtype, b_dtype, shape, b_zero):
         np.testing.assert_array_equal(got, run_both(model, feeds)[1][0])
 
 
+# N: within one group of the AVX2 path's widened columns (16), and several groups with a tail of 3
+WIDTHS = pytest.mark.parametrize("N", [24, 83])
+
+
 @pytest.mark.parametrize("a_dtype,b_dtype", [(U8, S8), (U8, U8), (S8, S8)])
 @pytest.mark.parametrize("per_column", [False, True])
-def test_qlinear_matmul_native(simd, a_dtype, b_dtype, per_column):
+@WIDTHS
+def test_qlinear_matmul_native(simd, a_dtype, b_dtype, per_column, N):
     rng = np.random.default_rng(6)
-    M, K, N = 9, 40, 24
+    M, K = 9, 40
     a = _ints(rng, a_dtype, (M, K))
     b = _ints(rng, b_dtype, (K, N))
     shape = (N,) if per_column else ()
@@ -309,9 +315,10 @@ def test_qlinear_add_native(types, shapes):
 
 @pytest.mark.parametrize("a_dtype,b_dtype", [(U8, S8), (U8, U8), (S8, S8)])
 @pytest.mark.parametrize("per_column,bias", [(False, False), (True, True), (False, True)])
-def test_matmul_integer_to_float_native(simd, a_dtype, b_dtype, per_column, bias):
+@WIDTHS
+def test_matmul_integer_to_float_native(simd, a_dtype, b_dtype, per_column, bias, N):
     rng = np.random.default_rng(10)
-    K, N = 32, 24
+    K = 32
     a = _ints(rng, a_dtype, (2, 5, K))
     inits = [("b", _ints(rng, b_dtype, (K, N))),
              ("bs", rng.uniform(0.001, 0.01, size=(N,) if per_column else ()).astype(np.float32)),
