@@ -352,21 +352,49 @@ static void gemm_blocks(const Gemm* g, int64_t b0, int64_t b1) {
     }
 }
 
+typedef struct {
+    const Gemm* g;
+    int64_t row_parts;  /* each column part's rows split in this many (aligned to 16, the largest tile) */
+} GemmSplit;
+
 static void gemm_part(void* ctx, int64_t part, int64_t parts) {
-    const Gemm* g = ctx;
-    int64_t b0, b1;
-    pool_range((g->N + 63) / 64, 1, part, parts, &b0, &b1);
-    gemm_blocks(g, b0, b1);
+    const GemmSplit* s = ctx;
+    const Gemm* g = s->g;
+    int64_t b0, b1, m0, m1;
+    pool_range((g->N + 63) / 64, 1, part / s->row_parts, parts / s->row_parts, &b0, &b1);
+    pool_range(g->M, 16, part % s->row_parts, s->row_parts, &m0, &m1);
+    if (m0 == 0 && m1 == g->M) {
+        gemm_blocks(g, b0, b1);
+        return;
+    }
+    if (m0 == m1) return;
+    Gemm rows = *g;  /* rows [m0, m1): A's, the per-row corrections and multipliers, Y's */
+    rows.A += m0 * g->lda;
+    rows.M = m1 - m0;
+    if (g->rowc) rows.rowc += m0;
+    if (g->P) rows.P += m0;
+    if (g->mrow) rows.mrow += m0;
+    rows.Y = (uint8_t*)g->Y + m0 * g->ldy * (g->out8 == 1 ? 1 : 4);
+    gemm_blocks(&rows, b0, b1);
 }
 
-/* The product, column blocks split across the pool's threads from POOL_MIN_WORK multiply-adds a part. */
+/* The product split across the pool's threads from POOL_MIN_WORK multiply-adds a part: by blocks of
+ * 64 columns, and where those are too few to give each thread two parts (a conv of a small map, a
+ * product of a few columns), each block's rows too. */
 static void gemm_run(Gemm* g) {
     const int64_t blocks = (g->N + 63) / 64, per_block = 64 * 4 * g->Kq * g->M + 1;
     const int64_t parts = pool_parts(blocks, (POOL_MIN_WORK + per_block - 1) / per_block);
-    if (parts <= 1)
+    const int64_t threads = pool_get_threads(), row_tiles = (g->M + 15) / 16;
+    GemmSplit s = {g, 1};
+    if (threads > 1 && parts < 2 * threads && row_tiles > 1) {
+        const int64_t want = (2 * threads + parts - 1) / parts, worth = per_block * blocks / parts / (POOL_MIN_WORK / 4);
+        s.row_parts = want < row_tiles ? want : row_tiles;
+        if (s.row_parts > worth) s.row_parts = worth > 1 ? worth : 1;
+    }
+    if (parts * s.row_parts <= 1)
         gemm_blocks(g, 0, blocks);
     else
-        pool_run(gemm_part, g, parts);
+        pool_run(gemm_part, &s, parts * s.row_parts);
 }
 
 /* -- QLinearConv --------------------------------------------------------------------------------- */

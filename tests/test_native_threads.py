@@ -153,6 +153,53 @@ def test_8bit_gemms_same_bits_from_any_thread_count(native_threads):
     assert calls.count("qgemm_u8") == 2 * 4
 
 
+def _int8_row_split_models():
+    """8-bit convs of 64 -> 256 channels on an 8 x 20 map (3 blocks of 64 columns: on more than one thread
+    each block's rows are split too) and products of 64 rows by 40 columns (one block), each output kind:
+    QLinearConv (8 bits, per-channel weight zero points and scales: the per-row corrections and
+    multipliers), ConvInteger (int32), MatMulInteger (int32, per-column zero points) and
+    DynamicQuantizeMatMul (float)."""
+    rng = np.random.default_rng(11)
+    init = onnx.numpy_helper.from_array
+    w = rng.integers(-128, 128, (256, 64, 3, 3), dtype=np.int8)
+    conv_consts = [init(w, "w"), init(np.array(0.02, np.float32), "xs"), init(np.array(7, np.uint8), "xz"),
+                   init(rng.uniform(0.001, 0.01, 256).astype(np.float32), "ws"),
+                   init(rng.integers(-3, 4, 256).astype(np.int8), "wz"), init(np.array(0.5, np.float32), "ys"),
+                   init(np.array(100, np.uint8), "yz")]
+    b = rng.integers(-128, 128, (300, 40), dtype=np.int8)
+    mm_consts = [init(b, "b"), init(rng.integers(-5, 5, 40).astype(np.int8), "bz"),
+                 init(rng.uniform(0.001, 0.01, 40).astype(np.float32), "bs"), init(np.array(3, np.uint8), "az")]
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 64, 8, 20])
+    a = helper.make_tensor_value_info("a", TensorProto.UINT8, [64, 300])
+    f = helper.make_tensor_value_info("f", TensorProto.FLOAT, [64, 300])
+    cases = [(helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], pads=[1] * 4),
+              x, TensorProto.UINT8, conv_consts, "", 10),
+             (helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1] * 4), x, TensorProto.INT32,
+              conv_consts, "", 10),
+             (helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"]), a, TensorProto.INT32, mm_consts, "", 10),
+             (helper.make_node("DynamicQuantizeMatMul", ["f", "b", "bs", "bz"], ["y"], domain="com.microsoft"), f,
+              TensorProto.FLOAT, mm_consts, "com.microsoft", 13)]
+    feeds = {"x": rng.integers(0, 256, (1, 64, 8, 20), dtype=np.uint8), "a": rng.integers(0, 256, (64, 300), dtype=np.uint8),
+             "f": rng.standard_normal((64, 300)).astype(np.float32)}
+    models = []
+    for node, inp, elem, consts, domain, opset in cases:
+        g = helper.make_graph([node], "g", [inp], [helper.make_tensor_value_info("y", elem, None)], initializer=consts)
+        opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+        models.append((helper.make_model(g, opset_imports=opsets), {inp.name: feeds[inp.name]}))
+    return models
+
+
+@needs_cc
+def test_8bit_gemms_with_rows_split_across_threads_keep_their_bits(native_threads):
+    for model, feeds in _int8_row_split_models():
+        one = gpuops.InferenceSession(model, device="cpu", threads=1).run(None, feeds)[0]
+        with native.disabled():
+            np.testing.assert_array_equal(one, gpuops.InferenceSession(model, device="cpu").run(None, feeds)[0])
+        for n in (2, 3, 8):
+            got = gpuops.InferenceSession(model, device="cpu", threads=n).run(None, feeds)[0]
+            np.testing.assert_array_equal(got, one, err_msg=f"{model.graph.node[0].op_type}: {n} threads")
+
+
 @needs_cc
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
 def test_bidirectional_recurrences_same_bits_on_two_threads(op, native_threads):
