@@ -105,6 +105,35 @@ def test_dynamic_quantize_lstm_with_constant_weights_matches_onnxruntime(directi
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_dynamic_quantize_lstm_projection_runs_on_the_native_pool_above_one_thread(monkeypatch):
+    """Above one thread the 8-bit-recurrence LSTM's input projection (here 32 x 256 x 129 multiply-adds a
+    gate and direction) is split across the native pool with the BLAS held at one thread, as the float
+    LSTM's: NumPy's matmul woke OpenBLAS's workers, which then spun beside the native kernels through the
+    rest of each run (ddddocr_common_old at 2 threads: 41% of the samples in blas_thread_server). Its
+    outputs are the one-thread run's up to the order of the projection's float32 sums."""
+    from gpuops.ops.cpu import rnn as cpu_rnn
+
+    if cpu_rnn.threads.blas_sgemm() is None or gpuops.native.function("matmul_planned_f32") is None:
+        pytest.skip("no BLAS sgemm or native kernels: NumPy's matmul runs the projection")
+    products = []
+    product = cpu_rnn._product
+    monkeypatch.setattr(cpu_rnn, "_product", lambda *a: products.append(a[0].shape) or product(*a))
+    T, B, I, H, D = 32, 1, 128, 256, 2
+    shape = (D, 4 * H)
+    feeds = {"x": rand(T, B, I), "w": q8(I8, D, I, 4 * H), "r": q8(I8, D, H, 4 * H), "b": rand(D, 8 * H, scale=0.1),
+             "ws": (np.abs(rand(*shape)) * 0.005 + 0.002), "wz": np.zeros(shape, I8),
+             "rs": (np.abs(rand(*shape)) * 0.0005 + 0.0002), "rz": np.zeros(shape, I8)}
+    node = ms_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"], ["y", "yh", "yc"],
+                   direction="bidirectional", hidden_size=H)
+    model = _with_initializers(node, feeds, ("w", "r", "b", "ws", "wz", "rs", "rz"))
+    one = gpuops.InferenceSession(model, device="cpu", threads=1).run(None, {"x": feeds["x"]})
+    assert not products
+    two = gpuops.InferenceSession(model, device="cpu", threads=2).run(None, {"x": feeds["x"]})
+    assert products == [(T * B, I + 1)] * 4 * D  # one product per gate and direction (the bias as a column)
+    for a, b in zip(one, two):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("H", [20, 64])
 @pytest.mark.parametrize("w_t", [U8, I8])
 def test_dynamic_quantize_lstm_recurrence_in_8_bits_matches_the_float_lstm(H, w_t, monkeypatch):

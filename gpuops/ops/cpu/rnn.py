@@ -408,7 +408,7 @@ def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None,
         if prepared.q8 is not None and on_host(X, B, sequence_lens, initial_h, initial_c, P):
             Wf, Rf = prepared.rnn.W, prepared.rnn.R
             return _rnn.lstm(xp, X, Wf, Rf, B, sequence_lens, initial_h, initial_c, P, **kw,
-                             derive=_derive(prepared.rnn, Wf, Rf, B),
+                             derive=_derive(prepared.rnn, Wf, Rf, B), matmul=_projection_matmul,
                              loop=lambda XW, RT, h0, c0: _lstm_q8_loop(prepared.q8, XW, RT, h0, c0))
         return LSTM(xp, X, prepared.rnn.W, prepared.rnn.R, B, sequence_lens, initial_h, initial_c, P, **kw,
                     prepared=prepared.rnn)
