@@ -147,8 +147,9 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
 def derived_bounds(model, feeds: dict, rec: dict) -> list | None:
     """Per output, the float32 error bound two implementations of ``model`` may differ by on these feeds
     (:mod:`.tolerance`, the corpus tests' bound; None for a non-float output), recorded under
-    ``rec["bounds"]``: quantized models round their activations to 8 bits, and a value near a rounding
-    tie may go either way in two correct runtimes, by more than a fixed relative tolerance allows.
+    ``rec["bounds"]``: quantized models round values to 8 bits (one near a tie may go either way in two
+    correct runtimes), and onnxruntime's DynamicQuantizeLSTM rounds its activations at every step where
+    gpuops keeps them in float, both by more than a fixed relative tolerance allows.
     None, with the reason recorded, where the model cannot be analysed (a loop body, say)."""
     from .tolerance import tolerances
 
