@@ -112,9 +112,10 @@ def _geomean(values) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def bench_entry(entry: dict, threads: int, a) -> dict:
+def bench_entry(entry: dict, threads: int, a, derived: dict | None = None) -> dict:
     """One model at one thread count: gpuops (default options; ``optimize="none"`` as well when those
-    fail) against onnxruntime, runs alternating."""
+    fail) against onnxruntime, runs alternating. ``derived``: the models' error bounds by name
+    (:func:`derived_bounds`), kept across thread counts: the same model and feeds give the same bounds."""
     import gpuops
 
     from .cpu_peers import alternate, ort_reference, ort_session, outputs_agree
@@ -125,7 +126,10 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
     model = _load(path)
     ort = ort_session(model, threads)
     want = ort_reference(model, ort)(feeds)
-    bounds = derived_bounds(model, feeds, rec)
+    derived = {} if derived is None else derived
+    if entry["name"] not in derived:
+        derived[entry["name"]] = derived_bounds(model, feeds)
+    bounds, rec["bounds"] = derived[entry["name"]]
     for optimize in ("all", "none"):
         try:
             sess = gpuops.InferenceSession(str(path), device="cpu", threads=threads, optimize=optimize)
@@ -144,22 +148,21 @@ def bench_entry(entry: dict, threads: int, a) -> dict:
     return rec
 
 
-def derived_bounds(model, feeds: dict, rec: dict) -> list | None:
-    """Per output, the float32 error bound two implementations of ``model`` may differ by on these feeds
-    (:mod:`.tolerance`, the corpus tests' bound; None for a non-float output), recorded under
-    ``rec["bounds"]``: quantized models round values to 8 bits (one near a tie may go either way in two
-    correct runtimes), and onnxruntime's DynamicQuantizeLSTM rounds its activations at every step where
-    gpuops keeps them in float, both by more than a fixed relative tolerance allows.
-    None, with the reason recorded, where the model cannot be analysed (a loop body, say)."""
+def derived_bounds(model, feeds: dict) -> tuple[list | None, dict | str]:
+    """(per output, the float32 error bound two implementations of ``model`` may differ by on these feeds,
+    None for a non-float output; how each was set), by :mod:`.tolerance`, the corpus tests' bound:
+    quantized models round values to 8 bits (one near a tie may go either way in two correct runtimes),
+    and onnxruntime's DynamicQuantizeLSTM rounds its activations at every step where gpuops keeps them
+    in float, both by more than a fixed relative tolerance allows. (None, the reason) where the model
+    cannot be analysed (a loop body, say)."""
     from .tolerance import tolerances
 
     try:
         tol = tolerances(model, feeds)
     except Exception as e:  # the fixed --rtol/--atol then decide alone
-        rec["bounds"] = f"none derived ({type(e).__name__}: {e})"[:300]
-        return None
-    rec["bounds"] = {name: how for name, (_, how) in tol.items()}
-    return [tol[o.name][0] if o.name in tol else None for o in model.graph.output]
+        return None, f"none derived ({type(e).__name__}: {e})"[:300]
+    return ([tol[o.name][0] if o.name in tol else None for o in model.graph.output],
+            {name: how for name, (_, how) in tol.items()})
 
 
 def _load(path: Path):
@@ -186,11 +189,11 @@ def run(a, environment) -> int:
         print(f"gpuops bench --corpus: {len(absent)} model(s) not fetched ({FETCH_COMMAND}): {', '.join(absent)}")
     thread_counts = [a.threads] if a.threads else [1, 2]
     load = {"before": _loadavg()}
-    runs = []
+    runs, derived = [], {}
     for threads in thread_counts:
         for e in present:
             try:
-                runs.append(bench_entry(e, threads, a))
+                runs.append(bench_entry(e, threads, a, derived))
             except Exception as err:  # onnxruntime refusing a model is reported, not fatal
                 runs.append({"model": e["name"], "kind": e["kind"], "threads": threads,
                              "error": f"{type(err).__name__}: {err}"[:400]})

@@ -47,3 +47,14 @@ def test_outputs_agree_within_the_larger_of_the_fixed_tolerance_and_the_derived_
     assert not outputs_agree(off, want, 1e-3, 1e-4, [None, 1.0])[0]  # each output by its own bound
     tight = outputs_agree([want[0] + np.float32(fixed / 2), want[1]], want, 1e-3, 1e-4, [0.0, 0.0])
     assert tight[0]  # a bound below the fixed tolerance does not tighten it
+
+
+def test_bench_corpus_derives_a_models_bounds_once_for_both_thread_counts(tmp_path, monkeypatch):
+    from gpuops.bench import tolerance
+
+    calls, real = [], tolerance.tolerances
+    monkeypatch.setattr(tolerance, "tolerances", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert main(["--corpus", "--quick", "--models", "skl_logreg", "--out", str(tmp_path)]) == 0
+    runs = json.loads((tmp_path / "corpus.json").read_text())["runs"]
+    assert [r["threads"] for r in runs] == [1, 2] and len(calls) == 1
+    assert runs[0]["bounds"] == runs[1]["bounds"] and all(r["agree"] for r in runs)
