@@ -191,13 +191,17 @@ static const tile_fn vnni_tiles[2][4][3] = {
 #define QG_AVX2_COLS 16
 #define QG_AVX2_ROWS 2
 
+/* 16 bytes of packed B (4 columns x 4 k) as int16: uint8 where A is int8, else int8. */
+static inline __attribute__((always_inline)) QG_AVX2 __m256i widen16_avx2(const uint8_t* p, const int a_signed) {
+    const __m128i v = _mm_loadu_si128((const __m128i*)p);
+    return a_signed ? _mm256_cvtepu8_epi16(v) : _mm256_cvtepi8_epi16(v);
+}
+
 static QG_AVX2 void widen_avx2(const Gemm* g, int64_t n0, int16_t* restrict wb) {
     const uint8_t* b = g->B + n0 * 4;
     for (int64_t q = 0; q < g->Kq; ++q, b += g->Np * 4, wb += QG_AVX2_COLS * 4)
-        for (int j = 0; j < QG_AVX2_COLS * 4; j += 16) {
-            const __m128i v = _mm_loadu_si128((const __m128i*)(b + j));
-            _mm256_store_si256((__m256i*)(wb + j), g->a_signed ? _mm256_cvtepu8_epi16(v) : _mm256_cvtepi8_epi16(v));
-        }
+        for (int j = 0; j < QG_AVX2_COLS * 4; j += 16)
+            _mm256_store_si256((__m256i*)(wb + j), widen16_avx2(b + j, (int)g->a_signed));
 }
 
 /* The corrections and the output of 8 columns of row m from n (all below N), as store1 does each. */
@@ -242,9 +246,7 @@ static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* 
         __m256i bv[V];
 #pragma GCC unroll 4
         for (int v = 0; v < V; ++v)
-            bv[v] = WIDE ? _mm256_load_si256((const __m256i*)(wb + 16 * v))
-                  : AS   ? _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(b + 16 * v)))
-                         : _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 16 * v)));
+            bv[v] = WIDE ? _mm256_load_si256((const __m256i*)(wb + 16 * v)) : widen16_avx2(b + 16 * v, AS);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             int32_t v4;
