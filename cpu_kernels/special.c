@@ -100,16 +100,27 @@ typedef struct {
     float alpha;
 } QuickGeluArgs;
 
+/* y = EXPR of v over n floats, v = x a vector at a time (EXPR: a vfloat expression of v, as the conv
+ * epilogues' CONV_EPILOGUE). */
+#define VECTOR_ROW(EXPR, x, y, n)                                                                  \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + VL <= (n); i_ += VL) {                                                         \
+            const vfloat v = vload((x) + i_);                                                      \
+            const vfloat e_ = (EXPR);                                                              \
+            memcpy((y) + i_, &e_, sizeof e_);                                                      \
+        }                                                                                          \
+        if (i_ < (n)) {                                                                            \
+            const vfloat v = vload_part((x) + i_, (n) - i_, 0.0f);                                 \
+            vstore_part((y) + i_, (EXPR), (n) - i_);                                               \
+        }                                                                                          \
+    } while (0)
+
 static void quick_gelu_part(void* ctx, int64_t part, int64_t parts) {
     const QuickGeluArgs* a = ctx;
     int64_t lo, hi;
     pool_range(a->n, VL, part, parts, &lo, &hi);
-    int64_t i = lo;
-    for (; i + VL <= hi; i += VL) {
-        const vfloat v = quick_gelu_of(vload(a->x + i), a->alpha);
-        memcpy(a->y + i, &v, sizeof v);
-    }
-    if (i < hi) vstore_part(a->y + i, quick_gelu_of(vload_part(a->x + i, hi - i, 0.0f), a->alpha), hi - i);
+    VECTOR_ROW(quick_gelu_of(v, a->alpha), a->x + lo, a->y + lo, hi - lo);
 }
 
 /* QuickGelu (com.microsoft; SiLU / Swish with alpha 1), x * sigmoid(alpha x), in one pass. */
@@ -216,17 +227,6 @@ static inline vfloat vtanh(vfloat x) {
     return (vfloat)((vint)t | ((vint)x & (vint)vsplat(-0.0f)));
 }
 
-/* y = F(x) over n floats, a vector at a time (F: a vfloat -> vfloat function). */
-#define VECTOR_ROW(F, x, y, n)                                                     \
-    do {                                                                           \
-        int64_t i_ = 0;                                                            \
-        for (; i_ + VL <= (n); i_ += VL) {                                         \
-            const vfloat v_ = F(vload((x) + i_));                                  \
-            memcpy((y) + i_, &v_, sizeof v_);                                      \
-        }                                                                          \
-        if (i_ < (n)) vstore_part((y) + i_, F(vload_part((x) + i_, (n) - i_, 0.0f)), (n) - i_); \
-    } while (0)
-
 static inline float max_nan(float x, float lo) { return (x >= lo || x != x) ? x : lo; }
 static inline float min_nan(float x, float hi) { return (x <= hi || x != x) ? x : hi; }
 
@@ -255,8 +255,8 @@ int unary_planned_f32(const int64_t* p, const float* a, const void* unused, floa
         case UNARY_RECIPROCAL: for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / a[i]; break;
         case UNARY_NEG: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
         case UNARY_ABS: for (int64_t i = 0; i < n; ++i) y[i] = fabsf(a[i]); break;
-        case UNARY_TANH: VECTOR_ROW(vtanh, a, y, n); break;
-        case UNARY_EXP: VECTOR_ROW(vexp, a, y, n); break;
+        case UNARY_TANH: VECTOR_ROW(vtanh(v), a, y, n); break;
+        case UNARY_EXP: VECTOR_ROW(vexp(v), a, y, n); break;
         case UNARY_LOG: for (int64_t i = 0; i < n; ++i) y[i] = logf(a[i]); break;
         case UNARY_SQUARE: for (int64_t i = 0; i < n; ++i) y[i] = a[i] * a[i]; break;
         default: for (int64_t i = 0; i < n; ++i) y[i] = min_nan(max_nan(a[i], alpha), beta);
