@@ -4,9 +4,11 @@
  * The product. C[m, n] = sum_k A[m, k] B[k, n] over bytes, one operand uint8 and the other int8 (the
  * form of vpdpbusd; other signednesses are shifted by 128 into it by the callers, their zero points
  * with them), accumulated in int32, wrapping modulo 2**32 as the spec's accumulation may. A is read by
- * rows, 4 bytes of k at a time (rows padded to a multiple of 4); B is "packed": [K/4][Np][4], the 4
- * k of column n side by side, Np = N rounded up to 16, so that one 64-byte load holds 4 k of 16
- * columns. Zero points are corrections, as MLAS does them:
+ * rows, 4 bytes of k at a time (rows padded to a multiple of 4); B is "packed" in groups of 16 columns
+ * (N rounded up to 16), the 4 k of column n side by side, so that one 64-byte load holds 4 k of a
+ * group: [K/4][Np][4] (a conv's B, made at each call: consecutive k of a group Np 4 bytes apart, groups
+ * 64) or group-major [Np/16][K/4][16][4] (a weight, packed once: a group's K rows contiguous, read in
+ * order). Zero points are corrections, as MLAS does them:
  *     sum_k (a - za)(b - zb) = sum_k a b + rowc[m] + colc[n] - P[m] Q[n]
  * (P, Q: a zero point per row or column times the other operand's sums). The result is stored as
  * int32, or requantised: y = saturate(rint(float(c) * mult) + zy) in float32, rounding half to even,
@@ -37,8 +39,8 @@
 
 typedef struct {
     const uint8_t* A;  /* rows of lda bytes (lda a multiple of 4) */
-    const uint8_t* B;  /* packed, [Kq][Np][4] */
-    int64_t lda, Np, M, N, Kq;
+    const uint8_t* B;  /* packed: 4 k of column n at B + (n / 16) bg + q bq + (n % 16) 4 */
+    int64_t lda, bq, bg, M, N, Kq;
     int64_t a_signed;  /* A int8 and B uint8, else A uint8 and B int8 */
     const int32_t *rowc, *colc, *P, *Q;  /* corrections, each may be NULL (then P and Q both) */
     int64_t out8, y_signed;  /* out8: 1, requantised to 8 bits with mrow[m] (else mcol[n]); 2, float32
@@ -81,20 +83,22 @@ static void tile_c(const Gemm* g, int64_t m, int64_t n0, int64_t n1) {
     const int64_t w = n1 - n0;
     for (int64_t i = 0; i < w; ++i) acc[i] = 0;
     const uint8_t* a = g->A + m * g->lda;
-    for (int64_t q = 0; q < g->Kq; ++q) {
-        const uint8_t* restrict b = g->B + (q * g->Np + n0) * 4;
-        if (g->a_signed) {
-            const int32_t a0 = (int8_t)a[4 * q], a1 = (int8_t)a[4 * q + 1], a2 = (int8_t)a[4 * q + 2],
-                          a3 = (int8_t)a[4 * q + 3];
-            for (int64_t i = 0; i < w; ++i)
-                acc[i] += (uint32_t)(a0 * b[4 * i] + a1 * b[4 * i + 1] + a2 * b[4 * i + 2] + a3 * b[4 * i + 3]);
-        } else {
-            const int32_t a0 = a[4 * q], a1 = a[4 * q + 1], a2 = a[4 * q + 2], a3 = a[4 * q + 3];
-            const int8_t* restrict s = (const int8_t*)b;
-            for (int64_t i = 0; i < w; ++i)
-                acc[i] += (uint32_t)(a0 * s[4 * i] + a1 * s[4 * i + 1] + a2 * s[4 * i + 2] + a3 * s[4 * i + 3]);
+    for (int64_t q = 0; q < g->Kq; ++q)
+        for (int64_t i0 = 0; i0 < w; i0 += 16) {  /* a group of 16 columns */
+            const uint8_t* restrict b = g->B + (n0 + i0) / 16 * g->bg + q * g->bq;
+            const int64_t i1 = w - i0 < 16 ? w : i0 + 16;
+            if (g->a_signed) {
+                const int32_t a0 = (int8_t)a[4 * q], a1 = (int8_t)a[4 * q + 1], a2 = (int8_t)a[4 * q + 2],
+                              a3 = (int8_t)a[4 * q + 3];
+                for (int64_t i = i0; i < i1; ++i, b += 4)
+                    acc[i] += (uint32_t)(a0 * b[0] + a1 * b[1] + a2 * b[2] + a3 * b[3]);
+            } else {
+                const int32_t a0 = a[4 * q], a1 = a[4 * q + 1], a2 = a[4 * q + 2], a3 = a[4 * q + 3];
+                const int8_t* restrict s = (const int8_t*)b;
+                for (int64_t i = i0; i < i1; ++i, s += 4)
+                    acc[i] += (uint32_t)(a0 * s[0] + a1 * s[1] + a2 * s[2] + a3 * s[3]);
+            }
         }
-    }
     for (int64_t i = 0; i < w; ++i) store1(g, m, n0 + i, acc[i]);
 }
 
@@ -112,12 +116,12 @@ static inline __attribute__((always_inline)) QG_TARGET void tile_vnni(const Gemm
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
-    const uint8_t* b = g->B + n0 * 4;
-    const int64_t step = g->Np * 4;
+    const uint8_t* b = g->B + n0 / 16 * g->bg;
+    const int64_t step = g->bq, group = g->bg;
     for (int64_t q = 0; q < g->Kq; ++q, b += step) {
         __m512i bv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512((const void*)(b + 64 * v));
+        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512((const void*)(b + group * v));
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
             int32_t w;
@@ -198,8 +202,8 @@ static inline __attribute__((always_inline)) QG_AVX2 __m256i widen16_avx2(const 
 }
 
 static QG_AVX2 void widen_avx2(const Gemm* g, int64_t n0, int16_t* restrict wb) {
-    const uint8_t* b = g->B + n0 * 4;
-    for (int64_t q = 0; q < g->Kq; ++q, b += g->Np * 4, wb += QG_AVX2_COLS * 4)
+    const uint8_t* b = g->B + n0 / 16 * g->bg;
+    for (int64_t q = 0; q < g->Kq; ++q, b += g->bq, wb += QG_AVX2_COLS * 4)
         for (int j = 0; j < QG_AVX2_COLS * 4; j += 16)
             _mm256_store_si256((__m256i*)(wb + j), widen16_avx2(b + j, (int)g->a_signed));
 }
@@ -235,14 +239,14 @@ static inline __attribute__((always_inline)) QG_AVX2 void store8_avx2(const Gemm
 static inline __attribute__((always_inline)) QG_AVX2 void tile_avx2(const Gemm* g, const int16_t* wb, int64_t m0,
                                                                     int64_t n0, const int AS, const int R,
                                                                     const int WIDE) {
-    const uint8_t* b = g->B + n0 * 4;  /* WIDE 0: B widened here, in the tile (a product of one tile of rows) */
+    const uint8_t* b = g->B + n0 / 16 * g->bg;  /* WIDE 0: B widened here, in the tile (a product of one tile of rows) */
     enum { V = QG_AVX2_COLS / 4 };  /* vectors of 4 columns x 4 k */
     const uint8_t* a[4];
     for (int r = 0; r < R; ++r) a[r] = g->A + (m0 + r) * g->lda;
     __m256i acc[4][V];
     for (int r = 0; r < R; ++r)
         for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_si256();
-    for (int64_t q = 0; q < g->Kq; ++q, wb += WIDE ? QG_AVX2_COLS * 4 : 0, b += g->Np * 4) {
+    for (int64_t q = 0; q < g->Kq; ++q, wb += WIDE ? QG_AVX2_COLS * 4 : 0, b += g->bq) {
         __m256i bv[V];
 #pragma GCC unroll 4
         for (int v = 0; v < V; ++v)
@@ -585,7 +589,7 @@ static void conv_pixel_rows(const int64_t* p, const Phases* f, const uint8_t* pl
     const int64_t Mp = p[CV_MP];
     const int8_t* wpackt = (const int8_t*)(intptr_t)p[CV_WPACKT] + g * (Kgp / 4) * Mp * 4;
     const float* mult = (const float*)(intptr_t)p[CV_MULT];
-    Gemm gm = {rows, (const uint8_t*)wpackt, Kgp, Mp, L, Mg, Kgp / 4, 0, NULL, rowc + g * Mg, zw ? sums : NULL,
+    Gemm gm = {rows, (const uint8_t*)wpackt, Kgp, Mp * 4, 64, L, Mg, Kgp / 4, 0, NULL, rowc + g * Mg, zw ? sums : NULL,
                zw ? zw + g * Mg : NULL, p[CV_OUT8], p[CV_YSIGNED], NULL, mult ? mult + g * Mg : NULL, NULL,
                (float)p[CV_ZY], tmp, Mg, p[CV_SIMD]};
     gemm_run(&gm);
@@ -648,7 +652,7 @@ static int conv_run(const int64_t* p, const void* x, uint8_t zx, const int32_t* 
                     for (int64_t l = 0; l < Lp; ++l) colsum[l] += b[4 * l] + b[4 * l + 1] + b[4 * l + 2] + b[4 * l + 3];
                 }
             }
-            Gemm gm = {(const uint8_t*)(wpack + g * Mg * Kgp), Bp, Kgp, Lp, Mg, L, Kgp / 4, 1, rowc + g * Mg, NULL,
+            Gemm gm = {(const uint8_t*)(wpack + g * Mg * Kgp), Bp, Kgp, Lp * 4, 64, Mg, L, Kgp / 4, 1, rowc + g * Mg, NULL,
                        zw ? zw + g * Mg : NULL, zw ? colsum : NULL, p[CV_OUT8], p[CV_YSIGNED],
                        mult ? mult + g * Mg : NULL, NULL, NULL, (float)p[CV_ZY], compact ? out : yg, L, p[CV_SIMD]};
             gemm_run(&gm);
@@ -692,12 +696,12 @@ int qconv_i32(const int64_t* p, const void* x, const void* zx, int32_t* y) {
 /* -- MatMulInteger / QLinearMatMul by a packed weight ------------------------------------------------ */
 
 enum {
-    MM_M, MM_K, MM_N, MM_ASIGNED, MM_OUT, MM_YSIGNED, MM_ZY, MM_SIMD, MM_BPACK, MM_NP, MM_T, MM_ZB, MM_MULT, MM_BIAS,
+    MM_M, MM_K, MM_N, MM_ASIGNED, MM_OUT, MM_YSIGNED, MM_ZY, MM_SIMD, MM_BPACK, MM_T, MM_ZB, MM_MULT, MM_BIAS,
     MM_C, MM_COUNT
 };
 
 static int matmul(const int64_t* p, const void* a, const void* za, const float* a_scale, void* y) {
-    const int64_t M = p[MM_M], K = p[MM_K], N = p[MM_N], Np = p[MM_NP], Kp = (K + 3) / 4 * 4;
+    const int64_t M = p[MM_M], K = p[MM_K], N = p[MM_N], Kp = (K + 3) / 4 * 4;
     const int64_t a_signed = p[MM_ASIGNED], out = p[MM_OUT];
     const int32_t* T = (const int32_t*)(intptr_t)p[MM_T];
     const int32_t* zb = (const int32_t*)(intptr_t)p[MM_ZB];
@@ -734,7 +738,7 @@ static int matmul(const int64_t* p, const void* a, const void* za, const float* 
         for (int64_t n = 0; n < N; ++n) scale[n] = a_scale[0] * mult[n];
         mult = scale;
     }
-    Gemm gm = {A, (const uint8_t*)(intptr_t)p[MM_BPACK], Kp, Np, M, N, Kp / 4, 0, NULL, colc,
+    Gemm gm = {A, (const uint8_t*)(intptr_t)p[MM_BPACK], Kp, 64, Kp * 16, M, N, Kp / 4, 0, NULL, colc,
                zb ? asum : NULL, zb, out, p[MM_YSIGNED], NULL, mult, (const float*)(intptr_t)p[MM_BIAS],
                (float)p[MM_ZY], y, N, p[MM_SIMD]};
     gemm_run(&gm);
@@ -743,7 +747,8 @@ static int matmul(const int64_t* p, const void* a, const void* za, const float* 
 }
 
 /* Y = (A - za) (B - zb), A: M x K 8-bit rows (int8 if a_signed), za: A's one zero point (a pointer to
- * it, of A's type; NULL: 0), B a weight packed as int8 ([K/4][Np][4], uint8 weights moved by -128)
+ * it, of A's type; NULL: 0), B a weight packed as int8, group-major ([Np/16][K/4][16][4], Np = N rounded
+ * up to 16; uint8 weights moved by -128)
  * with T[n] = K zb[n] - sum_k B[k, n] (int32, moved alike) and zb (int32 per column, moved alike;
  * 0: all zero), plus C[n] (MM_C, int32; 0: none: QGemm's C). Out (MM_OUT): int32 (0), else
  * requantised to 8 bits with mult[n] and zy (1). */

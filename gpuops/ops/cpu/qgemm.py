@@ -212,9 +212,10 @@ def run(plan, x, *extra):
 # -- MatMulInteger / QLinearMatMul -----------------------------------------------------------------------
 
 class MatmulPack:
-    """A weight B (K, N) of 8 bits as qgemm_u8 reads it: int8 (uint8 moved by -128), [K/4][Np][4]; with
-    its zero point (one, or one per column) moved alike, ``T = K zb - colsum`` and ``zb32`` (None when
-    all zero)."""
+    """A weight B (K, N) of 8 bits as qgemm_u8 reads it: int8 (uint8 moved by -128), in groups of 16
+    columns, each group's K rows contiguous, 4 k of a column side by side ([Np/16][K/4][16][4], Np: N
+    rounded up to 16); with its zero point (one, or one per column) moved alike, ``T = K zb - colsum`` and
+    ``zb32`` (None when all zero)."""
 
     def __init__(self, B, zero_point):
         K, N = B.shape
@@ -222,8 +223,8 @@ class MatmulPack:
         Kp, Np = -(-K // 4) * 4, -(-N // 16) * 16
         padded = np.zeros((Kp, Np), np.int8)
         padded[:K, :N] = s
-        self.pack = np.ascontiguousarray(padded.reshape(Kp // 4, 4, Np).transpose(0, 2, 1))
-        self.K, self.N, self.Np, self.b_dtype = K, N, Np, B.dtype
+        self.pack = np.ascontiguousarray(padded.reshape(Kp // 4, 4, Np // 16, 16).transpose(2, 0, 3, 1))
+        self.K, self.N, self.b_dtype = K, N, B.dtype
         zb = np.zeros(N, np.int64) if zero_point is None else np.broadcast_to(
             zero_point.reshape(-1).astype(np.int64), (N,))
         zb = zb - (128 if B.dtype == _U8 else 0)
@@ -279,7 +280,7 @@ def matmul_plan(pack, a, a_zero_point, out8=None, out_float=None, C=None):
     if fn is None:
         return None
     keep += [mult, bias, C]
-    p, address = _params([M, pack.K, N, a.dtype == _S8, out, y_dtype == _S8, zy, SIMD, pack.pack.ctypes.data, pack.Np,
+    p, address = _params([M, pack.K, N, a.dtype == _S8, out, y_dtype == _S8, zy, SIMD, pack.pack.ctypes.data,
                           pack.T.ctypes.data, 0 if pack.zb32 is None else pack.zb32.ctypes.data,
                           0 if mult is None else mult.ctypes.data, 0 if bias is None else bias.ctypes.data,
                           0 if C is None else C.ctypes.data])
