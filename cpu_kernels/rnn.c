@@ -23,6 +23,7 @@
 
 #include "common.h"
 #include "pool_threads.h"
+#include "vmath.h"
 
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define MADD(a, b, c) fmaf(a, b, c)
@@ -118,7 +119,7 @@ static void gemm_acc_q8(float* acc, int64_t lda, const float* h, const int8_t* q
             vfloat dot[QV] = {{0}};
             for (int64_t k = 0; k < K; ++k) {
                 const float hk = hb[k];
-                for (int v = 0; v < QV; ++v) dot[v] += hk * widen8(qb + k * QB + v * VL);
+                for (int v = 0; v < QV; ++v) dot[v] = vfma(vsplat(hk), widen8(qb + k * QB + v * VL), dot[v]);
             }
             const int64_t n = N - j0 < QB ? N - j0 : QB;
             for (int64_t j = 0; j < n; ++j)

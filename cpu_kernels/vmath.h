@@ -14,14 +14,23 @@ static inline vfloat vsplat(float a) { return (vfloat){a, a, a, a, a, a, a, a}; 
 /* lanes of a where m is set, else of b */
 static inline vfloat vselect(vint m, vfloat a, vfloat b) { return (vfloat)((m & (vint)a) | (~m & (vint)b)); }
 
-#if defined(__AVX512F__)
+#if defined(__AVX__)
 #include <immintrin.h>
+#endif
 
-/* a * b + c, rounded once where the CPU has the instruction (the polynomials' steps) */
+/* a * b + c, rounded once where the CPU has the instruction (the polynomials' steps; -std=c11 keeps gcc
+ * from fusing a * b + c itself) */
 static inline vfloat vfma(vfloat a, vfloat b, vfloat c) {
+#if defined(__AVX512F__)
     return (vfloat)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    return (vfloat)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    return a * b + c;
+#endif
 }
 
+#if defined(__AVX512F__)
 /* The first n (< VL) floats at p, the other lanes `pad` (a masked load: nothing past them is read). */
 static inline vfloat vload_part(const float* p, int64_t n, float pad) {
     return (vfloat)_mm512_mask_loadu_ps(_mm512_set1_ps(pad), (__mmask16)((1u << n) - 1), p);
@@ -40,10 +49,7 @@ static inline vfloat vrcp(vfloat a) {
 #else
 static inline vfloat vrcp(vfloat a) { return 1.0f / a; }
 
-static inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return a * b + c; }
-
 #if defined(__AVX2__)
-#include <immintrin.h>
 
 /* Masked loads and stores. (Lane by lane, gcc built the vector in memory through a call to memcpy and
  * read it back whole, a failed store forwarding: a 55 x 55 MaxPool, a partial load per row, took 1.6x
