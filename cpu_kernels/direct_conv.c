@@ -3,16 +3,16 @@
  * then per VL cells of NR output rows, MB output channels at a time sum their C * KH * KW taps, each
  * tap's NR input vectors loaded once for all MB channels and each tap weight once for the NR rows; bias,
  * then clamped to [lo, hi] (a fused Relu or Clip). Returns 0, or 1 when out of memory. */
-#include <stdlib.h>
-#include "common.h"
-#include "conv_params.h"
-#include "pool_threads.h"
 
 /* Sums as fused multiply-adds (one rounding per step, as BLAS kernels do): -std=c11 turns GCC's
  * contraction off (clang contracts within an expression). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
+#include <stdlib.h>
+#include "common.h"
+#include "conv_params.h"
+#include "pool_threads.h"
 
 #if defined(__AVX512F__)
 #define MB 24  /* output channels summed together, MB vectors of sums in registers (of 32) */
