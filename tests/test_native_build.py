@@ -284,3 +284,17 @@ def test_no_helper_is_left_uninlined_by_mismatched_options(tmp_path):
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         found = dict(zip(native.FILES, pool.map(failures, native.FILES)))
     assert not any(found.values()), {f: lines for f, lines in found.items() if lines}
+
+
+def test_optimize_pragmas_come_before_the_includes():
+    """A ``#pragma GCC optimize`` applies to the functions defined after it: placed after the includes,
+    the headers' helpers keep other options (not inlined where those differ, as special.c's were; not
+    contracted, as direct_conv.c's multiply-adds were)."""
+    late = []
+    for path in sorted(native.KERNEL_DIR.glob("*.c")):
+        lines = path.read_text().splitlines()
+        pragmas = [i for i, line in enumerate(lines) if line.startswith("#pragma GCC optimize")]
+        includes = [i for i, line in enumerate(lines) if line.startswith("#include")]
+        if pragmas and includes and max(pragmas) > min(includes):
+            late.append(path.name)
+    assert not late, late
