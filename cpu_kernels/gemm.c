@@ -73,16 +73,25 @@ static inline gvec clamp(gvec a, float lo, float hi) {
 }
 
 /* acc[i][v] += sum over k < kc of b[k ldb + i] q[k nv GV + v GV ...] for i < mr (nv: a constant, 1 or
- * NV; mr: a constant, MR, or MR / 2 for a last tile of at most half the cells). */
+ * NV; mr: a constant, MR, or MR / 2 for a last tile of at most half the cells); meanwhile the `lines`
+ * cache lines from `next` are fetched into L2, one every kc / lines k steps. */
 static inline __attribute__((always_inline)) void tile(const float* restrict b, int64_t ldb, const float* restrict q,
-                                                       int64_t kc, int nv, int mr, gvec acc[MR][NV]) {
+                                                       int64_t kc, int nv, int mr, gvec acc[MR][NV],
+                                                       const float* next, int64_t lines) {
     gvec s[MR][NV];
     for (int i = 0; i < mr; ++i)
         for (int v = 0; v < nv; ++v) s[i][v] = acc[i][v];
-    for (int64_t k = 0; k < kc; ++k) {
+    const int64_t every = lines ? (kc / lines > 1 ? kc / lines : 1) : kc + 1;
+    for (int64_t k = 0, due = 0; k < kc; ++k) {
         gvec w[NV];
         for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
         __builtin_prefetch(q + (k + PF) * nv * GV);  /* the pack streams from L2: ahead into L1 */
+        if (k == due && lines > 0) {
+            __builtin_prefetch(next, 0, 1);
+            next += 16;
+            --lines;
+            due += every;
+        }
         for (int i = 0; i < mr; ++i) {
             const float x = b[k * ldb + i];
             for (int v = 0; v < nv; ++v) s[i][v] += x * w[v];
@@ -368,16 +377,21 @@ static int cells_gemm(const float* pack, const float* x, int64_t ldb, const int6
                     for (int64_t nt = t0; nt < t1; ++nt) {
                         const int64_t n0 = nt * MR, nc = N - n0 < MR ? N - n0 : MR;
                         const float* strip = strips + (nt - t0) * kc * MR;
-                        for (int64_t l = lines * (nt - t0) / (t1 - t0); l < lines * (nt - t0 + 1) / (t1 - t0); ++l)
-                            __builtin_prefetch(next + 16 * l, 0, 1);
+                        /* this tile's share of the next panel's lines, spread over its k steps: issued
+                         * all before the tile they hid nothing (a 40 x 1024 x 8210 fully connected layer,
+                         * its 34 MB weight from memory: 12.0 -> 10.1 ms spread, AMD EPYC, Zen 3) */
+                        const int64_t l0 = lines * (nt - t0) / (t1 - t0), l1 = lines * (nt - t0 + 1) / (t1 - t0);
+                        const float* pf = next ? next + 16 * l0 : NULL;
                         gvec acc[MR][NV];
                         gvec* saved = sums ? sums + (nt * mpad + p0) * MR / GV : NULL;
                         for (int i = 0; i < MR; ++i)
                             for (int v = 0; v < NV; ++v) acc[i][v] = first ? (gvec){0} : saved[i * NV + v];
                         if (2 * nc <= MR)  /* half the cells: half the sums */
-                            w == NR ? tile(strip, MR, q, kc, NV, MR / 2, acc) : tile(strip, MR, q, kc, 1, MR / 2, acc);
+                            w == NR ? tile(strip, MR, q, kc, NV, MR / 2, acc, pf, l1 - l0)
+                                    : tile(strip, MR, q, kc, 1, MR / 2, acc, pf, l1 - l0);
                         else
-                            w == NR ? tile(strip, MR, q, kc, NV, MR, acc) : tile(strip, MR, q, kc, 1, MR, acc);
+                            w == NR ? tile(strip, MR, q, kc, NV, MR, acc, pf, l1 - l0)
+                                    : tile(strip, MR, q, kc, 1, MR, acc, pf, l1 - l0);
                         if (!last) {
                             for (int i = 0; i < MR; ++i)
                                 for (int v = 0; v < NV; ++v) saved[i * NV + v] = acc[i][v];
