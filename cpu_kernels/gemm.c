@@ -81,12 +81,12 @@ static inline __attribute__((always_inline)) void tile(const float* restrict b, 
     gvec s[MR][NV];
     for (int i = 0; i < mr; ++i)
         for (int v = 0; v < nv; ++v) s[i][v] = acc[i][v];
-    const int64_t every = lines ? (kc / lines > 1 ? kc / lines : 1) : kc + 1;
+    const int64_t every = lines > 0 && kc / lines > 1 ? kc / lines : 1;
     for (int64_t k = 0, due = 0; k < kc; ++k) {
         gvec w[NV];
         for (int v = 0; v < nv; ++v) w[v] = gload(q + (k * nv + v) * GV);
         __builtin_prefetch(q + (k + PF) * nv * GV);  /* the pack streams from L2: ahead into L1 */
-        if (k == due && lines > 0) {
+        if (lines > 0 && k == due) {
             __builtin_prefetch(next, 0, 1);
             next += 16;
             --lines;

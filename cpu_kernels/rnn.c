@@ -88,13 +88,11 @@ static void gemm_acc(float* acc, int64_t lda, const float* h, const float* r, in
 
 /* VL int8 at p as floats (sign extension and conversion in vector registers, which gcc's generic
  * vector conversions of 8-bit lanes do not use). */
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#if defined(__AVX512F__)  /* (vmath.h includes immintrin.h) */
 static inline vfloat widen8(const int8_t* p) {
     return (vfloat)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
 }
 #elif defined(__AVX2__)
-#include <immintrin.h>
 _Static_assert(VL == 8, "one AVX2 register");
 static inline vfloat widen8(const int8_t* p) {
     return (vfloat)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));

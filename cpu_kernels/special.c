@@ -15,7 +15,7 @@
 /* Floating-point exceptions are not observed (NumPy clears the flags before its own loops): without
  * this the compiler keeps sigmoid_f32's selects as branches, and the loop scalar. Before the includes: gcc
  * inlines no function into one whose optimize options differ, and vmath.h's helpers were left as calls
- * (QuickGelu took 4x as long). */
+ * (QuickGelu took 1.3-1.4x as long, Gelu 1.4x, Erf 1.1x: AMD EPYC, Zen 3). */
 #if defined(__clang__)
 #pragma clang fp exceptions(ignore)
 #elif defined(__GNUC__)
