@@ -91,24 +91,51 @@ static void binary_row(int64_t op, const float* a, const float* b, int same, flo
     }
 }
 
+/* Over outer x channels x inner elements, a row at a time: ROW(a, b, same, y, n) with b of a's size
+ * (BROADCAST_SAME), one value per channel (BROADCAST_CHANNEL), one value (BROADCAST_SCALAR), or inner values
+ * repeated (BROADCAST_ROWS: the last axes). */
+#define BROADCAST_ROWS_OF(ROW)                                                                           \
+    const int64_t op = p[0], outer = p[1], C = p[2], inner = p[3], broadcast = p[4];                    \
+    if (broadcast == BROADCAST_SAME) {                                                                   \
+        ROW(op, a, b, 1, y, outer * C * inner);                                                          \
+    } else if (broadcast == BROADCAST_ROWS) {                                                            \
+        for (int64_t o = 0; o < outer; ++o) ROW(op, a + o * inner, b, 1, y + o * inner, inner);          \
+    } else {                                                                                             \
+        for (int64_t o = 0; o < outer; ++o)                                                              \
+            for (int64_t c = 0; c < C; ++c)                                                              \
+                ROW(op, a + (o * C + c) * inner, broadcast == BROADCAST_SCALAR ? b : b + c, 0,           \
+                    y + (o * C + c) * inner, inner);                                                     \
+    }                                                                                                    \
+    return 0;
+
 /* p = {op, outer, channels, inner, broadcast}: y = a op b (b op a is the caller's swap, for commutative
  * ops; BINARY_MAX_SWAPPED keeps Max's operand order, which picks between +0 and -0) over outer x channels
- * x inner floats, b of a's size (BROADCAST_SAME), one value per channel (BROADCAST_CHANNEL), one value
- * (BROADCAST_SCALAR), or inner values repeated (BROADCAST_ROWS: the last axes). One rounding per element,
- * as NumPy's. */
-int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y) {
-    const int64_t op = p[0], outer = p[1], C = p[2], inner = p[3], broadcast = p[4];
-    if (broadcast == BROADCAST_SAME) {
-        binary_row(op, a, b, 1, y, outer * C * inner);
-    } else if (broadcast == BROADCAST_ROWS) {
-        for (int64_t o = 0; o < outer; ++o) binary_row(op, a + o * inner, b, 1, y + o * inner, inner);
-    } else {
-        for (int64_t o = 0; o < outer; ++o)
-            for (int64_t c = 0; c < C; ++c)
-                binary_row(op, a + (o * C + c) * inner, broadcast == BROADCAST_SCALAR ? b : b + c, 0,
-                           y + (o * C + c) * inner, inner);
+ * x inner floats, b broadcast as BROADCAST_ROWS_OF says. One rounding per element, as NumPy's. */
+int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y) { BROADCAST_ROWS_OF(binary_row) }
+
+/* y = a op b over n int32, b of n values (same) or one: Add, Sub or Mul, wrapping around as NumPy's. */
+#define INT_LOOPS(W)                                                                          \
+    switch (op) {                                                                             \
+        case BINARY_ADD: for (int64_t i = 0; i < n; ++i) uy[i] = ua[i] + (W); break;          \
+        case BINARY_SUB: for (int64_t i = 0; i < n; ++i) uy[i] = ua[i] - (W); break;          \
+        default: for (int64_t i = 0; i < n; ++i) uy[i] = ua[i] * (W);                         \
     }
-    return 0;
+
+static void binary_row_i32(int64_t op, const int32_t* a, const int32_t* b, int same, int32_t* y, int64_t n) {
+    const uint32_t* restrict ua = (const uint32_t*)a;
+    const uint32_t* restrict ub = (const uint32_t*)b;
+    uint32_t* restrict uy = (uint32_t*)y;
+    if (same) {
+        INT_LOOPS(ub[i])
+    } else {
+        const uint32_t v = ub[0];
+        INT_LOOPS(v)
+    }
+}
+
+/* binary_planned_f32's parameters, of int32 Add, Sub and Mul. */
+int binary_planned_i32(const int64_t* p, const int32_t* a, const int32_t* b, int32_t* y) {
+    BROADCAST_ROWS_OF(binary_row_i32)
 }
 
 /* Data movement (Transpose, Slice, Resize to the nearest, Gather of constant indices, Pad...), as the
@@ -171,16 +198,23 @@ int gather_rows_planned_f32(const int64_t* p, const void* indices, const void* u
     return 0;
 }
 
-enum { CAST_I64_I32, CAST_I64_F32, CAST_I32_F32 };
+enum { CAST_I64_I32, CAST_I64_F32, CAST_I32_F32, CAST_F32_I32 };
 
-/* p = {kind, n}: the integer casts NumPy's astype makes (int64 to int32 keeps the low 32 bits; to float32
- * rounds to nearest). */
+/* p = {kind, n}: the casts NumPy's astype makes on x86 (int64 to int32 keeps the low 32 bits; to float32
+ * rounds to nearest; float32 to int32 truncates, and gives INT32_MIN for NaN and out of range values, as
+ * cvttps2dq does). */
 int cast_planned(const int64_t* p, const void* a, const void* unused, void* y) {
     (void)unused;
     const int64_t n = p[1];
     switch (p[0]) {
         case CAST_I64_I32:
             for (int64_t i = 0; i < n; ++i) ((int32_t*)y)[i] = (int32_t)(uint32_t)((const uint64_t*)a)[i];
+            break;
+        case CAST_F32_I32:
+            for (int64_t i = 0; i < n; ++i) {
+                const float v = ((const float*)a)[i];
+                ((int32_t*)y)[i] = v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
+            }
             break;
         case CAST_I64_F32:
             for (int64_t i = 0; i < n; ++i) ((float*)y)[i] = (float)((const int64_t*)a)[i];

@@ -242,10 +242,10 @@ int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp
 
 /* DynamicQuantizeLinear of float32 to uint8, in float32 as the NumPy code: the range [lo, hi]
  * widened to hold 0, scale = (hi - lo) / 255 (1 when hi == lo), zero point
- * rint(clamp(-lo / scale, 0, 255)), y = clamp(rint(x / scale) + zero point, 0, 255). Into
- * out_scale[0] and out_zp[0]. Returns 2, writing nothing, when x holds a NaN or an infinity (the
- * NumPy code then runs). */
-int dynamic_quantize_u8(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y) {
+ * rint(clamp(-lo / scale, 0, 255)), y = clamp(rint(x / scale) + zero point, 0, 255).
+ * dynamic_range_u8 finds the scale and zero point: 2, writing nothing, when x holds a NaN or an
+ * infinity (the NumPy code then runs). */
+static int dynamic_range_u8(const float* x, int64_t n, float* out_scale, uint8_t* out_zp) {
     float hi = 0.0f, lo = 0.0f;
     int bad = 0;
     /* the range in VL lanes, then across them: the same bounds in any order (but for the sign of a zero
@@ -276,13 +276,29 @@ int dynamic_quantize_u8(const float* x, int64_t n, float* out_scale, uint8_t* ou
     float z = 0.0f - lo / scale;
     z = z > 0.0f ? z : 0.0f;
     z = rintf(z < 255.0f ? z : 255.0f);
+    out_scale[0] = scale;
+    out_zp[0] = (uint8_t)z;
+    return 0;
+}
+
+static void dynamic_apply_u8(const float* x, int64_t n, float scale, uint8_t zp, uint8_t* y) {
+    const float z = (float)zp;
     for (int64_t i = 0; i < n; ++i) {
         const float q = rintf(x[i] / scale) + z;
         const float v = q > 0.0f ? q : 0.0f;
         y[i] = (uint8_t)(v < 255.0f ? v : 255.0f);
     }
+}
+
+/* Into out_scale[0] and out_zp[0], and y. */
+int dynamic_quantize_u8(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y) {
+    float scale;
+    uint8_t zp;
+    const int rc = dynamic_range_u8(x, n, &scale, &zp);
+    if (rc) return rc;
+    dynamic_apply_u8(x, n, scale, zp, y);
     out_scale[0] = scale;
-    out_zp[0] = (uint8_t)z;
+    out_zp[0] = zp;
     return 0;
 }
 
@@ -373,6 +389,22 @@ int dequantize_planned_f32(const int64_t* p, const void* x, const void* unused, 
 int qlinear_add_planned_8(const int64_t* p, const void* a, const void* b, void* y) {
     return qlinear_add_8(a, 1, b, 1, p[0], p[1], param_float(p, 2), p[3], param_float(p, 4), p[5],
                          param_float(p, 6), p[7], y);
+}
+
+/* DynamicQuantizeLinear in two calls, p = {n}: the range of a into its scale (z) and zero point (y), 2 for a
+ * NaN or an infinity (the node then runs: gpuops/onnx/programs.py's RERUN); then a quantized into y with
+ * those (b, c). */
+int dynamic_range_planned_u8(const int64_t* p, const float* a, const void* unused_b, uint8_t* y, const void* unused_c,
+                             float* z) {
+    (void)unused_b, (void)unused_c;
+    return dynamic_range_u8(a, p[0], z, y);
+}
+
+int dynamic_apply_planned_u8(const int64_t* p, const float* a, const float* scale, uint8_t* y, const uint8_t* zp,
+                             void* unused_z) {
+    (void)unused_z;
+    dynamic_apply_u8(a, p[0], scale[0], zp[0], y);
+    return 0;
 }
 
 int qlinear_global_average_pool_planned_8(const int64_t* p, const void* x, const void* unused, void* y) {

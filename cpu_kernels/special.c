@@ -214,7 +214,7 @@ int special_bind_threads(const void* run, const void* get) { return pool_bind(ru
 /* The element-wise activations of native programs (gpuops/onnx/programs.py), one rounding per
  * operation as the NumPy ops make them: NaN stays NaN (NumPy's maximum and minimum return it). */
 enum { UNARY_RELU, UNARY_SIGMOID, UNARY_HARD_SWISH, UNARY_HARD_SIGMOID, UNARY_SQRT, UNARY_RECIPROCAL, UNARY_NEG,
-       UNARY_ABS, UNARY_TANH, UNARY_EXP, UNARY_LOG, UNARY_SQUARE, UNARY_CLIP, UNARY_ERF };
+       UNARY_ABS, UNARY_TANH, UNARY_EXP, UNARY_LOG, UNARY_SQUARE, UNARY_CLIP, UNARY_ERF, UNARY_FLOOR, UNARY_CEIL };
 
 /* tanh in float32 lanes, as Cephes' tanhf: below 0.625 in magnitude x + x^3 p(x^2) (p: degree 4), above
  * (1 - e) / (1 + e) with e = e^-2|x| by vmath.h's vexp_neg (no cancellation there: e < 0.29), the sign
@@ -234,10 +234,10 @@ static inline float max_nan(float x, float lo) { return (x >= lo || x != x) ? x 
 static inline float min_nan(float x, float hi) { return (x <= hi || x != x) ? x : hi; }
 
 /* p = {kind, n, alpha, beta (param_float)}: y = kind(a) over n floats (HardSigmoid: alpha and beta; Clip:
- * [alpha, beta]). Sqrt, the reciprocal, negation, absolute value, square and the clamps round as NumPy's
- * ufuncs (once, correctly); log is libm's, within an ulp or two of NumPy's own loops, exp vexp's and
- * tanh vtanh's (libm's expf and tanhf, one element at a time, took 5 ns an element: a third of a
- * GELU-heavy model's time); sigmoid and erf are the CPU ops' kernels. */
+ * [alpha, beta]). Sqrt, the reciprocal, negation, absolute value, square, floor, ceiling and the clamps
+ * round as NumPy's ufuncs (once, correctly); log is libm's, within an ulp or two of NumPy's own loops,
+ * exp vexp's and tanh vtanh's (libm's expf and tanhf, one element at a time, took 5 ns an element: a
+ * third of a GELU-heavy model's time); sigmoid and erf are the CPU ops' kernels. */
 int unary_planned_f32(const int64_t* p, const float* a, const void* unused, float* y) {
     (void)unused;
     const int64_t kind = p[0], n = p[1];
@@ -258,6 +258,8 @@ int unary_planned_f32(const int64_t* p, const float* a, const void* unused, floa
         case UNARY_RECIPROCAL: for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / a[i]; break;
         case UNARY_NEG: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
         case UNARY_ABS: for (int64_t i = 0; i < n; ++i) y[i] = fabsf(a[i]); break;
+        case UNARY_FLOOR: for (int64_t i = 0; i < n; ++i) y[i] = floorf(a[i]); break;
+        case UNARY_CEIL: for (int64_t i = 0; i < n; ++i) y[i] = ceilf(a[i]); break;
         case UNARY_TANH: VECTOR_ROW(vtanh(v), a, y, n); break;
         case UNARY_EXP: VECTOR_ROW(vexp(v), a, y, n); break;
         case UNARY_LOG: for (int64_t i = 0; i < n; ++i) y[i] = logf(a[i]); break;

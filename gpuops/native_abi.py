@@ -100,6 +100,7 @@ DECLARATIONS: dict[str, str] = {
         int copy_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
         int copy_from_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
         int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
+        int binary_planned_i32(const int64_t* p, const int32_t* a, const int32_t* b, int32_t* y);
         int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
@@ -127,6 +128,10 @@ DECLARATIONS: dict[str, str] = {
         int quantize_linear_f32(const float* x, int64_t n, float scale, int64_t zp, int64_t y_signed, void* y);
         int dequantize_linear_f32(const void* x, int64_t n, int64_t x_signed, int64_t zp, float scale, float* y);
         int dynamic_quantize_u8(const float* x, int64_t n, float* out_scale, uint8_t* out_zp, uint8_t* y);
+        int dynamic_range_planned_u8(const int64_t* p, const float* a, const void* unused_b, uint8_t* y,
+                                     const void* unused_c, float* z);
+        int dynamic_apply_planned_u8(const int64_t* p, const float* a, const float* scale, uint8_t* y, const uint8_t* zp,
+                                     void* unused_z);
         int qlinear_global_average_pool_8(const void* x, int64_t rows, int64_t n, int64_t signs, float x_scale,
                                           int64_t x_zp, float y_scale, int64_t y_zp, void* y);
         int qlinear_add_8(const void* a, int64_t a_step, const void* b, int64_t b_step, int64_t n, int64_t signs,

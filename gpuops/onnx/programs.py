@@ -146,7 +146,8 @@ def compile_programs(plan: Plan, shapes: dict[str, tuple], outer: dict | None = 
 
 def _outputs(step: Step, ns: _planned.NativeStep) -> list[tuple[int, tuple, np.dtype]]:
     """(output index, shape, dtype) of each output the bound step makes."""
-    return [(0, tuple(ns.shape), np.dtype(ns.dtype))] + [(k, tuple(shape), _F32) for k, shape in ns.extra]
+    return [(0, tuple(ns.shape), np.dtype(ns.dtype))] + [(e[0], tuple(e[1]), np.dtype(e[2]) if len(e) > 2 else _F32)
+                                                          for e in ns.extra]
 
 
 def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
@@ -177,10 +178,10 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
     made = {k for k, _, _ in _outputs(step, ns)}
     if any(o and k not in made for k, o in enumerate(step.outputs)) or (ns.alias is not None and ns.extra):
         return None  # an output the binding does not make
-    for c in ns.calls:  # what the calls read at run time: run-time values (of the types the binding checked)
-        for pos in (c.a, c.b, c.c):  # or float32 constants
-            if pos is not None and pos != _planned.OUTPUT and not (
-                    type(operands[pos]) is _planned.Operand or _const_f32(operands[pos])):
+    for c in ns.calls:  # what the calls read at run time: run-time values (of the types the binding checked),
+        for pos in (c.a, c.b, c.c):  # float32 constants, or the step's outputs that it makes
+            if pos is not None and (-1 - pos not in made if pos < 0 else not (
+                    type(operands[pos]) is _planned.Operand or _const_f32(operands[pos]))):
                 return None
         if any(k is not None and (k >= len(step.outputs) or not step.outputs[k]) for k in (c.z, c.out)):
             return None
@@ -209,8 +210,8 @@ class Program:
                 produced[s.outputs[i]] = k
             out = s.outputs[0]
             root[out] = root.get(s.inputs[ns.alias], s.inputs[ns.alias]) if ns.alias is not None else out
-            for i, _ in ns.extra:
-                root[s.outputs[i]] = s.outputs[i]
+            for e in ns.extra:
+                root[s.outputs[e[0]]] = s.outputs[e[0]]
         escapes = {o for o in produced if o in keep or later.get(o, -1) >= end}
         owned = {root[o] for o in escapes}  # buffers the program returns (as themselves or reshaped)
         self.in_names: list[str] = []
@@ -218,7 +219,7 @@ class Program:
         for k, (s, ns) in enumerate(zip(steps, bound)):
             reads = [pos for c in ns.calls for pos in (c.a, c.b, c.c)] + [ns.alias]
             for pos in reads:
-                if pos is None or pos == _planned.OUTPUT:
+                if pos is None or pos < 0:  # the step's own output
                     continue
                 name = s.inputs[pos]
                 last_use[root.get(name, name)] = k
@@ -242,8 +243,8 @@ class Program:
         def where(s: Step, pos: int | None) -> int:
             if pos is None:
                 return NONE
-            if pos == _planned.OUTPUT:
-                return loc[s.outputs[0]]
+            if pos < 0:  # the step's output -1 - pos
+                return loc[s.outputs[-1 - pos]]
             name = s.inputs[pos]
             if name in loc:
                 return loc[name]

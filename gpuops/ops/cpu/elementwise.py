@@ -52,7 +52,7 @@ def Sigmoid(xp, X):
     return _activation.Sigmoid(xp, X) if Y is None else Y
 
 
-# -- native programs (gpuops.onnx.programs): float32 binary ops and activations ----------------------------
+# -- native programs (gpuops.onnx.programs): binary ops (float32; int32 Add, Sub, Mul), activations ------
 
 _BINARY = {"Add": 0, "Mul": 1, "Max": 2, "Sub": 3, "Div": 4}  # cpu_kernels/program.c's BINARY_*
 _MAX_SWAPPED = 5  # Max(b, a) with b broadcast: its order kept (of +0 and -0, maximum takes the second)
@@ -83,14 +83,18 @@ def broadcast(full: tuple, other: tuple):
 
 
 def _binary_step(step, operands):
-    fn = planned.kernel("binary_planned_f32")
-    if fn is None or len(operands) != 2 or (step.impl.since < 7 and step.op_type != "Max"):
+    if len(operands) != 2 or (step.impl.since < 7 and step.op_type != "Max"):
         return None
     A, B = operands
-    shape_of = lambda x: x.shape if planned.is_f32(x) or (  # noqa: E731
-        type(x) is np.ndarray and x.dtype == np.float32) else None
+    integer = step.op_type in _INTEGER and all(type(x) is planned.Operand and x.dtype == np.int32 for x in operands)
+    if integer:
+        fn, shape_of = planned.kernel("binary_planned_i32"), lambda x: x.shape  # noqa: E731
+    else:
+        fn = planned.kernel("binary_planned_f32")
+        shape_of = lambda x: x.shape if planned.is_f32(x) or (  # noqa: E731
+            type(x) is np.ndarray and x.dtype == np.float32) else None
     sa, sb = shape_of(A), shape_of(B)
-    if sa is None or sb is None or not (planned.is_f32(A) or planned.is_f32(B)):
+    if fn is None or sa is None or sb is None or not (type(A) is planned.Operand or type(B) is planned.Operand):
         return None
     a, b, mode = 0, 1, broadcast(sa, sb)
     if mode is None and step.op_type in _COMMUTATIVE:  # the first operand is the broadcast one (exact swap)
@@ -99,7 +103,11 @@ def _binary_step(step, operands):
         return None
     code = _MAX_SWAPPED if a == 1 and step.op_type == "Max" else _BINARY[step.op_type]
     p = planned.params(code, *mode[1:], mode[0])
-    return planned.NativeStep(sa if a == 0 else sb, (planned.Call(fn, p, a, b),), holds=p)
+    return planned.NativeStep(sa if a == 0 else sb, (planned.Call(fn, p, a, b),), holds=p,
+                              dtype=np.dtype(np.int32) if integer else planned.F32)
+
+
+_INTEGER = ("Add", "Sub", "Mul")  # of two int32 values too (binary_planned_i32: wrapping around, as NumPy's)
 
 
 for _name in _BINARY:
@@ -107,7 +115,7 @@ for _name in _BINARY:
 
 
 _UNARY = {"Relu": 0, "Sigmoid": 1, "HardSwish": 2, "HardSigmoid": 3, "Sqrt": 4, "Reciprocal": 5, "Neg": 6, "Abs": 7,
-          "Tanh": 8, "Exp": 9, "Log": 10, "Erf": 13}  # special.c's UNARY_*
+          "Tanh": 8, "Exp": 9, "Log": 10, "Erf": 13, "Floor": 14, "Ceil": 15}  # special.c's UNARY_*
 _SQUARE, _CLIP = 11, 12
 
 

@@ -40,10 +40,16 @@ RERUN = 2  # a call's status: run the nodes one by one (cpu_kernels/program.c)
 OUTPUT = -1  # a call's operand position that reads the step's output (a later pass over it)
 
 
+def output(k: int) -> int:
+    """A call's operand position that reads the step's output ``k``, which an earlier call of the step wrote
+    (:data:`OUTPUT` is output 0)."""
+    return -1 - k
+
+
 class Call(NamedTuple):
     """One kernel call: ``fn`` (a ctypes function of :mod:`gpuops.native`) with ``params`` (an array or
     ctypes structure it reads, or its address as an int), reading inputs ``a`` and ``b`` (input
-    positions, :data:`OUTPUT`, or None), writing output ``out`` (an output index). A ``wide`` kernel,
+    positions, :data:`OUTPUT` or another :func:`output`, or None), writing output ``out`` (an output index). A ``wide`` kernel,
     ``fn(params, a, b, y, c, z)``, also reads input ``c`` and writes output ``z``."""
 
     fn: Any
@@ -58,7 +64,7 @@ class Call(NamedTuple):
 
 class NativeStep(NamedTuple):
     """A node as a program computes it: ``calls`` in order, writing its output 0 (``dtype``, ``shape``) and
-    the float32 outputs ``extra`` lists as (index, shape); or, with no calls, ``alias``: output 0 is input
+    the outputs ``extra`` lists as (index, shape), float32, or (index, shape, dtype); or, with no calls, ``alias``: output 0 is input
     ``alias`` seen with ``shape`` (a reshape). ``holds``: what the calls' parameters point into (kept alive
     with the program). A call returns 0, non-zero when its scratch could not be allocated, or
     :data:`RERUN` (its input is out of the node's domain: an index out of range), which runs the program's

@@ -847,6 +847,21 @@ def _dynamic_quantize_matmul_step(step, operands):
     return planned.NativeStep(plan.shape, (planned.Call(fn, q, 0),), holds=(q, plan))
 
 
+@planned.planned("DynamicQuantizeLinear")
+def _dynamic_quantize_linear_step(step, operands):
+    """The op's kernel in two calls: the range into the scale and zero point (outputs 1 and 2), then x
+    quantized with them (a NaN or an infinity runs the node, as the op does)."""
+    x = operands[0]
+    scan, apply = planned.kernel("dynamic_range_planned_u8"), planned.kernel("dynamic_apply_planned_u8")
+    if scan is None or apply is None or not planned.is_f32(x) or not math.prod(x.shape):
+        return None
+    p = planned.params(math.prod(x.shape))
+    calls = (planned.Call(scan, p, 0, out=2, z=1, wide=True),
+             planned.Call(apply, p, 0, planned.output(1), planned.output(2), wide=True))
+    return planned.NativeStep(tuple(x.shape), calls, holds=p, dtype=_UINT8,
+                              extra=((1, (), _FLOAT32), (2, (), _UINT8)))
+
+
 def _quantize_step(step, operands):
     x, scale = operands[0], operands[1]
     zero = operands[2] if len(operands) > 2 else None
