@@ -126,6 +126,104 @@ static void gemm_acc_q8(float* acc, int64_t lda, const float* h, const int8_t* q
     }
 }
 
+/* The input projection of DynamicQuantizeLSTM with W in 8 bits, as gemm_acc_q8 does the recurrence:
+ * y(m, j) = s[j] * (x[m] @ q[:, j] - z[j] * sum(x[m])) + bias[j] for m < M (rows ldx apart), j < N, q packed
+ * as lstm_q8_f32's R (K rows). Column j = g * H + h goes to y + m * ldm + g * ldg + h (the projection's
+ * step-major layout). Two vectors of columns at a time: widened to floats once (K x 2 VL, in bw), then
+ * multiplied by tiles of up to Q8_ROWS rows, the rows split evenly among the tiles. */
+#define Q8_ROWS 6
+
+typedef struct {
+    const float *x, *rowsum, *s, *z, *bias;
+    const int8_t* q;
+    float* y;
+    int64_t M, K, ldx, N, H, ldm, ldg;
+    int status;
+} Q8Product;
+
+/* Row m's sums of the pair's n columns (their output offsets off) to y. */
+static inline void q8_store(const Q8Product* a, int64_t m, int64_t j0, int64_t n, const int64_t* off, vfloat lo,
+                            vfloat hi) {
+    float* y = a->y + m * a->ldm;
+    const float t = a->rowsum[m];
+    for (int64_t l = 0; l < n; ++l) {
+        const int64_t j = j0 + l;
+        y[off[l]] = MADD(a->s[j], MADD(-a->z[j], t, l < VL ? lo[l] : hi[l - VL]), a->bias[j]);
+    }
+}
+
+/* Rows [m, m + R) by the widened columns bw (K x 2 VL) from column j0; R a constant once inlined. */
+static inline __attribute__((always_inline)) void q8_tile(const Q8Product* a, const float* bw, int64_t m, int64_t j0,
+                                                           int64_t n, const int64_t* off, const int R) {
+    vfloat acc[Q8_ROWS][2] = {{{0}}};
+    const float* x = a->x + m * a->ldx;
+    const int64_t ldx = a->ldx;
+    for (int64_t k = 0; k < a->K; ++k) {
+        const vfloat b0 = vload(bw + k * 2 * VL), b1 = vload(bw + k * 2 * VL + VL);
+        for (int r = 0; r < R; ++r) {
+            const vfloat v = vsplat(x[r * ldx + k]);
+            acc[r][0] = vfma(v, b0, acc[r][0]);
+            acc[r][1] = vfma(v, b1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < R; ++r) q8_store(a, m + r, j0, n, off, acc[r][0], acc[r][1]);
+}
+
+static void q8_product_part(void* ctx, int64_t part, int64_t parts) {
+    Q8Product* a = ctx;
+    const int64_t K = a->K, M = a->M, pairs = (a->N + 2 * VL - 1) / (2 * VL);
+    int64_t p0, p1;
+    pool_range(pairs, 1, part, parts, &p0, &p1);
+    if (p0 >= p1) return;
+    float* bw = aligned_alloc(64, sizeof(float) * (size_t)(2 * VL * (K > 0 ? K : 1)));
+    if (!bw) {
+        a->status = 1;
+        return;
+    }
+    const int64_t tiles = (M + Q8_ROWS - 1) / Q8_ROWS;
+    for (int64_t p = p0; p < p1; ++p) {
+        const int64_t j0 = p * 2 * VL;
+        const int8_t* qb = a->q + (j0 / QB) * K * QB + j0 % QB;  /* the pair's columns in its block */
+        for (int64_t k = 0; k < K; ++k) {
+            const vfloat w[2] = {widen8(qb + k * QB), widen8(qb + k * QB + VL)};
+            memcpy(bw + k * 2 * VL, w, sizeof w);
+        }
+        const int64_t n = a->N - j0 < 2 * VL ? a->N - j0 : 2 * VL;
+        int64_t off[2 * VL];
+        for (int64_t l = 0; l < n; ++l) off[l] = (j0 + l) / a->H * a->ldg + (j0 + l) % a->H;
+        for (int64_t t = 0, m = 0; t < tiles; ++t) {
+            const int64_t rows = (M - m) / (tiles - t) + ((M - m) % (tiles - t) != 0);
+            switch (rows) {
+                case 6: q8_tile(a, bw, m, j0, n, off, 6); break;
+                case 5: q8_tile(a, bw, m, j0, n, off, 5); break;
+                case 4: q8_tile(a, bw, m, j0, n, off, 4); break;
+                case 3: q8_tile(a, bw, m, j0, n, off, 3); break;
+                case 2: q8_tile(a, bw, m, j0, n, off, 2); break;
+                default: q8_tile(a, bw, m, j0, n, off, 1);
+            }
+            m += rows;
+        }
+    }
+    free(bw);
+}
+
+int lstm_q8_projection_f32(const float* x, const int8_t* q, const float* s, const float* z, const float* bias,
+                           float* y, int64_t M, int64_t K, int64_t ldx, int64_t N, int64_t H, int64_t ldm,
+                           int64_t ldg) {
+    float* rowsum = malloc(sizeof(float) * (size_t)(M > 0 ? M : 1));
+    if (!rowsum) return 1;
+    for (int64_t m = 0; m < M; ++m) {
+        float t = 0.0f;
+        for (int64_t k = 0; k < K; ++k) t += x[m * ldx + k];
+        rowsum[m] = t;
+    }
+    Q8Product a = {x, rowsum, s, z, bias, q, y, M, K, ldx, N, H, ldm, ldg, 0};
+    const int64_t pairs = (N + 2 * VL - 1) / (2 * VL);
+    pool_run(q8_product_part, &a, pool_parts(pairs, POOL_MIN_WORK / (2 * VL * (M * K > 0 ? M * K : 1)) + 1));
+    free(rowsum);
+    return a.status;
+}
+
 /* acc row b, gate g <- xw (T, G, D, batch, H) at step t, direction d. */
 static void load_gates(float* acc, const float* xw, int64_t t, int64_t d, int64_t G, int64_t D, int64_t batch,
                        int64_t H, int64_t gates) {

@@ -149,6 +149,9 @@ DECLARATIONS: dict[str, str] = {
         int lstm_q8_f32(const float* xw, const int8_t* rq, const float* rs, const float* rz, const float* h0,
                         const float* c0, float* y, float* h_n, float* c_n, int64_t T, int64_t D, int64_t batch,
                         int64_t H);
+        int lstm_q8_projection_f32(const float* x, const int8_t* q, const float* s, const float* z, const float* bias,
+                                   float* y, int64_t M, int64_t K, int64_t ldx, int64_t N, int64_t H, int64_t ldm,
+                                   int64_t ldg);
         int gru_f32(const float* xw, const float* rt, const float* rbh, const float* h0, float* y, float* h_n,
                     int64_t T, int64_t D, int64_t batch, int64_t H, int64_t lbr);
         int rnn_bind_threads(const void* run, const void* get);

@@ -213,6 +213,49 @@ def test_the_projections_product_within_its_bound(threads, D, rows, K, H):
 
 
 @needs_cc
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("D, rows, I, H, dtype", [(2, 20, 512, 512, np.int8), (1, 13, 37, 20, np.uint8),
+                                                  (2, 7, 1, 5, np.int8), (1, 1, 64, 16, np.uint8),
+                                                  (2, 0, 8, 8, np.int8)])
+def test_the_8_bit_projection_within_its_bound(threads, D, rows, I, H, dtype):
+    # DynamicQuantizeLSTM's projection with W kept in 8 bits (rnn.c's lstm_q8_projection_f32: tiles of 1 to 6
+    # rows, columns by pairs of vectors, the last ones past 4H unwritten) into the fused loop's strided
+    # output: s * (x @ q - z * sum(x)) + bias against the float64 product with the dequantized weight, each
+    # element two sums of I terms, a product by s and the bias: (2 I + 3) roundings of those magnitudes
+    rng = np.random.default_rng(rows + I + H)
+    info = np.iinfo(dtype)
+    W = rng.integers(info.min, info.max + 1, (D, I, 4 * H)).astype(dtype)
+    ws = (rng.random((D, 4 * H)) * 0.01 + 0.001).astype(np.float32)
+    wz = rng.integers(info.min, info.max + 1, (D, 4 * H)).astype(dtype)
+    w8 = rnn._q8_recurrence(W, ws, wz)
+    Wf = (W.astype(np.float64) - wz[:, None, :]) * ws[:, None, :]  # (D, I, 4H), ONNX gate order
+    bias = rng.standard_normal((4, D, 1, H)).astype(np.float32)
+    wt = np.zeros((4, D, I + 1, H), np.float32)  # the fused weight: its values unread but for the bias row
+    wt[:, :, I:] = bias
+    xa = np.ones((1, D, rows, I + 1), np.float32)
+    xa[..., :I] = rng.standard_normal((1, D, rows, I))
+    y = np.full((rows, 4, D, H), np.nan, np.float32)
+    before = native.threads()
+    native.set_threads(threads)
+    try:
+        got = rnn.Q8Projection(w8)(xa, wt, out=np.permute_dims(y, (1, 2, 0, 3)))
+    finally:
+        native.set_threads(before)
+    assert rows == 0 or np.shares_memory(got, y)
+    order, scale = list(rnn._rnn._LSTM_ORDER), np.array(rnn._rnn._LSTM_SCALE)
+    fused = (Wf.reshape(D, I, 4, H)[:, :, order] * scale[None, None, :, None])  # (D, I, 4, H)
+    x = xa[0, :, :, :I].astype(np.float64)
+    exact = np.einsum("dri,digh->gdrh", x, fused) + bias
+    u = np.finfo(np.float32).eps / 2
+    n = 2 * I + 3
+    q = np.abs(W.astype(np.float64)) + np.abs(wz.astype(np.float64))[:, None, :]
+    mag = np.einsum("dri,digh->gdrh", np.abs(x), (q * ws[:, None, :]).reshape(D, I, 4, H)[:, :, order]
+                    * scale[None, None, :, None]) + np.abs(bias)
+    got = np.permute_dims(y, (1, 2, 0, 3))
+    assert np.all(np.abs(got - exact) <= n * u / (1 - n * u) * mag + 1e-30)
+
+
+@needs_cc
 def test_which_lstm_steps_leave_numpys_blas_alone():
     from gpuops.onnx.plan import Step
 

@@ -105,19 +105,22 @@ def test_dynamic_quantize_lstm_with_constant_weights_matches_onnxruntime(directi
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
-def test_dynamic_quantize_lstm_projection_runs_on_the_native_pool_above_one_thread(monkeypatch):
-    """Above one thread the 8-bit-recurrence LSTM's input projection (here 32 x 256 x 129 multiply-adds a
-    gate and direction) is split across the native pool with the BLAS held at one thread, as the float
-    LSTM's: NumPy's matmul woke OpenBLAS's workers, which then spun beside the native kernels through the
-    rest of each run (ddddocr_common_old at 2 threads: 41% of the samples in blas_thread_server). Its
-    outputs are the one-thread run's up to the order of the projection's float32 sums."""
+def test_dynamic_quantize_lstm_projection_runs_in_8_bits_on_the_native_pool(monkeypatch):
+    """With constant weights the input projection reads W in 8 bits (cpu_kernels/rnn.c's
+    lstm_q8_projection_f32, split across the native pool by columns): neither NumPy's matmul nor the BLAS
+    runs it (NumPy's matmul woke OpenBLAS's workers, which then spun beside the native kernels through the
+    rest of each run: ddddocr_common_old at 2 threads, 41% of the samples in blas_thread_server). A column
+    is summed the same way on any number of threads: the one-thread run's bits at two."""
     from gpuops.ops.cpu import rnn as cpu_rnn
 
-    if cpu_rnn.threads.blas_sgemm() is None or gpuops.native.function("matmul_planned_f32") is None:
-        pytest.skip("no BLAS sgemm or native kernels: NumPy's matmul runs the projection")
-    products = []
-    product = cpu_rnn._product
-    monkeypatch.setattr(cpu_rnn, "_product", lambda *a: products.append(a[0].shape) or product(*a))
+    if gpuops.native.function("lstm_q8_projection_f32") is None:
+        pytest.skip("native kernels unavailable")
+    fallback = []
+    monkeypatch.setattr(cpu_rnn, "_projection_matmul", lambda *a, **k: fallback.append(1))
+    calls = []
+    fn = gpuops.native.function("lstm_q8_projection_f32")
+    monkeypatch.setattr(cpu_rnn.native, "function", lambda name, _f=gpuops.native.function: (
+        (lambda *a: calls.append(a[6:9]) or fn(*a)) if name == "lstm_q8_projection_f32" else _f(name)))
     T, B, I, H, D = 32, 1, 128, 256, 2
     shape = (D, 4 * H)
     feeds = {"x": rand(T, B, I), "w": q8(I8, D, I, 4 * H), "r": q8(I8, D, H, 4 * H), "b": rand(D, 8 * H, scale=0.1),
@@ -127,11 +130,10 @@ def test_dynamic_quantize_lstm_projection_runs_on_the_native_pool_above_one_thre
                    direction="bidirectional", hidden_size=H)
     model = _with_initializers(node, feeds, ("w", "r", "b", "ws", "wz", "rs", "rz"))
     one = gpuops.InferenceSession(model, device="cpu", threads=1).run(None, {"x": feeds["x"]})
-    assert not products
     two = gpuops.InferenceSession(model, device="cpu", threads=2).run(None, {"x": feeds["x"]})
-    assert products == [(T * B, I + 1)] * 4 * D  # one product per gate and direction (the bias as a column)
+    assert not fallback and calls and all(c == (T * B, I, I + 1) for c in calls)  # rows, K, x's row length
     for a, b in zip(one, two):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("H", [20, 64])

@@ -315,12 +315,14 @@ def LSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
 class DequantizedLstmWeights:
     """DynamicQuantizeLSTM's constant 8-bit W and R with their scales and zero points, dequantized once
     into the float layout of ai.onnx LSTM (contiguous), and the :class:`RnnWeights` of that LSTM; and R
-    kept in 8 bits for the C recurrence (:func:`_q8_recurrence`): ``q8 = (rq, rs, rz)``."""
+    and W kept in 8 bits for the C recurrence and input projection (:func:`_q8_recurrence`):
+    ``q8 = (rq, rs, rz)``, ``projection`` (:class:`Q8Projection`)."""
 
     def __init__(self, params, W, R, B):
         self.params = params  # (W, R, W_scale, W_zero_point, R_scale, R_zero_point) as the node has them
         self.rnn = RnnWeights(W, R, B)
         self.q8 = _q8_recurrence(*params[1:2], *params[4:6])
+        self.projection = Q8Projection(_q8_recurrence(params[0], *params[2:4]))
 
     def fits(self, params, B) -> bool:
         return all(a is b for a, b in zip(params, self.params)) and B is self.rnn.B
@@ -331,14 +333,14 @@ Q8_BLOCK = 64
 
 
 def _q8_recurrence(R, scale, zero_point):
-    """DynamicQuantizeLSTM's R (D, H, 4H) of 8 bits, [D] or [D, 4H] scales and zero points, in the layout of
-    ``cpu_kernels/rnn.c``'s lstm_q8_f32: (rq (D, blocks, H, 64) int8, the columns in the fused loop's gate
+    """DynamicQuantizeLSTM's R (D, H, 4H) (or W, (D, I, 4H)) of 8 bits, [D] or [D, 4H] scales and zero points, in the layout of
+    ``cpu_kernels/rnn.c``'s lstm_q8_f32: (rq (D, blocks, H or I, 64) int8, the columns in the fused loop's gate
     order packed by blocks of :data:`Q8_BLOCK`; rs and rz (D, 4H) float32: each column's scale, the sigmoid
     gates' halved, and zero point); uint8 weights are shifted to int8 with their zero points. None where it
     does not apply."""
-    if R.ndim != 3 or R.dtype not in (np.int8, np.uint8) or R.shape[2] % 4 or R.shape[2] != 4 * R.shape[1]:
+    if R.ndim != 3 or R.dtype not in (np.int8, np.uint8) or R.shape[2] % 4:
         return None
-    D, H = R.shape[0], R.shape[1]
+    D, K, H = R.shape[0], R.shape[1], R.shape[2] // 4
     order, gate_scale = list(_rnn._LSTM_ORDER), np.array(_rnn._LSTM_SCALE, np.float32)
 
     def per_column(v, default):
@@ -350,16 +352,46 @@ def _q8_recurrence(R, scale, zero_point):
     rs, rz = per_column(scale, 1.0), per_column(zero_point, 0.0)
     if rs is None or rz is None:
         return None
-    q = R.reshape(D, H, 4, H)[:, :, order]
+    q = R.reshape(D, K, 4, H)[:, :, order]
     if R.dtype == np.uint8:
         q, rz = (q.astype(np.int16) - 128).astype(np.int8), rz - 128
     rs = rs * gate_scale[None, :, None]
     blocks = -(-4 * H // Q8_BLOCK)
-    packed = np.zeros((D, H, blocks * Q8_BLOCK), np.int8)
-    packed[:, :, :4 * H] = q.reshape(D, H, 4 * H)
-    packed = packed.reshape(D, H, blocks, Q8_BLOCK).transpose(0, 2, 1, 3)  # (D, blocks, H, 64)
+    packed = np.zeros((D, K, blocks * Q8_BLOCK), np.int8)
+    packed[:, :, :4 * H] = q.reshape(D, K, 4 * H)
+    packed = packed.reshape(D, K, blocks, Q8_BLOCK).transpose(0, 2, 1, 3)  # (D, blocks, K, 64)
     return tuple(frozen(np.ascontiguousarray(a).reshape(shape)) for a, shape in
                  ((packed, packed.shape), (rs, (D, 4 * H)), (rz, (D, 4 * H))))
+
+
+class Q8Projection:
+    """The fused LSTM's input projection (``matmul`` of ``ops.rnn._fused_projection``: xa (1, D, rows, I + 1),
+    wt (G, D, I + 1, H), its last input row the bias) with W in 8 bits, ``w8`` (:func:`_q8_recurrence`): a
+    quarter of the float weight's bytes to read (ddddocr's 2 x 512 x 2048 weight: 8 MB in float32), each
+    column's scale and zero point applied after its sum (``cpu_kernels/rnn.c``'s lstm_q8_projection_f32),
+    then the bias, taken from wt once. Else :func:`_projection_matmul`."""
+
+    def __init__(self, w8):
+        self.w8, self.wt, self.bias = w8, None, None
+
+    def __call__(self, xa, wt, out=None):
+        G, D, K1, H = wt.shape
+        rows, w8 = xa.shape[2], self.w8
+        fn = native.function("lstm_q8_projection_f32")
+        if fn is None or xa.dtype != np.float32 or wt.dtype != np.float32 or not xa.flags.c_contiguous or \
+                w8 is None or w8[0].shape != (D, -(-G * H // Q8_BLOCK), K1 - 1, Q8_BLOCK) or \
+                (out is not None and (out.dtype != np.float32 or out.shape != (G, D, rows, H) or
+                                      any(st < 0 or st % 4 for st in out.strides) or out.strides[3] != 4)):
+            return _projection_matmul(xa, wt, out=out)
+        if self.wt is not wt:  # (a strided read of the whole weight: 0.1-0.3 ms, once)
+            self.bias = np.ascontiguousarray(wt[:, :, K1 - 1].transpose(1, 0, 2)).reshape(D, G * H)
+            self.wt = wt
+        if out is None:
+            out = np.empty((G, D, rows, H), np.float32)
+        for d in range(D):
+            native.call(fn, native.ptr(xa[0, d]), *(native.ptr(a[d], a.dtype) for a in w8), native.ptr(self.bias[d]),
+                        out[0, d].ctypes.data, rows, K1 - 1, K1, G * H, H, out.strides[2] // 4, out.strides[0] // 4)
+        return out
 
 
 def _lstm_q8_loop(q8, XW, RT, h0, c0):
@@ -400,7 +432,7 @@ def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None,
                         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
                         input_forget=0, prepared=None):
     """The ai.onnx LSTM (this module's, native where it pays) on the weights dequantized once per session;
-    its fused loop's recurrence in C with R kept in 8 bits."""
+    its fused loop's input projection and recurrence in C with W and R kept in 8 bits."""
     kw = dict(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations, clip=clip,
               direction=direction, hidden_size=hidden_size, input_forget=input_forget)
     if prepared is not None and prepared.fits((W, R, W_scale, W_zero_point, R_scale, R_zero_point), B):
@@ -408,7 +440,7 @@ def DynamicQuantizeLSTM(xp, X, W, R, B=None, sequence_lens=None, initial_h=None,
         if prepared.q8 is not None and on_host(X, B, sequence_lens, initial_h, initial_c, P):
             Wf, Rf = prepared.rnn.W, prepared.rnn.R
             return _rnn.lstm(xp, X, Wf, Rf, B, sequence_lens, initial_h, initial_c, P, **kw,
-                             derive=_derive(prepared.rnn, Wf, Rf, B), matmul=_projection_matmul,
+                             derive=_derive(prepared.rnn, Wf, Rf, B), matmul=prepared.projection,
                              loop=lambda XW, RT, h0, c0: _lstm_q8_loop(prepared.q8, XW, RT, h0, c0))
         return LSTM(xp, X, prepared.rnn.W, prepared.rnn.R, B, sequence_lens, initial_h, initial_c, P, **kw,
                     prepared=prepared.rnn)
