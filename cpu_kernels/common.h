@@ -97,6 +97,41 @@ static inline Windows windows(int64_t H, int64_t W, int64_t OH, int64_t OW, int6
 /* Floats of the phase planes, plus VL of slack: a row's last vector may read past the last plane. */
 static inline int64_t planes_size(const Windows* g) { return g->sh * g->sw * g->Qh * g->Qw + VL; }
 
+/* The even and odd lanes of the 2 VL lanes of a then b. */
+#if defined(__clang__) && VL == 16
+#define EVEN_OF(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+#define ODD_OF(a, b) __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)
+#elif defined(__clang__)
+#define EVEN_OF(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14)
+#define ODD_OF(a, b) __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15)
+#elif VL == 16
+#define EVEN_OF(a, b) __builtin_shuffle(a, b, (vint){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30})
+#define ODD_OF(a, b) __builtin_shuffle(a, b, (vint){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})
+#else
+#define EVEN_OF(a, b) __builtin_shuffle(a, b, (vint){0, 2, 4, 6, 8, 10, 12, 14})
+#define ODD_OF(a, b) __builtin_shuffle(a, b, (vint){1, 3, 5, 7, 9, 11, 13, 15})
+#endif
+
+/* Cells [lo, hi) of rows e and o of the two column phases (b = 0, 1) of stride 2: e[r] = xr[2 r], o[r] =
+ * xr[2 r + 1]. Where both phases are inside the row, 2 VL input cells are split into the two rows at once
+ * by two shuffles; elsewhere one phase's cells one by one. */
+static inline void fill_pair_rows(const float* xr, float* e, float* o, int64_t lo0, int64_t hi0, int64_t lo1,
+                                  int64_t hi1) {
+    const int64_t lo = lo0 > lo1 ? lo0 : lo1, hi = hi0 < hi1 ? hi0 : hi1;
+    int64_t r = lo;
+    for (; r + VL <= hi; r += VL) {
+        const vfloat a = vload(xr + 2 * r), b = vload(xr + 2 * r + VL);
+        const vfloat ve = EVEN_OF(a, b), vo = ODD_OF(a, b);
+        memcpy(e + r, &ve, sizeof ve);
+        memcpy(o + r, &vo, sizeof vo);
+    }
+    const int64_t done = r > lo ? r : lo;  /* [lo, done) went by vectors: the rest one by one */
+    for (int64_t k = lo0; k < (hi0 < lo ? hi0 : lo); ++k) e[k] = xr[2 * k];
+    for (int64_t k = lo0 > done ? lo0 : done; k < hi0; ++k) e[k] = xr[2 * k];
+    for (int64_t k = lo1; k < (hi1 < lo ? hi1 : lo); ++k) o[k] = xr[2 * k + 1];
+    for (int64_t k = lo1 > done ? lo1 : done; k < hi1; ++k) o[k] = xr[2 * k + 1];
+}
+
 /* Fill rows [q0, q1) of the phase planes of plane x (pad: the value of cells outside the input). */
 static inline void fill_plane_rows(const Windows* g, const float* x, float pad, float* buf, int64_t q0, int64_t q1) {
     for (int64_t a = 0; a < g->sh; ++a)
@@ -104,6 +139,10 @@ static inline void fill_plane_rows(const Windows* g, const float* x, float pad, 
             float* plane = buf + (a * g->sw + b) * g->Qh * g->Qw;
             int64_t lo, hi;
             valid_range(g->W, g->sw, b - g->pw, g->Qw, &lo, &hi);
+            int64_t lo1 = 0, hi1 = 0;  /* stride 2: phase b + 1's range, filled with this one */
+            const int pair = g->sw == 2 && b == 0;
+            if (pair) valid_range(g->W, 2, 1 - g->pw, g->Qw, &lo1, &hi1);
+            float* plane1 = plane + g->Qh * g->Qw;
             for (int64_t q = q0; q < q1; ++q) {
                 float* row = plane + q * g->Qw;
                 const int64_t iy = a + g->sh * q - g->ph;
@@ -115,11 +154,24 @@ static inline void fill_plane_rows(const Windows* g, const float* x, float pad, 
                 for (int64_t r = 0; r < lo; ++r) row[r] = pad;
                 if (g->sw == 1)
                     for (int64_t r = lo; r < hi; ++r) row[r] = xr[r];
-                else if (g->sw == 2)  /* a constant stride: vectorised with permutes */
-                    for (int64_t r = lo; r < hi; ++r) row[r] = xr[2 * r];
-                else
+                else if (pair)
+                    fill_pair_rows(xr, row, plane1 + q * g->Qw, lo, hi, lo1, hi1);
+                else if (g->sw != 2)
                     for (int64_t r = lo; r < hi; ++r) row[r] = xr[r * g->sw];
                 for (int64_t r = hi; r < g->Qw; ++r) row[r] = pad;
+            }
+            if (pair) {  /* phase 1: its padding (its cells came with phase 0's) */
+                for (int64_t q = q0; q < q1; ++q) {
+                    float* row = plane1 + q * g->Qw;
+                    const int64_t iy = a + g->sh * q - g->ph;
+                    if (iy < 0 || iy >= g->H) {
+                        for (int64_t r = 0; r < g->Qw; ++r) row[r] = pad;
+                        continue;
+                    }
+                    for (int64_t r = 0; r < lo1; ++r) row[r] = pad;
+                    for (int64_t r = hi1; r < g->Qw; ++r) row[r] = pad;
+                }
+                ++b;
             }
         }
     for (int64_t r = 0; r < VL; ++r) buf[g->sh * g->sw * g->Qh * g->Qw + r] = pad;

@@ -77,16 +77,54 @@ static void depthwise_affine(const float* x, const float* w, const float* bias, 
     }
 }
 
+/* One output plane yc (OH x OW) of input plane buf's phase planes: ROWS output rows by VL cells at a time
+ * sum their K taps (offs, weights wk, from the bias b) in registers, clamped to [lo, hi]. K is a constant
+ * where the caller inlines it (3x3, 5x5): its taps unrolled, their weights in registers. A vector store
+ * spills at most to y_end. */
+static inline __attribute__((always_inline)) void depthwise_plane(const Windows* g, const float* buf,
+                                                                   const int64_t* offs, const float* wk, float b,
+                                                                   float lo, float hi, float* yc, const float* y_end,
+                                                                   const int64_t K) {
+    const int64_t OH = g->OH, OW = g->OW, Qw = g->Qw;
+    vfloat wv[K];  /* the weights, where no store to y can change them */
+    int64_t ov[K];
+    for (int64_t t = 0; t < K; ++t) wv[t] = (vfloat){0} + wk[t], ov[t] = offs[t];
+    for (int64_t oy = 0; oy < OH; oy += ROWS) {
+        const int64_t nr = OH - oy < ROWS ? OH - oy : ROWS;
+        const float* rows[ROWS];
+        for (int r = 0; r < ROWS; ++r) rows[r] = buf + (oy + (r < nr ? r : 0)) * Qw;
+        for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW)) {
+            vfloat a[ROWS];
+            for (int r = 0; r < ROWS; ++r) a[r] = (vfloat){0} + b;
+            for (int64_t t = 0; t < K; ++t)
+                for (int r = 0; r < ROWS; ++r) a[r] += wv[t] * vload(rows[r] + ov[t] + ox);
+            if (nr == ROWS && OW >= VL) {  /* whole vectors of whole rows: plain stores, the sums in registers */
+                for (int r = 0; r < ROWS; ++r) {
+                    const vfloat v = vclamp(a[r], lo, hi);
+                    memcpy(yc + (oy + r) * OW + ox, &v, sizeof v);
+                }
+                continue;
+            }
+            for (int r = 0; r < nr; ++r) {
+                float* dst = yc + (oy + r) * OW + ox;
+                vstore(dst, vclamp(a[r], lo, hi), OW < VL ? OW : VL, y_end - dst);
+            }
+        }
+    }
+}
+
 /* Input planes [p0, p1) (p = n * C + c) over their phase planes; their output planes p * mult + m are
- * contiguous, and a vector store spills at most to the end of the last of them. */
+ * contiguous, and a vector store spills at most to the end of the last of them. Each output plane gets
+ * the epilogue epi (its residual in z, then its activation; NULL: none) while it is still in cache. */
 static int depthwise_planes(const Windows* g, const float* x, const float* w, const float* bias, float* y,
-                            int64_t C, int64_t mult, float lo, float hi, int64_t p0, int64_t p1) {
-    const int64_t K = g->KH * g->KW, OH = g->OH, OW = g->OW;
+                            int64_t C, int64_t mult, float lo, float hi, int64_t p0, int64_t p1,
+                            const struct conv_params* epi, const float* z) {
+    const int64_t K = g->KH * g->KW, OHW = g->OH * g->OW;
     int64_t* offs = malloc(sizeof(int64_t) * K + sizeof(float) * planes_size(g));  /* offsets, then planes */
     if (!offs) return 1;
     float* buf = (float*)(offs + K);
     tap_offsets(g, offs);
-    const float* y_end = y + p1 * mult * OH * OW;  /* rows are written in order up to here */
+    const float* y_end = y + p1 * mult * OHW;  /* rows are written in order up to here */
     for (int64_t p = p0; p < p1; ++p) {
         const int64_t c = p % C;
         fill_planes(g, x + p * g->H * g->W, 0.0f, buf);
@@ -94,22 +132,14 @@ static int depthwise_planes(const Windows* g, const float* x, const float* w, co
             const int64_t oc = c * mult + m;
             const float* wk = w + oc * K;
             const float b = bias ? bias[oc] : 0.0f;
-            float* yc = y + (p * mult + m) * OH * OW;
-            for (int64_t oy = 0; oy < OH; oy += ROWS) {
-                const int64_t nr = OH - oy < ROWS ? OH - oy : ROWS;
-                for (int64_t ox = 0; ox >= 0; ox = next_vector(ox, OW)) {
-                    vfloat a[ROWS];
-                    for (int r = 0; r < ROWS; ++r) a[r] = (vfloat){0} + b;
-                    for (int64_t t = 0; t < K; ++t) {
-                        const float* src = buf + oy * g->Qw + offs[t] + ox;
-                        for (int r = 0; r < ROWS; ++r) a[r] += wk[t] * vload(src + (r < nr ? r : 0) * g->Qw);
-                    }
-                    for (int r = 0; r < nr; ++r) {
-                        float* dst = yc + (oy + r) * OW + ox;
-                        vstore(dst, vclamp(a[r], lo, hi), OW < VL ? OW : VL, y_end - dst);
-                    }
-                }
-            }
+            float* yc = y + (p * mult + m) * OHW;
+            if (K == 9)
+                depthwise_plane(g, buf, offs, wk, b, lo, hi, yc, y_end, 9);
+            else if (K == 25)
+                depthwise_plane(g, buf, offs, wk, b, lo, hi, yc, y_end, 25);
+            else
+                depthwise_plane(g, buf, offs, wk, b, lo, hi, yc, y_end, K);
+            if (epi) epilogue_rows(yc, OHW, z ? z + (p * mult + m) * OHW : NULL, OHW, 0, 1, OHW, epi);
         }
     }
     free(offs);
@@ -122,6 +152,8 @@ typedef struct {
     float* y;
     int64_t N, C, mult, path;  /* path 0: affine, 1: channel blocks, 2: phase planes */
     float lo, hi;
+    const struct conv_params* epi;  /* the phase planes' epilogue of each output plane (NULL: none) */
+    const float* z;
     int status;
 } DepthwiseArgs;
 
@@ -138,36 +170,47 @@ static void depthwise_part(void* ctx, int64_t part, int64_t parts) {
             a->status = 1;
     } else {
         pool_range(a->N * a->C, 1, part, parts, &lo, &hi);
-        if (lo < hi && depthwise_planes(g, a->x, a->w, a->bias, a->y, a->C, a->mult, a->lo, a->hi, lo, hi))
+        if (lo < hi && depthwise_planes(g, a->x, a->w, a->bias, a->y, a->C, a->mult, a->lo, a->hi, lo, hi, a->epi,
+                                        a->z))
             a->status = 1;
     }
 }
 
 /* The work is split across the pool's threads (pool_threads.h) by planes or channel blocks, each
- * computed as in one part, when each part gets at least POOL_MIN_WORK multiply-adds. */
+ * computed as in one part, when each part gets at least POOL_MIN_WORK multiply-adds. The phase planes
+ * path applies epi (with the residual z) to each output plane as it is made, and says so in *applied. */
+static int depthwise(const Windows* g, const float* x, const float* w, const float* bias, float* y, int64_t N,
+                     int64_t C, int64_t mult, float lo, float hi, const struct conv_params* epi, const float* z,
+                     int* applied) {
+    DepthwiseArgs a = {g, x, w, bias, y, N, C, mult, 2, lo, hi, epi, z, 0};
+    const int64_t per_plane = g->KH * g->KW * g->OH * g->OW + 1;
+    /* stride-1 rows of two vectors or more: one copy of each plane costs less than the channel blocks'
+     * transposes in and out (3x3 on 16x32x32: 19.3 -> 15.5 us a call, 48x32x32: 47.2 -> 40.0 us; on 28-wide
+     * rows the blocks still win) */
+    const int wide = g->sw == 1 && g->OW >= 2 * VL;
+    int64_t units = N * C, per_unit = per_plane * mult;
+    if (g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->OH == g->H &&
+        g->OW == g->W) {
+        a.path = 0;
+        units = N * C * mult;
+        per_unit = per_plane;
+    } else if (use_blocks(C, g->OW) && !wide) {
+        a.path = 1;
+        units = N * ((C + VL - 1) / VL);
+        per_unit = per_plane * mult * VL;
+    }
+    *applied = a.path == 2 && epi;
+    pool_run(depthwise_part, &a, pool_parts(units, (POOL_MIN_WORK + per_unit - 1) / per_unit));
+    return a.status;
+}
+
 int depthwise_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
                          int64_t N, int64_t C, int64_t H, int64_t W, int64_t mult,
                          int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                          int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float lo, float hi) {
     const Windows g = windows(H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-    DepthwiseArgs a = {&g, x, w, bias, y, N, C, mult, 2, lo, hi, 0};
-    const int64_t per_plane = KH * KW * OH * OW + 1;
-    /* stride-1 rows of two vectors or more: one copy of each plane costs less than the channel blocks'
-     * transposes in and out (3x3 on 16x32x32: 19.3 -> 15.5 us a call, 48x32x32: 47.2 -> 40.0 us; on 28-wide
-     * rows the blocks still win) */
-    const int wide = sw == 1 && OW >= 2 * VL;
-    int64_t units = N * C, per_unit = per_plane * mult;
-    if (KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && OH == H && OW == W) {
-        a.path = 0;
-        units = N * C * mult;
-        per_unit = per_plane;
-    } else if (use_blocks(C, OW) && !wide) {
-        a.path = 1;
-        units = N * ((C + VL - 1) / VL);
-        per_unit = per_plane * mult * VL;
-    }
-    pool_run(depthwise_part, &a, pool_parts(units, (POOL_MIN_WORK + per_unit - 1) / per_unit));
-    return a.status;
+    int applied;
+    return depthwise(&g, x, w, bias, y, N, C, mult, lo, hi, NULL, NULL, &applied);
 }
 
 /* im2col of the output rows [oy0, oy1) of one NCHW image (any stride, padding, dilation), for the
@@ -279,10 +322,11 @@ int bias_residual_clamp_f32(float* y, const float* bias, const float* z, int64_t
 int depthwise_conv2d_planned_f32(const struct conv_params* p, const float* x, const float* z, float* y) {
     const int store = conv_store_clamps(p, z);
     const float inf = __builtin_inff();
-    const int status = depthwise_conv2d_f32(x, p->weights, p->bias, y, p->N, p->C, p->H, p->W, p->M / p->C, p->KH,
-                                            p->KW, p->OH, p->OW, p->sh, p->sw, p->ph, p->pw, p->dh, p->dw,
-                                            store ? p->lo : -inf, store ? p->hi : inf);
-    if (!status && !store) epilogue_rows_split(y, z, p->N * p->M, p->OH * p->OW, p);
+    const Windows g = conv_windows(p);
+    int applied = 0;
+    const int status = depthwise(&g, x, p->weights, p->bias, y, p->N, p->C, p->M / p->C, store ? p->lo : -inf,
+                                 store ? p->hi : inf, store ? NULL : p, z, &applied);
+    if (!status && !store && !applied) epilogue_rows_split(y, z, p->N * p->M, p->OH * p->OW, p);
     return status;
 }
 
