@@ -35,6 +35,12 @@ CASES = {
     "grouped-1x1": (2, 16, 32, 5, 5, 1, 1, (0, 0, 0, 0), 1, 4),
     "depthwise": (2, 16, 16, 8, 9, 3, 1, (1, 1, 1, 1), 1, 16),
     "depthwise-multiplier-stride2": (1, 8, 24, 13, 12, 5, 2, (2, 2, 2, 2), 1, 8),
+    # rows of two vectors or more (the phase planes): 3x3 and 5x5 taps unrolled, whole rows and a last
+    # partial group of rows; at stride 2 the two column phases of odd and even widths split in one pass
+    "depthwise-wide-rows": (1, 6, 6, 23, 41, 3, 1, (1, 1, 1, 1), 1, 6),
+    "depthwise-5x5-wide-multiplier": (1, 4, 8, 18, 37, 5, 1, (2, 2, 2, 2), 1, 4),
+    "depthwise-stride2-wide-odd": (1, 4, 4, 21, 75, 3, 2, (1, 0, 0, 2), 1, 4),
+    "depthwise-stride2-wide-dilated": (2, 3, 3, 19, 70, 5, 2, (2, 2, 1, 1), 2, 3),
     "direct-stem": (1, 3, 8, 32, 30, 7, 2, (3, 3, 3, 3), 1, 1),
     "direct-dilated": (2, 2, 5, 13, 11, 3, 2, (0, 1, 0, 0), 2, 1),
     "long-k-blocks": (1, 96, 32, 6, 6, 3, 1, (1, 1, 1, 1), 1, 1),  # K = 864 > one k block of the GEMM
