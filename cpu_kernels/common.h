@@ -112,20 +112,25 @@ static inline int64_t planes_size(const Windows* g) { return g->sh * g->sw * g->
 #define ODD_OF(a, b) __builtin_shuffle(a, b, (vint){1, 3, 5, 7, 9, 11, 13, 15})
 #endif
 
-/* Cells [lo, hi) of rows e and o of the two column phases (b = 0, 1) of stride 2: e[r] = xr[2 r], o[r] =
- * xr[2 r + 1]. Where both phases are inside the row, 2 VL input cells are split into the two rows at once
- * by two shuffles; elsewhere one phase's cells one by one. */
+/* Cells [lo0, hi0) of row e and [lo1, hi1) of row o of the two column phases (b = 0, 1) of stride 2:
+ * e[r] = xr[2 r], o[r] = xr[2 r + 1]. Where both phases are inside the row, 2 VL input cells are split
+ * into the two rows at once by two shuffles (the last vector moved back to end at the common range's
+ * end); the cells of one phase alone, at the row's ends, one by one. */
 static inline void fill_pair_rows(const float* xr, float* e, float* o, int64_t lo0, int64_t hi0, int64_t lo1,
                                   int64_t hi1) {
     const int64_t lo = lo0 > lo1 ? lo0 : lo1, hi = hi0 < hi1 ? hi0 : hi1;
-    int64_t r = lo;
-    for (; r + VL <= hi; r += VL) {
-        const vfloat a = vload(xr + 2 * r), b = vload(xr + 2 * r + VL);
-        const vfloat ve = EVEN_OF(a, b), vo = ODD_OF(a, b);
-        memcpy(e + r, &ve, sizeof ve);
-        memcpy(o + r, &vo, sizeof vo);
+    int64_t done = lo;  /* [lo, done) went by vectors */
+    if (hi - lo >= VL) {
+        for (int64_t r = lo;; r += VL) {
+            if (r + VL > hi) r = hi - VL;
+            const vfloat a = vload(xr + 2 * r), b = vload(xr + 2 * r + VL);
+            const vfloat ve = EVEN_OF(a, b), vo = ODD_OF(a, b);
+            memcpy(e + r, &ve, sizeof ve);
+            memcpy(o + r, &vo, sizeof vo);
+            if (r + VL >= hi) break;
+        }
+        done = hi;
     }
-    const int64_t done = r > lo ? r : lo;  /* [lo, done) went by vectors: the rest one by one */
     for (int64_t k = lo0; k < (hi0 < lo ? hi0 : lo); ++k) e[k] = xr[2 * k];
     for (int64_t k = lo0 > done ? lo0 : done; k < hi0; ++k) e[k] = xr[2 * k];
     for (int64_t k = lo1; k < (hi1 < lo ? hi1 : lo); ++k) o[k] = xr[2 * k + 1];
