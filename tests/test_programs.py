@@ -681,10 +681,12 @@ def test_an_8_bit_cnn_runs_as_one_program():
                               pads=[1, 1, 1, 1]),
              helper.make_node("QLinearAdd", ["c", "ys", "yz", "c", "ys", "yz", "as", "az"], ["a"], domain=ms),
              helper.make_node("QLinearGlobalAveragePool", ["a", "as", "az", "ys", "yz"], ["p"], domain=ms),
-             helper.make_node("DequantizeLinear", ["a", "as", "az"], ["y"])]
+             helper.make_node("DequantizeLinear", ["a", "as", "az"], ["y"]),
+             helper.make_node("DequantizeLinear", ["p", "ys", "yz"], ["py"])]  # 8 values: the op's NumPy code
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, C, 16, 16])],
                               [helper.make_tensor_value_info("y", F, None),
-                               helper.make_tensor_value_info("p", u8, None)], inits)
+                               helper.make_tensor_value_info("p", u8, None),
+                               helper.make_tensor_value_info("py", F, None)], inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ms, 1)])
     assert s8  # (the weights are int8)
     got, want, sig = _runs(m, {"x": (rng.standard_normal((1, C, 16, 16)) * 3).astype(np.float32)}, optimize="basic")

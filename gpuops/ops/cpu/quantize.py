@@ -884,7 +884,9 @@ def _dequantize_step(step, operands):
     zero = operands[2] if len(operands) > 2 else None
     a = step.attrs
     fn = planned.kernel("dequantize_planned_f32")
-    if fn is None or not _bytes_operand(x) or math.prod(x.shape) < _NATIVE_DEQUANTIZE_MIN or a.get("block_size", 0) \
+    # (any size: below _NATIVE_DEQUANTIZE_MIN the op's NumPy code makes the same bits, one subtraction of
+    # integers, exact, and one product)
+    if fn is None or not _bytes_operand(x) or a.get("block_size", 0) \
             or not _one(scale, (_FLOAT32,), x) or not (zero is None or _one(zero, (x.dtype,), x)) \
             or (a.get("output_dtype") and np_dtype(a["output_dtype"]) != _FLOAT32):
         return None
