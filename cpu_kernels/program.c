@@ -182,27 +182,27 @@ int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* 
     return 0;
 }
 
-/* Gather of rows of a float32 table by int64 (or int32) indices: p = {rows, width (floats a row), table,
+/* Gather of rows of a table (any element type) by int64 (or int32) indices: p = {rows, row_bytes, table,
  * count, 32-bit indices}; a negative index counts from the end. 2 (nothing written past what was done)
  * for an index out of range: the caller runs the node itself, which raises its error. */
-int gather_rows_planned_f32(const int64_t* p, const void* indices, const void* unused, float* y) {
+int gather_rows_planned(const int64_t* p, const void* indices, const void* unused, void* y) {
     (void)unused;
-    const int64_t rows = p[0], width = p[1], count = p[3];
-    const float* table = (const float*)(intptr_t)p[2];
+    const int64_t rows = p[0], row_bytes = p[1], count = p[3];
+    const char* table = (const char*)(intptr_t)p[2];
     for (int64_t i = 0; i < count; ++i) {
         int64_t k = p[4] ? ((const int32_t*)indices)[i] : ((const int64_t*)indices)[i];
         if (k < 0) k += rows;
         if (k < 0 || k >= rows) return 2;
-        memcpy(y + i * width, table + k * width, sizeof(float) * (size_t)width);
+        memcpy((char*)y + i * row_bytes, table + k * row_bytes, (size_t)row_bytes);
     }
     return 0;
 }
 
-enum { CAST_I64_I32, CAST_I64_F32, CAST_I32_F32, CAST_F32_I32 };
+enum { CAST_I64_I32, CAST_I64_F32, CAST_I32_F32, CAST_F32_I32, CAST_U8_F32, CAST_I8_F32 };
 
 /* p = {kind, n}: the casts NumPy's astype makes on x86 (int64 to int32 keeps the low 32 bits; to float32
  * rounds to nearest; float32 to int32 truncates, and gives INT32_MIN for NaN and out of range values, as
- * cvttps2dq does). */
+ * cvttps2dq does; 8-bit integers to float32 are exact). */
 int cast_planned(const int64_t* p, const void* a, const void* unused, void* y) {
     (void)unused;
     const int64_t n = p[1];
@@ -215,6 +215,12 @@ int cast_planned(const int64_t* p, const void* a, const void* unused, void* y) {
                 const float v = ((const float*)a)[i];
                 ((int32_t*)y)[i] = v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
             }
+            break;
+        case CAST_U8_F32:
+            for (int64_t i = 0; i < n; ++i) ((float*)y)[i] = (float)((const uint8_t*)a)[i];
+            break;
+        case CAST_I8_F32:
+            for (int64_t i = 0; i < n; ++i) ((float*)y)[i] = (float)((const int8_t*)a)[i];
             break;
         case CAST_I64_F32:
             for (int64_t i = 0; i < n; ++i) ((float*)y)[i] = (float)((const int64_t*)a)[i];

@@ -104,7 +104,7 @@ DECLARATIONS: dict[str, str] = {
         int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
-        int gather_rows_planned_f32(const int64_t* p, const void* indices, const void* unused, float* y);
+        int gather_rows_planned(const int64_t* p, const void* indices, const void* unused, void* y);
         int cast_planned(const int64_t* p, const void* a, const void* unused, void* y);
     """,
     "qgemm.c": """

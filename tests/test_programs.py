@@ -610,16 +610,20 @@ def test_attention_runs_as_the_op(mask):
 def test_embedding_lookups_and_integer_casts():
     rng = np.random.default_rng(13)
     table = rng.standard_normal((7, 3)).astype(np.float32)
-    nodes = [helper.make_node("Cast", ["ids"], ["i32"], to=TensorProto.INT32),
+    table8 = rng.integers(0, 256, (7, 3)).astype(np.uint8)  # a quantized embedding's rows, bytes
+    nodes = [helper.make_node("Gather", ["table8", "ids"], ["q"]),
+             helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["ids"], ["i32"], to=TensorProto.INT32),
              helper.make_node("Gather", ["table", "i32"], ["e32"]),
              helper.make_node("Gather", ["table", "ids"], ["e64"]),
              helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
              helper.make_node("Cast", ["i32"], ["f2"], to=TensorProto.FLOAT),
              helper.make_node("Add", ["f", "f2"], ["s"]),
-             helper.make_node("Add", ["e32", "e64"], ["y"])]
+             helper.make_node("Add", ["e32", "e64"], ["e"]),
+             helper.make_node("Add", ["e", "qf"], ["y"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
                               [helper.make_tensor_value_info(n, F, None) for n in ("y", "s")],
-                              [numpy_helper.from_array(table, "table")])
+                              [numpy_helper.from_array(table, "table"), numpy_helper.from_array(table8, "table8")])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     ids = np.array([[0, 6, -1, -7, 3], [2, 2, 5, 1, 4]], np.int64)
     got, want, sig = _runs(m, {"ids": ids}, optimize="basic")

@@ -32,16 +32,18 @@ def Gather(xp, data, indices, *, axis=0):
 
 @planned.planned("Gather")
 def _gather_step(step, operands):
-    """Rows of a float32 constant by run-time int64 or int32 indices (axis 0); constant indices move data
-    (:mod:`.shape`'s index maps)."""
+    """Rows of a constant of numbers (a float32 embedding, an 8-bit quantized one) by run-time int64 or int32
+    indices (axis 0), copied as bytes; constant indices move data (:mod:`.shape`'s index maps)."""
     data, indices = operands
     if type(indices) is not planned.Operand:
         return _shape.move_step(step, operands)
-    fn = planned.kernel("gather_rows_planned_f32")
+    fn = planned.kernel("gather_rows_planned")
     if fn is None or step.attrs.get("axis", 0) not in (0, -data.ndim if type(data) is np.ndarray else 0) \
-            or type(data) is not np.ndarray or data.dtype != np.float32 or not data.flags.c_contiguous \
+            or type(data) is not np.ndarray or data.dtype.kind not in "fiub" or not data.flags.c_contiguous \
             or not data.ndim or indices.dtype not in (np.dtype(np.int64), np.dtype(np.int32)):
         return None
-    p = planned.params(data.shape[0], math.prod(data.shape[1:]), data.ctypes.data, math.prod(indices.shape),
-                       int(indices.dtype == np.int32))
-    return planned.NativeStep(tuple(indices.shape) + data.shape[1:], (planned.Call(fn, p, 1),), holds=(p, data))
+    p = planned.params(data.shape[0], data.itemsize * math.prod(data.shape[1:]), data.ctypes.data,
+                       math.prod(indices.shape), int(indices.dtype == np.int32))
+    return planned.NativeStep(tuple(indices.shape) + data.shape[1:], (planned.Call(fn, p, 1),), holds=(p, data),
+                              dtype=data.dtype)
+

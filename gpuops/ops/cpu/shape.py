@@ -158,7 +158,8 @@ class _with_attrs:
 
 
 _CASTS = {(np.dtype(np.int64), np.dtype(np.int32)): 0, (np.dtype(np.int64), np.dtype(np.float32)): 1,
-          (np.dtype(np.int32), np.dtype(np.float32)): 2}  # program.c's CAST_*
+          (np.dtype(np.int32), np.dtype(np.float32)): 2, (np.dtype(np.uint8), np.dtype(np.float32)): 4,
+          (np.dtype(np.int8), np.dtype(np.float32)): 5}  # program.c's CAST_*
 if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
     # float32 to int32 as NumPy's astype truncates there (cvttps2dq: INT32_MIN for NaN and out of range; on
     # other CPUs NumPy's casts of those differ)
@@ -166,8 +167,8 @@ if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
 
 
 def cast_step(step, operands):
-    """The integer casts of index and mask inputs (int64 to int32, to float32), and float32 to int32 (a
-    quantized bias: Floor, then Cast), as NumPy's astype."""
+    """The integer casts of index and mask inputs (int64 to int32, to float32), 8-bit integers to float32,
+    and float32 to int32 (a quantized bias: Floor, then Cast), as NumPy's astype."""
     X = operands[0]
     fn = planned.kernel("cast_planned")
     if fn is None or type(X) is not planned.Operand or "to" not in step.attrs or step.attrs.get("saturate", 1) != 1:
