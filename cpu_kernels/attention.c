@@ -238,6 +238,30 @@ int attention_planned_f32(const struct attention_plan* p, const float* x, const 
     return failed;
 }
 
+typedef int (*qgemm_f32_fn)(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y);
+
+/* com.microsoft QAttention without past or present as a program step (wider: gpuops/onnx/programs.py): its
+ * projection qkv = MatMulIntegerToFloat of x (8-bit; its scale x_scale, its zero point x_zp or NULL, both
+ * read at run time) by qgemm.c's qgemm_f32 (an address, with its parameters), into scratch, then
+ * attention_f32 with the mask as attention_program_f32 takes it. p = {qgemm_f32, its parameters, batch,
+ * seq, hidden, heads, hq, hv, mask kind (as attention_program_f32's), causal, divisor, filter (param_float)}. */
+int qattention_program_f32(const int64_t* p, const void* x, const float* x_scale, float* y, const void* x_zp,
+                           float* unused, const int32_t* mask) {
+    (void)unused;
+    const int64_t B = p[2], S = p[3], hidden = p[4], rows = B * S, kind = p[8];
+    const int64_t mask_rows = kind == 3 ? 1 : kind == 4 ? S : 0, masked_n = kind >= 3 ? B * mask_rows * S : 0;
+    float* qkv = malloc(sizeof(float) * (size_t)(rows * hidden) + (size_t)masked_n + 1);
+    if (!qkv) return 1;
+    uint8_t* masked = kind >= 3 ? (uint8_t*)(qkv + rows * hidden) : NULL;
+    for (int64_t i = 0; i < masked_n; ++i) masked[i] = mask[i] <= 0;  /* as the op: mask <= 0 */
+    int rc = ((qgemm_f32_fn)(intptr_t)p[0])((const int64_t*)(intptr_t)p[1], x, x_zp, x_scale, qkv);
+    if (!rc)
+        rc = attention_f32(qkv, NULL, kind == 1 || kind == 2 ? mask : NULL, masked, y, NULL, B, S, 0, p[5], p[6], p[7],
+                           kind == 1 || kind == 2 ? kind : 0, mask_rows, p[9], param_float(p, 10), param_float(p, 11));
+    free(qkv);
+    return rc;
+}
+
 int attention_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }
 
 /* Attention as a (wide) program step (gpuops/onnx/programs.py): the packed projection qkv = x W + bias

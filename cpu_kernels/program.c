@@ -12,12 +12,15 @@
 
 typedef int (*program_fn)(const void* params, const void* a, const void* b, void* y);
 typedef int (*program_wide_fn)(const void* params, const void* a, const void* b, void* y, const void* c, void* z);
+typedef int (*program_wider_fn)(const void* params, const void* a, const void* b, void* y, const void* c, void* z,
+                                const void* d);
 
-/* A step: fn (a program_wide_fn when wide, which also reads c and writes z) and its locations. */
+/* A step: fn (wide 1: a program_wide_fn, which also reads c and writes z; 2: a program_wider_fn, which
+ * also reads d) and its locations. */
 struct program_step {
     program_fn fn;
     const void* params;
-    int64_t a, b, y, c, z, wide;
+    int64_t a, b, y, c, z, d, wide;
 };
 
 static inline void* locate(int64_t loc, char* arena, const int64_t* ext) {
@@ -30,11 +33,12 @@ int program_run(const struct program_step* steps, int64_t n, void* arena, const 
     char* base = arena;
     for (int64_t i = 0; i < n; ++i) {
         const struct program_step* s = steps + i;
-        const int rc = s->wide ? ((program_wide_fn)s->fn)(s->params, locate(s->a, base, ext), locate(s->b, base, ext),
-                                                           locate(s->y, base, ext), locate(s->c, base, ext),
-                                                           locate(s->z, base, ext))
-                               : s->fn(s->params, locate(s->a, base, ext), locate(s->b, base, ext),
-                                                     locate(s->y, base, ext));
+        void *a = locate(s->a, base, ext), *b = locate(s->b, base, ext), *y = locate(s->y, base, ext);
+        const int rc = s->wide == 2 ? ((program_wider_fn)s->fn)(s->params, a, b, y, locate(s->c, base, ext),
+                                                                 locate(s->z, base, ext), locate(s->d, base, ext))
+                       : s->wide ? ((program_wide_fn)s->fn)(s->params, a, b, y, locate(s->c, base, ext),
+                                                            locate(s->z, base, ext))
+                                 : s->fn(s->params, a, b, y);
         if (rc) return rc;
     }
     return 0;

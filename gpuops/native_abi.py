@@ -32,6 +32,8 @@ DECLARATIONS: dict[str, str] = {
                           float filter);
         int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
                                   float* present);
+        int qattention_program_f32(const int64_t* p, const void* x, const float* x_scale, float* y, const void* x_zp,
+                                   float* unused, const int32_t* mask);
         int attention_planned_f32(const struct attention_plan* p, const float* x, const int32_t* key_range,
                                   const uint8_t* masked, float* y);
         int attention_bind_threads(const void* run, const void* get);

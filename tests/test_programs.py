@@ -607,6 +607,40 @@ def test_attention_runs_as_the_op(mask):
         np.testing.assert_allclose(g, w, rtol=8 * D * U, atol=8 * D * U * float(np.abs(w).max()))
 
 
+@pytest.mark.parametrize("mask", [None, "ranges", "keys", "queries"])
+@pytest.mark.parametrize("zero_point", [True, False])
+def test_quantized_attention_runs_as_the_op(mask, zero_point):
+    """QAttention after DynamicQuantizeLinear (quantize_dynamic's BERT layers): its 8-bit projection and the
+    attention kernel in one call, the mask as Attention's binding takes it; the bits of the nodes run one by
+    one (the same kernels)."""
+    rng = np.random.default_rng(23)
+    Bn, S, D, N = 2, 5, 8, 2
+    I32, ms = TensorProto.INT32, "com.microsoft"
+    inits = [numpy_helper.from_array(rng.integers(-128, 128, (D, 3 * D)).astype(np.int8), "W"),
+             numpy_helper.from_array((rng.standard_normal(3 * D) * 0.1).astype(np.float32), "bias"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "ws"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    feeds = {"x": rng.standard_normal((Bn, S, D)).astype(np.float32)}
+    shapes = [("x", TensorProto.FLOAT, [Bn, S, D])]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("DynamicQuantizeLinear", ["r"], ["q", "qs", "qz"])]
+    inputs = ["q", "W", "bias", "qs", "ws", "", "qz" if zero_point else "", "wz"]
+    if mask:
+        m_shape = {"ranges": (Bn,), "keys": (Bn, S), "queries": (Bn, S, S)}[mask]
+        feeds["mask"] = rng.integers(0, 2 if mask != "ranges" else S + 1, m_shape).astype(np.int64)
+        shapes.append(("mask", TensorProto.INT64, list(m_shape)))
+        nodes.append(helper.make_node("Cast", ["mask"], ["mask32"], to=I32))
+        inputs[5] = "mask32"
+    nodes += [helper.make_node("QAttention", inputs, ["a"], domain=ms, num_heads=N),
+              helper.make_node("Add", ["a", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in shapes],
+                              [helper.make_tensor_value_info("y", F, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)])
+    got, want, sig = _runs(model, feeds, optimize="basic")
+    assert sig["programs"] == 1 and sig["program_nodes"] == len(nodes)
+    _same(got, want)
+
+
 def test_embedding_lookups_and_integer_casts():
     rng = np.random.default_rng(13)
     table = rng.standard_normal((7, 3)).astype(np.float32)

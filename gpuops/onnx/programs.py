@@ -179,7 +179,7 @@ def _bind(step: Step, known: dict, consts: dict) -> _planned.NativeStep | None:
     if any(o and k not in made for k, o in enumerate(step.outputs)) or (ns.alias is not None and ns.extra):
         return None  # an output the binding does not make
     for c in ns.calls:  # what the calls read at run time: run-time values (of the types the binding checked),
-        for pos in (c.a, c.b, c.c):  # float32 constants, or the step's outputs that it makes
+        for pos in (c.a, c.b, c.c, c.d):  # float32 constants, or the step's outputs that it makes
             if pos is not None and (-1 - pos not in made if pos < 0 else not (
                     type(operands[pos]) is _planned.Operand or _const_f32(operands[pos]))):
                 return None
@@ -217,7 +217,7 @@ class Program:
         self.in_names: list[str] = []
         last_use: dict[str, int] = {}
         for k, (s, ns) in enumerate(zip(steps, bound)):
-            reads = [pos for c in ns.calls for pos in (c.a, c.b, c.c)] + [ns.alias]
+            reads = [pos for c in ns.calls for pos in (c.a, c.b, c.c, c.d)] + [ns.alias]
             for pos in reads:
                 if pos is None or pos < 0:  # the step's own output
                     continue
@@ -274,7 +274,7 @@ class Program:
                     continue
                 table.append((_planned.address(c.fn), _planned.address(c.params), where(s, c.a), where(s, c.b),
                               loc[s.outputs[c.out]], where(s, c.c), NONE if c.z is None else loc[s.outputs[c.z]],
-                              int(c.wide)))
+                              where(s, c.d), 2 if c.d is not None else int(c.wide)))
                 holds.append(c)
             holds.append(ns.holds)
             for r, last in list(last_use.items()):
@@ -284,7 +284,7 @@ class Program:
                     del last_use[r]
         self.arena_bytes = size
         self.holds = holds
-        self.table = np.array(table, dtype=np.int64).reshape(-1, 8)
+        self.table = np.array(table, dtype=np.int64).reshape(-1, 9)
         self.table_address, self.n_calls = self.table.ctypes.data, len(self.table)
         self.ext = np.zeros(self.n_in + self.n_out + len(const_names), np.int64)
         for i, n in enumerate(const_names):

@@ -10,6 +10,7 @@ runs the same kernel, and within float32 rounding of the op elsewhere.
 
 Each kernel call is ``int fn(const void* params, const void* a, const void* b, void* y)``, or for a
 wide one ``int fn(const void* params, const void* a, const void* b, void* y, const void* c, void* z)``
+(with a fourth input, ``..., void* z, const void* d)``)
 (``cpu_kernels/program.c``): the ``*_planned_*`` functions of the kernel files.
 """
 
@@ -49,8 +50,9 @@ def output(k: int) -> int:
 class Call(NamedTuple):
     """One kernel call: ``fn`` (a ctypes function of :mod:`gpuops.native`) with ``params`` (an array or
     ctypes structure it reads, or its address as an int), reading inputs ``a`` and ``b`` (input
-    positions, :data:`OUTPUT` or another :func:`output`, or None), writing output ``out`` (an output index). A ``wide`` kernel,
-    ``fn(params, a, b, y, c, z)``, also reads input ``c`` and writes output ``z``."""
+    positions, :data:`OUTPUT` or another :func:`output`, or None), writing output ``out`` (an output index). A
+    ``wide`` kernel, ``fn(params, a, b, y, c, z)``, also reads input ``c`` and writes output ``z``; with ``d``
+    (an input), ``fn(params, a, b, y, c, z, d)``."""
 
     fn: Any
     params: Any
@@ -60,6 +62,7 @@ class Call(NamedTuple):
     z: int | None = None
     wide: bool = False
     out: int = 0
+    d: int | None = None
 
 
 class NativeStep(NamedTuple):

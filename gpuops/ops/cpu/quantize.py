@@ -862,6 +862,54 @@ def _dynamic_quantize_linear_step(step, operands):
                               extra=((1, (), _FLOAT32), (2, (), _UINT8)))
 
 
+@planned.planned("QAttention", MS)
+def _qattention_step(step, operands):
+    """QAttention without past or present (quantize_dynamic's BERT layers), its mask int32 key ranges or rows
+    as Attention's binding takes them: the op's projection kernel (MatMulIntegerToFloat's plan its recording
+    run kept, x's scale and zero point read at run time), then the attention kernel the op calls, in one
+    call."""
+    x, kept = operands[0], step.prepared
+    weight, bias, x_scale, w_scale = operands[1:5]
+    mask, x_zero, w_zero, past = (operands[i] if len(operands) > i else None for i in (5, 6, 7, 8))
+    a = step.attrs
+    fn = planned.kernel("qattention_program_f32")
+    if fn is None or not _bytes_operand(x) or x.ndim != 3 or kept is None or not kept.fits(weight, w_zero) \
+            or past is not None or any(step.outputs[1:]) or a.get("do_rotary", 0) \
+            or a.get("past_present_share_buffer", 0) or type(bias) is not np.ndarray or bias.dtype != _FLOAT32 \
+            or not (_one_value(x_scale, _FLOAT32) and (x_zero is None or (type(x_zero) is planned.Operand and
+                                                                       _one_value(x_zero, x.dtype)))):
+        return None
+    plan = kept.plans.get(("float", tuple(x.shape)))
+    if plan is None or plan.x_dtype != x.dtype or any(p is not q for p, q in zip(plan.params, (w_scale, w_zero, bias))):
+        return None
+    Bn, S, _ = x.shape
+    hidden, N = plan.shape[-1], a["num_heads"]
+    sizes = _attention.heads(hidden, N, None, False)
+    if sizes is None or plan.shape != (Bn, S, hidden):
+        return None
+    hq, hv = sizes
+    kind = 0
+    if mask is not None:
+        if type(mask) is not planned.Operand or mask.dtype != np.int32:
+            return None
+        kind = {(Bn,): 1, (2 * Bn,): 2, (Bn, S): 3, (Bn, S, S): 4}.get(tuple(mask.shape))
+        if kind is None:
+            return None
+    scale = a.get("scale")
+    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)  # as _attention.attend
+    p = planned.params(planned.address(plan.fn), plan.p, Bn, S, hidden, N, hq, hv, kind,
+                       int(bool(a.get("unidirectional", 0))), float(divisor), float(a.get("mask_filter_value", -10000.0)))
+    call = planned.Call(fn, p, 0, 3, None if x_zero is None else 6, wide=True, d=None if mask is None else 5)
+    return planned.NativeStep((Bn, S, N * hv), (call,), holds=(p, plan))
+
+
+def _one_value(v, dtype) -> bool:
+    """Whether ``v`` is one value of ``dtype``: a run-time value, or a C-contiguous constant."""
+    if type(v) is planned.Operand:
+        return v.dtype == dtype and math.prod(v.shape) == 1
+    return type(v) is np.ndarray and v.dtype == dtype and v.size == 1 and v.flags.c_contiguous
+
+
 def _quantize_step(step, operands):
     x, scale = operands[0], operands[1]
     zero = operands[2] if len(operands) > 2 else None
