@@ -148,6 +148,7 @@ DECLARATIONS: dict[str, str] = {
     "rnn.c": """
         int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0, float* y, float* h_n,
                      float* c_n, int64_t T, int64_t D, int64_t batch, int64_t H);
+        int lstm_program_f32(const int64_t* p, const float* x, const float* h0, float* y, const float* c0, float* c_n);
         int lstm_q8_f32(const float* xw, const int8_t* rq, const float* rs, const float* rz, const float* h0,
                         const float* c0, float* y, float* h_n, float* c_n, int64_t T, int64_t D, int64_t batch,
                         int64_t H);

@@ -641,6 +641,37 @@ def test_quantized_attention_runs_as_the_op(mask, zero_point):
     _same(got, want)
 
 
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("batch, states, bias, outputs", [(1, True, True, 3), (3, False, False, 1),
+                                                          (2, True, False, 2), (3, False, True, 3)])
+def test_lstms_run_in_the_program(direction, batch, states, bias, outputs):
+    """A small LSTM of constant weights (silero-vad's) in the program: its projection by the program kernel's
+    own loops, then the op's steps in C; Y in time order (a backward direction flipped), Y_h each direction's
+    last step, Y_c its state. Within the float32 rounding of the projection's sums carried through T steps."""
+    rng = np.random.default_rng(24)
+    T, n, H = 5, 6, 8
+    D = 2 if direction == "bidirectional" else 1
+    W = (rng.standard_normal((D, 4 * H, n)) / np.sqrt(n)).astype(np.float32)
+    R = (rng.standard_normal((D, 4 * H, H)) / np.sqrt(H)).astype(np.float32)
+    inits = [("W", W), ("R", R)] + ([("B", rng.standard_normal((D, 8 * H)) * 0.3)] if bias else [])
+    names = ["Y", "Y_h", "Y_c"][:outputs]
+    inputs = ["r", "W", "R", "B" if bias else ""] + (["", "h0", "c0"] if states else [])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("LSTM", inputs, names, hidden_size=H, direction=direction),
+             helper.make_node("Add", ["Y", "Y"], ["y2"])]
+    shapes = [("x", [T, batch, n])] + ([("h0", [D, batch, H]), ("c0", [D, batch, H])] if states else [])
+    m = _model(nodes, shapes, ["y2"] + names[1:], inits, opset=14)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes}
+    got, want, sig = _runs(m, feeds, optimize="basic")
+    assert sig["programs"] == 1 and sig["program_nodes"] == len(nodes)
+    mag = float(np.abs(feeds["x"]).max()) * np.abs(W).sum(axis=2).max() + np.abs(R).sum(axis=2).max() + (
+        float(np.abs(np.asarray(inits[2][1])).max()) * 2 if bias else 0.0)
+    tol = 4 * T * (n + H + 2) * U * mag
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=0, atol=tol)
+
+
 def test_embedding_lookups_and_integer_casts():
     rng = np.random.default_rng(13)
     table = rng.standard_normal((7, 3)).astype(np.float32)

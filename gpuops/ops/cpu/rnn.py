@@ -152,6 +152,57 @@ def _lstm_blas_free(step, shape_of) -> bool:
     return _native("lstm_f32", batch, H, ()) is not None and _poolable(T * batch, H, n + 1)
 
 
+PROGRAM_MAX_WORK = 1 << 22
+"""The most multiply-adds of an LSTM's projection that its program step makes with its own loops (beyond,
+the op's BLAS product pays for the node's own step): silero-vad's 8 x 128 x 512 is 0.5M."""
+
+
+@planned.planned("LSTM")
+def _lstm_step(step, operands):
+    """An LSTM of the fused loop's kind (default activations, no clip, peepholes, input_forget, sequence_lens;
+    layout 0) with constant weights, its Y made: the projection and the steps in one call
+    (``rnn.c``'s lstm_program_f32), Y_h then copied out of Y. The projection's sums in another order than the
+    op's product (within float32 rounding of it), the steps the op's kernel."""
+    X, W, R = operands[:3]
+    B, lens, h0, c0, P = (operands[i] if len(operands) > i else None for i in (3, 4, 5, 6, 7))
+    a = step.attrs
+    fn, copy = planned.kernel("lstm_program_f32"), planned.kernel("copy_from_rows_planned")
+    direction = a.get("direction", "forward")
+    if fn is None or copy is None or step.impl.since < 7 or lens is not None or a.get("layout", 0) \
+            or not _rnn.fuses_lstm(a.get("activations"), a.get("clip"), direction, a.get("input_forget", 0), P) \
+            or not planned.is_f32(X) or X.ndim != 3 or not X.shape[0] or not step.outputs[0] \
+            or any(type(v) is not np.ndarray or v.dtype != np.float32 or v.ndim != 3 for v in (W, R)) \
+            or (B is not None and (type(B) is not np.ndarray or B.dtype != np.float32)):
+        return None
+    T, batch, n = X.shape
+    D, H = R.shape[0], R.shape[-1]
+    if W.shape != (D, 4 * H, n) or R.shape != (D, 4 * H, H) or D != (2 if direction == "bidirectional" else 1) \
+            or (B is not None and B.shape != (D, 8 * H)) or (a.get("hidden_size") or H) != H \
+            or T * batch * n * 4 * H * D > PROGRAM_MAX_WORK \
+            or any(s is not None and not (planned.is_f32(s) and s.shape == (D, batch, H)) for s in (h0, c0)):
+        return None
+    order, scale = _rnn._LSTM_ORDER, _rnn._LSTM_SCALE
+    w = frozen(np.ascontiguousarray(_rnn._fused_weight(np, W, order, scale, False)))  # (D, n, 4H)
+    bias = np.zeros((D, 4 * H, 1), np.float32) if B is None else (B[:, :4 * H] + B[:, 4 * H:]).reshape(D, 4 * H, 1)
+    bias = frozen(np.ascontiguousarray(_rnn._fused_weight(np, bias, order, scale, False)))  # (D, 1, 4H)
+    rt = frozen(np.ascontiguousarray(_rnn._fused_weight(np, R, order, scale, False)))  # (D, H, 4H)
+    rev1 = int(direction == "reverse")
+    p = planned.params(w.ctypes.data, bias.ctypes.data, rt.ctypes.data, T, D, batch, n, H, rev1)
+    want_c = len(step.outputs) > 2 and bool(step.outputs[2])
+    calls = [planned.Call(fn, p, 0, None if h0 is None else 5, None if c0 is None else 6, 2 if want_c else None,
+                          wide=True)]
+    holds = [p, w, bias, rt]
+    extra = [(2, (D, batch, H))] if want_c else []
+    if len(step.outputs) > 1 and step.outputs[1]:  # Y_h: each direction's last step, a row of Y
+        bh = 4 * batch * H
+        at = [((0 if d == 1 or rev1 else T - 1) * D + d) * bh for d in range(D)]
+        q = planned.params(D, bh, at[-1] - at[0], at[0])
+        calls.append(planned.Call(copy, q, planned.OUTPUT, out=1))
+        holds.append(q)
+        extra.append((1, (D, batch, H)))
+    return planned.NativeStep((T, D, batch, H), tuple(calls), holds=tuple(holds), extra=tuple(extra))
+
+
 def _lstm_loop(XW, RT, h0, c0):
     """The fused LSTM's steps in C: XW (T, 4, D, batch, H), RT (D, H, 4H)."""
     T, _, D, batch, H = XW.shape
