@@ -8,10 +8,10 @@ known shape and dtype computed at run time), a constant array (a weight, or a sh
 at plan time), or None (omitted). A binding must compute what the op computes, to the bit where the op
 runs the same kernel, and within float32 rounding of the op elsewhere.
 
-Each kernel call is ``int fn(const void* params, const void* a, const void* b, void* y)``, or for a
-wide one ``int fn(const void* params, const void* a, const void* b, void* y, const void* c, void* z)``
-(with a fourth input, ``..., void* z, const void* d)``)
-(``cpu_kernels/program.c``): the ``*_planned_*`` functions of the kernel files.
+Each kernel call is ``int fn(const void* params, const void* a, const void* b, void* y)``, for a wide
+one ``int fn(const void* params, const void* a, const void* b, void* y, const void* c, void* z)``, and for
+one with a fourth input ``d`` the same with ``const void* d`` last (``cpu_kernels/program.c``): the
+``*_planned_*`` and ``*_program_*`` functions of the kernel files.
 """
 
 from __future__ import annotations
