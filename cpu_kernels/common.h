@@ -150,34 +150,25 @@ static inline void fill_plane_rows(const Windows* g, const float* x, float pad, 
             float* plane1 = plane + g->Qh * g->Qw;
             for (int64_t q = q0; q < q1; ++q) {
                 float* row = plane + q * g->Qw;
+                float* row1 = pair ? plane1 + q * g->Qw : row;
                 const int64_t iy = a + g->sh * q - g->ph;
                 if (iy < 0 || iy >= g->H) {
-                    for (int64_t r = 0; r < g->Qw; ++r) row[r] = pad;
+                    for (int64_t r = 0; r < g->Qw; ++r) row[r] = row1[r] = pad;
                     continue;
                 }
                 const float* xr = x + iy * g->W + b - g->pw;
                 for (int64_t r = 0; r < lo; ++r) row[r] = pad;
                 if (g->sw == 1)
                     for (int64_t r = lo; r < hi; ++r) row[r] = xr[r];
-                else if (pair)
-                    fill_pair_rows(xr, row, plane1 + q * g->Qw, lo, hi, lo1, hi1);
-                else if (g->sw != 2)
+                else if (pair) {
+                    fill_pair_rows(xr, row, row1, lo, hi, lo1, hi1);
+                    for (int64_t r = 0; r < lo1; ++r) row1[r] = pad;
+                    for (int64_t r = hi1; r < g->Qw; ++r) row1[r] = pad;
+                } else
                     for (int64_t r = lo; r < hi; ++r) row[r] = xr[r * g->sw];
                 for (int64_t r = hi; r < g->Qw; ++r) row[r] = pad;
             }
-            if (pair) {  /* phase 1: its padding (its cells came with phase 0's) */
-                for (int64_t q = q0; q < q1; ++q) {
-                    float* row = plane1 + q * g->Qw;
-                    const int64_t iy = a + g->sh * q - g->ph;
-                    if (iy < 0 || iy >= g->H) {
-                        for (int64_t r = 0; r < g->Qw; ++r) row[r] = pad;
-                        continue;
-                    }
-                    for (int64_t r = 0; r < lo1; ++r) row[r] = pad;
-                    for (int64_t r = hi1; r < g->Qw; ++r) row[r] = pad;
-                }
-                ++b;
-            }
+            b += pair;  /* phase 1 came with phase 0 */
         }
     for (int64_t r = 0; r < VL; ++r) buf[g->sh * g->sw * g->Qh * g->Qw + r] = pad;
 }
