@@ -238,36 +238,36 @@ int attention_planned_f32(const struct attention_plan* p, const float* x, const 
     return failed;
 }
 
-typedef int (*qgemm_f32_fn)(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y);
-
-/* com.microsoft QAttention without past or present as a program step (wider: gpuops/onnx/programs.py): its
- * projection qkv = MatMulIntegerToFloat of x (8-bit; its scale x_scale, its zero point x_zp or NULL, both
- * read at run time) by qgemm.c's qgemm_f32 (an address, with its parameters), into scratch, then
- * attention_f32 with the mask as attention_program_f32 takes it. p = {qgemm_f32, its parameters, batch,
- * seq, hidden, heads, hq, hv, mask kind (as attention_program_f32's), causal, divisor, filter (param_float)}. */
-int qattention_program_f32(const int64_t* p, const void* x, const float* x_scale, float* y, const void* x_zp,
-                           float* unused, const int32_t* mask) {
-    (void)unused;
-    const int64_t B = p[2], S = p[3], hidden = p[4], rows = B * S, kind = p[8];
-    const int64_t mask_rows = kind == 3 ? 1 : kind == 4 ? S : 0, masked_n = kind >= 3 ? B * mask_rows * S : 0;
-    float* qkv = malloc(sizeof(float) * (size_t)(rows * hidden) + (size_t)masked_n + 1);
-    if (!qkv) return 1;
-    uint8_t* masked = kind >= 3 ? (uint8_t*)(qkv + rows * hidden) : NULL;
-    for (int64_t i = 0; i < masked_n; ++i) masked[i] = mask[i] <= 0;  /* as the op: mask <= 0 */
-    int rc = ((qgemm_f32_fn)(intptr_t)p[0])((const int64_t*)(intptr_t)p[1], x, x_zp, x_scale, qkv);
-    if (!rc)
-        rc = attention_f32(qkv, NULL, kind == 1 || kind == 2 ? mask : NULL, masked, y, NULL, B, S, 0, p[5], p[6], p[7],
-                           kind == 1 || kind == 2 ? kind : 0, mask_rows, p[9], param_float(p, 10), param_float(p, 11));
-    free(qkv);
-    return rc;
-}
-
 int attention_bind_threads(const void* run, const void* get) { return pool_bind(run, get); }
 
+/* The program steps' mask (attention_program_f32's p): kind 0 none, 1 or 2 key ranges (the int32 mask_index of
+ * batch or 2 batch values), 3 one int32 mask row of the T keys per batch, 4 one per query. A step's scratch
+ * holds its projection qkv (rows x hidden floats), then for kinds 3 and 4 the masked bytes of the mask (mask
+ * <= 0, as the op): NULL when out of memory. */
+static float* step_scratch(int64_t rows, int64_t hidden, int64_t kind, const int32_t* mask, int64_t B, int64_t S,
+                           int64_t T, uint8_t** masked) {
+    const int64_t masked_n = kind == 3 ? B * T : kind == 4 ? B * S * T : 0;
+    float* qkv = malloc(sizeof(float) * (size_t)(rows * hidden) + (size_t)masked_n + 1);
+    *masked = NULL;
+    if (qkv && masked_n) {
+        *masked = (uint8_t*)(qkv + rows * hidden);
+        for (int64_t i = 0; i < masked_n; ++i) (*masked)[i] = mask[i] <= 0;
+    }
+    return qkv;
+}
+
+/* attention_f32 of a step's qkv with its mask of that kind. */
+static int step_attend(const float* qkv, const float* past, const int32_t* mask, const uint8_t* masked, float* y,
+                       float* present, int64_t B, int64_t S, int64_t P, int64_t heads, int64_t hq, int64_t hv,
+                       int64_t kind, int64_t causal, float divisor, float filter) {
+    const int ranges = kind == 1 || kind == 2;
+    return attention_f32(qkv, past, ranges ? mask : NULL, masked, y, present, B, S, P, heads, hq, hv, ranges ? kind : 0,
+                         kind == 3 ? 1 : kind == 4 ? S : 0, causal, divisor, filter);
+}
+
 /* Attention as a (wide) program step (gpuops/onnx/programs.py): the packed projection qkv = x W + bias
- * by the BLAS (blas.h), into scratch, then attention_f32. p = {sgemm, 64-bit integers, W, bias (or 0), batch, seq, D, hidden, heads, hq, hv,
- * mask (0 none, 1 or 2 key ranges: the int32 mask_index of batch or 2 batch values, 3 one int32 mask
- * row of total keys per batch, 4 one per query), causal, divisor, filter (param_float), past length,
+ * by the BLAS (blas.h), into scratch, then attention_f32. p = {sgemm, 64-bit integers, W, bias (or 0), batch,
+ * seq, D, hidden, heads, hq, hv, mask kind (step_scratch's), causal, divisor, filter (param_float), past length,
  * sgemv (a one-row projection's), openblas_get_num_threads (or 0)};
  * past, present: (2, batch, heads, past, hq) and (2, batch, heads, past + seq, hq), or NULL. */
 int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask, float* y, const float* past,
@@ -275,20 +275,38 @@ int attention_program_f32(const int64_t* p, const float* x, const int32_t* mask,
     const int64_t B = p[4], S = p[5], D = p[6], hidden = p[7], rows = B * S, kind = p[11], P = p[15];
     const float* w = (const float*)(intptr_t)p[2];
     const float* bias = (const float*)(intptr_t)p[3];
-    const int64_t T = P + S, mask_rows = kind == 3 ? 1 : kind == 4 ? S : 0;
-    const int64_t masked_n = kind >= 3 ? B * mask_rows * T : 0;
-    float* qkv = malloc(sizeof(float) * (size_t)(rows * hidden) + (size_t)masked_n);
+    uint8_t* masked;
+    float* qkv = step_scratch(rows, hidden, kind, mask, B, S, P + S, &masked);
     if (!qkv) return 1;
-    uint8_t* masked = kind >= 3 ? (uint8_t*)(qkv + rows * hidden) : NULL;
-    for (int64_t i = 0; i < masked_n; ++i) masked[i] = mask[i] <= 0;  /* as the op: mask <= 0 */
     blas_product_parts((intptr_t)p[0], p[1], (intptr_t)p[16], (intptr_t)p[17], 0, rows, hidden, D, 1.0f, x, w, hidden,
                        qkv, hidden);
     if (bias)
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t j = 0; j < hidden; ++j) qkv[r * hidden + j] += bias[j];
-    const int rc = attention_f32(qkv, past, kind == 1 || kind == 2 ? mask : NULL, masked, y, present, B, S, P, p[8],
-                                 p[9], p[10], kind == 1 || kind == 2 ? kind : 0, mask_rows, p[12], param_float(p, 13),
-                                 param_float(p, 14));
+    const int rc = step_attend(qkv, past, mask, masked, y, present, B, S, P, p[8], p[9], p[10], kind, p[12],
+                               param_float(p, 13), param_float(p, 14));
+    free(qkv);
+    return rc;
+}
+
+typedef int (*qgemm_f32_fn)(const int64_t* p, const void* a, const void* za, const float* a_scale, float* y);
+
+/* com.microsoft QAttention without past or present as a program step (wider: gpuops/onnx/programs.py): its
+ * projection qkv = MatMulIntegerToFloat of x (8-bit; its scale x_scale, its zero point x_zp or NULL, both
+ * read at run time) by qgemm.c's qgemm_f32 (an address, with its parameters), into scratch, then
+ * attention_f32. p = {qgemm_f32, its parameters, batch, seq, hidden, heads, hq, hv, mask kind (step_scratch's),
+ * causal, divisor, filter (param_float)}. */
+int qattention_program_f32(const int64_t* p, const void* x, const float* x_scale, float* y, const void* x_zp,
+                           float* unused, const int32_t* mask) {
+    (void)unused;
+    const int64_t B = p[2], S = p[3], hidden = p[4], kind = p[8];
+    uint8_t* masked;
+    float* qkv = step_scratch(B * S, hidden, kind, mask, B, S, S, &masked);
+    if (!qkv) return 1;
+    int rc = ((qgemm_f32_fn)(intptr_t)p[0])((const int64_t*)(intptr_t)p[1], x, x_zp, x_scale, qkv);
+    if (!rc)
+        rc = step_attend(qkv, NULL, mask, masked, y, NULL, B, S, 0, p[5], p[6], p[7], kind, p[9], param_float(p, 10),
+                         param_float(p, 11));
     free(qkv);
     return rc;
 }

@@ -311,45 +311,26 @@ int lstm_f32(const float* xw, const float* rt, const float* h0, const float* c0,
  * W^T in the fused gate order and scales, bias (D, 4H) likewise (both biases), rt, T, D, batch, n, H, reverse
  * (1: the one direction runs backwards; a second direction always does)}. x (T, batch, n), h0 and c0 (D,
  * batch, H; NULL: zeros), y (T, D, batch, H) in time order, c_n (D, batch, H; NULL: scratch). The
- * projection xw = x w + bias, four rows at a time, in scratch; then lstm_f32's steps. */
+ * projection xw = x w + bias a step's batch rows at a time (gemm_acc), in scratch; then lstm_f32's steps. */
 int lstm_program_f32(const int64_t* p, const float* x, const float* h0, float* y, const float* c0, float* c_n) {
     const float *w = (const float*)(intptr_t)p[0], *bias = (const float*)(intptr_t)p[1];
     const float* rt = (const float*)(intptr_t)p[2];
     const int64_t T = p[3], D = p[4], batch = p[5], n = p[6], H = p[7], rev1 = p[8], G = 4 * H, BH = batch * H;
     const int64_t steps = T * D * batch * G, states = D * BH;
     const int flip = rev1 || D == 2;
-    float* buf = malloc(sizeof(float) * (size_t)(steps + 4 * G + 3 * states + (flip ? T * states : 0) + 1));
+    float* buf = malloc(sizeof(float) * (size_t)(steps + batch * G + 3 * states + (flip ? T * states : 0) + 1));
     if (!buf) return 1;
-    float *xw = buf, *acc = xw + steps, *zeros = acc + 4 * G, *hn = zeros + states, *cs = hn + states;
+    float *xw = buf, *acc = xw + steps, *zeros = acc + batch * G, *hn = zeros + states, *cs = hn + states;
     float* ys = flip ? cs + states : y;  /* the steps' outputs in step order */
     memset(zeros, 0, sizeof(float) * (size_t)states);
     for (int64_t d = 0; d < D; ++d) {
         const int rev = d == 1 || rev1;
-        const float *wd = w + d * n * G, *bd = bias + d * G;
-        for (int64_t r0 = 0; r0 < T * batch; r0 += 4) {  /* rows r = t batch + b, t in step order */
-            const int64_t nr = T * batch - r0 < 4 ? T * batch - r0 : 4;
-            const float* xr[4];
-            for (int64_t i = 0; i < 4; ++i) {
-                const int64_t r = r0 + (i < nr ? i : 0), t = r / batch, b = r % batch;
-                xr[i] = x + ((rev ? T - 1 - t : t) * batch + b) * n;
-                memcpy(acc + i * G, bd, sizeof(float) * (size_t)G);
-            }
-            for (int64_t k = 0; k < n; ++k) {
-                const float* restrict wk = wd + k * G;
-                const float x0 = xr[0][k], x1 = xr[1][k], x2 = xr[2][k], x3 = xr[3][k];
-                float *restrict a0 = acc, *restrict a1 = acc + G, *restrict a2 = acc + 2 * G, *restrict a3 = acc + 3 * G;
-                for (int64_t j = 0; j < G; ++j) {
-                    a0[j] = MADD(x0, wk[j], a0[j]);
-                    a1[j] = MADD(x1, wk[j], a1[j]);
-                    a2[j] = MADD(x2, wk[j], a2[j]);
-                    a3[j] = MADD(x3, wk[j], a3[j]);
-                }
-            }
-            for (int64_t i = 0; i < nr; ++i) {  /* gate g of row (t, b) to xw (T, 4, D, batch, H) */
-                const int64_t r = r0 + i, t = r / batch, b = r % batch;
+        for (int64_t t = 0; t < T; ++t) {  /* step t reads x at time t, or T - 1 - t backwards */
+            for (int64_t b = 0; b < batch; ++b) memcpy(acc + b * G, bias + d * G, sizeof(float) * (size_t)G);
+            gemm_acc(acc, G, x + (rev ? T - 1 - t : t) * batch * n, w + d * n * G, G, batch, n, G);
+            for (int64_t b = 0; b < batch; ++b)  /* gate g of row b to xw (T, 4, D, batch, H) */
                 for (int64_t g = 0; g < 4; ++g)
-                    memcpy(xw + (((t * 4 + g) * D + d) * batch + b) * H, acc + i * G + g * H, sizeof(float) * (size_t)H);
-            }
+                    memcpy(xw + (((t * 4 + g) * D + d) * batch + b) * H, acc + b * G + g * H, sizeof(float) * (size_t)H);
         }
     }
     float* cn = c_n ? c_n : cs;

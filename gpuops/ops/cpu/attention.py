@@ -118,12 +118,27 @@ def attend(qkv, past, mask_index, num_heads, unidirectional, qkv_hidden_sizes, s
     key_range, masked, key_form, mask_rows = mask
     y = np.empty((Bn, S, N * hv), np.float32)
     present = np.empty((2, Bn, N, P + S, hq), np.float32) if want_present else None
-    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)  # what the exporters divide the scores by
     native.call(fn, native.address(qkv), None if past is None else _address(past),
                 None if key_range is None else _address(key_range), None if masked is None else native.address(masked),
                 native.address(y), None if present is None else native.address(present), Bn, S, P, N, hq, hv,
-                key_form, mask_rows, int(bool(unidirectional)), divisor, float(mask_filter_value))
+                key_form, mask_rows, int(bool(unidirectional)), divisor(hq, scale), float(mask_filter_value))
     return y, present
+
+
+def divisor(hq: int, scale) -> float:
+    """What the scores are divided by: sqrt of the head size, or 1 / ``scale`` (what the exporters set)."""
+    return math.sqrt(hq) if not scale else 1.0 / float(scale)
+
+
+def program_mask_kind(mask, Bn: int, S: int, T: int) -> int | None:
+    """The program kernels' form of a run-time mask over T keys (``cpu_kernels/attention.c``'s
+    step_scratch): 0 none, 1 or 2 int32 key ranges, 3 or 4 int32 rows per batch or per query; None for
+    another."""
+    if mask is None:
+        return 0
+    if type(mask) is not planned.Operand or mask.dtype != _I32:
+        return None
+    return {(Bn,): 1, (2 * Bn,): 2, (Bn, T): 3, (Bn, S, T): 4}.get(tuple(mask.shape))
 
 
 MAX_PLANS = 64  # a step's kept shapes: a model fed many shapes derives the rest each run
@@ -182,8 +197,7 @@ def _plan(input, weights, bias, mask_index, num_heads, unidirectional, qkv_hidde
                 or mask_index.shape[0] not in (Bn, 2 * Bn):
             return None  # the other forms: attention()
         key_form, mask_rows = 1 if mask_index.shape[0] == Bn else 2, 0
-    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)
-    tail = (Bn, S, 0, num_heads, hq, hv, key_form, mask_rows, int(bool(unidirectional)), divisor,
+    tail = (Bn, S, 0, num_heads, hq, hv, key_form, mask_rows, int(bool(unidirectional)), divisor(hq, scale),
             float(mask_filter_value))
     planned = None
     if project is not None and Bn * S * D * hidden <= PROJECT_MAX:
@@ -290,18 +304,12 @@ def _attention_step(step, operands):
         if not planned.is_f32(past) or past.ndim != 5 or past.shape[:3] != (2, Bn, N) or past.shape[4] != hq:
             return None
         P = past.shape[3]
-    kind = 0
-    if mask is not None:
-        if type(mask) is not planned.Operand or mask.dtype != _I32:
-            return None
-        kind = {(Bn,): 1, (2 * Bn,): 2, (Bn, P + S): 3, (Bn, S, P + S): 4}.get(tuple(mask.shape))
-        if kind is None:
-            return None
-    scale = a.get("scale")
-    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)
+    kind = program_mask_kind(mask, Bn, S, P + S)
+    if kind is None:
+        return None
     b = None if bias is None else np.ascontiguousarray(bias)
     p = planned.params(sgemm[0], int(sgemm[1]), weights.ctypes.data, 0 if b is None else b.ctypes.data, Bn, S, D,
-                       hidden, N, hq, hv, kind, int(bool(a.get("unidirectional", 0))), float(divisor),
+                       hidden, N, hq, hv, kind, int(bool(a.get("unidirectional", 0))), divisor(hq, a.get("scale")),
                        float(a.get("mask_filter_value", -10000.0)), P, sgemm[2], sgemm[3])
     call = planned.Call(fn, p, 0, None if mask is None else 3, None if past is None else 4,
                         1 if want_present else None, wide=True)

@@ -888,17 +888,12 @@ def _qattention_step(step, operands):
     if sizes is None or plan.shape != (Bn, S, hidden):
         return None
     hq, hv = sizes
-    kind = 0
-    if mask is not None:
-        if type(mask) is not planned.Operand or mask.dtype != np.int32:
-            return None
-        kind = {(Bn,): 1, (2 * Bn,): 2, (Bn, S): 3, (Bn, S, S): 4}.get(tuple(mask.shape))
-        if kind is None:
-            return None
-    scale = a.get("scale")
-    divisor = math.sqrt(hq) if not scale else 1.0 / float(scale)  # as _attention.attend
+    kind = _attention.program_mask_kind(mask, Bn, S, S)
+    if kind is None:
+        return None
     p = planned.params(planned.address(plan.fn), plan.p, Bn, S, hidden, N, hq, hv, kind,
-                       int(bool(a.get("unidirectional", 0))), float(divisor), float(a.get("mask_filter_value", -10000.0)))
+                       int(bool(a.get("unidirectional", 0))), _attention.divisor(hq, a.get("scale")),
+                       float(a.get("mask_filter_value", -10000.0)))
     call = planned.Call(fn, p, 0, 3, None if x_zero is None else 6, wide=True, d=None if mask is None else 5)
     return planned.NativeStep((Bn, S, N * hv), (call,), holds=(p, plan))
 
