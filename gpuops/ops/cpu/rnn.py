@@ -182,12 +182,10 @@ def _lstm_step(step, operands):
             or any(s is not None and not (planned.is_f32(s) and s.shape == (D, batch, H)) for s in (h0, c0)):
         return None
     order, scale = _rnn._LSTM_ORDER, _rnn._LSTM_SCALE
-    # the layouts kept on the step (R's the op's own), else made here
-    derive = _derive(step.prepared if type(step.prepared) is RnnWeights else None, W, R, B)
+    derive = _derive(step.prepared if type(step.prepared) is RnnWeights else None, W, R, B)  # R's: the op's own
     w = derive("lstm program W", lambda: _rnn._fused_weight(np, W, order, scale, False))  # (D, n, 4H)
-    bias = derive("lstm program bias", lambda: _rnn._fused_weight(
-        np, np.zeros((D, 4 * H, 1), np.float32) if B is None else (B[:, :4 * H] + B[:, 4 * H:]).reshape(D, 4 * H, 1),
-        order, scale, False))  # (D, 1, 4H)
+    b = np.zeros((D, 4 * H), np.float32) if B is None else B[:, :4 * H] + B[:, 4 * H:]
+    bias = derive("lstm program bias", lambda: _rnn._fused_weight(np, b.reshape(D, 4 * H, 1), order, scale, False))
     rt = derive("lstm fused R", lambda: _rnn._fused_weight(np, R, order, scale, False))  # (D, H, 4H)
     rev1 = int(direction == "reverse")
     p = planned.params(w.ctypes.data, bias.ctypes.data, rt.ctypes.data, T, D, batch, n, H, rev1)
