@@ -144,6 +144,37 @@ def test_planned_1d_convs_match_the_generic_op(name, activation):
     assert all(isinstance(r, cpu_conv._Planned) for r in kept.runs.values()), kept.runs
 
 
+@pytest.mark.parametrize("name", CASES_1D)
+@pytest.mark.parametrize("w_stride, w_dilation, w_pad_end", [(1, 1, 0), (2, 3, 1)])
+def test_convs_along_h_of_one_column_run_as_the_1d_conv(name, w_stride, w_dilation, w_pad_end):
+    """A 1-D conv exported along H, on (L, 1) maps with (k, 1) kernels (magika's), lies in memory as the
+    1-D conv and is planned as it (the same geometry: rows of L cells, not L rows of one): the same bits, whatever its stride, dilation and end pad along W
+    (the last within the stride: one output column)."""
+    N, C, M, L, k, s, pads, d, g = CASES_1D[name]
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((N, C, L)).astype(np.float32)
+    W = rng.standard_normal((M, C // g, k)).astype(np.float32)
+    B = rng.standard_normal(M).astype(np.float32)
+    attrs = dict(group=g, kernel_shape=[k], strides=[s], pads=list(pads), dilations=[d])
+    attrs_h = dict(group=g, kernel_shape=[k, 1], strides=[s, w_stride], pads=[pads[0], 0, pads[1], w_pad_end],
+                   dilations=[d, w_dilation])
+    X4, W4 = X[..., None], W[..., None]
+    kept, kept_h = cpu_conv.prepare_conv({1: W, 2: B}, attrs), cpu_conv.prepare_conv({1: W4, 2: B}, attrs_h)
+    for _ in range(2):
+        want = cpu_conv.FusedConv(np, X, W, B, activation="Relu", prepared=kept, **attrs)
+        got = cpu_conv.FusedConv(np, X4, W4, B, activation="Relu", prepared=kept_h, **attrs_h)
+        assert got.shape == want.shape + (1,) and np.array_equal(got[..., 0], want)
+    (run,), (run_h,) = kept.runs.values(), kept_h.runs.values()
+    geometry = [f for f, _ in cpu_conv.ConvParams._fields_[:17]]
+    assert [getattr(run_h.params, f) for f in geometry] == [getattr(run.params, f) for f in geometry]
+    # padded along W: two output columns, planned as a 2-D conv
+    attrs_w = dict(attrs_h, pads=[pads[0], 1, pads[1], 1], strides=[s, 1])
+    want, tol = _bound(X4, W4, B, None, attrs_w)
+    kept_w = cpu_conv.prepare_conv({1: W4, 2: B}, attrs_w)
+    got = cpu_conv.Conv(np, X4, W4, B, prepared=kept_w, **attrs_w)
+    assert got.shape == want.shape and want.shape[-1] == 3 and (np.abs(got - want) <= tol).all()
+
+
 def test_the_plan_is_made_once_per_input_shape_and_bounded():
     X, W, B, attrs = _case("3x3-small-map")
     kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)

@@ -233,7 +233,12 @@ def _plan(kept: ConvWeights, X, group, kernel_shape, auto_pad, strides, dilation
     if not (N and C and M and L):
         return None
     shape = (N, M) + tuple(out)
-    if X.ndim == 3:
+    if X.ndim == 4 and spatial[1] == kernel[1] == out[1] == 1 and not pb[1]:
+        # an (H, 1) map (a 1-D conv exported along H) lies in memory as a (1, H) one: its rows of one cell
+        # would leave the GEMM's row tiles a lane in a vector
+        spatial, kernel, out, strides, pb, dilations = (list(v)[:1] for v in (spatial, kernel, out, strides, pb,
+                                                                             dilations))
+    if len(spatial) == 1:
         spatial, kernel, out, strides, pb, dilations = ([1] + list(v) for v in (spatial, kernel, out, strides, pb,
                                                                                  dilations))
         pb[0] = 0
