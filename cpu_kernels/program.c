@@ -187,17 +187,24 @@ int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* 
 }
 
 /* Gather of rows of a table (any element type) by int64 (or int32) indices: p = {rows, row_bytes, table,
- * count, 32-bit indices}; a negative index counts from the end. 2 (nothing written past what was done)
- * for an index out of range: the caller runs the node itself, which raises its error. */
+ * count, 32-bit indices, one-hot}. Gather's (one-hot 0): a negative index counts from the end, and an
+ * index out of range returns 2 (nothing written past what was done): the caller runs the node itself,
+ * which raises its error. A one-hot's product (OneHotMatMul): an index outside [0, rows) gives a row of
+ * zeros. */
 int gather_rows_planned(const int64_t* p, const void* indices, const void* unused, void* y) {
     (void)unused;
-    const int64_t rows = p[0], row_bytes = p[1], count = p[3];
+    const int64_t rows = p[0], row_bytes = p[1], count = p[3], one_hot = p[5];
     const char* table = (const char*)(intptr_t)p[2];
     for (int64_t i = 0; i < count; ++i) {
         int64_t k = p[4] ? ((const int32_t*)indices)[i] : ((const int64_t*)indices)[i];
+        char* row = (char*)y + i * row_bytes;
+        if (one_hot && (k < 0 || k >= rows)) {
+            memset(row, 0, (size_t)row_bytes);
+            continue;
+        }
         if (k < 0) k += rows;
         if (k < 0 || k >= rows) return 2;
-        memcpy((char*)y + i * row_bytes, table + k * row_bytes, (size_t)row_bytes);
+        memcpy(row, table + k * row_bytes, (size_t)row_bytes);
     }
     return 0;
 }

@@ -701,6 +701,32 @@ def test_embedding_lookups_and_integer_casts():
         sess.run(None, {"ids": np.where(ids == 5, 7, ids)})
 
 
+@pytest.mark.parametrize("itype", [TensorProto.INT32, TensorProto.INT64])
+def test_a_one_hot_times_a_table_copies_its_rows_in_the_program(itype):
+    """OneHotMatMul (jax's one_hot into a dense layer, gpuops.optimizer.one_hot_matmul) as gather_rows_planned's
+    one-hot calls: the table's rows, zeros for bytes below 0 or past the classes, as the op gives them."""
+    rng = np.random.default_rng(14)
+    D, E = 9, 4
+    dtype = helper.tensor_dtype_to_np_dtype(itype)
+    nodes = [helper.make_node("Unsqueeze", ["A", "axis"], ["a"]), helper.make_node("Equal", ["a", "R"], ["hot"]),
+             helper.make_node("Cast", ["hot"], ["onehot"], to=F), helper.make_node("MatMul", ["onehot", "W"], ["m"]),
+             helper.make_node("Add", ["m", "B"], ["y"]), helper.make_node("Relu", ["y"], ["Y"])]
+    inits = [numpy_helper.from_array(np.arange(D, dtype=dtype)[None, None], "R"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axis"),
+             numpy_helper.from_array(rng.standard_normal((D, E)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(E).astype(np.float32), "B")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("A", itype, [2, 6])],
+                              [helper.make_tensor_value_info("Y", F, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    A = np.array([[0, 8, -1, 9, 3, 3], [np.iinfo(dtype).min, np.iinfo(dtype).max, 5, 1, 2, 0]], dtype)
+    got, want, sig = _runs(m, {"A": A})
+    _same(got, want)
+    assert sig["program_nodes"] == sig["nodes"]
+    assert "OneHotMatMul" in {n.op_type for n in gpuops.optimizer.optimize(m, device="cpu").graph.node}
+    plain = gpuops.InferenceSession(m, device="cpu", optimize="none").run(None, {"A": A})
+    np.testing.assert_array_equal(got[0], plain[0])
+
+
 @pytest.mark.parametrize("signed, with_bias", [(True, True), (False, False)])
 def test_dynamically_quantized_products_run_in_the_program(signed, with_bias):
     """DynamicQuantizeMatMul (quantize_dynamic's MatMuls) in a program: its quantizer and product in one

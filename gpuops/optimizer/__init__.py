@@ -40,7 +40,8 @@ defined in the model as an ONNX function whose body is the nodes it replaced (:m
 that the model stays valid ONNX that onnxruntime runs: squeeze-and-excitation blocks -> SqueezeExcite
 (:mod:`.squeeze_excite`), Conv + SiLU -> ConvSilu (:mod:`.conv_silu`), Transpose -> LayerNormalization ->
 Transpose over NCHW's channels -> LayerNormChannels (:mod:`.layernorm_channels`), Casts of int64 ids
-and mask into EmbedLayerNormalization -> CastEmbedLayerNormalization (:mod:`.embed_layernorm_cast`).
+and mask into EmbedLayerNormalization -> CastEmbedLayerNormalization (:mod:`.embed_layernorm_cast`), a
+one-hot (Equal against the classes, Cast) times a constant table -> OneHotMatMul (:mod:`.one_hot_matmul`).
 
 The rewrites run in rounds until none applies, on the main graph and then, with the same
 rewrites, inside every If/Loop/Scan body (recursively; the values a body reads from the scopes
@@ -66,7 +67,8 @@ from . import (argmax_labels, attention, attention_layouts, batchnorm_to_conv, c
                cse, dead_code, dynamic_quantize_matmul, eliminate_noops, embed_layernorm_cast, float16_compute,
                fold_batchnorm,
                fold_mul_add_into_conv, fold_mul_into_matmul, fold_scaler, gelu, gemm_activation, hard_activations,
-               inline_if, layernorm, layernorm_channels, matmul_add_to_gemm, matmul_integer_to_float, qdq_fusion,
+               inline_if, layernorm, layernorm_channels, matmul_add_to_gemm, matmul_integer_to_float, one_hot_matmul,
+               qdq_fusion,
                reduce_mean_to_pool, reshape_chains, restack, shape_to_constant, silu, sink_transposes, skip_layernorm,
                squeeze_excite, transpose_into_matmul)
 from .constant_folding import FOLD_LIMIT
@@ -137,7 +139,8 @@ def optimize(model: onnx.ModelProto, level: str = "all", *, fold_limit: int = FO
     if cpu:  # gpuops' private fused ops, which its CPU ops run (elsewhere they would run as their functions)
         passes[-1:-1] = [("squeeze_excite", squeeze_excite.apply), ("conv_silu", conv_silu.apply),
                          ("layernorm_channels", layernorm_channels.apply),
-                         ("embed_layernorm_cast", embed_layernorm_cast.apply)]
+                         ("embed_layernorm_cast", embed_layernorm_cast.apply),
+                         ("one_hot_matmul", one_hot_matmul.apply)]
     _optimize_graph(graph, first, passes, strict)
     return copy
 

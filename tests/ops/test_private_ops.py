@@ -110,3 +110,44 @@ def test_squeeze_excite_errors_name_the_shapes():
                                                                           private.squeeze_excite else ())
         with pytest.raises(NodeError, match=r"weights .*\(8, 3, 1, 1\).* do not fit an input of shape \(1, 8, 4, 4\)"):
             fn(*args)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.int8])
+@pytest.mark.parametrize("shape, classes", [((2, 7, 1), (1, 1, 9)), ((1,), (9,)), ((3, 1), (9,)), ((4, 2, 1), (9,))])
+def test_one_hot_matmul_copies_the_rows_it_names(dtype, shape, classes):
+    """The CPU's OneHotMatMul (rows of the kept table, zero rows outside [0, D)) against the generic op's
+    one-hot and product: the same numbers (each product sums one row and zeros), for indices below 0,
+    in range and past D, of every integer type; and the generic op where nothing was kept."""
+    from gpuops.ops.cpu import indexing
+
+    rng = np.random.default_rng(4)
+    D, E = classes[-1], 5
+    R = np.arange(D, dtype=dtype).reshape(classes)
+    W = rng.standard_normal((D, E)).astype(np.float32)
+    W[0, 0] = -0.0
+    info = np.iinfo(dtype)
+    A = rng.integers(max(info.min, -3), D + 3, shape).astype(dtype)
+    A.flat[:2] = [info.min, info.max][:A.size]
+    kept = indexing.prepare_one_hot({1: R, 2: W}, {})
+    assert kept is not None
+    want = private.OneHotMatMul(np, A, R, W)
+    got = indexing.OneHotMatMul(np, A, R, W, prepared=kept)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert indexing._one_hot_rows(kept, A, R, W)
+    np.testing.assert_array_equal(indexing.OneHotMatMul(np, A, R, W), want)
+
+
+def test_one_hot_matmul_keeps_only_classes_0_to_d_and_finite_tables():
+    from gpuops.ops.cpu import indexing
+
+    R, W = np.arange(4, dtype=np.int64)[None], np.ones((4, 2), np.float32)
+    assert indexing.prepare_one_hot({1: R, 2: W}, {}) is not None
+    for r, w in [(R + 1, W), (R[:, ::-1], W), (R.astype(np.float32), W), (R, W[:3]), (R, W.astype(np.float64)),
+                 (R, np.where(np.eye(4, 2) > 0, np.inf, W).astype(np.float32)), (np.tile(R, (2, 1)), W)]:
+        assert indexing.prepare_one_hot({1: r, 2: w}, {}) is None
+    A = np.array([[0, 3, 2, 3], [1, 1, 2, 0]], np.int64)  # a last axis of D, not 1: the generic op's elementwise
+
+    kept = indexing.prepare_one_hot({1: R, 2: W}, {})
+    assert not indexing._one_hot_rows(kept, A, R, W)
+    np.testing.assert_array_equal(indexing.OneHotMatMul(np, A, R, W, prepared=kept), private.OneHotMatMul(np, A, R, W))

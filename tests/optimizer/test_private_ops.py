@@ -143,3 +143,43 @@ def test_embed_layernorm_takes_its_id_casts_in(case):
 def test_embed_layernorm_with_its_sum_read_is_kept():
     model, feeds = _embed_model("sum-read")
     check_cpu_private(model, feeds, ["EmbedLayerNormalization", "Cast"], ["CastEmbedLayerNormalization"])
+
+
+def _one_hot_model(case):
+    """jax.nn.one_hot of int32 bytes (Unsqueeze, Equal against the classes 0..D-1, Cast) into a dense layer
+    (MatMul, Add), as jax2tf exports magika's embedding; the bytes run below 0 and past D."""
+    D, E = 11, 6
+    rng = np.random.default_rng(5)
+    R = np.arange(D, dtype=np.int64 if case == "int64" else np.int32)[None, None]
+    W = _f32(D, E)
+    if case == "table-with-inf":
+        W[3, 2] = np.inf
+    if case == "classes-from-1":
+        R = R + 1
+    feeds = {"A": rng.integers(-2, D + 2, (2, 9)).astype(R.dtype)}
+    equal = ["R", "a"] if case == "classes-first" else ["a", "R"]
+    nodes = [helper.make_node("Unsqueeze", ["A", "axis"], ["a"]), helper.make_node("Equal", equal, ["hot"]),
+             helper.make_node("Cast", ["hot"], ["onehot"], to=F), helper.make_node("MatMul", ["onehot", "W"], ["m"]),
+             helper.make_node("Add", ["m", "B"], ["Y"])]
+    outputs = [helper.make_tensor_value_info("Y", F, [2, 9, E])]
+    if case == "one-hot-read-elsewhere":
+        outputs.append(helper.make_tensor_value_info("onehot", F, [2, 9, D]))
+    inits = [("axis", np.array([-1], np.int64)), ("R", R), ("W", W), ("B", _f32(E))]
+    return make_model(nodes, feeds, outputs, inits=inits, opset=17), feeds
+
+
+@pytest.mark.parametrize("case", ["jax", "classes-first", "int64"])
+def test_a_one_hot_times_a_table_becomes_its_rows(case):
+    model, feeds = _one_hot_model(case)
+    opt = check_cpu_private(model, feeds, ["OneHotMatMul"], ["Equal", "Cast", "MatMul"])
+    import gpuops
+
+    got = gpuops.InferenceSession(model, device="cpu").run(None, feeds)[0]
+    np.testing.assert_array_equal(got, gpuops.InferenceSession(model, device="cpu", optimize="none").run(None, feeds)[0])
+    assert ops(opt)["OneHotMatMul"] == 1 and len(opt.functions) == 1
+
+
+@pytest.mark.parametrize("case", ["table-with-inf", "classes-from-1", "one-hot-read-elsewhere"])
+def test_one_hots_that_are_not_a_tables_rows_are_kept(case):
+    model, feeds = _one_hot_model(case)
+    check_cpu_private(model, feeds, ["Equal", "Cast", "MatMul"], ["OneHotMatMul"])

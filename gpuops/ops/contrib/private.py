@@ -21,6 +21,9 @@ test oracle.
   position_ids])``: com.microsoft EmbedLayerNormalization's (Y, mask_index) of its ids and mask cast to
   int32 first (int64 ones wrap, as Cast does), the attributes EmbedLayerNormalization's: an exporter's
   int64 inputs without the Casts before the op (:mod:`gpuops.optimizer.embed_layernorm_cast`).
+* ``OneHotMatMul(A, R, W)``: ``MatMul(Cast(Equal(A, R), float32), W)``, a one-hot of A against its classes
+  R times a table W (:mod:`gpuops.optimizer.one_hot_matmul`): where R is ``0, ..., D - 1`` and W finite,
+  the rows of W that A names, a row of zeros for an A outside ``[0, D)``.
 """
 
 from __future__ import annotations
@@ -117,3 +120,20 @@ def CastEmbedLayerNormalization(xp, input_ids, segment_ids, word_embedding, posi
     return EmbedLayerNormalization(xp, int32_ids(xp, input_ids), int32_ids(xp, segment_ids), word_embedding,
                                    position_embedding, segment_embedding, gamma, beta, int32_ids(xp, mask),
                                    position_ids, epsilon=epsilon, mask_index_type=mask_index_type)[:2]
+
+
+def one_hot_classes(R) -> bool:
+    """Whether ``R`` is ``0, 1, ..., D - 1`` (integers) along its last axis, of shape ``(1, ..., 1, D)``."""
+    return (type(R) is np.ndarray and R.ndim >= 1 and R.dtype.kind in "iu" and R.size == R.shape[-1]
+            and np.array_equal(R.reshape(-1), np.arange(R.size)))
+
+
+def one_hot_table(W, D: int) -> bool:
+    """Whether ``W`` is a float32 (D, E) table of finite numbers."""
+    return (type(W) is np.ndarray and W.dtype == np.float32 and W.ndim == 2 and W.shape[0] == D
+            and bool(np.isfinite(W).all()))
+
+
+@op("OneHotMatMul", domain=DOMAIN, since=1)
+def OneHotMatMul(xp, A, R, W):
+    return xp.matmul(xp.astype(A == R, W.dtype), W)
