@@ -71,12 +71,36 @@ class Subgraph:
 
     def __call__(self, *inputs) -> list:
         shapes = getattr(self.outer, "shapes", None)  # a run recording its values' shapes records the bodies'
+        through = _passed_through(self.plan)
+        if through is not None and shapes is None and self.ctx.profile is None:
+            return [self.outer[n] for n in through]
         env = _Scope(self.outer) if shapes is None else _RecordingScope(self.outer, shapes)
         env.update(self.plan.weights)
         for vi, value in zip(self.plan.inputs, inputs):
             env[vi.name] = value
         run_plan(self.plan, env, self.ctx)
         return [env[n] for n in self.plan.outputs]
+
+
+def _passed_through(plan: Plan) -> list[str] | None:
+    """The enclosing scope's values that a body's outputs are, where the body only passes them on (Identity
+    nodes, or none: an If's branch that returns a value computed before it); None for a body that computes.
+    Kept on the plan."""
+    through = plan.__dict__.get("_through", ())
+    if through != ():
+        return through
+    source: dict[str, str] = {}
+    for s in plan.steps:
+        if s.op_type != "Identity" or s.domain not in ("", "ai.onnx") or len(s.inputs) != 1 or len(s.outputs) != 1 \
+                or s.subgraphs:
+            source = None
+            break
+        source[s.outputs[0]] = source.get(s.inputs[0], s.inputs[0])
+    through = None if source is None else [source.get(n, n) for n in plan.outputs]
+    if through is not None and not all(n in plan.free_names for n in through):
+        through = None
+    plan.__dict__["_through"] = through
+    return through
 
 
 class _Scope(dict):

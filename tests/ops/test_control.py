@@ -119,6 +119,40 @@ def test_if_sequence_output_built_from_outer_values(device, flag):
     assert len(out) == (2 if flag else 1)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_branches_that_pass_outer_values_on(device, flag):
+    """A branch of Identity chains (openWakeWord's else: the score computed before the If) returns the
+    enclosing scope's values as they are; the other branch computes; a profiled run runs the branch's nodes.
+    Each output as onnxruntime gives it."""
+    then_b = helper.make_graph([helper.make_node("Identity", ["x"], ["x1"]), helper.make_node("Identity", ["x1"], ["x2"]),
+                                helper.make_node("Identity", ["y"], ["y1"])], "then", [], [value_info("x2"), value_info("y1")])
+    else_b = helper.make_graph([helper.make_node("Add", ["x", "y"], ["s"]), helper.make_node("Identity", ["s"], ["s2"]),
+                                helper.make_node("Identity", ["x"], ["x3"])], "else", [], [value_info("s2"), value_info("x3")])
+    nodes = [helper.make_node("Mul", ["a", "a"], ["x"]), helper.make_node("Neg", ["a"], ["y"]),
+             helper.make_node("If", ["c"], ["o1", "o2"], then_branch=then_b, else_branch=else_b),
+             helper.make_node("Add", ["o1", "o2"], ["out"])]
+    model = make_model(nodes, [value_info("c", B, []), value_info("a", F, [3])], [value_info("out"), value_info("o1")],
+                       opset=16)
+    feeds = {"c": np.array(flag), "a": np.array([1, -2, 0.5], np.float32)}
+    assert_matches_ort(model, feeds, device)
+    if device == "cpu":
+        sess = gpuops.InferenceSession(model, device="cpu")
+        plain = sess.run(None, feeds)
+        profiled = sess.run(None, feeds, profile=True)
+        for p, q in zip(plain, profiled):
+            np.testing.assert_array_equal(p, q)
+        assert [r["op"] for r in sess.last_profile["nodes"]].count("If") == 1
+        from gpuops.executor import run as executor
+
+        plans = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(executor, "run_plan", lambda plan, env, ctx, _run=executor.run_plan: (plans.append(plan),
+                                                                                             _run(plan, env, ctx)))
+            sess.run(None, feeds)
+        assert len(plans) == (0 if flag else 1)  # the branch that passes values on runs no plan of its own
+
+
 def test_if_condition_with_several_elements_is_an_error():
     branch = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [], [value_info("o")])
     model = make_model([helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)],
