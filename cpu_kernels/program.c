@@ -142,6 +142,49 @@ int binary_planned_i32(const int64_t* p, const int32_t* a, const int32_t* b, int
     BROADCAST_ROWS_OF(binary_row_i32)
 }
 
+enum { COMPARE_EQUAL, COMPARE_GREATER, COMPARE_GREATER_EQUAL, COMPARE_LESS, COMPARE_LESS_EQUAL };
+
+/* y[i] = (a[i] cmp W) as a bool byte, for i < n. */
+#define COMPARE_LOOPS(W)                                                                                  \
+    switch (op) {                                                                                         \
+        case COMPARE_EQUAL: for (int64_t i = 0; i < n; ++i) y[i] = a[i] == (W); break;                    \
+        case COMPARE_GREATER: for (int64_t i = 0; i < n; ++i) y[i] = a[i] > (W); break;                   \
+        case COMPARE_GREATER_EQUAL: for (int64_t i = 0; i < n; ++i) y[i] = a[i] >= (W); break;            \
+        case COMPARE_LESS: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < (W); break;                      \
+        default: for (int64_t i = 0; i < n; ++i) y[i] = a[i] <= (W);                                      \
+    }
+
+/* y = (a cmp b) over n values of type T as bool bytes, b of n values (same) or one. */
+#define COMPARE_ROW(T)                  \
+    if (same) {                         \
+        COMPARE_LOOPS(b[i])             \
+    } else {                            \
+        const T v = b[0];               \
+        COMPARE_LOOPS(v)                \
+    }
+
+static void compare_row_f32(int64_t op, const float* a, const float* b, int same, uint8_t* y, int64_t n) {
+    COMPARE_ROW(float)
+}
+static void compare_row_i32(int64_t op, const int32_t* a, const int32_t* b, int same, uint8_t* y, int64_t n) {
+    COMPARE_ROW(int32_t)
+}
+static void compare_row_i64(int64_t op, const int64_t* a, const int64_t* b, int same, uint8_t* y, int64_t n) {
+    COMPARE_ROW(int64_t)
+}
+
+/* p as binary_planned_f32's, op a COMPARE_*: y = a cmp b as bools (a NaN compares false, +0 equals -0, as
+ * NumPy's), b broadcast as BROADCAST_ROWS_OF says; of float32, int32 and int64 values. */
+int compare_planned_f32(const int64_t* p, const float* a, const float* b, uint8_t* y) {
+    BROADCAST_ROWS_OF(compare_row_f32)
+}
+int compare_planned_i32(const int64_t* p, const int32_t* a, const int32_t* b, uint8_t* y) {
+    BROADCAST_ROWS_OF(compare_row_i32)
+}
+int compare_planned_i64(const int64_t* p, const int64_t* a, const int64_t* b, uint8_t* y) {
+    BROADCAST_ROWS_OF(compare_row_i64)
+}
+
 /* Data movement (Transpose, Slice, Resize to the nearest, Gather of constant indices, Pad...), as the
  * index of each output element in the input, worked out at plan time. p = {n, index (int32_t[n]
  * address), fill (param_float)}: y[i] = a[index[i]], or fill where the index is negative (padding). */

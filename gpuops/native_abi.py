@@ -103,6 +103,9 @@ DECLARATIONS: dict[str, str] = {
         int copy_from_rows_planned(const int64_t* p, const void* a, const void* unused, void* y);
         int binary_planned_f32(const int64_t* p, const float* a, const float* b, float* y);
         int binary_planned_i32(const int64_t* p, const int32_t* a, const int32_t* b, int32_t* y);
+        int compare_planned_f32(const int64_t* p, const float* a, const float* b, uint8_t* y);
+        int compare_planned_i32(const int64_t* p, const int32_t* a, const int32_t* b, uint8_t* y);
+        int compare_planned_i64(const int64_t* p, const int64_t* a, const int64_t* b, uint8_t* y);
         int gather_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int runs_planned_f32(const int64_t* p, const float* a, const void* unused, float* y);
         int matmul_planned_f32(const int64_t* p, const float* a, const float* b, float* y);

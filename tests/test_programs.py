@@ -141,6 +141,40 @@ def test_binary_ops_in_vector_lanes_match_numpy_bits(op, other, special, swap):
     np.testing.assert_array_equal(got[0].view(np.uint32), want[0].view(np.uint32))
 
 
+@pytest.mark.parametrize("op", ["Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"])
+@pytest.mark.parametrize("other", [(2, 3, 53), (3, 1), (53,), ()])
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("dtype, constant", [(np.float32, True), (np.float32, False), (np.int32, False),
+                                             (np.int64, False)])
+def test_comparisons_match_numpy(op, other, swap, dtype, constant):
+    """Comparisons into bools (a condition's, an If's) of values Gathers pick from a table, the other operand
+    a constant (float32) or run-time value on either side (swapped as the mirrored comparison), broadcast as
+    the binary ops: NaN compares false, -0 equals +0, each as NumPy's; int32 and int64 to their extremes."""
+    rng = np.random.default_rng(12)
+    info = np.finfo(dtype) if dtype == np.float32 else np.iinfo(dtype)
+    table = np.array([info.max, info.min, 0, 1, -1, 2, -2] + ([np.nan, -0.0, np.inf] if dtype == np.float32 else []),
+                     dtype)
+    feeds = {"ids": rng.integers(0, table.size, (2, 3, 53)), "ids2": rng.integers(0, table.size, other)}
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["n"]),
+             helper.make_node(op, ["k", "n"] if swap else ["n", "k"], ["y"]), helper.make_node("Not", ["y"], ["z"])]
+    inits = [numpy_helper.from_array(table, "table")]
+    if constant:
+        inits.append(numpy_helper.from_array(table[feeds.pop("ids2")], "k"))
+    else:
+        nodes.insert(1, helper.make_node("Gather", ["table", "ids2"], ["k"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, TensorProto.INT64, v.shape)
+                                           for k, v in feeds.items()],
+                              [helper.make_tensor_value_info(n, TensorProto.BOOL, None) for n in ("y", "z")], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13 if op in ("Equal", "Greater", "Less") else 16)])
+    got, want, sig = _runs(m, feeds, optimize="basic")
+    _same(got, want)
+    compare = {"Equal": np.equal, "Greater": np.greater, "GreaterOrEqual": np.greater_equal, "Less": np.less,
+               "LessOrEqual": np.less_equal}[op]
+    n, k = table[feeds["ids"]], numpy_helper.to_array(inits[1]) if constant else table[feeds["ids2"]]
+    np.testing.assert_array_equal(got[0], compare(*((k, n) if swap else (n, k))))
+    assert sig["program_nodes"] == len(nodes) - 1  # all but the Not
+
+
 @pytest.mark.parametrize("op, attrs", [("Relu", {}), ("Sigmoid", {}), ("HardSwish", {}),
                                        ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4})])
 def test_activations_match_the_ops_to_the_bit(op, attrs):
@@ -994,7 +1028,7 @@ def test_if_branches_get_their_programs():
               .astype(np.float32)):
         got, want, sig = _runs(m, {"x": x}, optimize="basic")
         _same(got, want)
-        assert sig["programs"] == 2 and sig["program_nodes"] == 6
+        assert sig["programs"] == 3 and sig["program_nodes"] == 8  # and the condition's ReduceMax and Greater
 
 
 def _ulps(got, want, n):

@@ -114,6 +114,41 @@ for _name in _BINARY:
     planned.planned(_name)(_binary_step)
 
 
+_COMPARE = {"Equal": 0, "Greater": 1, "GreaterOrEqual": 2, "Less": 3, "LessOrEqual": 4}  # program.c's COMPARE_*
+_COMPARE_SWAPPED = {0: 0, 1: 3, 2: 4, 3: 1, 4: 2}  # b cmp a as a cmp' b (exact: a NaN compares false either way)
+_COMPARE_KERNELS = {np.dtype(np.float32): "compare_planned_f32", np.dtype(np.int32): "compare_planned_i32",
+                    np.dtype(np.int64): "compare_planned_i64"}
+
+
+def _compare_step(step, operands):
+    """Comparisons of two float32, int32 or int64 values (a run-time one; the other may be a float32 constant,
+    as the programs read only those) into bools: a model's condition (an If's, a mask's) inside its program."""
+    if len(operands) != 2 or step.impl.since < 7:
+        return None
+    A, B = operands
+    if not all(type(x) is planned.Operand or (type(x) is np.ndarray and x.dtype == planned.F32) for x in operands) \
+            or not (type(A) is planned.Operand or type(B) is planned.Operand):
+        return None
+    dtypes = {np.dtype(x.dtype) for x in operands}
+    if len(dtypes) != 1:
+        return None
+    name = _COMPARE_KERNELS.get(dtypes.pop())
+    fn = None if name is None else planned.kernel(name)
+    if fn is None:
+        return None
+    code, a, b, mode = _COMPARE[step.op_type], 0, 1, broadcast(A.shape, B.shape)
+    if mode is None:
+        code, a, b, mode = _COMPARE_SWAPPED[code], 1, 0, broadcast(B.shape, A.shape)
+    if mode is None:
+        return None
+    p = planned.params(code, *mode[1:], mode[0])
+    return planned.NativeStep(operands[a].shape, (planned.Call(fn, p, a, b),), holds=p, dtype=np.dtype(np.bool_))
+
+
+for _name in _COMPARE:
+    planned.planned(_name)(_compare_step)
+
+
 _UNARY = {"Relu": 0, "Sigmoid": 1, "HardSwish": 2, "HardSigmoid": 3, "Sqrt": 4, "Reciprocal": 5, "Neg": 6, "Abs": 7,
           "Tanh": 8, "Exp": 9, "Log": 10, "Erf": 13, "Floor": 14, "Ceil": 15}  # special.c's UNARY_*
 _SQUARE, _CLIP = 11, 12
