@@ -9,6 +9,7 @@
  * inside the explicitly padded input: rows in [-ph, H + ph_end), columns in [-pw, W + pw_end)
  * (cells that ceil_mode adds never count). Returns 0, or 1 when out of memory. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include "common.h"
 #include "conv_params.h"  /* vsigmoid */
@@ -300,6 +301,51 @@ int pool2d_planned_f32(const int64_t* p, const float* x, const void* unused, flo
     (void)unused;
     return pool2d_f32(x, y, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13],
                       p[14], p[15]);
+}
+
+/* [lo, hi): the taps k < K of a window starting at `start` (stride `d` between taps) that fall in [0, n). */
+static inline void taps_inside(int64_t start, int64_t K, int64_t d, int64_t n, int64_t* lo, int64_t* hi) {
+    *lo = start >= 0 ? 0 : (-start + d - 1) / d;
+    const int64_t last = n - 1 - start;  /* the last tap inside: k * d <= last */
+    *hi = last < 0 ? 0 : (last / d + 1 < K ? last / d + 1 : K);
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* MaxPool of 8-bit maps (a quantized model's, between its QLinearConvs): the largest cell of each window's
+ * cells inside the map, exact. p = {planes, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, signed}; every
+ * window holds a cell of the map (the binding checks). */
+int max_pool2d_planned_8(const int64_t* p, const void* x, const void* unused, void* y) {
+    (void)unused;
+    const int64_t planes = p[0], H = p[1], W = p[2], OH = p[3], OW = p[4], KH = p[5], KW = p[6], sh = p[7],
+                  sw = p[8], ph = p[9], pw = p[10], dh = p[11], dw = p[12], is_signed = p[13];
+    for (int64_t c = 0; c < planes; ++c)
+        for (int64_t oy = 0; oy < OH; ++oy) {
+            int64_t ky0, ky1;
+            taps_inside(oy * sh - ph, KH, dh, H, &ky0, &ky1);
+            for (int64_t ox = 0; ox < OW; ++ox) {
+                int64_t kx0, kx1;
+                taps_inside(ox * sw - pw, KW, dw, W, &kx0, &kx1);
+                const int64_t at = (c * H + oy * sh - ph) * W + ox * sw - pw, out = (c * OH + oy) * OW + ox;
+                if (is_signed) {
+                    int8_t m = INT8_MIN;
+                    for (int64_t ky = ky0; ky < ky1; ++ky)
+                        for (int64_t kx = kx0; kx < kx1; ++kx) {
+                            const int8_t v = ((const int8_t*)x)[at + ky * dh * W + kx * dw];
+                            m = v > m ? v : m;
+                        }
+                    ((int8_t*)y)[out] = m;
+                } else {
+                    uint8_t m = 0;
+                    for (int64_t ky = ky0; ky < ky1; ++ky)
+                        for (int64_t kx = kx0; kx < kx1; ++kx) {
+                            const uint8_t v = ((const uint8_t*)x)[at + ky * dh * W + kx * dw];
+                            m = v > m ? v : m;
+                        }
+                    ((uint8_t*)y)[out] = m;
+                }
+            }
+        }
+    return 0;
 }
 
 /* Squeeze-and-excitation (gpuops/ops/contrib/private.py's SqueezeExcite): y = x * gate(W2 inner(W1 mean(x) + b1)

@@ -93,6 +93,7 @@ DECLARATIONS: dict[str, str] = {
                                float* y, int64_t N, int64_t C, int64_t HW, int64_t R, int64_t inner, int64_t gate,
                                float alpha, float beta);
         int pool2d_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
+        int max_pool2d_planned_8(const int64_t* p, const void* x, const void* unused, void* y);
         int squeeze_excite_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int pool_bind_threads(const void* run, const void* get);
     """,

@@ -824,6 +824,45 @@ def test_an_8_bit_cnn_runs_as_one_program():
 
 
 @pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 2, 1, 0], dilations=[2, 1]),
+                                   dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+                                   dict(kernel_shape=[9, 11]),  # the whole map
+                                   dict(kernel_shape=[2, 2], strides=[3, 3], pads=[1, 1, 1, 0])])
+def test_8_bit_max_pools_run_in_the_program(signed, attrs):
+    """MaxPool between a quantization and a dequantization (a QDQ ResNet's stem): each window's largest
+    cell of the map, as the op gives it, to the extremes of uint8 and int8."""
+    rng = np.random.default_rng(17)
+    q = TensorProto.INT8 if signed else TensorProto.UINT8
+    dtype = np.int8 if signed else np.uint8
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(3, dtype), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), helper.make_node("MaxPool", ["xq"], ["m"], **attrs),
+             helper.make_node("DequantizeLinear", ["m", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3, 9, 11])],
+                              [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("m", q, None)],
+                              inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = (rng.standard_normal((2, 3, 9, 11)) * 8).astype(np.float32)
+    x.reshape(-1)[:4] = [1e3, -1e3, 12.7, -13.1]  # saturated at both ends
+    got, want, sig = _runs(m, {"x": x}, optimize="basic")
+    _same(got, want)
+    assert sig["program_nodes"] == 3
+
+
+def test_an_8_bit_max_pool_with_a_window_of_padding_only_runs_the_op():
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("MaxPool", ["xq"], ["m"], kernel_shape=[2, 2], pads=[2, 2, 0, 0]),
+             helper.make_node("DequantizeLinear", ["m", "s", "z"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(3, np.uint8), "z")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 2, 5, 5])],
+                              [helper.make_tensor_value_info("y", F, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    got, want, sig = _runs(m, {"x": np.ones((1, 2, 5, 5), np.float32)}, optimize="basic")
+    _same(got, want)
+    assert sig.get("program_nodes", 0) < 3
+
+
+@pytest.mark.parametrize("signed", [False, True])
 def test_an_8_bit_mlp_runs_as_one_program(signed):
     # QLinearMatMul's product in the program, bit for bit the op's: A's zero point a constant, the weight's
     # scale per column in one layer; a zero point computed at run time keeps its node out of the program

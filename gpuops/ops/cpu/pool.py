@@ -233,7 +233,34 @@ def _window_step(step, operands, mode):
 
 @planned.planned("MaxPool")
 def _max_pool_step(step, operands):
+    X = operands[0]
+    if type(X) is planned.Operand and X.dtype in _EIGHT_BIT:
+        return _max_pool_8_step(step, X)
     return _window_step(step, operands, 0)
+
+
+_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _max_pool_8_step(step, X):
+    """MaxPool of an 8-bit map (QDQ and QOperator models', between their QLinearConvs): ``max_pool2d_planned_8``,
+    where every window holds a cell of the map (else the op's own step)."""
+    a = step.attrs
+    fn = planned.kernel("max_pool2d_planned_8")
+    if fn is None or X.ndim != 4 or not math.prod(X.shape) or a.get("n_outputs", 1) != 1 \
+            or a.get("storage_order", 0):
+        return None
+    kernel, strides, dilations, pb, pe, out, whole, _ = _windows(
+        step.prepared, planned.placeholder(X), 0, a.get("kernel_shape"), a.get("strides"), a.get("dilations"),
+        a.get("pads"), a.get("auto_pad", "NOTSET"), a.get("ceil_mode", 0))
+    if len(kernel) != 2 or not all(o > 0 for o in out):
+        return None
+    for n, k, s, d, b, o in zip(X.shape[2:], kernel, strides, dilations, pb, out):
+        if any(not any(0 <= i * s - b + t * d < n for t in range(k)) for i in range(o)):
+            return None  # a window of padding only
+    p = planned.params(X.shape[0] * X.shape[1], *X.shape[2:], *out, *kernel, *strides, *pb, *dilations,
+                       int(X.dtype == np.int8))
+    return planned.NativeStep(X.shape[:2] + tuple(out), (planned.Call(fn, p, 0),), holds=p, dtype=X.dtype)
 
 
 @planned.planned("AveragePool")
