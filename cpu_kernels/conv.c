@@ -176,8 +176,13 @@ static void depthwise_part(void* ctx, int64_t part, int64_t parts) {
     }
 }
 
+/* 9-25 taps a cell against the GEMM's hundreds: 3x3 depthwise convs of 16-72 channels on 16x16-32x32 maps
+ * ran at 7-10 G multiply-adds a second on one core of the AMD EPYC (2026-11-29), stride-2 ones at 5 G, the
+ * GEMM's 1x1 convs at 35-40 G. */
+#define DEPTHWISE_COST 4
+
 /* The work is split across the pool's threads (pool_threads.h) by planes or channel blocks, each
- * computed as in one part, when each part gets at least POOL_MIN_WORK multiply-adds. The phase planes
+ * computed as in one part, when each part gets at least POOL_MIN_WORK multiply-adds of the GEMM's worth. The phase planes
  * path applies epi (with the residual z) to each output plane as it is made, and says so in *applied. */
 static int depthwise(const Windows* g, const float* x, const float* w, const float* bias, float* y, int64_t N,
                      int64_t C, int64_t mult, float lo, float hi, const struct conv_params* epi, const float* z,
@@ -200,6 +205,9 @@ static int depthwise(const Windows* g, const float* x, const float* w, const flo
         per_unit = per_plane * mult * VL;
     }
     *applied = a.path == 2 && epi;
+    /* a depthwise multiply-add costs about DEPTHWISE_COST of the GEMM's, for which POOL_MIN_WORK is set;
+     * twice that through strided phase planes, whose fill is most of such a call */
+    per_unit *= g->sh > 1 || g->sw > 1 ? 2 * DEPTHWISE_COST : DEPTHWISE_COST;
     pool_run(depthwise_part, &a, pool_parts(units, (POOL_MIN_WORK + per_unit - 1) / per_unit));
     return a.status;
 }

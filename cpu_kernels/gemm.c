@@ -559,6 +559,7 @@ int fc_planned_f32(const int64_t* p, const float* x, const void* unused, float* 
 #define COLS_BYTES (1 << 22)  /* the columns of one block (read, not copied) at most... */
 #define ZERO_ONCE 8192  /* planes of at most this many floats are zeroed whole, once per call, and their
                           * rows filled without their padding (small maps, where writing it costs most) */
+#define CELL_COST 32  /* multiply-adds' worth of work per output cell besides its sums (conv2d_gemm_planned_f32) */
 #define COLS_MIN 2048  /* ...but at least this many cells, so that each GEMM runs over enough of them */
 
 typedef struct {
@@ -718,8 +719,11 @@ int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const f
     int64_t chunk = COLS_BYTES / (sizeof(float) * (CK > 0 ? CK : 1) * OW);
     if (chunk * OW < COLS_MIN) chunk = (COLS_MIN + OW - 1) / OW;
     if (p->N * p->OH * p->OW == 0) return 0;
-    const int64_t Mg = p->M / (p->group > 0 ? p->group : 1), per_row = Mg * CK * OW + 1;
-    const int64_t by_channels = channel_parts(Mg, CK / (p->group > 0 ? p->group : 1), p->N * p->OH * p->OW, p->rows);
+    /* each output cell costs its CK / group multiply-adds and about CELL_COST more (its B loads, store and
+     * epilogue): 1x1 convs of 8-16 input channels ran at 11-17 G multiply-adds a second on one core of the
+     * AMD EPYC (2026-11-29), those of 64 or more at 35-40 G */
+    const int64_t groups = p->group > 0 ? p->group : 1, Mg = p->M / groups, per_row = p->M * (CK / groups + CELL_COST) * OW;
+    const int64_t by_channels = channel_parts(Mg, CK / groups, p->N * p->OH * p->OW, p->rows);
     ConvGemmArgs a = {p, &g, x, z, y, chunk < 1 ? 1 : chunk, direct, by_channels, 0};
     pool_run(conv_gemm_part, &a, by_channels ? by_channels
                                              : pool_parts(p->N * p->OH, (POOL_MIN_WORK + per_row - 1) / per_row));
