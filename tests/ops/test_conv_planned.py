@@ -127,15 +127,20 @@ CASES_1D = {
 }
 
 
-@pytest.mark.parametrize("name", CASES_1D)
-@pytest.mark.parametrize("activation", ["Relu", "Sigmoid"])
-def test_planned_1d_convs_match_the_generic_op(name, activation):
+def _case_1d(name, seed):
+    """X, W, B and the attributes of 1-D case ``name``."""
     N, C, M, L, k, s, pads, d, g = CASES_1D[name]
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     X = rng.standard_normal((N, C, L)).astype(np.float32)
     W = rng.standard_normal((M, C // g, k)).astype(np.float32)
     B = rng.standard_normal(M).astype(np.float32)
-    attrs = dict(group=g, kernel_shape=[k], strides=[s], pads=list(pads), dilations=[d])
+    return X, W, B, dict(group=g, kernel_shape=[k], strides=[s], pads=list(pads), dilations=[d])
+
+
+@pytest.mark.parametrize("name", CASES_1D)
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid"])
+def test_planned_1d_convs_match_the_generic_op(name, activation):
+    X, W, B, attrs = _case_1d(name, 5)
     kept = cpu_conv.prepare_conv({1: W, 2: B}, attrs)
     want, tol = _activated(*_bound(X, W, B, None, attrs), activation, None)
     for _ in range(2):
@@ -148,14 +153,11 @@ def test_planned_1d_convs_match_the_generic_op(name, activation):
 @pytest.mark.parametrize("w_stride, w_dilation, w_pad_end", [(1, 1, 0), (2, 3, 1)])
 def test_convs_along_h_of_one_column_run_as_the_1d_conv(name, w_stride, w_dilation, w_pad_end):
     """A 1-D conv exported along H, on (L, 1) maps with (k, 1) kernels (magika's), lies in memory as the
-    1-D conv and is planned as it (the same geometry: rows of L cells, not L rows of one): the same bits, whatever its stride, dilation and end pad along W
-    (the last within the stride: one output column)."""
-    N, C, M, L, k, s, pads, d, g = CASES_1D[name]
-    rng = np.random.default_rng(6)
-    X = rng.standard_normal((N, C, L)).astype(np.float32)
-    W = rng.standard_normal((M, C // g, k)).astype(np.float32)
-    B = rng.standard_normal(M).astype(np.float32)
-    attrs = dict(group=g, kernel_shape=[k], strides=[s], pads=list(pads), dilations=[d])
+    1-D conv and is planned as it (the same geometry: rows of L cells, not L rows of one): the same bits,
+    whatever its stride, dilation and end pad along W (the last within the stride: one output column)."""
+    X, W, B, attrs = _case_1d(name, 6)
+    (k,), (s,), (d,) = attrs["kernel_shape"], attrs["strides"], attrs["dilations"]
+    pads, g = attrs["pads"], attrs["group"]
     attrs_h = dict(group=g, kernel_shape=[k, 1], strides=[s, w_stride], pads=[pads[0], 0, pads[1], w_pad_end],
                    dilations=[d, w_dilation])
     X4, W4 = X[..., None], W[..., None]
@@ -167,7 +169,7 @@ def test_convs_along_h_of_one_column_run_as_the_1d_conv(name, w_stride, w_dilati
     (run,), (run_h,) = kept.runs.values(), kept_h.runs.values()
     geometry = [f for f, _ in cpu_conv.ConvParams._fields_[:17]]
     assert [getattr(run_h.params, f) for f in geometry] == [getattr(run.params, f) for f in geometry]
-    # padded along W: two output columns, planned as a 2-D conv
+    # padded along W: three output columns, planned as a 2-D conv
     attrs_w = dict(attrs_h, pads=[pads[0], 1, pads[1], 1], strides=[s, 1])
     want, tol = _bound(X4, W4, B, None, attrs_w)
     kept_w = cpu_conv.prepare_conv({1: W4, 2: B}, attrs_w)
