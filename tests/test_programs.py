@@ -104,6 +104,24 @@ def test_pools_on_few_wide_planes_match_the_nodes():
     assert sig["program_nodes"] == sig["nodes"]
 
 
+@pytest.mark.parametrize("shape", [(2, 5, 508, 1), (1, 3, 7, 9), (2, 4, 13)])
+def test_global_max_pools_match_the_nodes(shape):
+    """GlobalMaxPool (magika's, over (508, 1) maps) in a program: each plane's largest value, a NaN in
+    a plane winning, infinities and signed zeros as the node's NumPy max gives them."""
+    rng = np.random.default_rng(18)
+    x = _awkward(rng, shape)
+    x[0, 1] = -np.inf
+    x[-1, -1] = np.nan
+    x[0, 0] = -0.0
+    nodes = [helper.make_node("Add", ["x", "zero"], ["r"]), helper.make_node("GlobalMaxPool", ["r"], ["g"]),
+             helper.make_node("Mul", ["g", "g"], ["y"])]
+    m = _model(nodes, [("x", list(shape))], ["y", "g"], [("zero", np.float32(0))])
+    got, want, sig = _runs(m, {"x": x}, optimize="basic")
+    _same(got, want)
+    np.testing.assert_array_equal(got[1], np.max(x, axis=tuple(range(2, len(shape))), keepdims=True))
+    assert sig["program_nodes"] == 3
+
+
 @pytest.mark.parametrize("op", ["Add", "Mul", "Max", "Sub", "Div"])
 @pytest.mark.parametrize("other, swap", [((2, 5, 3, 4), False), ((5, 1, 1), False), ((1, 5, 1, 1), True),
                                          ((1,), False), ((), True)])

@@ -21,6 +21,7 @@ from ..contrib import private as _private
 from . import planned
 from ._common import Kept, on_host
 from .conv import Planes
+from .reduce import ROW_KINDS
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
@@ -275,6 +276,17 @@ def _global_average_pool_step(step, operands):
     if fn is None or not planned.is_f32(X) or X.ndim < 3 or not math.prod(X.shape):
         return None
     p = planned.params(X.shape[0] * X.shape[1], math.prod(X.shape[2:]))
+    return planned.NativeStep(X.shape[:2] + (1,) * (X.ndim - 2), (planned.Call(fn, p, 0),), holds=p)
+
+
+@planned.planned("GlobalMaxPool")
+def _global_max_pool_step(step, operands):
+    """The largest value of each plane (a NaN in it wins, as NumPy's max): reduce_rows_planned_f32's max."""
+    X = operands[0]
+    fn = planned.kernel("reduce_rows_planned_f32")
+    if fn is None or not planned.is_f32(X) or X.ndim < 3 or not math.prod(X.shape):
+        return None
+    p = planned.params(X.shape[0] * X.shape[1], math.prod(X.shape[2:]), ROW_KINDS["ReduceMax"])
     return planned.NativeStep(X.shape[:2] + (1,) * (X.ndim - 2), (planned.Call(fn, p, 0),), holds=p)
 
 

@@ -93,7 +93,7 @@ def ReduceMean(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
 
 # -- native programs (gpuops.onnx.programs): reductions of rows --------------------------------------------
 
-_ROW_KINDS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceSumSquare": 2, "ReduceMax": 3, "ReduceMin": 4,
+ROW_KINDS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceSumSquare": 2, "ReduceMax": 3, "ReduceMin": 4,
               "ArgMax": 5, "ArgMin": 6}  # rows.c's ROW_*
 _INPUT_SINCE = {"ReduceSum": 13}  # the others take their axes as an input from opset 18
 
@@ -123,7 +123,7 @@ def _reduce_step(step, operands):
         return None
     keep = a.get("keepdims", 1) == 1
     shape = X.shape[:axes[0]] + ((1,) * len(axes) if keep else ())
-    p = planned.params(math.prod(X.shape[:axes[0]]), n, _ROW_KINDS[step.op_type])
+    p = planned.params(math.prod(X.shape[:axes[0]]), n, ROW_KINDS[step.op_type])
     return planned.NativeStep(shape, (planned.Call(fn, p, 0),), holds=p)
 
 
@@ -136,7 +136,7 @@ def _arg_step(step, operands):
             or int(a.get("axis", 0)) not in (-1, X.ndim - 1):
         return None
     shape = X.shape[:-1] + ((1,) if a.get("keepdims", 1) else ())
-    p = planned.params(math.prod(X.shape[:-1]), X.shape[-1], _ROW_KINDS[step.op_type])
+    p = planned.params(math.prod(X.shape[:-1]), X.shape[-1], ROW_KINDS[step.op_type])
     return planned.NativeStep(shape, (planned.Call(fn, p, 0),), holds=p, dtype=np.dtype(np.int64))
 
 
