@@ -182,8 +182,9 @@ static void depthwise_part(void* ctx, int64_t part, int64_t parts) {
 #define DEPTHWISE_COST 4
 
 /* The work is split across the pool's threads (pool_threads.h) by planes or channel blocks, each
- * computed as in one part, when each part gets at least POOL_MIN_WORK multiply-adds of the GEMM's worth. The phase planes
- * path applies epi (with the residual z) to each output plane as it is made, and says so in *applied. */
+ * computed as in one part, when each part gets at least POOL_MIN_WORK multiply-adds of the GEMM's worth.
+ * The phase planes path applies epi (with the residual z) to each output plane as it is made, and says so
+ * in *applied. */
 static int depthwise(const Windows* g, const float* x, const float* w, const float* bias, float* y, int64_t N,
                      int64_t C, int64_t mult, float lo, float hi, const struct conv_params* epi, const float* z,
                      int* applied) {

@@ -722,7 +722,8 @@ int conv2d_gemm_planned_f32(const struct conv_params* p, const float* x, const f
     /* each output cell costs its CK / group multiply-adds and about CELL_COST more (its B loads, store and
      * epilogue): 1x1 convs of 8-16 input channels ran at 11-17 G multiply-adds a second on one core of the
      * AMD EPYC (2026-11-29), those of 64 or more at 35-40 G */
-    const int64_t groups = p->group > 0 ? p->group : 1, Mg = p->M / groups, per_row = p->M * (CK / groups + CELL_COST) * OW;
+    const int64_t groups = p->group > 0 ? p->group : 1, Mg = p->M / groups;
+    const int64_t per_row = p->M * (CK / groups + CELL_COST) * OW;
     const int64_t by_channels = channel_parts(Mg, CK / groups, p->N * p->OH * p->OW, p->rows);
     ConvGemmArgs a = {p, &g, x, z, y, chunk < 1 ? 1 : chunk, direct, by_channels, 0};
     pool_run(conv_gemm_part, &a, by_channels ? by_channels

@@ -69,12 +69,6 @@ int reduce_rows_planned_f32(const int64_t* p, const float* x, const void* unused
     return 0;
 }
 
-/* row_mean_f32 as a program step: p = {rows, n}. */
-int row_mean_planned_f32(const int64_t* p, const float* x, const void* unused, float* y) {
-    (void)unused;
-    return row_mean_f32(x, y, p[0], p[1]);
-}
-
 /* Rows [r0, r1) of softmax_rows_f32: the row's max (a NaN winning), e^(x - max) by vexp_neg (within 2 ulp)
  * summed in VL lanes, then divided by the sum (or x - max - log(sum)). */
 static void softmax_rows(const float* x, float* y, int64_t r0, int64_t r1, int64_t n, int64_t log_) {

@@ -165,7 +165,6 @@ DECLARATIONS: dict[str, str] = {
     """,
     "rows.c": """
         int row_mean_f32(const float* x, float* y, int64_t rows, int64_t n);
-        int row_mean_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);
         int reduce_rows_planned_f32(const int64_t* p, const float* x, const void* unused, void* out);
         int softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, int64_t log_);
         int softmax_planned_f32(const int64_t* p, const float* x, const void* unused, float* y);

@@ -269,25 +269,20 @@ def _average_pool_step(step, operands):
     return _window_step(step, operands, 2 if step.attrs.get("count_include_pad", 0) else 1)
 
 
-@planned.planned("GlobalAveragePool")
-def _global_average_pool_step(step, operands):
-    X = operands[0]
-    fn = planned.kernel("row_mean_planned_f32")
-    if fn is None or not planned.is_f32(X) or X.ndim < 3 or not math.prod(X.shape):
-        return None
-    p = planned.params(X.shape[0] * X.shape[1], math.prod(X.shape[2:]))
-    return planned.NativeStep(X.shape[:2] + (1,) * (X.ndim - 2), (planned.Call(fn, p, 0),), holds=p)
-
-
-@planned.planned("GlobalMaxPool")
-def _global_max_pool_step(step, operands):
-    """The largest value of each plane (a NaN in it wins, as NumPy's max): reduce_rows_planned_f32's max."""
+def _global_pool_step(step, operands):
+    """Each plane's mean (GlobalAveragePool) or largest value (GlobalMaxPool; a NaN in it wins, as NumPy's
+    max): reduce_rows_planned_f32 over the planes as rows."""
     X = operands[0]
     fn = planned.kernel("reduce_rows_planned_f32")
     if fn is None or not planned.is_f32(X) or X.ndim < 3 or not math.prod(X.shape):
         return None
-    p = planned.params(X.shape[0] * X.shape[1], math.prod(X.shape[2:]), ROW_KINDS["ReduceMax"])
+    p = planned.params(X.shape[0] * X.shape[1], math.prod(X.shape[2:]), ROW_KINDS[_GLOBAL_POOLS[step.op_type]])
     return planned.NativeStep(X.shape[:2] + (1,) * (X.ndim - 2), (planned.Call(fn, p, 0),), holds=p)
+
+
+_GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+for _name in _GLOBAL_POOLS:
+    planned.planned(_name)(_global_pool_step)
 
 
 def _squeeze_excite_step(step, operands, inner: str, gate: str):
